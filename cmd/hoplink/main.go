@@ -1,0 +1,53 @@
+// Command hoplink runs hoplink relays: all of a manifest set in one process
+// (local), or one relay of it (relay), and makes their certificates (cert).
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+func main() {
+	if err := newRoot().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "hoplink:", err)
+		os.Exit(1)
+	}
+}
+
+type logFlags struct {
+	level  string
+	format string
+}
+
+func (f *logFlags) logger() (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(f.level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: use debug, info, warn or error", f.level)
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
+	switch strings.ToLower(f.format) {
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: use text or json", f.format)
+}
+
+func newRoot() *cobra.Command {
+	lf := &logFlags{}
+	root := &cobra.Command{
+		Use:           "hoplink",
+		Short:         "Carry TCP and UDP across multi-hop chains of QUIC relays",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.PersistentFlags().StringVar(&lf.level, "log-level", "info", "debug, info, warn or error")
+	root.PersistentFlags().StringVar(&lf.format, "log-format", "text", "text or json")
+	root.AddCommand(newLocalCmd(lf), newRelayCmd(lf), newCertCmd(), newVersionCmd())
+	return root
+}

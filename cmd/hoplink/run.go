@@ -1,0 +1,208 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+
+	"github.com/hoplink/hoplink/relay"
+	"github.com/hoplink/hoplink/relay/admin"
+	"github.com/hoplink/hoplink/relay/local"
+	"github.com/hoplink/hoplink/relay/manifest"
+	"github.com/hoplink/hoplink/relay/metrics"
+	"github.com/hoplink/hoplink/relay/pki"
+)
+
+func newRegistry() (*prometheus.Registry, *metrics.Metrics) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg, metrics.New(reg)
+}
+
+func loadManifests(paths []string, log *slog.Logger) (*manifest.Set, error) {
+	if len(paths) == 0 {
+		return nil, fmt.Errorf("-f: name at least one manifest file or directory")
+	}
+	set, err := manifest.Load(paths...)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range set.Skipped {
+		log.Debug("skipped object of another API group", "object", s)
+	}
+	return set, nil
+}
+
+// serveUntilSignal runs until SIGINT or SIGTERM, then stops the admin
+// server and calls stop.
+func serveUntilSignal(log *slog.Logger, metricsAddr string, reg *prometheus.Registry, ready func() bool, stop func() error) error {
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	var srv *admin.Server
+	if metricsAddr != "" {
+		var err error
+		if srv, err = admin.Serve(metricsAddr, reg, ready, log); err != nil {
+			stop()
+			return fmt.Errorf("--metrics-addr: %w", err)
+		}
+	}
+	<-ctx.Done()
+	log.Info("shutting down")
+	if srv != nil {
+		srv.Close()
+	}
+	return stop()
+}
+
+func newLocalCmd(lf *logFlags) *cobra.Command {
+	var files []string
+	var metricsAddr string
+	cmd := &cobra.Command{
+		Use:   "local -f FILE_OR_DIR",
+		Short: "Run every relay of the manifests in this process, with an in-memory CA",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := lf.logger()
+			if err != nil {
+				return err
+			}
+			set, err := loadManifests(files, log)
+			if err != nil {
+				return err
+			}
+			reg, m := newRegistry()
+			n, err := local.Start(set, m, log)
+			if err != nil {
+				return err
+			}
+			log.Info("local network ready", "relays", len(n.Relays), "tunnels", len(set.Tunnels))
+			return serveUntilSignal(log, metricsAddr, reg, n.Ready, n.Close)
+		},
+	}
+	cmd.Flags().StringSliceVarP(&files, "file", "f", nil, "manifest file or directory (repeatable)")
+	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz here, e.g. 127.0.0.1:9090")
+	return cmd
+}
+
+func newRelayCmd(lf *logFlags) *cobra.Command {
+	var (
+		files                      []string
+		name, metricsAddr, certDir string
+		caFile, certFile, keyFile  string
+		maxFlows                   int
+	)
+	cmd := &cobra.Command{
+		Use:   "relay -f FILE_OR_DIR --name NAME --certs DIR",
+		Short: "Run one relay of the manifests",
+		Long: `Run the relay NAME of the manifests as its own process, so relays can live on
+different hosts with the same files. Certificates come from --certs DIR
+(DIR/ca.crt, DIR/NAME.crt, DIR/NAME.key, as 'hoplink cert' writes them) or
+from --ca, --cert and --key.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := lf.logger()
+			if err != nil {
+				return err
+			}
+			if name == "" {
+				return fmt.Errorf("--name: required: the RelayNode this process runs")
+			}
+			if certDir != "" {
+				caFile = orDefault(caFile, certDir+"/ca.crt")
+				certFile = orDefault(certFile, certDir+"/"+name+".crt")
+				keyFile = orDefault(keyFile, certDir+"/"+name+".key")
+			}
+			if caFile == "" || certFile == "" || keyFile == "" {
+				return fmt.Errorf("certificates: give --certs DIR, or all of --ca, --cert and --key (make them with 'hoplink cert')")
+			}
+			set, err := loadManifests(files, log)
+			if err != nil {
+				return err
+			}
+			id, err := pki.LoadIdentity(name, caFile, certFile, keyFile)
+			if err != nil {
+				return err
+			}
+			reg, m := newRegistry()
+			r, err := relay.New(relay.Config{Name: name, Manifests: set, Identity: id, Metrics: m, Log: log, MaxFlows: maxFlows})
+			if err != nil {
+				return err
+			}
+			if err := r.Start(); err != nil {
+				return err
+			}
+			return serveUntilSignal(log, metricsAddr, reg, r.Ready, r.Close)
+		},
+	}
+	f := cmd.Flags()
+	f.StringSliceVarP(&files, "file", "f", nil, "manifest file or directory (repeatable)")
+	f.StringVar(&name, "name", "", "the RelayNode this process runs")
+	f.StringVar(&certDir, "certs", "", "directory with ca.crt, NAME.crt and NAME.key")
+	f.StringVar(&caFile, "ca", "", "CA certificate (PEM)")
+	f.StringVar(&certFile, "cert", "", "relay certificate (PEM)")
+	f.StringVar(&keyFile, "key", "", "relay private key (PEM)")
+	f.StringVar(&metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz here, e.g. 127.0.0.1:9090")
+	f.IntVar(&maxFlows, "max-flows", relay.DefaultMaxFlows, "most flows this relay carries at once")
+	return cmd
+}
+
+func orDefault(v, def string) string {
+	if v != "" {
+		return v
+	}
+	return def
+}
+
+func newCertCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "cert",
+		Short: "Make a CA and relay certificates for standalone relays",
+	}
+	var dir string
+	ca := &cobra.Command{
+		Use:   "ca --dir DIR",
+		Short: "Create a CA: DIR/ca.crt and DIR/ca.key",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := pki.NewCA("hoplink CA")
+			if err != nil {
+				return err
+			}
+			if err := c.WriteCA(dir); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s/ca.crt and %s/ca.key (keep ca.key secret)\n", dir, dir)
+			return nil
+		},
+	}
+	issue := &cobra.Command{
+		Use:   "issue --dir DIR NAME...",
+		Short: "Issue certificates for relays: DIR/NAME.crt and DIR/NAME.key, signed by DIR/ca.*",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, names []string) error {
+			c, err := pki.LoadCA(dir+"/ca.crt", dir+"/ca.key")
+			if err != nil {
+				return err
+			}
+			for _, n := range names {
+				if err := c.WriteRelay(dir, n); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "wrote %s/%s.crt and %s/%s.key\n", dir, n, dir, n)
+			}
+			return nil
+		},
+	}
+	for _, c := range []*cobra.Command{ca, issue} {
+		c.Flags().StringVar(&dir, "dir", "certs", "directory for the certificate files")
+	}
+	cmd.AddCommand(ca, issue)
+	return cmd
+}

@@ -1,0 +1,58 @@
+package hop
+
+import (
+	"encoding/binary"
+	"errors"
+	"io"
+
+	"github.com/quic-go/quic-go/quicvarint"
+)
+
+// A UDP packet crosses a hop as a QUIC datagram: the session's flow id (the
+// QUIC stream id of the session's control stream) as a varint, then the
+// packet. The flow id is known to both ends of the connection without any
+// extra message.
+
+// ErrDatagram means a datagram too short to hold a flow id.
+var ErrDatagram = errors.New("hop: malformed datagram")
+
+// AppendDatagram encodes one UDP packet of flow id after b.
+func AppendDatagram(b []byte, id uint64, payload []byte) []byte {
+	b = quicvarint.Append(b, id)
+	return append(b, payload...)
+}
+
+// ParseDatagram splits a datagram into flow id and packet.
+func ParseDatagram(b []byte) (id uint64, payload []byte, err error) {
+	id, n, err := quicvarint.Parse(b)
+	if err != nil {
+		return 0, nil, ErrDatagram
+	}
+	return id, b[n:], nil
+}
+
+// Packets too large for a datagram ride the session's stream as frames: a
+// 16-bit length, then the packet. MaxFrame is the largest UDP payload.
+const MaxFrame = 65535
+
+// WriteFrame writes one UDP packet as a stream frame.
+func WriteFrame(w io.Writer, buf []byte, payload []byte) error {
+	buf = binary.BigEndian.AppendUint16(buf[:0], uint16(len(payload)))
+	buf = append(buf, payload...)
+	_, err := w.Write(buf)
+	return err
+}
+
+// ReadFrame reads one stream frame into buf (at least MaxFrame bytes) and
+// returns the packet.
+func ReadFrame(r io.Reader, buf []byte) ([]byte, error) {
+	var l [2]byte
+	if _, err := io.ReadFull(r, l[:]); err != nil {
+		return nil, err
+	}
+	n := int(binary.BigEndian.Uint16(l[:]))
+	if _, err := io.ReadFull(r, buf[:n]); err != nil {
+		return nil, truncated(err)
+	}
+	return buf[:n], nil
+}

@@ -1,0 +1,55 @@
+package hop
+
+import (
+	"bytes"
+	"testing"
+)
+
+// FuzzParse feeds arbitrary bytes to the parser: it must never panic, and
+// whatever it accepts must re-encode to exactly the same bytes, so two relays
+// can never disagree about what a header says.
+func FuzzParse(f *testing.F) {
+	for _, h := range []Header{
+		{Kind: KindTCP, Tunnel: "default/iperf", Route: []string{"seattle", "la"}, Target: "127.0.0.1:5201"},
+		{Kind: KindUDP, Tunnel: "x/y", Route: []string{"la"}, Target: "[::1]:53"},
+	} {
+		b, _ := h.Append(nil)
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		h, err := Parse(b)
+		if err != nil {
+			return
+		}
+		again, err := h.Append(nil)
+		if err != nil {
+			t.Fatalf("accepted header does not re-encode: %v", err)
+		}
+		if !bytes.Equal(again, b) {
+			t.Fatalf("re-encoding differs:\n in %x\nout %x", b, again)
+		}
+		got, err := Read(bytes.NewReader(b))
+		if err != nil || got.Target != h.Target {
+			t.Fatalf("Read disagrees with Parse: %v", err)
+		}
+	})
+}
+
+// FuzzParseDatagram checks the datagram splitter never panics and returns a
+// suffix of its input.
+func FuzzParseDatagram(f *testing.F) {
+	f.Add(AppendDatagram(nil, 4, []byte("hello")))
+	f.Add([]byte{0xc0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		id, p, err := ParseDatagram(b)
+		if err != nil {
+			return
+		}
+		if !bytes.Equal(AppendDatagram(nil, id, p), b) && len(b) > 0 && b[0]>>6 == 0 {
+			t.Fatalf("one-byte varint did not round trip: %x", b)
+		}
+		if len(p) > len(b) {
+			t.Fatal("payload longer than datagram")
+		}
+	})
+}

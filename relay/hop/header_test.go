@@ -1,0 +1,137 @@
+package hop
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestHeaderRoundTrip(t *testing.T) {
+	for _, h := range []Header{
+		{Kind: KindTCP, Tunnel: "default/iperf", Route: []string{"seattle", "la"}, Target: "127.0.0.1:5201"},
+		{Kind: KindUDP, Tunnel: "ns-1/dns", Route: []string{"la"}, Target: "[::1]:53"},
+		{Kind: KindTCP, Tunnel: "a/b", Route: make16("r"), Target: "example.internal:443"},
+	} {
+		b, err := h.Append([]byte("x"))
+		if err != nil {
+			t.Fatalf("append %+v: %v", h, err)
+		}
+		got, err := Parse(b[1:])
+		if err != nil {
+			t.Fatalf("parse %+v: %v", h, err)
+		}
+		if got.Kind != h.Kind || got.Tunnel != h.Tunnel || got.Target != h.Target || strings.Join(got.Route, ",") != strings.Join(h.Route, ",") {
+			t.Fatalf("round trip: got %+v, want %+v", got, h)
+		}
+		// Read must consume exactly the header and leave the flow's bytes.
+		r := bytes.NewReader(append(b[1:], "payload"...))
+		if _, err := Read(r); err != nil {
+			t.Fatalf("read: %v", err)
+		}
+		if rest := r.Len(); rest != len("payload") {
+			t.Fatalf("Read left %d bytes, want %d", rest, len("payload"))
+		}
+	}
+}
+
+func make16(p string) []string {
+	out := make([]string, MaxRouteLen)
+	for i := range out {
+		out[i] = p + string(rune('a'+i))
+	}
+	return out
+}
+
+func TestParseRejects(t *testing.T) {
+	good := Header{Kind: KindTCP, Tunnel: "default/t", Route: []string{"la"}, Target: "127.0.0.1:80"}
+	enc, _ := good.Append(nil)
+	mut := func(f func(b []byte) []byte) []byte { return f(append([]byte(nil), enc...)) }
+	for _, tc := range []struct {
+		name string
+		in   []byte
+		want error
+	}{
+		{"empty", nil, ErrTruncated},
+		{"version", mut(func(b []byte) []byte { b[0] = 2; return b }), ErrVersion},
+		{"kind", mut(func(b []byte) []byte { b[1] = 9; return b }), ErrKind},
+		{"body too long", mut(func(b []byte) []byte { b[2], b[3] = 0xff, 0xff; return b }), ErrTooLong},
+		{"truncated body", enc[:len(enc)-1], ErrTruncated},
+		{"trailing", append(append([]byte(nil), enc...), 0), ErrTrailing},
+		{"zero route", encodeRaw("default/t", nil, "127.0.0.1:80"), ErrField},
+		{"17 relays", encodeRaw("default/t", append(make16("r"), "x"), "127.0.0.1:80"), ErrField},
+		{"upper-case relay", encodeRaw("default/t", []string{"LA"}, "127.0.0.1:80"), ErrField},
+		{"tunnel without namespace", encodeRaw("t", []string{"la"}, "127.0.0.1:80"), ErrField},
+		{"target with space", encodeRaw("default/t", []string{"la"}, "1.2.3.4:80 x"), ErrField},
+		{"empty target", encodeRaw("default/t", []string{"la"}, ""), ErrField},
+		{"route count past body", []byte{1, 1, 0, 4, 0, 1, 'a', 5}, ErrTruncated},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse(tc.in)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("Parse = %v, want %v", err, tc.want)
+			}
+			if _, err := Read(bytes.NewReader(tc.in)); err == nil && tc.want != ErrTrailing {
+				t.Fatalf("Read accepted %x", tc.in)
+			}
+		})
+	}
+}
+
+func TestAppendRefusesWhatParseRejects(t *testing.T) {
+	h := Header{Kind: KindTCP, Tunnel: "default/t", Route: []string{"Bad_Name"}, Target: "x:1"}
+	if _, err := h.Append(nil); !errors.Is(err, ErrField) {
+		t.Fatalf("Append = %v, want ErrField", err)
+	}
+}
+
+// encodeRaw writes a body without Append's checks, to build hostile input.
+func encodeRaw(tunnel string, route []string, target string) []byte {
+	body := []byte{byte(len(tunnel) >> 8), byte(len(tunnel))}
+	body = append(body, tunnel...)
+	body = append(body, byte(len(route)))
+	for _, r := range route {
+		body = append(body, byte(len(r)))
+		body = append(body, r...)
+	}
+	body = append(body, byte(len(target)>>8), byte(len(target)))
+	body = append(body, target...)
+	return append([]byte{Version, byte(KindTCP), byte(len(body) >> 8), byte(len(body))}, body...)
+}
+
+func TestDatagram(t *testing.T) {
+	for _, id := range []uint64{0, 4, 63, 64, 16383, 16384, 1 << 40} {
+		b := AppendDatagram(nil, id, []byte("pkt"))
+		got, p, err := ParseDatagram(b)
+		if err != nil || got != id || string(p) != "pkt" {
+			t.Fatalf("id %d: got %d %q %v", id, got, p, err)
+		}
+	}
+	if _, _, err := ParseDatagram(nil); !errors.Is(err, ErrDatagram) {
+		t.Fatalf("empty datagram: %v", err)
+	}
+	if _, _, err := ParseDatagram([]byte{0x40}); !errors.Is(err, ErrDatagram) {
+		t.Fatalf("short varint: %v", err)
+	}
+}
+
+func TestFrames(t *testing.T) {
+	var stream bytes.Buffer
+	big := bytes.Repeat([]byte{7}, MaxFrame)
+	for _, p := range [][]byte{[]byte("a"), {}, big} {
+		if err := WriteFrame(&stream, make([]byte, 0, 2+len(p)), p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	buf := make([]byte, MaxFrame)
+	for _, want := range []int{1, 0, MaxFrame} {
+		p, err := ReadFrame(&stream, buf)
+		if err != nil || len(p) != want {
+			t.Fatalf("frame: len %d err %v, want %d", len(p), err, want)
+		}
+	}
+	stream.Write([]byte{0, 5, 1})
+	if _, err := ReadFrame(&stream, buf); !errors.Is(err, ErrTruncated) {
+		t.Fatalf("short frame: %v", err)
+	}
+}

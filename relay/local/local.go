@@ -1,0 +1,74 @@
+// Package local runs every relay of a set of manifests in one process, with
+// an ephemeral CA made in memory: the quickest way to see a chain work, and
+// what tests use to exercise the real data plane.
+package local
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/hoplink/hoplink/relay"
+	"github.com/hoplink/hoplink/relay/manifest"
+	"github.com/hoplink/hoplink/relay/metrics"
+	"github.com/hoplink/hoplink/relay/pki"
+)
+
+// Network is the running relays of one manifest set.
+type Network struct {
+	Relays []*relay.Relay
+	CA     *pki.CA
+}
+
+// Start starts every relay. All relays share this host, so listeners that
+// would collide are refused before anything binds.
+func Start(set *manifest.Set, m *metrics.Metrics, log *slog.Logger) (*Network, error) {
+	if err := set.CheckSingleHost(); err != nil {
+		return nil, err
+	}
+	ca, err := pki.NewCA("hoplink local CA")
+	if err != nil {
+		return nil, err
+	}
+	n := &Network{CA: ca}
+	for _, rn := range set.Relays {
+		id, err := ca.Identity(rn.Name)
+		if err != nil {
+			return nil, err
+		}
+		r, err := relay.New(relay.Config{Name: rn.Name, Manifests: set, Identity: id, Metrics: m, Log: log})
+		if err == nil {
+			err = r.Start()
+		}
+		if err != nil {
+			n.Close()
+			return nil, fmt.Errorf("relay %q: %w", rn.Name, err)
+		}
+		n.Relays = append(n.Relays, r)
+	}
+	for _, c := range set.Chains {
+		log.Info("chain route", "chain", manifest.Key(c.Namespace, c.Name), "mode", c.Spec.Mode,
+			"route", strings.Join(manifest.Route(c), " -> "))
+	}
+	return n, nil
+}
+
+// Ready reports whether every relay is ready.
+func (n *Network) Ready() bool {
+	for _, r := range n.Relays {
+		if !r.Ready() {
+			return false
+		}
+	}
+	return len(n.Relays) > 0
+}
+
+// Close stops every relay.
+func (n *Network) Close() error {
+	var errs []error
+	for _, r := range n.Relays {
+		errs = append(errs, r.Close())
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,193 @@
+// Package manifest reads RelayNode, Chain and Tunnel objects from YAML or
+// JSON files and checks them as a whole: every reference resolves, every
+// route is a real path, no two listeners collide. Local mode, standalone
+// relays and the operator share it so that a manifest means the same thing
+// everywhere.
+package manifest
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+
+	"github.com/hoplink/hoplink/api/v1alpha1"
+)
+
+// DefaultNamespace is the namespace of objects that do not name one.
+const DefaultNamespace = "default"
+
+// Source says where an object was read, for error messages.
+type Source struct {
+	File string
+	Doc  int // 1-based document index within File
+}
+
+func (s Source) String() string {
+	if s.Doc > 1 {
+		return fmt.Sprintf("%s (document %d)", s.File, s.Doc)
+	}
+	return s.File
+}
+
+// Load reads every manifest under the given files or directories (a
+// directory contributes its *.yaml, *.yml and *.json files, not recursing)
+// and validates the result. Objects of other API groups are skipped and
+// listed in Set.Skipped, so a folder may also hold the Kubernetes objects of
+// a demo.
+func Load(paths ...string) (*Set, error) {
+	var files []string
+	for _, p := range paths {
+		st, err := os.Stat(p)
+		if err != nil {
+			return nil, fmt.Errorf("manifests: %w", err)
+		}
+		if !st.IsDir() {
+			files = append(files, p)
+			continue
+		}
+		entries, err := os.ReadDir(p)
+		if err != nil {
+			return nil, fmt.Errorf("manifests: %w", err)
+		}
+		var found []string
+		for _, e := range entries {
+			switch strings.ToLower(filepath.Ext(e.Name())) {
+			case ".yaml", ".yml", ".json":
+				if !e.IsDir() {
+					found = append(found, filepath.Join(p, e.Name()))
+				}
+			}
+		}
+		if len(found) == 0 {
+			return nil, fmt.Errorf("manifests: %s holds no .yaml, .yml or .json file", p)
+		}
+		sort.Strings(found)
+		files = append(files, found...)
+	}
+	s := newSet()
+	var errs []error
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("manifests: %w", err)
+		}
+		if err := s.decodeFile(f, data); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Parse reads manifests from memory, as Load does from a file named name.
+func Parse(name string, data []byte) (*Set, error) {
+	s := newSet()
+	if err := s.decodeFile(name, data); err != nil {
+		return nil, err
+	}
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Set) decodeFile(file string, data []byte) error {
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	var errs []error
+	for doc := 1; ; doc++ {
+		raw, err := r.Read()
+		if err == io.EOF {
+			break
+		}
+		src := Source{File: file, Doc: doc}
+		if err != nil {
+			return fmt.Errorf("%s: not valid YAML: %w", src, err)
+		}
+		if err := s.decodeDoc(src, raw); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+type typeMeta struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Metadata   struct {
+		Name string `json:"name"`
+	} `json:"metadata"`
+}
+
+func (s *Set) decodeDoc(src Source, raw []byte) error {
+	js, err := yaml.YAMLToJSON(raw)
+	if err != nil {
+		return fmt.Errorf("%s: not valid YAML: %w", src, err)
+	}
+	if t := bytes.TrimSpace(js); len(t) == 0 || bytes.Equal(t, []byte("null")) {
+		return nil // empty document, e.g. after a trailing "---"
+	}
+	var tm typeMeta
+	if err := yaml.Unmarshal(js, &tm); err != nil {
+		return fmt.Errorf("%s: not a Kubernetes object: %w", src, err)
+	}
+	group, version, _ := strings.Cut(tm.APIVersion, "/")
+	if group != v1alpha1.GroupVersion.Group {
+		s.Skipped = append(s.Skipped, fmt.Sprintf("%s: %s %s %q", src, tm.APIVersion, tm.Kind, tm.Metadata.Name))
+		return nil
+	}
+	if version != v1alpha1.GroupVersion.Version {
+		return fmt.Errorf("%s: %s %q: apiVersion %q is not served; use %s", src, tm.Kind, tm.Metadata.Name, tm.APIVersion, v1alpha1.GroupVersion)
+	}
+	strict := func(obj any) error {
+		if err := yaml.UnmarshalStrict(raw, obj); err != nil {
+			return fmt.Errorf("%s: %s %q: %s", src, tm.Kind, tm.Metadata.Name, cleanDecodeError(err))
+		}
+		return nil
+	}
+	switch tm.Kind {
+	case "RelayNode":
+		o := &v1alpha1.RelayNode{}
+		if err := strict(o); err != nil {
+			return err
+		}
+		return s.add(src, o)
+	case "Chain":
+		o := &v1alpha1.Chain{}
+		if err := strict(o); err != nil {
+			return err
+		}
+		return s.add(src, o)
+	case "Tunnel":
+		o := &v1alpha1.Tunnel{}
+		if err := strict(o); err != nil {
+			return err
+		}
+		return s.add(src, o)
+	default:
+		return fmt.Errorf("%s: kind %q is not a %s kind; use RelayNode, Chain or Tunnel", src, tm.Kind, v1alpha1.GroupVersion.Group)
+	}
+}
+
+// cleanDecodeError drops the decoder's layers of "error unmarshaling JSON:"
+// so the user sees which field is wrong and nothing else.
+func cleanDecodeError(err error) string {
+	msg := err.Error()
+	for _, p := range []string{"error unmarshaling JSON: ", "while decoding JSON: ", "json: "} {
+		msg = strings.ReplaceAll(msg, p, "")
+	}
+	return msg
+}

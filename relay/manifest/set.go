@@ -1,0 +1,145 @@
+package manifest
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/hoplink/hoplink/api/v1alpha1"
+)
+
+// Set is a validated collection of hoplink objects. Relay names are global
+// (they are relay identities in certificates); Chains and Tunnels are keyed
+// by namespace/name and refer to objects of their own namespace.
+type Set struct {
+	Relays  []*v1alpha1.RelayNode
+	Chains  []*v1alpha1.Chain
+	Tunnels []*v1alpha1.Tunnel
+	// Skipped lists objects of other API groups that were read and ignored.
+	Skipped []string
+
+	src     map[any]Source
+	relays  map[string]*v1alpha1.RelayNode
+	chains  map[string]*v1alpha1.Chain
+	tunnels map[string]*v1alpha1.Tunnel
+}
+
+func newSet() *Set {
+	return &Set{
+		src:     map[any]Source{},
+		relays:  map[string]*v1alpha1.RelayNode{},
+		chains:  map[string]*v1alpha1.Chain{},
+		tunnels: map[string]*v1alpha1.Tunnel{},
+	}
+}
+
+// Key is the namespace/name of a namespaced object.
+func Key(namespace, name string) string { return namespace + "/" + name }
+
+func (s *Set) add(src Source, obj any) error {
+	switch o := obj.(type) {
+	case *v1alpha1.RelayNode:
+		if o.Namespace == "" {
+			o.Namespace = DefaultNamespace
+		}
+		o.Default()
+		if prev, ok := s.relays[o.Name]; ok && o.Name != "" {
+			return fmt.Errorf("%s: RelayNode %q: metadata.name: defined again (first in %s); relay names must be unique", src, o.Name, s.src[prev])
+		}
+		s.relays[o.Name] = o
+		s.Relays = append(s.Relays, o)
+	case *v1alpha1.Chain:
+		if o.Namespace == "" {
+			o.Namespace = DefaultNamespace
+		}
+		o.Default()
+		k := Key(o.Namespace, o.Name)
+		if prev, ok := s.chains[k]; ok && o.Name != "" {
+			return fmt.Errorf("%s: Chain %q: metadata.name: defined again (first in %s)", src, k, s.src[prev])
+		}
+		s.chains[k] = o
+		s.Chains = append(s.Chains, o)
+	case *v1alpha1.Tunnel:
+		if o.Namespace == "" {
+			o.Namespace = DefaultNamespace
+		}
+		o.Default()
+		k := Key(o.Namespace, o.Name)
+		if prev, ok := s.tunnels[k]; ok && o.Name != "" {
+			return fmt.Errorf("%s: Tunnel %q: metadata.name: defined again (first in %s)", src, k, s.src[prev])
+		}
+		s.tunnels[k] = o
+		s.Tunnels = append(s.Tunnels, o)
+	}
+	s.src[obj] = src
+	return nil
+}
+
+// Relay returns the RelayNode of that name, or nil.
+func (s *Set) Relay(name string) *v1alpha1.RelayNode { return s.relays[name] }
+
+// Chain returns the Chain with that namespace/name key, or nil.
+func (s *Set) Chain(key string) *v1alpha1.Chain { return s.chains[key] }
+
+// Tunnel returns the Tunnel with that namespace/name key, or nil.
+func (s *Set) Tunnel(key string) *v1alpha1.Tunnel { return s.tunnels[key] }
+
+// ChainOf returns the Chain a Tunnel rides.
+func (s *Set) ChainOf(t *v1alpha1.Tunnel) *v1alpha1.Chain {
+	return s.chains[Key(t.Namespace, t.Spec.Chain)]
+}
+
+// Source says where an object was read.
+func (s *Set) Source(obj any) Source { return s.src[obj] }
+
+// Route is the route new flows of a chain take: the observed route in status
+// when a route controller has set one, else the static spec.route.
+func Route(c *v1alpha1.Chain) []string {
+	if len(c.Status.Route) > 0 {
+		return c.Status.Route
+	}
+	return c.Spec.Route
+}
+
+// EntryTunnels lists the Tunnels whose listener opens on the named relay.
+func (s *Set) EntryTunnels(relay string) []*v1alpha1.Tunnel {
+	var out []*v1alpha1.Tunnel
+	for _, t := range s.Tunnels {
+		if c := s.ChainOf(t); c != nil && c.Spec.Entry == relay {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// NextHops lists the peers the named relay forwards to on some chain's route,
+// i.e. the relays it must keep a connection to.
+func (s *Set) NextHops(relay string) []string {
+	var out []string
+	for _, c := range s.Chains {
+		r := Route(c)
+		if i := slices.Index(r, relay); i >= 0 && i+1 < len(r) && !slices.Contains(out, r[i+1]) {
+			out = append(out, r[i+1])
+		}
+	}
+	return out
+}
+
+// AllowsHop reports whether a flow of chain c that reached relay self from
+// peer prev (empty at the entry) may continue along rest, where rest starts
+// with self and ends at the chain's exit. It is the check that keeps a relay
+// from being steered anywhere a peer likes.
+func AllowsHop(c *v1alpha1.Chain, prev, self string, rest []string) bool {
+	if len(rest) == 0 || rest[0] != self || rest[len(rest)-1] != c.Spec.Exit {
+		return false
+	}
+	for _, route := range [][]string{c.Spec.Route, c.Status.Route} {
+		i := slices.Index(route, self)
+		if i < 0 || !slices.Equal(route[i:], rest) {
+			continue
+		}
+		if (i == 0 && prev == "") || (i > 0 && route[i-1] == prev) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,275 @@
+package manifest
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/hoplink/hoplink/api/v1alpha1"
+)
+
+// problems collects field errors, each naming file, object and field.
+type problems struct{ errs []error }
+
+func (p *problems) add(src Source, kind, name, field, format string, args ...any) {
+	p.errs = append(p.errs, fmt.Errorf("%s: %s %q: %s: %s", src, kind, name, field, fmt.Sprintf(format, args...)))
+}
+
+func (p *problems) err() error { return errors.Join(p.errs...) }
+
+// Validate checks every object and every reference between them.
+func (s *Set) Validate() error {
+	var p problems
+	for _, r := range s.Relays {
+		s.validateRelay(&p, r)
+	}
+	for _, c := range s.Chains {
+		s.validateChain(&p, c)
+	}
+	for _, t := range s.Tunnels {
+		s.validateTunnel(&p, t)
+	}
+	s.validateEndpoints(&p)
+	s.validateTunnelListeners(&p)
+	return p.err()
+}
+
+func (s *Set) validateRelay(p *problems, r *v1alpha1.RelayNode) {
+	src, name := s.src[r], r.Name
+	for _, msg := range validation.IsDNS1123Label(name) {
+		p.add(src, "RelayNode", name, "metadata.name", "%s (relay names become certificate names)", msg)
+	}
+	if port := r.Spec.Listen.Port; port < 1 || port > 65535 {
+		p.add(src, "RelayNode", name, "spec.listen.port", "%d is out of range; use 1-65535", port)
+	}
+	if a := r.Spec.Listen.Address; a != "" {
+		if _, err := netip.ParseAddr(a); err != nil {
+			p.add(src, "RelayNode", name, "spec.listen.address", "%q is not an IP address; leave it empty to bind every address", a)
+		}
+	}
+	for i, ep := range r.Spec.Endpoints {
+		if err := checkHostPort(ep); err != nil {
+			p.add(src, "RelayNode", name, fmt.Sprintf("spec.endpoints[%d]", i), "%v", err)
+		}
+	}
+}
+
+func (s *Set) validateChain(p *problems, c *v1alpha1.Chain) {
+	src, name := s.src[c], Key(c.Namespace, c.Name)
+	bad := func(field, format string, args ...any) { p.add(src, "Chain", name, field, format, args...) }
+	if c.Name == "" {
+		bad("metadata.name", "required")
+	}
+	known := func(field, relay string) bool {
+		if relay == "" {
+			bad(field, "required: name a RelayNode")
+			return false
+		}
+		if s.relays[relay] == nil {
+			bad(field, "unknown RelayNode %q (known: %s)", relay, strings.Join(s.relayNames(), ", "))
+			return false
+		}
+		return true
+	}
+	known("spec.entry", c.Spec.Entry)
+	known("spec.exit", c.Spec.Exit)
+	for i, v := range c.Spec.Via {
+		f := fmt.Sprintf("spec.via[%d]", i)
+		if !known(f, v) {
+			continue
+		}
+		switch {
+		case v == c.Spec.Entry || v == c.Spec.Exit:
+			bad(f, "%q is the chain's entry or exit; via lists only relays in between", v)
+		case slices.Index(c.Spec.Via, v) != i:
+			bad(f, "%q is listed twice", v)
+		}
+	}
+	switch c.Spec.Mode {
+	case v1alpha1.ModeStatic:
+	case v1alpha1.ModeSum, v1alpha1.ModePipe:
+		bad("spec.mode", "%q routing is not available in this version of hoplink; use static with spec.route", c.Spec.Mode)
+	default:
+		bad("spec.mode", "%q is not a mode; use static, sum or pipe", c.Spec.Mode)
+	}
+	route := c.Spec.Route
+	if c.Spec.Mode == v1alpha1.ModeStatic && len(route) == 0 {
+		bad("spec.route", "required for static mode: list the relays from entry %q to exit %q", c.Spec.Entry, c.Spec.Exit)
+		return
+	}
+	if len(route) == 0 {
+		return
+	}
+	if route[0] != c.Spec.Entry {
+		bad("spec.route[0]", "%q must be the entry %q", route[0], c.Spec.Entry)
+	}
+	if last := route[len(route)-1]; last != c.Spec.Exit {
+		bad(fmt.Sprintf("spec.route[%d]", len(route)-1), "%q must be the exit %q", last, c.Spec.Exit)
+	}
+	for i, hop := range route {
+		f := fmt.Sprintf("spec.route[%d]", i)
+		switch {
+		case s.relays[hop] == nil:
+			bad(f, "unknown RelayNode %q (known: %s)", hop, strings.Join(s.relayNames(), ", "))
+		case slices.Index(route, hop) != i:
+			bad(f, "%q appears twice; a route visits each relay once", hop)
+		case i > 0 && i < len(route)-1 && !slices.Contains(c.Spec.Via, hop):
+			bad(f, "%q is not in spec.via; add it there or take it out of the route", hop)
+		}
+	}
+}
+
+func (s *Set) validateTunnel(p *problems, t *v1alpha1.Tunnel) {
+	src, name := s.src[t], Key(t.Namespace, t.Name)
+	bad := func(field, format string, args ...any) { p.add(src, "Tunnel", name, field, format, args...) }
+	if t.Name == "" {
+		bad("metadata.name", "required")
+	}
+	if t.Spec.Chain == "" {
+		bad("spec.chain", "required: name a Chain")
+	} else if s.ChainOf(t) == nil {
+		bad("spec.chain", "unknown Chain %q in namespace %q", t.Spec.Chain, t.Namespace)
+	}
+	switch t.Spec.Protocol {
+	case v1alpha1.ProtocolTCP, v1alpha1.ProtocolUDP:
+	default:
+		bad("spec.protocol", "%q is not supported; use tcp or udp", t.Spec.Protocol)
+	}
+	if port := t.Spec.Listen.Port; port < 1 || port > 65535 {
+		bad("spec.listen.port", "%d is out of range; use 1-65535", port)
+	}
+	if a := t.Spec.Listen.Address; a != "" {
+		if _, err := netip.ParseAddr(a); err != nil {
+			bad("spec.listen.address", "%q is not an IP address; leave it empty to bind every address", a)
+		}
+	}
+	if t.Spec.Target == "" {
+		bad("spec.target", "required: the host:port the exit relay dials")
+	} else if err := checkHostPort(t.Spec.Target); err != nil {
+		bad("spec.target", "%v", err)
+	}
+	if u := t.Spec.UDP; u != nil {
+		if u.IdleTimeoutSeconds < 1 {
+			bad("spec.udp.idleTimeoutSeconds", "%d must be at least 1", u.IdleTimeoutSeconds)
+		}
+		if u.MaxSessions < 1 {
+			bad("spec.udp.maxSessions", "%d must be at least 1", u.MaxSessions)
+		}
+	}
+}
+
+// validateEndpoints requires an address for every relay that some peer dials.
+func (s *Set) validateEndpoints(p *problems) {
+	for _, r := range s.Relays {
+		if len(r.Spec.Endpoints) > 0 {
+			continue
+		}
+		for _, c := range s.Chains {
+			route := Route(c)
+			if i := slices.Index(route, r.Name); i > 0 {
+				p.add(s.src[r], "RelayNode", r.Name, "spec.endpoints",
+					"required: relay %q is hop %d of Chain %q, so peers must know where to dial it (e.g. [\"127.0.0.1:%d\"])",
+					r.Name, i, Key(c.Namespace, c.Name), r.Spec.Listen.Port)
+				break
+			}
+		}
+	}
+}
+
+type listenKey struct {
+	proto string
+	addr  string
+	port  int32
+}
+
+// overlaps reports whether two binds collide: same protocol and port, and the
+// same address or either one binding every address.
+func (a listenKey) overlaps(b listenKey) bool {
+	return a.proto == b.proto && a.port == b.port && (a.addr == b.addr || a.addr == "" || b.addr == "")
+}
+
+// validateTunnelListeners rejects two Tunnels that would bind the same port
+// on the same entry relay.
+func (s *Set) validateTunnelListeners(p *problems) {
+	seen := map[string][]*v1alpha1.Tunnel{}
+	for _, t := range s.Tunnels {
+		c := s.ChainOf(t)
+		if c == nil {
+			continue
+		}
+		k := tunnelListen(t)
+		for _, o := range seen[c.Spec.Entry] {
+			if tunnelListen(o).overlaps(k) {
+				p.add(s.src[t], "Tunnel", Key(t.Namespace, t.Name), "spec.listen",
+					"%s %s collides with Tunnel %q on entry relay %q; pick another port",
+					k.proto, net.JoinHostPort(k.addr, strconv.Itoa(int(k.port))), Key(o.Namespace, o.Name), c.Spec.Entry)
+				break
+			}
+		}
+		seen[c.Spec.Entry] = append(seen[c.Spec.Entry], t)
+	}
+}
+
+func tunnelListen(t *v1alpha1.Tunnel) listenKey {
+	return listenKey{string(t.Spec.Protocol), t.Spec.Listen.Address, t.Spec.Listen.Port}
+}
+
+// CheckSingleHost rejects listeners that would collide when every relay runs
+// on one host, as in local mode: two relays on one UDP port, or a UDP Tunnel
+// on a relay's port.
+func (s *Set) CheckSingleHost() error {
+	var p problems
+	type owner struct {
+		key  listenKey
+		desc string
+	}
+	var taken []owner
+	claim := func(src Source, kind, name, field string, k listenKey, desc string) {
+		for _, o := range taken {
+			if o.key.overlaps(k) {
+				p.add(src, kind, name, field, "%s %s collides with %s; every relay of local mode shares this host, so pick another port",
+					k.proto, net.JoinHostPort(k.addr, strconv.Itoa(int(k.port))), o.desc)
+				return
+			}
+		}
+		taken = append(taken, owner{k, desc})
+	}
+	for _, r := range s.Relays {
+		claim(s.src[r], "RelayNode", r.Name, "spec.listen",
+			listenKey{"udp", r.Spec.Listen.Address, r.Spec.Listen.Port}, fmt.Sprintf("RelayNode %q", r.Name))
+	}
+	for _, t := range s.Tunnels {
+		claim(s.src[t], "Tunnel", Key(t.Namespace, t.Name), "spec.listen",
+			tunnelListen(t), fmt.Sprintf("Tunnel %q", Key(t.Namespace, t.Name)))
+	}
+	return p.err()
+}
+
+func (s *Set) relayNames() []string {
+	names := make([]string, 0, len(s.Relays))
+	for _, r := range s.Relays {
+		names = append(names, r.Name)
+	}
+	return names
+}
+
+func checkHostPort(hp string) error {
+	host, port, err := net.SplitHostPort(hp)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port (%v)", hp, strings.TrimPrefix(err.Error(), "address "+hp+": "))
+	}
+	if host == "" {
+		return fmt.Errorf("%q has no host", hp)
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("%q: port %q is out of range; use 1-65535", hp, port)
+	}
+	return nil
+}

@@ -1,0 +1,309 @@
+// Package pki makes and loads the certificates relays use to authenticate
+// each other. A relay's identity is its RelayNode name, carried as the
+// certificate's only DNS name; a relay accepts a peer only if the peer's
+// certificate chains to the CA it was given.
+package pki
+
+import (
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// ALPN is the application protocol relays speak over QUIC and TLS.
+const ALPN = "hoplink/1"
+
+// Validity of generated certificates.
+const (
+	CAValidity    = 10 * 365 * 24 * time.Hour
+	RelayValidity = 365 * 24 * time.Hour
+)
+
+// CA signs relay certificates.
+type CA struct {
+	Cert *x509.Certificate
+	Key  crypto.Signer
+	PEM  []byte // the certificate, PEM encoded
+}
+
+// NewCA makes a self-signed ECDSA P-256 CA.
+func NewCA(commonName string) (*CA, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial(),
+		Subject:               pkix.Name{CommonName: commonName, Organization: []string{"hoplink"}},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(CAValidity),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+		MaxPathLenZero:        true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		return nil, err
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, err
+	}
+	return &CA{Cert: cert, Key: key, PEM: pemBlock("CERTIFICATE", der)}, nil
+}
+
+// Issue makes a certificate for the relay of that name, valid as both TLS
+// server and client, since every relay is both.
+func (ca *CA) Issue(relay string) (certPEM, keyPEM []byte, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: relay, Organization: []string{"hoplink"}},
+		DNSNames:     []string{relay},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(RelayValidity),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, key.Public(), ca.Key)
+	if err != nil {
+		return nil, nil, err
+	}
+	kder, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pemBlock("CERTIFICATE", der), pemBlock("PRIVATE KEY", kder), nil
+}
+
+// KeyPEM encodes the CA's private key.
+func (ca *CA) KeyPEM() ([]byte, error) {
+	der, err := x509.MarshalPKCS8PrivateKey(ca.Key)
+	if err != nil {
+		return nil, err
+	}
+	return pemBlock("PRIVATE KEY", der), nil
+}
+
+// LoadCA reads a CA certificate and key written by WriteCA.
+func LoadCA(certFile, keyFile string) (*CA, error) {
+	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("load CA: %w", err)
+	}
+	cert, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		return nil, fmt.Errorf("load CA %s: %w", certFile, err)
+	}
+	if !cert.IsCA {
+		return nil, fmt.Errorf("load CA: %s is not a CA certificate", certFile)
+	}
+	signer, ok := pair.PrivateKey.(crypto.Signer)
+	if !ok {
+		return nil, fmt.Errorf("load CA: %s holds a key that cannot sign", keyFile)
+	}
+	certPEM, err := os.ReadFile(certFile)
+	if err != nil {
+		return nil, err
+	}
+	return &CA{Cert: cert, Key: signer, PEM: certPEM}, nil
+}
+
+// Identity is what a relay presents and trusts.
+type Identity struct {
+	Name  string
+	Cert  tls.Certificate
+	Roots *x509.CertPool
+}
+
+// NewIdentity builds an Identity from PEM blocks and checks that the
+// certificate names the relay and chains to the CA, so a mix-up of files
+// fails at start and not at the first handshake.
+func NewIdentity(name string, caPEM, certPEM, keyPEM []byte) (*Identity, error) {
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(caPEM) {
+		return nil, errors.New("CA file holds no PEM certificate")
+	}
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("relay certificate and key: %w", err)
+	}
+	leaf, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		return nil, err
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{
+		Roots:     roots,
+		DNSName:   name,
+		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth},
+	}); err != nil {
+		return nil, fmt.Errorf("certificate is not valid for relay %q under this CA: %w", name, err)
+	}
+	pair.Leaf = leaf
+	return &Identity{Name: name, Cert: pair, Roots: roots}, nil
+}
+
+// LoadIdentity reads a relay's CA, certificate and key from PEM files.
+func LoadIdentity(name, caFile, certFile, keyFile string) (*Identity, error) {
+	var blobs [3][]byte
+	for i, f := range []string{caFile, certFile, keyFile} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		blobs[i] = b
+	}
+	id, err := NewIdentity(name, blobs[0], blobs[1], blobs[2])
+	if err != nil {
+		return nil, fmt.Errorf("%s, %s: %w", certFile, keyFile, err)
+	}
+	return id, nil
+}
+
+// Issue makes an in-memory Identity for a relay, as local mode does.
+func (ca *CA) Identity(name string) (*Identity, error) {
+	c, k, err := ca.Issue(name)
+	if err != nil {
+		return nil, err
+	}
+	return NewIdentity(name, ca.PEM, c, k)
+}
+
+// ServerConfig is the TLS config of a relay's listener: it requires a client
+// certificate from the CA. The check is done here rather than by crypto/tls
+// so that a rejected peer can be counted and logged through onReject.
+func (id *Identity) ServerConfig(onReject func(error)) *tls.Config {
+	return &tls.Config{
+		MinVersion:   tls.VersionTLS13,
+		Certificates: []tls.Certificate{id.Cert},
+		ClientAuth:   tls.RequireAnyClientCert,
+		NextProtos:   []string{ALPN},
+		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
+			err := id.verifyPeer(raw)
+			if err != nil && onReject != nil {
+				onReject(err)
+			}
+			return err
+		},
+	}
+}
+
+func (id *Identity) verifyPeer(raw [][]byte) error {
+	if len(raw) == 0 {
+		return errors.New("peer presented no certificate")
+	}
+	certs := make([]*x509.Certificate, len(raw))
+	for i, der := range raw {
+		c, err := x509.ParseCertificate(der)
+		if err != nil {
+			return fmt.Errorf("peer certificate: %w", err)
+		}
+		certs[i] = c
+	}
+	inter := x509.NewCertPool()
+	for _, c := range certs[1:] {
+		inter.AddCert(c)
+	}
+	if _, err := certs[0].Verify(x509.VerifyOptions{
+		Roots:         id.Roots,
+		Intermediates: inter,
+		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}); err != nil {
+		return fmt.Errorf("peer certificate %q: %w", certs[0].Subject.CommonName, err)
+	}
+	if len(certs[0].DNSNames) != 1 {
+		return fmt.Errorf("peer certificate names %d relays, want 1", len(certs[0].DNSNames))
+	}
+	return nil
+}
+
+// ClientConfig is the TLS config for dialing the named peer: the peer must
+// present a certificate from the CA for exactly that name.
+func (id *Identity) ClientConfig(peer string) *tls.Config {
+	return &tls.Config{
+		MinVersion:   tls.VersionTLS13,
+		Certificates: []tls.Certificate{id.Cert},
+		RootCAs:      id.Roots,
+		ServerName:   peer,
+		NextProtos:   []string{ALPN},
+	}
+}
+
+// PeerName returns the relay name of a peer whose certificate was verified
+// during the handshake (by ClientConfig's or ServerConfig's checks).
+func PeerName(state tls.ConnectionState) (string, error) {
+	if len(state.PeerCertificates) == 0 {
+		return "", errors.New("peer presented no certificate")
+	}
+	leaf := state.PeerCertificates[0]
+	if len(leaf.DNSNames) != 1 {
+		return "", fmt.Errorf("peer certificate names %d relays, want 1", len(leaf.DNSNames))
+	}
+	return leaf.DNSNames[0], nil
+}
+
+// WriteCA writes ca.crt and ca.key into dir, refusing to overwrite.
+func (ca *CA) WriteCA(dir string) error {
+	key, err := ca.KeyPEM()
+	if err != nil {
+		return err
+	}
+	return writeFiles(dir, map[string][]byte{"ca.crt": ca.PEM, "ca.key": key})
+}
+
+// WriteRelay issues and writes NAME.crt and NAME.key into dir.
+func (ca *CA) WriteRelay(dir, name string) error {
+	c, k, err := ca.Issue(name)
+	if err != nil {
+		return err
+	}
+	return writeFiles(dir, map[string][]byte{name + ".crt": c, name + ".key": k})
+}
+
+func writeFiles(dir string, files map[string][]byte) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for name := range files {
+		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
+			return fmt.Errorf("%s exists; remove it first or choose another --dir", filepath.Join(dir, name))
+		}
+	}
+	for name, data := range files {
+		mode := os.FileMode(0o644)
+		if filepath.Ext(name) == ".key" {
+			mode = 0o600
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), data, mode); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func pemBlock(typ string, der []byte) []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der})
+}
+
+func serial() *big.Int {
+	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	if err != nil {
+		panic(err) // crypto/rand does not fail on Linux
+	}
+	return n
+}

@@ -1,0 +1,64 @@
+// Package quic carries flows between relays: one long-lived, mutually
+// authenticated QUIC connection per peer, a stream per TCP flow or UDP
+// session, and datagrams for UDP packets. It knows nothing of tunnels and
+// chains; the relay hands it a stream handler.
+package quic
+
+import (
+	"time"
+
+	quicgo "github.com/quic-go/quic-go"
+)
+
+// Flow-control windows. A stream's window must cover the bandwidth-delay
+// product of the path or one flow cannot fill it: 16 MiB carries 1 Gbit/s
+// over 130 ms. The connection window bounds what one peer can make us
+// buffer across all its streams. quic-go grows windows from the initial
+// value as the peer proves it needs them, so idle flows cost nothing.
+const (
+	initialStreamWindow = 1 << 20
+	maxStreamWindow     = 16 << 20
+	initialConnWindow   = 4 << 20
+	maxConnWindow       = 64 << 20
+)
+
+// Timers. Keepalives every 5 s keep NAT bindings and let an idle timeout of
+// 15 s notice a peer that vanished without closing.
+const (
+	keepAlive        = 5 * time.Second
+	idleTimeout      = 15 * time.Second
+	handshakeTimeout = 5 * time.Second
+)
+
+// DefaultMaxStreams bounds the streams (flows) one peer may have open on one
+// connection at a time.
+const DefaultMaxStreams = 1 << 16
+
+func baseConfig() *quicgo.Config {
+	return &quicgo.Config{
+		HandshakeIdleTimeout:           handshakeTimeout,
+		MaxIdleTimeout:                 idleTimeout,
+		KeepAlivePeriod:                keepAlive,
+		InitialStreamReceiveWindow:     initialStreamWindow,
+		MaxStreamReceiveWindow:         maxStreamWindow,
+		InitialConnectionReceiveWindow: initialConnWindow,
+		MaxConnectionReceiveWindow:     maxConnWindow,
+		MaxIncomingUniStreams:          -1,
+		EnableDatagrams:                true,
+	}
+}
+
+// listenConfig accepts streams from peers that dialed us.
+func listenConfig(maxStreams int64) *quicgo.Config {
+	c := baseConfig()
+	c.MaxIncomingStreams = maxStreams
+	return c
+}
+
+// dialConfig refuses streams on connections we dialed: a flow always travels
+// from dialer to listener, so a listener never gets to open one toward us.
+func dialConfig() *quicgo.Config {
+	c := baseConfig()
+	c.MaxIncomingStreams = -1
+	return c
+}

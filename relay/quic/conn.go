@@ -1,0 +1,130 @@
+package quic
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	quicgo "github.com/quic-go/quic-go"
+
+	"github.com/hoplink/hoplink/relay/hop"
+)
+
+// Conn is an authenticated connection to a peer relay.
+type Conn struct {
+	*quicgo.Conn
+	// Peer is the relay name of the other end, from its certificate.
+	Peer string
+
+	mu      sync.Mutex
+	sinks   map[uint64]func([]byte)
+	pending map[uint64]*pendingFlow
+}
+
+// A UDP session's first datagram can overtake the stream frame that
+// announces the session (they may share a packet, and two goroutines read
+// them), so datagrams for a flow id not yet registered wait briefly. Both
+// the wait and the amount held are bounded.
+const (
+	maxPendingFlows   = 64
+	maxPendingPackets = 8
+	pendingTTL        = 2 * time.Second
+)
+
+type pendingFlow struct {
+	since   time.Time
+	packets [][]byte
+}
+
+func newConn(c *quicgo.Conn, peer string) *Conn {
+	return &Conn{Conn: c, Peer: peer, sinks: map[uint64]func([]byte){}, pending: map[uint64]*pendingFlow{}}
+}
+
+// Register routes datagrams of flow id to sink, first handing it any that
+// arrived early. sink runs on the connection's datagram goroutine and must
+// not block for long.
+func (c *Conn) Register(id uint64, sink func([]byte)) {
+	c.mu.Lock()
+	c.sinks[id] = sink
+	p := c.pending[id]
+	delete(c.pending, id)
+	c.mu.Unlock()
+	if p != nil {
+		for _, pkt := range p.packets {
+			sink(pkt)
+		}
+	}
+}
+
+// Unregister stops routing datagrams of flow id.
+func (c *Conn) Unregister(id uint64) {
+	c.mu.Lock()
+	delete(c.sinks, id)
+	c.mu.Unlock()
+}
+
+// SendFlowDatagram sends one UDP packet of flow id.
+func (c *Conn) SendFlowDatagram(id uint64, payload []byte) error {
+	var buf [2048]byte
+	if len(payload)+8 > len(buf) {
+		return c.SendDatagram(hop.AppendDatagram(nil, id, payload))
+	}
+	return c.SendDatagram(hop.AppendDatagram(buf[:0], id, payload))
+}
+
+// runDatagrams dispatches datagrams until the connection ends. It returns
+// the number of datagrams it could not route, for the caller to count.
+func (c *Conn) runDatagrams(onDrop func(reason string)) {
+	ctx := c.Context()
+	for {
+		d, err := c.ReceiveDatagram(ctx)
+		if err != nil {
+			return
+		}
+		id, payload, err := hop.ParseDatagram(d)
+		if err != nil {
+			onDrop("bad_datagram")
+			continue
+		}
+		c.mu.Lock()
+		sink := c.sinks[id]
+		if sink == nil {
+			ok := c.holdLocked(id, payload)
+			c.mu.Unlock()
+			if !ok {
+				onDrop("no_session")
+			}
+			continue
+		}
+		c.mu.Unlock()
+		sink(payload)
+	}
+}
+
+func (c *Conn) holdLocked(id uint64, payload []byte) bool {
+	now := time.Now()
+	for k, p := range c.pending {
+		if now.Sub(p.since) > pendingTTL {
+			delete(c.pending, k)
+		}
+	}
+	p := c.pending[id]
+	if p == nil {
+		if len(c.pending) >= maxPendingFlows {
+			return false
+		}
+		p = &pendingFlow{since: now}
+		c.pending[id] = p
+	}
+	if len(p.packets) >= maxPendingPackets {
+		return false
+	}
+	p.packets = append(p.packets, payload)
+	return true
+}
+
+// OpenFlow opens a stream for a new flow, waiting at most until ctx ends if
+// the peer's stream limit is reached.
+func (c *Conn) OpenFlow(ctx context.Context) (*quicgo.Stream, error) {
+	return c.OpenStreamSync(ctx)
+}

@@ -1,0 +1,351 @@
+// Package relay is hoplink's data plane: a Relay accepts flows on the
+// Tunnels that enter the network through it, carries flows of its peers one
+// hop further, and dials targets for the chains it ends. What it may do is
+// decided by the manifests it was given and nothing else: a peer's header is
+// a request, checked against them at every hop.
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	quicgo "github.com/quic-go/quic-go"
+
+	"github.com/hoplink/hoplink/api/v1alpha1"
+	"github.com/hoplink/hoplink/relay/hop"
+	"github.com/hoplink/hoplink/relay/manifest"
+	"github.com/hoplink/hoplink/relay/metrics"
+	"github.com/hoplink/hoplink/relay/pki"
+	rquic "github.com/hoplink/hoplink/relay/quic"
+)
+
+// Defaults of Config.
+const (
+	DefaultMaxFlows     = 1 << 16
+	DefaultSetupTimeout = 10 * time.Second
+)
+
+// Config is what a relay needs to run.
+type Config struct {
+	// Name is this relay's RelayNode name.
+	Name      string
+	Manifests *manifest.Set
+	Identity  *pki.Identity
+	Metrics   *metrics.Metrics
+	Log       *slog.Logger
+	// MaxFlows bounds the TCP flows and UDP sessions this relay carries at
+	// once, in every role; past it new flows are refused and counted.
+	MaxFlows int
+	// SetupTimeout bounds reaching the next hop or connecting to a target.
+	SetupTimeout time.Duration
+}
+
+// Relay is one running relay.
+type Relay struct {
+	cfg   Config
+	set   atomic.Pointer[manifest.Set]
+	ep    *rquic.Endpoint
+	flows chan struct{} // a token per flow in progress
+	ready atomic.Bool
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu        sync.Mutex
+	listeners []func()
+}
+
+// New checks the config; Start binds the sockets.
+func New(cfg Config) (*Relay, error) {
+	if cfg.Manifests.Relay(cfg.Name) == nil {
+		return nil, fmt.Errorf("relay %q is not defined in the manifests", cfg.Name)
+	}
+	if cfg.Identity == nil || cfg.Identity.Name != cfg.Name {
+		return nil, fmt.Errorf("relay %q has no certificate for its name", cfg.Name)
+	}
+	if cfg.MaxFlows <= 0 {
+		cfg.MaxFlows = DefaultMaxFlows
+	}
+	if cfg.SetupTimeout <= 0 {
+		cfg.SetupTimeout = DefaultSetupTimeout
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	cfg.Log = cfg.Log.With("relay", cfg.Name)
+	r := &Relay{cfg: cfg, flows: make(chan struct{}, cfg.MaxFlows)}
+	r.set.Store(cfg.Manifests)
+	r.ctx, r.cancel = context.WithCancel(context.Background())
+	return r, nil
+}
+
+// Name is the relay's RelayNode name.
+func (r *Relay) Name() string { return r.cfg.Name }
+
+// Ready reports whether every listener is open.
+func (r *Relay) Ready() bool { return r.ready.Load() }
+
+// Addr is the relay's bound QUIC address.
+func (r *Relay) Addr() net.Addr { return r.ep.Addr() }
+
+// Start opens the relay's QUIC listener and its Tunnels' listeners, and
+// starts connecting to the peers its routes lead to.
+func (r *Relay) Start() error {
+	set := r.set.Load()
+	self := set.Relay(r.cfg.Name)
+	listen := net.JoinHostPort(self.Spec.Listen.Address, strconv.Itoa(int(self.Spec.Listen.Port)))
+	ep, err := rquic.Listen(rquic.Options{
+		Name:      r.cfg.Name,
+		Identity:  r.cfg.Identity,
+		Listen:    listen,
+		KnownPeer: func(name string) bool { return r.set.Load().Relay(name) != nil },
+		Handler:   r.handleStream,
+		Metrics:   r.cfg.Metrics,
+		Log:       r.cfg.Log,
+	})
+	if err != nil {
+		return fmt.Errorf("RelayNode %q: spec.listen: %w", r.cfg.Name, err)
+	}
+	r.ep = ep
+	for _, peer := range set.NextHops(r.cfg.Name) {
+		r.link(set, peer)
+	}
+	for _, t := range set.EntryTunnels(r.cfg.Name) {
+		if err := r.openTunnel(t); err != nil {
+			r.Close()
+			return err
+		}
+	}
+	r.ready.Store(true)
+	r.cfg.Log.Info("relay started", "listen", ep.Addr().String(), "peers", set.NextHops(r.cfg.Name))
+	return nil
+}
+
+func (r *Relay) link(set *manifest.Set, peer string) *rquic.Link {
+	return r.ep.Link(peer, set.Relay(peer).Spec.Endpoints)
+}
+
+func (r *Relay) openTunnel(t *v1alpha1.Tunnel) error {
+	addr := net.JoinHostPort(t.Spec.Listen.Address, strconv.Itoa(int(t.Spec.Listen.Port)))
+	key := manifest.Key(t.Namespace, t.Name)
+	var stop func()
+	switch t.Spec.Protocol {
+	case v1alpha1.ProtocolTCP:
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return fmt.Errorf("Tunnel %q: spec.listen: %w", key, err)
+		}
+		stop = func() { ln.Close() }
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			r.serveTCP(ln.(*net.TCPListener), t)
+		}()
+	case v1alpha1.ProtocolUDP:
+		pc, err := net.ListenPacket("udp", addr)
+		if err != nil {
+			return fmt.Errorf("Tunnel %q: spec.listen: %w", key, err)
+		}
+		u := newUDPEntry(r, t, pc.(*net.UDPConn))
+		stop = u.close
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			u.serve()
+		}()
+	default:
+		return fmt.Errorf("Tunnel %q: spec.protocol %q is not supported", key, t.Spec.Protocol)
+	}
+	r.mu.Lock()
+	r.listeners = append(r.listeners, stop)
+	r.mu.Unlock()
+	chain := r.set.Load().ChainOf(t)
+	r.cfg.Log.Info("tunnel open", "tunnel", key, "protocol", t.Spec.Protocol, "listen", addr,
+		"chain", chain.Name, "route", manifest.Route(chain), "target", t.Spec.Target)
+	return nil
+}
+
+// Close stops the listeners, ends every flow and connection, and waits for
+// the relay's goroutines.
+func (r *Relay) Close() error {
+	r.ready.Store(false)
+	r.mu.Lock()
+	stops := r.listeners
+	r.listeners = nil
+	r.mu.Unlock()
+	for _, stop := range stops {
+		stop()
+	}
+	r.cancel()
+	var err error
+	if r.ep != nil {
+		err = r.ep.Close()
+	}
+	r.wg.Wait()
+	return err
+}
+
+// acquire takes a flow token, or reports that the relay is full.
+func (r *Relay) acquire() bool {
+	select {
+	case r.flows <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+func (r *Relay) release() { <-r.flows }
+
+// flowMetrics are one flow's series, resolved once.
+type flowMetrics struct {
+	up, down prometheus.Counter
+}
+
+func (r *Relay) begin(tunnel, role string) (fm flowMetrics, end func()) {
+	m := r.cfg.Metrics
+	m.Flows.WithLabelValues(r.cfg.Name, tunnel, role).Inc()
+	active := m.ActiveFlows.WithLabelValues(r.cfg.Name, tunnel, role)
+	active.Inc()
+	return flowMetrics{
+		up:   m.Bytes.WithLabelValues(r.cfg.Name, tunnel, "up"),
+		down: m.Bytes.WithLabelValues(r.cfg.Name, tunnel, "down"),
+	}, active.Dec
+}
+
+func (r *Relay) flowError(tunnel, reason string) {
+	r.cfg.Metrics.FlowErrors.WithLabelValues(r.cfg.Name, tunnel, reason).Inc()
+}
+
+// headerTimeout bounds how long a peer may take to send a stream's header.
+const headerTimeout = 10 * time.Second
+
+// handleStream serves a stream a peer opened: read and check the header,
+// then carry the flow on as a middle relay or end it as the exit.
+func (r *Relay) handleStream(c *rquic.Conn, s *quicgo.Stream) {
+	s.SetReadDeadline(time.Now().Add(headerTimeout))
+	h, err := hop.Read(s)
+	if err != nil {
+		r.reject(s, c.Peer, "bad_header", err, hop.Header{})
+		return
+	}
+	s.SetReadDeadline(time.Time{})
+	t, reason, err := r.authorize(c.Peer, &h)
+	if err != nil {
+		r.reject(s, c.Peer, reason, err, h)
+		return
+	}
+	if !r.acquire() {
+		r.flowError(h.Tunnel, "flow_limit")
+		resetStream(s, hop.CodeRejected)
+		return
+	}
+	defer r.release()
+	if len(h.Route) == 1 {
+		if h.Kind == hop.KindTCP {
+			r.exitTCP(s, &h)
+		} else {
+			r.exitUDP(c, s, &h, t)
+		}
+		return
+	}
+	r.middle(c, s, &h)
+}
+
+// authorize checks a header against the manifests: the Tunnel exists, the
+// stream kind is its protocol, the route is its chain's route as seen from
+// this hop and the peer that sent it, and the target is the Tunnel's own.
+func (r *Relay) authorize(peer string, h *hop.Header) (*v1alpha1.Tunnel, string, error) {
+	set := r.set.Load()
+	t := set.Tunnel(h.Tunnel)
+	if t == nil {
+		return nil, "unknown_tunnel", fmt.Errorf("no Tunnel %q", h.Tunnel)
+	}
+	if string(t.Spec.Protocol) != h.Kind.String() {
+		return nil, "wrong_protocol", fmt.Errorf("Tunnel %q is %s, stream is %s", h.Tunnel, t.Spec.Protocol, h.Kind)
+	}
+	chain := set.ChainOf(t)
+	if !manifest.AllowsHop(chain, peer, r.cfg.Name, h.Route) {
+		return nil, "bad_route", fmt.Errorf("route %v from %q is not a route of Chain %q", h.Route, peer, chain.Name)
+	}
+	if h.Target != t.Spec.Target {
+		return nil, "bad_target", fmt.Errorf("target %q is not Tunnel %q's target", h.Target, h.Tunnel)
+	}
+	return t, "", nil
+}
+
+func (r *Relay) reject(s *quicgo.Stream, peer, reason string, err error, h hop.Header) {
+	r.cfg.Metrics.Rejected.WithLabelValues(r.cfg.Name, reason).Inc()
+	r.cfg.Log.Warn("rejected stream", "peer", peer, "reason", reason, "tunnel", h.Tunnel, "err", err)
+	resetStream(s, hop.CodeRejected)
+}
+
+func resetStream(s *quicgo.Stream, code quicgo.StreamErrorCode) {
+	s.CancelRead(code)
+	s.CancelWrite(code)
+}
+
+// nextHop opens a stream to route[0] and sends it the header for the rest
+// of the route.
+func (r *Relay) nextHop(ctx context.Context, h *hop.Header) (*rquic.Conn, *quicgo.Stream, error) {
+	set := r.set.Load()
+	if set.Relay(h.Route[0]) == nil {
+		return nil, nil, fmt.Errorf("next hop %q is not a known relay", h.Route[0])
+	}
+	c, err := r.link(set, h.Route[0]).Conn(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := c.OpenFlow(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("open stream to %s: %w", h.Route[0], err)
+	}
+	var buf [hop.PrefixLen + hop.MaxBodyLen]byte
+	b, err := h.Append(buf[:0])
+	if err == nil {
+		_, err = s.Write(b)
+	}
+	if err != nil {
+		resetStream(s, hop.CodeNextHop)
+		return nil, nil, err
+	}
+	return c, s, nil
+}
+
+func (r *Relay) setupContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.ctx, r.cfg.SetupTimeout)
+}
+
+// middle carries a flow one hop further.
+func (r *Relay) middle(c *rquic.Conn, s *quicgo.Stream, h *hop.Header) {
+	fm, done := r.begin(h.Tunnel, "middle")
+	defer done()
+	next := *h
+	next.Route = h.Route[1:]
+	ctx, cancel := r.setupContext()
+	nc, ns, err := r.nextHop(ctx, &next)
+	cancel()
+	if err != nil {
+		r.flowError(h.Tunnel, "next_hop")
+		r.cfg.Log.Warn("next hop unavailable", "tunnel", h.Tunnel, "next", next.Route[0], "err", err)
+		resetStream(s, hop.CodeNextHop)
+		return
+	}
+	if h.Kind == hop.KindUDP {
+		r.middleUDP(c, s, nc, ns, h.Tunnel, fm)
+		return
+	}
+	pipe(newStreamEnd(s), newStreamEnd(ns), fm.up, fm.down)
+}
+
+// errorsIsClosed reports errors that only say a socket was closed under us.
+func errorsIsClosed(err error) bool { return errors.Is(err, net.ErrClosed) }

@@ -1,0 +1,114 @@
+package relay
+
+import (
+	"net"
+	"time"
+
+	"github.com/hoplink/hoplink/api/v1alpha1"
+	"github.com/hoplink/hoplink/relay/hop"
+	"github.com/hoplink/hoplink/relay/manifest"
+
+	quicgo "github.com/quic-go/quic-go"
+)
+
+// serveTCP accepts the clients of a TCP Tunnel on its entry relay.
+func (r *Relay) serveTCP(ln *net.TCPListener, t *v1alpha1.Tunnel) {
+	key := manifest.Key(t.Namespace, t.Name)
+	var backoff time.Duration
+	for {
+		c, err := ln.AcceptTCP()
+		if err != nil {
+			if errorsIsClosed(err) {
+				return
+			}
+			// Out of file descriptors and the like: slow down, keep serving.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			r.cfg.Log.Warn("accept failed", "tunnel", key, "err", err)
+			time.Sleep(backoff)
+			continue
+		}
+		backoff = 0
+		if !r.acquire() {
+			r.flowError(key, "flow_limit")
+			c.SetLinger(0)
+			c.Close()
+			continue
+		}
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			defer r.release()
+			r.entryTCP(c, t, key)
+		}()
+	}
+}
+
+// entryTCP carries one client connection into the chain.
+func (r *Relay) entryTCP(c *net.TCPConn, t *v1alpha1.Tunnel, key string) {
+	start := time.Now()
+	fm, done := r.begin(key, "entry")
+	defer done()
+	route := manifest.Route(r.set.Load().ChainOf(t))
+	if len(route) == 1 {
+		// The entry is the exit: a plain port forward, spliced in the kernel.
+		tc, err := r.dialTarget(key, t.Spec.Target, "entry", start)
+		if err != nil {
+			c.SetLinger(0)
+			c.Close()
+			return
+		}
+		spliceTCP(c, tc, fm.up, fm.down)
+		return
+	}
+	ctx, cancel := r.setupContext()
+	_, s, err := r.nextHop(ctx, &hop.Header{Kind: hop.KindTCP, Tunnel: key, Route: route[1:], Target: t.Spec.Target})
+	cancel()
+	if err != nil {
+		r.flowError(key, "next_hop")
+		r.cfg.Log.Warn("next hop unavailable", "tunnel", key, "next", route[1], "err", err)
+		c.SetLinger(0)
+		c.Close()
+		return
+	}
+	r.cfg.Metrics.FlowSetup.WithLabelValues(r.cfg.Name, key, "entry").Observe(time.Since(start).Seconds())
+	a, err := newTCPEnd(c)
+	if err != nil {
+		resetStream(s, hop.CodeReset)
+		c.Close()
+		return
+	}
+	pipe(a, newStreamEnd(s), fm.up, fm.down)
+}
+
+// exitTCP connects a flow to its target.
+func (r *Relay) exitTCP(s *quicgo.Stream, h *hop.Header) {
+	start := time.Now()
+	fm, done := r.begin(h.Tunnel, "exit")
+	defer done()
+	tc, err := r.dialTarget(h.Tunnel, h.Target, "exit", start)
+	if err != nil {
+		resetStream(s, hop.CodeDialFailed)
+		return
+	}
+	b, err := newTCPEnd(tc)
+	if err != nil {
+		resetStream(s, hop.CodeReset)
+		tc.Close()
+		return
+	}
+	pipe(newStreamEnd(s), b, fm.up, fm.down)
+}
+
+func (r *Relay) dialTarget(tunnel, target, role string, start time.Time) (*net.TCPConn, error) {
+	ctx, cancel := r.setupContext()
+	defer cancel()
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", target)
+	if err != nil {
+		r.flowError(tunnel, "dial_target")
+		r.cfg.Log.Warn("cannot connect to target", "tunnel", tunnel, "target", target, "err", err)
+		return nil, err
+	}
+	r.cfg.Metrics.FlowSetup.WithLabelValues(r.cfg.Name, tunnel, role).Observe(time.Since(start).Seconds())
+	return c.(*net.TCPConn), nil
+}
