@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"syscall"
 
@@ -62,12 +63,26 @@ func (t *tcpEnd) abort() {
 
 // wait parks on the poller until the socket has data, EOF or an error. It
 // peeks rather than trusting readiness edges, which a previous read may have
-// consumed.
+// consumed. A pending socket error (a reset) is reported by the peek and
+// cleared by the kernel, so wait must return it: the next read would see a
+// clean EOF and turn a reset into a graceful close.
 func (t *tcpEnd) wait() error {
-	return t.rc.Read(func(fd uintptr) bool {
-		_, _, err := unix.Recvfrom(int(fd), t.one[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
-		return err != unix.EAGAIN
+	var perr error
+	err := t.rc.Read(func(fd uintptr) bool {
+		_, _, e := unix.Recvfrom(int(fd), t.one[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		if e == unix.EAGAIN || e == unix.EINTR {
+			return false
+		}
+		perr = e
+		return true
 	})
+	if err != nil {
+		return err
+	}
+	if perr != nil {
+		return os.NewSyscallError("recvfrom", perr)
+	}
+	return nil
 }
 
 type streamEnd struct {

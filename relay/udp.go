@@ -26,16 +26,47 @@ import (
 // pendingPackets bounds what a session queues while its stream is opening.
 const pendingPackets = 32
 
-// sendPacket sends one packet of a session over a hop: as a datagram when it
-// fits, else as a frame on the session's stream (whose single writer the
-// caller is).
-func sendPacket(c *rquic.Conn, s *quicgo.Stream, id uint64, frame []byte, p []byte) error {
-	err := c.SendFlowDatagram(id, p)
+// packetSender sends a session's packets over one hop: as datagrams when
+// they fit the connection's current datagram size, else as frames on the
+// session's stream. Datagram limits differ per connection (path MTU
+// discovery runs on each), so every hop decides again.
+type packetSender struct {
+	c  *rquic.Conn
+	s  *quicgo.Stream
+	id uint64
+
+	mu    sync.Mutex // serializes frame writes to s
+	frame []byte
+}
+
+func newPacketSender(c *rquic.Conn, s *quicgo.Stream) *packetSender {
+	return &packetSender{c: c, s: s, id: uint64(s.StreamID())}
+}
+
+func (p *packetSender) send(b []byte) error {
+	err := p.c.SendFlowDatagram(p.id, b)
 	var tooLarge *quicgo.DatagramTooLargeError
-	if errors.As(err, &tooLarge) {
-		return hop.WriteFrame(s, frame, p)
+	if !errors.As(err, &tooLarge) {
+		return err
 	}
-	return err
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.frame == nil {
+		p.frame = make([]byte, 0, 2+hop.MaxFrame)
+	}
+	return hop.WriteFrame(p.s, p.frame, b)
+}
+
+// readFrames hands every packet framed on s to deliver until s ends.
+func readFrames(s *quicgo.Stream, deliver func([]byte)) error {
+	buf := make([]byte, hop.MaxFrame)
+	for {
+		p, err := hop.ReadFrame(s, buf)
+		if err != nil {
+			return err
+		}
+		deliver(p)
+	}
 }
 
 type udpEntry struct {
@@ -59,13 +90,10 @@ type udpSession struct {
 	fm     flowMetrics
 
 	// Set once the session is connected; until then packets queue.
-	ready  atomic.Bool
-	queue  chan []byte
-	conn   *rquic.Conn
-	stream *quicgo.Stream
-	id     uint64
-	frame  []byte
-	local  *net.UDPConn // the target, when the entry is also the exit
+	ready atomic.Bool
+	queue chan []byte
+	out   *packetSender
+	local *net.UDPConn // the target, when the entry is also the exit
 
 	once sync.Once
 	done func()
@@ -174,7 +202,7 @@ func (s *udpSession) forward(p []byte) {
 	if s.local != nil {
 		_, err = s.local.Write(p)
 	} else {
-		err = sendPacket(s.conn, s.stream, s.id, s.frame, p)
+		err = s.out.send(p)
 	}
 	if err != nil {
 		s.u.dropped("send_failed")
@@ -226,20 +254,12 @@ func (s *udpSession) connect() {
 		s.end(hop.CodeNextHop)
 		return
 	}
-	s.conn, s.stream, s.id = conn, st, uint64(st.StreamID())
-	s.frame = make([]byte, 0, 2+hop.MaxFrame)
-	conn.Register(s.id, s.reply)
+	s.out = newPacketSender(conn, st)
+	conn.Register(s.out.id, s.reply)
 	s.markReady()
 	// The stream carries oversize replies; its end is the session's end.
-	buf := make([]byte, hop.MaxFrame)
-	for {
-		p, err := hop.ReadFrame(st, buf)
-		if err != nil {
-			s.end(hop.CodeReset)
-			return
-		}
-		s.reply(p)
-	}
+	readFrames(st, s.reply)
+	s.end(hop.CodeReset)
 }
 
 // markReady drains packets that queued while connecting, then lets the
@@ -279,9 +299,9 @@ func (s *udpSession) end(code quicgo.StreamErrorCode) {
 		if s.local != nil {
 			s.local.Close()
 		}
-		if s.stream != nil {
-			s.conn.Unregister(s.id)
-			resetStream(s.stream, code)
+		if s.out != nil {
+			s.out.c.Unregister(s.out.id)
+			resetStream(s.out.s, code)
 		}
 		s.done()
 	})
@@ -312,27 +332,34 @@ func (u *udpEntry) reap() {
 	}
 }
 
-// middleUDP joins a session's two hops: datagrams are re-keyed to the next
-// connection's flow id, stream frames pass through unchanged.
+// middleUDP joins a session's two hops. Packets are re-keyed to the next
+// connection's flow id and re-sent as datagram or frame as that hop allows.
 func (r *Relay) middleUDP(c *rquic.Conn, s *quicgo.Stream, nc *rquic.Conn, ns *quicgo.Stream, tunnel string, fm flowMetrics) {
 	gauge := r.cfg.Metrics.UDPSessions.WithLabelValues(r.cfg.Name, tunnel, "middle")
 	gauge.Inc()
 	defer gauge.Dec()
-	in, out := uint64(s.StreamID()), uint64(ns.StreamID())
-	relay := func(dst *rquic.Conn, id uint64, n prometheus.Counter) func([]byte) {
+	back, onward := newPacketSender(c, s), newPacketSender(nc, ns)
+	relay := func(out *packetSender, n prometheus.Counter) func([]byte) {
 		return func(p []byte) {
-			if err := dst.SendFlowDatagram(id, p); err != nil {
+			if err := out.send(p); err != nil {
 				r.cfg.Metrics.UDPDropped.WithLabelValues(r.cfg.Name, tunnel, "send_failed").Inc()
 				return
 			}
 			n.Add(float64(len(p)))
 		}
 	}
-	nc.Register(out, relay(c, in, fm.down))
-	c.Register(in, relay(nc, out, fm.up))
-	defer nc.Unregister(out)
-	defer c.Unregister(in)
-	pipe(newStreamEnd(s), newStreamEnd(ns), fm.up, fm.down)
+	up, down := relay(onward, fm.up), relay(back, fm.down)
+	nc.Register(onward.id, down)
+	c.Register(back.id, up)
+	defer nc.Unregister(onward.id)
+	defer c.Unregister(back.id)
+	done := make(chan struct{}, 2)
+	go func() { readFrames(s, up); done <- struct{}{} }()
+	go func() { readFrames(ns, down); done <- struct{}{} }()
+	<-done // either side's end ends the session on both
+	resetStream(s, hop.CodeReset)
+	resetStream(ns, hop.CodeReset)
+	<-done
 }
 
 // exitUDP ends a session at its target: a connected UDP socket per session.
@@ -357,43 +384,37 @@ func (r *Relay) exitUDP(c *rquic.Conn, s *quicgo.Stream, h *hop.Header, t *v1alp
 	defer gauge.Dec()
 	var last atomic.Int64
 	last.Store(time.Now().UnixNano())
-	id := uint64(s.StreamID())
-	c.Register(id, func(p []byte) {
+	out := newPacketSender(c, s)
+	c.Register(out.id, func(p []byte) {
 		last.Store(time.Now().UnixNano())
 		if _, err := tc.Write(p); err == nil {
 			fm.up.Add(float64(len(p)))
 		}
 	})
-	defer c.Unregister(id)
+	defer c.Unregister(out.id)
 
 	// Stream frames (oversize packets) toward the target; the stream's end
 	// ends the session.
 	streamDone := make(chan struct{})
 	go func() {
 		defer close(streamDone)
-		buf := make([]byte, hop.MaxFrame)
-		for {
-			p, err := hop.ReadFrame(s, buf)
-			if err != nil {
-				return
-			}
+		readFrames(s, func(p []byte) {
 			last.Store(time.Now().UnixNano())
 			if _, err := tc.Write(p); err == nil {
 				fm.up.Add(float64(len(p)))
 			}
-		}
+		})
 	}()
 	// Replies from the target. The idle timeout also holds here, so an exit
 	// never keeps a session whose entry vanished.
 	idle := time.Duration(t.Spec.UDP.IdleTimeoutSeconds) * time.Second
 	buf := make([]byte, hop.MaxFrame)
-	frame := make([]byte, 0, 2+hop.MaxFrame)
 	for {
 		tc.SetReadDeadline(time.Now().Add(min(idle, time.Second)))
 		n, err := tc.Read(buf)
 		if n > 0 {
 			last.Store(time.Now().UnixNano())
-			if sendPacket(c, s, id, frame, buf[:n]) == nil {
+			if out.send(buf[:n]) == nil {
 				fm.down.Add(float64(n))
 			}
 		}

@@ -13,10 +13,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
@@ -153,7 +155,13 @@ func (s *Set) decodeDoc(src Source, raw []byte) error {
 		return fmt.Errorf("%s: %s %q: apiVersion %q is not served; use %s", src, tm.Kind, tm.Metadata.Name, tm.APIVersion, v1alpha1.GroupVersion)
 	}
 	strict := func(obj any) error {
-		if err := yaml.UnmarshalStrict(raw, obj); err != nil {
+		// sigs.k8s.io/json names the full path of an unknown or duplicate
+		// field ("spec.entyr"), which encoding/json does not.
+		strictErrs, err := kjson.UnmarshalStrict(js, obj)
+		if err == nil && len(strictErrs) > 0 {
+			err = errors.Join(strictErrs...)
+		}
+		if err != nil {
 			return fmt.Errorf("%s: %s %q: %s", src, tm.Kind, tm.Metadata.Name, cleanDecodeError(err))
 		}
 		return nil
@@ -182,6 +190,8 @@ func (s *Set) decodeDoc(src Source, raw []byte) error {
 	}
 }
 
+var typeErr = regexp.MustCompile(`cannot unmarshal (\w+) into Go struct field \w+\.(\S+) of type (\S+)`)
+
 // cleanDecodeError drops the decoder's layers of "error unmarshaling JSON:"
 // so the user sees which field is wrong and nothing else.
 func cleanDecodeError(err error) string {
@@ -189,5 +199,5 @@ func cleanDecodeError(err error) string {
 	for _, p := range []string{"error unmarshaling JSON: ", "while decoding JSON: ", "json: "} {
 		msg = strings.ReplaceAll(msg, p, "")
 	}
-	return msg
+	return typeErr.ReplaceAllString(msg, "$2: got a $1, want $3")
 }

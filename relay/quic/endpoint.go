@@ -122,9 +122,11 @@ func (e *Endpoint) accept() {
 		}()
 		go func() {
 			defer e.wg.Done()
+			// Untrack only once the connection is gone, so Close, which
+			// closes every tracked connection, cannot miss one.
 			defer e.untrack(c)
 			for {
-				s, err := qc.AcceptStream(e.ctx)
+				s, err := qc.AcceptStream(qc.Context())
 				if err != nil {
 					return
 				}

@@ -1,0 +1,212 @@
+package local
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	quicgo "github.com/quic-go/quic-go"
+
+	"github.com/hoplink/hoplink/relay"
+	"github.com/hoplink/hoplink/relay/hop"
+	"github.com/hoplink/hoplink/relay/metrics"
+	"github.com/hoplink/hoplink/relay/pki"
+)
+
+func dialRelay(ctx context.Context, id *pki.Identity, peer string, addr net.Addr) (*quicgo.Conn, error) {
+	return quicgo.DialAddr(ctx, addr.String(), id.ClientConfig(peer), &quicgo.Config{EnableDatagrams: true})
+}
+
+// TestForeignCertificateRejected dials a relay with a certificate from
+// another CA, and with a valid certificate for a relay no manifest names.
+func TestForeignCertificateRejected(t *testing.T) {
+	n, m, _ := network(t, 2, []string{"r0", "r1"})
+	exit := n.Relays[1]
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	other, _ := pki.NewCA("someone else")
+	foreign, err := other.Identity("r0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreign.Roots = x509.NewCertPool() // trust the real CA, so only our certificate is wrong
+	foreign.Roots.AddCert(n.CA.Cert)
+	if c, err := dialRelay(ctx, foreign, "r1", exit.Addr()); err == nil {
+		// The server may reject after the client's handshake completes.
+		if _, err := c.AcceptStream(ctx); err == nil {
+			t.Fatal("connection with a foreign certificate stayed usable")
+		}
+	}
+	if v := testutil.ToFloat64(m.Handshakes.WithLabelValues("r1", "accept", "rejected")); v < 1 {
+		t.Fatalf("rejected handshakes = %v, want >= 1", v)
+	}
+
+	stranger, _ := n.CA.Identity("mallory")
+	before := testutil.ToFloat64(m.Handshakes.WithLabelValues("r1", "accept", "rejected"))
+	if c, err := dialRelay(ctx, stranger, "r1", exit.Addr()); err == nil {
+		if _, err := c.AcceptStream(ctx); err == nil {
+			t.Fatal("connection from an unknown relay stayed usable")
+		}
+	}
+	if v := testutil.ToFloat64(m.Handshakes.WithLabelValues("r1", "accept", "rejected")); v != before+1 {
+		t.Fatalf("unknown relay: rejected handshakes %v -> %v", before, v)
+	}
+}
+
+// TestForgedHeaders connects to the exit with a valid certificate and asks
+// for things the manifests do not allow. Each stream must be reset and
+// counted, nothing may be dialed, and the relay must keep serving.
+func TestForgedHeaders(t *testing.T) {
+	target := tcpServer(t, echo)
+	decoy, _ := net.Listen("tcp", "127.0.0.1:0")
+	defer decoy.Close()
+	dialed := make(chan struct{}, 10)
+	go func() {
+		for {
+			c, err := decoy.Accept()
+			if err != nil {
+				return
+			}
+			dialed <- struct{}{}
+			c.Close()
+		}
+	}()
+	port := freePort(t)
+	n, m, _ := network(t, 3, []string{"r0", "r1", "r2"}, tunnelSpec{name: "t", protocol: "tcp", target: target, port: port})
+	exit := n.Relays[2]
+	mid, _ := n.CA.Identity("r1") // a legitimate peer of the exit, turned hostile
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	conn, err := dialRelay(ctx, mid, "r2", exit.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.CloseWithError(0, "")
+
+	for _, tc := range []struct {
+		name, reason string
+		header       []byte
+	}{
+		{"other target", "bad_target", encode(t, hop.Header{Kind: hop.KindTCP, Tunnel: "default/t", Route: []string{"r2"}, Target: decoy.Addr().String()})},
+		{"unknown tunnel", "unknown_tunnel", encode(t, hop.Header{Kind: hop.KindTCP, Tunnel: "default/nope", Route: []string{"r2"}, Target: target})},
+		{"wrong protocol", "wrong_protocol", encode(t, hop.Header{Kind: hop.KindUDP, Tunnel: "default/t", Route: []string{"r2"}, Target: target})},
+		{"route skipping the exit", "bad_route", encode(t, hop.Header{Kind: hop.KindTCP, Tunnel: "default/t", Route: []string{"r2", "r0"}, Target: target})},
+		{"garbage", "bad_header", []byte("GET / HTTP/1.1\r\n\r\n")},
+		{"truncated", "bad_header", encode(t, hop.Header{Kind: hop.KindTCP, Tunnel: "default/t", Route: []string{"r2"}, Target: target})[:7]},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := conn.OpenStreamSync(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.Write(tc.header)
+			if tc.name == "truncated" {
+				s.Close()
+			}
+			s.SetReadDeadline(time.Now().Add(15 * time.Second))
+			_, err = io.ReadAll(s)
+			var se *quicgo.StreamError
+			if !errors.As(err, &se) || se.ErrorCode != hop.CodeRejected {
+				t.Fatalf("stream ended with %v, want a reset with code %d", err, hop.CodeRejected)
+			}
+			if v := testutil.ToFloat64(m.Rejected.WithLabelValues("r2", tc.reason)); v < 1 {
+				t.Fatalf("rejected{reason=%s} = %v", tc.reason, v)
+			}
+		})
+	}
+	// A peer that is not the previous hop of the route (r0 skipping r1).
+	entryID, _ := n.CA.Identity("r0")
+	c0, err := dialRelay(ctx, entryID, "r2", exit.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := c0.OpenStreamSync(ctx)
+	s.Write(encode(t, hop.Header{Kind: hop.KindTCP, Tunnel: "default/t", Route: []string{"r2"}, Target: target}))
+	if _, err := io.ReadAll(s); err == nil {
+		t.Fatal("exit accepted a flow from a relay that is not its previous hop")
+	}
+	c0.CloseWithError(0, "")
+	select {
+	case <-dialed:
+		t.Fatal("a forged header made the exit dial the decoy")
+	default:
+	}
+	// The relay still serves the real chain.
+	c := dialTunnel(t, port)
+	defer c.Close()
+	c.Write([]byte("still alive"))
+	c.CloseWrite()
+	if b, err := io.ReadAll(c); err != nil || string(b) != "still alive" {
+		t.Fatalf("after attacks: %q, %v", b, err)
+	}
+}
+
+func encode(t *testing.T, h hop.Header) []byte {
+	b, err := h.Append(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestPeerRestart stops the middle relay, checks flows fail fast rather
+// than hang, starts it again and checks the chain recovers by itself.
+func TestPeerRestart(t *testing.T) {
+	target := tcpServer(t, echo)
+	port := freePort(t)
+	n, _, set := network(t, 3, []string{"r0", "r1", "r2"}, tunnelSpec{name: "t", protocol: "tcp", target: target, port: port})
+	try := func() error {
+		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 2*time.Second)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(15 * time.Second))
+		c.Write([]byte("ping"))
+		c.(*net.TCPConn).CloseWrite()
+		b, err := io.ReadAll(c)
+		if err != nil || string(b) != "ping" {
+			return fmt.Errorf("got %q, %v", b, err)
+		}
+		return nil
+	}
+	if err := try(); err != nil {
+		t.Fatal(err)
+	}
+	n.Relays[1].Close()
+	start := time.Now()
+	if err := try(); err == nil {
+		t.Fatal("flow succeeded with the middle relay down")
+	}
+	if d := time.Since(start); d > 14*time.Second {
+		t.Fatalf("flow with a dead middle relay took %v to fail", d)
+	}
+	id, _ := n.CA.Identity("r1")
+	r1, err := relay.New(relay.Config{Name: "r1", Manifests: set, Identity: id, Metrics: metrics.New(prometheus.NewRegistry()), Log: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r1.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer r1.Close()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		err := try()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("chain did not recover after the relay restarted: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}

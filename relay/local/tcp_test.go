@@ -1,0 +1,167 @@
+package local
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+var routes = map[string]struct {
+	relays int
+	route  []string
+}{
+	"plain": {1, []string{"r0"}},
+	"1hop":  {2, []string{"r0", "r1"}},
+	"3hop":  {4, []string{"r0", "r1", "r2", "r3"}},
+}
+
+// TestTCPIntegrityAndHalfClose sends 32 MiB up, closes the client's write
+// side, and only then has the target answer with 32 MiB: both directions
+// must arrive byte for byte, and the answer must get through a half-closed
+// flow.
+func TestTCPIntegrityAndHalfClose(t *testing.T) {
+	const size = 32 << 20
+	for name, rt := range routes {
+		t.Run(name, func(t *testing.T) {
+			type result struct {
+				sum [32]byte
+				n   int64
+			}
+			got := make(chan result, 1)
+			target := tcpServer(t, func(c *net.TCPConn) {
+				sum, n, _ := digest(c) // until the client's EOF
+				got <- result{sum, n}
+				io.Copy(c, randReader(2, size))
+				c.CloseWrite()
+			})
+			port := freePort(t)
+			_, m, _ := network(t, rt.relays, rt.route, tunnelSpec{name: "bulk", protocol: "tcp", target: target, port: port})
+			c := dialTunnel(t, port)
+			defer c.Close()
+			wantUp, _, _ := digest(randReader(1, size))
+			wantDown, _, _ := digest(randReader(2, size))
+			if _, err := io.Copy(c, randReader(1, size)); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.CloseWrite(); err != nil {
+				t.Fatal(err)
+			}
+			down, n, err := digest(c)
+			if err != nil || n != size || down != wantDown {
+				t.Fatalf("down: %d bytes, err %v, digest match %v", n, err, down == wantDown)
+			}
+			up := <-got
+			if up.n != size || up.sum != wantUp {
+				t.Fatalf("up: target got %d bytes, digest match %v", up.n, up.sum == wantUp)
+			}
+			if v := testutil.ToFloat64(m.Bytes.WithLabelValues("r0", "default/bulk", "up")); v != size {
+				t.Errorf("entry up bytes metric = %v, want %d", v, size)
+			}
+		})
+	}
+}
+
+// TestTCPManyFlows runs 200 concurrent echo flows through three hops.
+func TestTCPManyFlows(t *testing.T) {
+	target := tcpServer(t, echo)
+	port := freePort(t)
+	network(t, 4, routes["3hop"].route, tunnelSpec{name: "echo", protocol: "tcp", target: target, port: port})
+	const flows, size = 200, 64 << 10
+	var wg sync.WaitGroup
+	errs := make(chan error, flows)
+	for i := range flows {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 5*time.Second)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(30 * time.Second))
+			want := make([]byte, size)
+			randReader(uint64(i), size).Read(want)
+			go func() {
+				c.Write(want)
+				c.(*net.TCPConn).CloseWrite()
+			}()
+			got, err := io.ReadAll(c)
+			if err != nil || !bytes.Equal(got, want) {
+				errs <- fmt.Errorf("flow %d: %d bytes back, err %v", i, len(got), err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// TestTCPResets checks that a reset by the target, and a target that
+// refuses the connection, reach the client as a reset, not a clean EOF.
+func TestTCPResets(t *testing.T) {
+	resetter := tcpServer(t, func(c *net.TCPConn) {
+		buf := make([]byte, 5)
+		io.ReadFull(c, buf)
+		c.SetLinger(0)
+	})
+	closed, _ := net.Listen("tcp", "127.0.0.1:0")
+	refused := closed.Addr().String()
+	closed.Close()
+	p1, p2 := freePort(t), freePort(t)
+	_, m, _ := network(t, 3, []string{"r0", "r1", "r2"},
+		tunnelSpec{name: "rst", protocol: "tcp", target: resetter, port: p1},
+		tunnelSpec{name: "refused", protocol: "tcp", target: refused, port: p2})
+	for _, tc := range []struct {
+		name string
+		port int
+	}{{"target resets", p1}, {"target refuses", p2}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := dialTunnel(t, tc.port)
+			defer c.Close()
+			c.Write([]byte("hello"))
+			_, err := io.ReadAll(c)
+			if !errors.Is(err, syscall.ECONNRESET) {
+				t.Fatalf("client read ended with %v, want connection reset", err)
+			}
+		})
+	}
+	if v := testutil.ToFloat64(m.FlowErrors.WithLabelValues("r2", "default/refused", "dial_target")); v != 1 {
+		t.Errorf("dial_target errors at exit = %v, want 1", v)
+	}
+}
+
+// TestTCPClientResetReachesTarget checks the other direction: a client's
+// reset tears the flow down at the target.
+func TestTCPClientResetReachesTarget(t *testing.T) {
+	ended := make(chan error, 1)
+	target := tcpServer(t, func(c *net.TCPConn) {
+		_, err := io.Copy(io.Discard, c)
+		ended <- err
+	})
+	port := freePort(t)
+	network(t, 3, []string{"r0", "r1", "r2"}, tunnelSpec{name: "t", protocol: "tcp", target: target, port: port})
+	c := dialTunnel(t, port)
+	c.Write([]byte("some bytes"))
+	time.Sleep(100 * time.Millisecond)
+	c.SetLinger(0)
+	c.Close()
+	select {
+	case err := <-ended:
+		if !errors.Is(err, syscall.ECONNRESET) {
+			t.Fatalf("target read ended with %v, want connection reset", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("target never saw the client's reset")
+	}
+}

@@ -1,0 +1,214 @@
+package manifest
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const relays = `
+apiVersion: hoplink.dev/v1alpha1
+kind: RelayNode
+metadata: {name: hk}
+spec: {listen: {port: 7401}, endpoints: ["127.0.0.1:7401"]}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: RelayNode
+metadata: {name: seattle}
+spec: {listen: {port: 7402}, endpoints: ["127.0.0.1:7402"]}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: RelayNode
+metadata: {name: la}
+spec: {listen: {port: 7403}, endpoints: ["127.0.0.1:7403"]}
+`
+
+const chain = `
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: Chain
+metadata: {name: to-east}
+spec: {entry: hk, exit: la, via: [seattle], route: [hk, seattle, la]}
+`
+
+const tunnel = `
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: Tunnel
+metadata: {name: iperf}
+spec: {chain: to-east, listen: {address: 127.0.0.1, port: 15202}, target: "127.0.0.1:5201"}
+`
+
+func TestLoadGood(t *testing.T) {
+	s, err := Parse("good.yaml", []byte(relays+chain+tunnel+`
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: unrelated}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Relays) != 3 || len(s.Chains) != 1 || len(s.Tunnels) != 1 || len(s.Skipped) != 1 {
+		t.Fatalf("got %d relays, %d chains, %d tunnels, %d skipped", len(s.Relays), len(s.Chains), len(s.Tunnels), len(s.Skipped))
+	}
+	tn := s.Tunnel("default/iperf")
+	if tn == nil || tn.Spec.Protocol != "tcp" || s.ChainOf(tn).Spec.Mode != "static" {
+		t.Fatalf("defaults not applied: %+v", tn)
+	}
+	if got := s.NextHops("hk"); len(got) != 1 || got[0] != "seattle" {
+		t.Fatalf("NextHops(hk) = %v", got)
+	}
+	if got := s.EntryTunnels("hk"); len(got) != 1 {
+		t.Fatalf("EntryTunnels(hk) = %v", got)
+	}
+}
+
+func TestLoadRejects(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		yaml string
+		want []string // substrings of the error
+	}{
+		{"unknown relay in route",
+			relays + strings.Replace(chain, "route: [hk, seattle, la]", "route: [hk, seatle, la]", 1) + tunnel,
+			[]string{`bad.yaml (document 4): Chain "default/to-east": spec.route[1]: unknown RelayNode "seatle" (known: hk, seattle, la)`}},
+		{"route not starting at entry",
+			relays + strings.Replace(chain, "route: [hk, seattle, la]", "route: [seattle, la]", 1),
+			[]string{`spec.route[0]: "seattle" must be the entry "hk"`}},
+		{"route not ending at exit",
+			relays + strings.Replace(chain, "route: [hk, seattle, la]", "route: [hk, seattle]", 1),
+			[]string{`spec.route[1]: "seattle" must be the exit "la"`}},
+		{"relay twice",
+			relays + strings.Replace(chain, "route: [hk, seattle, la]", "route: [hk, seattle, seattle, la]", 1),
+			[]string{`spec.route[2]: "seattle" appears twice`}},
+		{"hop not in via",
+			relays + strings.Replace(chain, "via: [seattle], ", "", 1),
+			[]string{`spec.route[1]: "seattle" is not in spec.via`}},
+		{"static without route",
+			relays + strings.Replace(chain, ", route: [hk, seattle, la]", "", 1),
+			[]string{`spec.route: required for static mode`}},
+		{"unknown mode",
+			relays + strings.Replace(chain, "entry: hk", "mode: fastest, entry: hk", 1),
+			[]string{`spec.mode: "fastest" is not a mode; use static, sum or pipe`}},
+		{"relay port out of range",
+			strings.Replace(relays, "port: 7401", "port: 70000", 1),
+			[]string{`RelayNode "hk": spec.listen.port: 70000 is out of range; use 1-65535`}},
+		{"tunnel port out of range",
+			relays + chain + strings.Replace(tunnel, "port: 15202", "port: 0", 1),
+			[]string{`Tunnel "default/iperf": spec.listen.port: 0 is out of range`}},
+		{"missing endpoints",
+			strings.Replace(relays, `endpoints: ["127.0.0.1:7402"]`, ``, 1) + chain,
+			[]string{`RelayNode "seattle": spec.endpoints: required: relay "seattle" is hop 1 of Chain "default/to-east"`}},
+		{"bad endpoint",
+			strings.Replace(relays, `"127.0.0.1:7402"`, `"127.0.0.1"`, 1),
+			[]string{`RelayNode "seattle": spec.endpoints[0]: "127.0.0.1" is not host:port`}},
+		{"duplicate tunnel listen",
+			relays + chain + tunnel + strings.Replace(tunnel, "name: iperf", "name: other", 1),
+			[]string{`Tunnel "default/other": spec.listen: tcp 127.0.0.1:15202 collides with Tunnel "default/iperf" on entry relay "hk"`}},
+		{"wildcard collides",
+			relays + chain + tunnel + strings.Replace(strings.Replace(tunnel, "name: iperf", "name: other", 1), "address: 127.0.0.1, ", "", 1),
+			[]string{`collides with Tunnel "default/iperf"`}},
+		{"unknown chain",
+			relays + chain + strings.Replace(tunnel, "chain: to-east", "chain: to-west", 1),
+			[]string{`Tunnel "default/iperf": spec.chain: unknown Chain "to-west" in namespace "default"`}},
+		{"bad target",
+			relays + chain + strings.Replace(tunnel, `"127.0.0.1:5201"`, `"127.0.0.1"`, 1),
+			[]string{`spec.target: "127.0.0.1" is not host:port`}},
+		{"bad protocol",
+			relays + chain + strings.Replace(tunnel, "chain: to-east", "chain: to-east, protocol: sctp", 1),
+			[]string{`spec.protocol: "sctp" is not supported; use tcp or udp`}},
+		{"unknown field",
+			relays + strings.Replace(chain, "entry: hk", "entyr: hk, entry: hk", 1),
+			[]string{`Chain "to-east": unknown field "spec.entyr"`}},
+		{"wrong type",
+			strings.Replace(relays, "port: 7401", `port: "x"`, 1),
+			[]string{`RelayNode "hk": spec.listen.port: got a string, want int32`}},
+		{"wrong version",
+			strings.Replace(relays, "hoplink.dev/v1alpha1", "hoplink.dev/v1", 1),
+			[]string{`apiVersion "hoplink.dev/v1" is not served; use hoplink.dev/v1alpha1`}},
+		{"unknown kind",
+			relays + "---\napiVersion: hoplink.dev/v1alpha1\nkind: Route\nmetadata: {name: x}\n",
+			[]string{`kind "Route" is not a hoplink.dev kind`}},
+		{"duplicate relay",
+			relays + "---" + strings.SplitN(relays, "---", 2)[0],
+			[]string{`RelayNode "hk": metadata.name: defined again (first in bad.yaml)`}},
+		{"bad relay name",
+			strings.Replace(relays, "name: hk", "name: Hong_Kong", 1),
+			[]string{`RelayNode "Hong_Kong": metadata.name:`}},
+		{"several errors at once",
+			strings.Replace(relays, "port: 7401", "port: -1", 1) + strings.Replace(chain, "exit: la", "exit: ny", 1),
+			[]string{`spec.listen.port: -1`, `spec.exit: unknown RelayNode "ny"`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse("bad.yaml", []byte(tc.yaml))
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error does not say %q:\n%v", w, err)
+				}
+			}
+		})
+	}
+}
+
+func TestLoadDirectory(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "1-relays.yaml"), []byte(relays), 0o644)
+	os.WriteFile(filepath.Join(dir, "2-chain.yml"), []byte(chain+tunnel), 0o644)
+	os.WriteFile(filepath.Join(dir, "README.md"), []byte("not a manifest"), 0o644)
+	s, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Relays) != 3 || len(s.Tunnels) != 1 {
+		t.Fatalf("loaded %d relays, %d tunnels", len(s.Relays), len(s.Tunnels))
+	}
+	if _, err := Load(filepath.Join(dir, "missing")); err == nil {
+		t.Fatal("missing path accepted")
+	}
+	empty := t.TempDir()
+	if _, err := Load(empty); err == nil || !strings.Contains(err.Error(), "holds no .yaml") {
+		t.Fatalf("empty dir: %v", err)
+	}
+}
+
+func TestCheckSingleHost(t *testing.T) {
+	s, err := Parse("x.yaml", []byte(strings.Replace(relays, "port: 7402", "port: 7401", 1)))
+	if err != nil {
+		t.Fatal(err) // two hosts may share a port
+	}
+	err = s.CheckSingleHost()
+	if err == nil || !strings.Contains(err.Error(), `RelayNode "seattle": spec.listen: udp :7401 collides with RelayNode "hk"`) {
+		t.Fatalf("CheckSingleHost = %v", err)
+	}
+}
+
+func TestAllowsHop(t *testing.T) {
+	s, err := Parse("x.yaml", []byte(relays+chain))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := s.Chains[0]
+	for _, tc := range []struct {
+		prev, self string
+		rest       []string
+		ok         bool
+	}{
+		{"", "hk", []string{"hk", "seattle", "la"}, true},
+		{"hk", "seattle", []string{"seattle", "la"}, true},
+		{"seattle", "la", []string{"la"}, true},
+		{"hk", "la", []string{"la"}, false},                      // skipped a hop
+		{"seattle", "seattle", []string{"seattle", "la"}, false}, // wrong previous hop
+		{"hk", "seattle", []string{"seattle"}, false},            // does not end at exit
+		{"hk", "seattle", []string{"la", "seattle"}, false},
+		{"hk", "seattle", nil, false},
+	} {
+		if got := AllowsHop(c, tc.prev, tc.self, tc.rest); got != tc.ok {
+			t.Errorf("AllowsHop(%q, %q, %v) = %v, want %v", tc.prev, tc.self, tc.rest, got, tc.ok)
+		}
+	}
+}
