@@ -8,7 +8,9 @@ import (
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -182,6 +184,22 @@ func (ca *CA) Identity(name string) (*Identity, error) {
 		return nil, err
 	}
 	return NewIdentity(name, ca.PEM, c, k)
+}
+
+// DeriveKey derives a 32-byte secret from the relay's private key, stable
+// for as long as the key is. QUIC uses one to send stateless resets: a relay
+// that restarted can then tell its peers at once that their old connection
+// is gone, instead of letting them wait for an idle timeout.
+func (id *Identity) DeriveKey(label string) ([32]byte, error) {
+	der, err := x509.MarshalPKCS8PrivateKey(id.Cert.PrivateKey)
+	if err != nil {
+		return [32]byte{}, err
+	}
+	mac := hmac.New(sha256.New, der)
+	mac.Write([]byte("hoplink " + label))
+	var k [32]byte
+	copy(k[:], mac.Sum(nil))
+	return k, nil
 }
 
 // ServerConfig is the TLS config of a relay's listener: it requires a client

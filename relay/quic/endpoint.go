@@ -62,10 +62,15 @@ func Listen(opts Options) (*Endpoint, error) {
 	if err != nil {
 		return nil, fmt.Errorf("relay listen: %w", err)
 	}
+	resetKey, err := opts.Identity.DeriveKey("stateless reset")
+	if err != nil {
+		udp.Close()
+		return nil, err
+	}
 	e := &Endpoint{
 		opts:  opts,
 		udp:   udp,
-		tr:    &quicgo.Transport{Conn: udp},
+		tr:    &quicgo.Transport{Conn: udp, StatelessResetKey: (*quicgo.StatelessResetKey)(&resetKey)},
 		links: map[string]*Link{},
 		conns: map[*Conn]struct{}{},
 	}
