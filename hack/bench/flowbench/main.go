@@ -1,0 +1,240 @@
+// Command flowbench measures what iperf3 does not: time to first byte of
+// new connections, request/response latency under many concurrent clients,
+// and relay memory with many open flows. hack/bench/forward.sh runs it
+// against the direct path and each forwarder in one run; it prints
+// key=value lines for the script to tabulate.
+package main
+
+import (
+	"bufio"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: flowbench echo|ttfb|rr|hold [flags]")
+		os.Exit(2)
+	}
+	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
+	addr := fs.String("addr", "127.0.0.1:7000", "address to listen on (echo) or connect to")
+	n := fs.Int("n", 1000, "connections (ttfb) or flows to hold (hold)")
+	clients := fs.Int("clients", 300, "concurrent clients (rr)")
+	duration := fs.Duration("duration", 30*time.Second, "how long to run (rr)")
+	think := fs.Duration("think", 50*time.Millisecond, "pause between a client's requests (rr)")
+	size := fs.Int("size", 64, "request and response size in bytes (rr)")
+	pids := fs.String("pids", "", "comma-separated pids whose RSS to report (hold)")
+	fs.Parse(os.Args[2:])
+	raiseFileLimit()
+	var err error
+	switch os.Args[1] {
+	case "echo":
+		err = echo(*addr)
+	case "ttfb":
+		err = ttfb(*addr, *n)
+	case "rr":
+		err = rr(*addr, *clients, *duration, *think, *size)
+	case "hold":
+		err = hold(*addr, *n, *pids)
+	default:
+		err = fmt.Errorf("unknown mode %q", os.Args[1])
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "flowbench:", err)
+		os.Exit(1)
+	}
+}
+
+func raiseFileLimit() {
+	var l syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l) == nil {
+		l.Cur = l.Max
+		syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l)
+	}
+}
+
+// echo answers every byte it reads, on every connection, until killed.
+func echo(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return err
+		}
+		go func() {
+			defer c.Close()
+			io.Copy(c, c)
+		}()
+	}
+}
+
+// ttfb opens n connections one after another; each writes one byte and
+// waits for the echo. The time from dial to that byte is what a client of a
+// new connection waits before the first byte of an answer.
+func ttfb(addr string, n int) error {
+	lat := make([]time.Duration, 0, n)
+	b := []byte{1}
+	for range n {
+		start := time.Now()
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			return err
+		}
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := c.Write(b); err != nil {
+			return err
+		}
+		if _, err := io.ReadFull(c, b); err != nil {
+			return fmt.Errorf("no first byte: %w", err)
+		}
+		lat = append(lat, time.Since(start))
+		c.Close()
+	}
+	printStats("ttfb", lat)
+	return nil
+}
+
+// rr runs clients that each keep one connection and send a request, wait
+// for the full answer, pause, and repeat, as users of a chain do.
+func rr(addr string, clients int, d, think time.Duration, size int) error {
+	var mu sync.Mutex
+	var all []time.Duration
+	var failures int
+	var wg sync.WaitGroup
+	stop := time.Now().Add(d)
+	for i := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Spread the clients' first requests over one think time.
+			time.Sleep(think * time.Duration(i) / time.Duration(clients))
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				mu.Lock()
+				failures++
+				mu.Unlock()
+				return
+			}
+			defer c.Close()
+			req, resp := make([]byte, size), make([]byte, size)
+			var mine []time.Duration
+			for time.Now().Before(stop) {
+				start := time.Now()
+				c.SetDeadline(start.Add(10 * time.Second))
+				if _, err := c.Write(req); err != nil {
+					break
+				}
+				if _, err := io.ReadFull(c, resp); err != nil {
+					break
+				}
+				mine = append(mine, time.Since(start))
+				time.Sleep(think)
+			}
+			mu.Lock()
+			all = append(all, mine...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if failures > 0 {
+		return fmt.Errorf("%d clients could not connect", failures)
+	}
+	printStats("rr", all)
+	return nil
+}
+
+// hold opens n flows, proves each works end to end with one echo, keeps
+// them all open, and reports the RSS of the given processes before and
+// after, and per flow.
+func hold(addr string, n int, pids string) error {
+	var ps []int
+	for _, p := range strings.Split(pids, ",") {
+		if p == "" {
+			continue
+		}
+		v, err := strconv.Atoi(p)
+		if err != nil {
+			return fmt.Errorf("-pids: %w", err)
+		}
+		ps = append(ps, v)
+	}
+	before := make([]int, len(ps))
+	for i, p := range ps {
+		before[i] = rssKiB(p)
+	}
+	conns := make([]net.Conn, 0, n)
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	b := []byte{1}
+	for i := range n {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			return fmt.Errorf("flow %d: %w", i, err)
+		}
+		conns = append(conns, c)
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := c.Write(b); err != nil {
+			return fmt.Errorf("flow %d: %w", i, err)
+		}
+		if _, err := io.ReadFull(c, b); err != nil {
+			return fmt.Errorf("flow %d: no echo: %w", i, err)
+		}
+	}
+	time.Sleep(2 * time.Second) // let the relays settle (GC, pools)
+	fmt.Printf("hold flows=%d\n", n)
+	for i, p := range ps {
+		after := rssKiB(p)
+		fmt.Printf("hold pid=%d rss_idle_kib=%d rss_flows_kib=%d per_flow_kib=%.1f\n",
+			p, before[i], after, float64(after-before[i])/float64(n))
+	}
+	return nil
+}
+
+func rssKiB(pid int) int {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return -1
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if v, ok := strings.CutPrefix(s.Text(), "VmRSS:"); ok {
+			k, _ := strconv.Atoi(strings.Fields(v)[0])
+			return k
+		}
+	}
+	return -1
+}
+
+func printStats(name string, lat []time.Duration) {
+	if len(lat) == 0 {
+		fmt.Printf("%s count=0\n", name)
+		return
+	}
+	slices.Sort(lat)
+	var sum time.Duration
+	for _, l := range lat {
+		sum += l
+	}
+	q := func(p float64) float64 { return us(lat[min(len(lat)-1, int(p*float64(len(lat))))]) }
+	fmt.Printf("%s count=%d avg_us=%.1f p50_us=%.1f p95_us=%.1f p99_us=%.1f max_us=%.1f\n",
+		name, len(lat), us(sum/time.Duration(len(lat))), q(.50), q(.95), q(.99), us(lat[len(lat)-1]))
+}
+
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+

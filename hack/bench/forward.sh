@@ -1,0 +1,292 @@
+#!/usr/bin/env bash
+# Forwarding benchmark, all in one run on loopback so figures compare:
+#   TCP throughput (iperf3): direct, haproxy, hoplink plain forward (route [hk]),
+#     rathole (Noise), hoplink 1 hop (hk -> la) and 3 hops (hk -> m1 -> m2 -> la);
+#   UDP at a fixed offered rate: direct vs 1 hop;
+#   time to first byte of new connections, request/response latency with 300
+#     clients, and relay RSS with 10,000 open flows (hack/bench/flowbench).
+# Each relay is its own `hoplink relay` process, as on separate hosts.
+# It writes its table into docs/benchmarks.md between the forward markers.
+#
+#   hack/bench/forward.sh                 # full run (~5 min)
+#   DURATION=3 RR_SECONDS=5 FLOWS=1000 hack/bench/forward.sh   # quick look
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$PWD
+
+DURATION=${DURATION:-10}     # seconds per iperf3 run
+RR_SECONDS=${RR_SECONDS:-30} # seconds of the 300-client test
+RR_CLIENTS=${RR_CLIENTS:-300}
+UDP_RATE=${UDP_RATE:-1G}     # offered UDP rate
+FLOWS=${FLOWS:-10000}        # flows held open for the memory figure
+TTFB_N=${TTFB_N:-1000}
+OUT=${OUT:-docs/benchmarks.md}
+
+log() { printf '\n== %s\n' "$*" >&2; }
+
+# --- tools -------------------------------------------------------------------
+missing=()
+for p in iperf3 haproxy; do command -v "$p" >/dev/null || missing+=("$p"); done
+if ((${#missing[@]})); then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+fi
+RATHOLE=$root/bin/rathole/bin/rathole
+if [[ -z ${NO_RATHOLE:-} && ! -x $RATHOLE ]] && command -v cargo >/dev/null; then
+  log "building rathole 0.5.0 from crates.io (once; cached in bin/rathole)"
+  cargo install --quiet rathole --version 0.5.0 --root "$root/bin/rathole" || true
+fi
+make -s build
+go build -o bin/flowbench ./hack/bench/flowbench
+HOPLINK=$root/bin/hoplink
+FB=$root/bin/flowbench
+
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+ulimit -n "$(ulimit -Hn)"
+# start LOGNAME CMD...: run CMD in the background; its pid is in $last_pid.
+# (exec ...) keeps $! the command's own pid: with an EXIT trap set, bash
+# would otherwise fork an extra shell in between and cleanup would miss it.
+start() { local name=$1; shift; (exec "$@") >"$work/$name.log" 2>&1 & last_pid=$!; pids+=("$last_pid"); }
+
+# --- targets -----------------------------------------------------------------
+IPERF=5201 ECHO=7000
+start iperf3 iperf3 -s -p $IPERF
+start echo $FB echo -addr 127.0.0.1:$ECHO
+
+# --- hoplink: four relays, three chains ----------------------------------------
+cat >"$work/bench.yaml" <<YAML
+apiVersion: hoplink.dev/v1alpha1
+kind: RelayNode
+metadata: {name: hk}
+spec: {listen: {address: 127.0.0.1, port: 17401}, endpoints: ["127.0.0.1:17401"]}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: RelayNode
+metadata: {name: m1}
+spec: {listen: {address: 127.0.0.1, port: 17402}, endpoints: ["127.0.0.1:17402"]}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: RelayNode
+metadata: {name: m2}
+spec: {listen: {address: 127.0.0.1, port: 17403}, endpoints: ["127.0.0.1:17403"]}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: RelayNode
+metadata: {name: la}
+spec: {listen: {address: 127.0.0.1, port: 17404}, endpoints: ["127.0.0.1:17404"]}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: Chain
+metadata: {name: plain}
+spec: {entry: hk, exit: hk, route: [hk]}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: Chain
+metadata: {name: one}
+spec: {entry: hk, exit: la, route: [hk, la]}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: Chain
+metadata: {name: three}
+spec: {entry: hk, exit: la, via: [m1, m2], route: [hk, m1, m2, la]}
+YAML
+tunnel() { # name chain protocol port target
+  printf -- '---\napiVersion: hoplink.dev/v1alpha1\nkind: Tunnel\nmetadata: {name: %s}\nspec: {chain: %s, protocol: %s, listen: {address: 127.0.0.1, port: %s}, target: "%s"}\n' "$@" >>"$work/bench.yaml"
+}
+P_PLAIN=15300 P_ONE=15301 P_THREE=15303 E_ONE=15311 E_THREE=15313 P_HAPROXY=15500 E_HAPROXY=15510 P_RATHOLE=15600 E_RATHOLE=15610
+tunnel plain-iperf plain tcp $P_PLAIN 127.0.0.1:$IPERF
+tunnel one-iperf one tcp $P_ONE 127.0.0.1:$IPERF
+tunnel one-iperf-udp one udp $P_ONE 127.0.0.1:$IPERF
+tunnel three-iperf three tcp $P_THREE 127.0.0.1:$IPERF
+tunnel one-echo one tcp $E_ONE 127.0.0.1:$ECHO
+tunnel three-echo three tcp $E_THREE 127.0.0.1:$ECHO
+$HOPLINK cert ca --dir "$work/certs" >/dev/null
+$HOPLINK cert issue --dir "$work/certs" hk m1 m2 la >/dev/null
+declare -A relay_pid
+port=19464
+for r in la m2 m1 hk; do
+  start "relay-$r" $HOPLINK relay -f "$work/bench.yaml" --name $r --certs "$work/certs" --metrics-addr 127.0.0.1:$port --log-level warn
+  relay_pid[$r]=$last_pid
+  port=$((port + 1))
+done
+
+# --- peers -------------------------------------------------------------------
+cat >"$work/haproxy.cfg" <<CFG
+global
+  maxconn 8000
+defaults
+  mode tcp
+  timeout connect 5s
+  timeout client 1m
+  timeout server 1m
+listen iperf
+  bind 127.0.0.1:$P_HAPROXY
+  server t 127.0.0.1:$IPERF
+listen echo
+  bind 127.0.0.1:$E_HAPROXY
+  server t 127.0.0.1:$ECHO
+CFG
+start haproxy haproxy -f "$work/haproxy.cfg" -db
+
+have_rathole=0
+if [[ -z ${NO_RATHOLE:-} && -x $RATHOLE ]]; then
+  keys=$($RATHOLE --genkey)
+  priv=$(echo "$keys" | sed -n '/Private Key/{n;p}')
+  pub=$(echo "$keys" | sed -n '/Public Key/{n;p}')
+  cat >"$work/rathole-server.toml" <<TOML
+[server]
+bind_addr = "127.0.0.1:2333"
+[server.transport]
+type = "noise"
+[server.transport.noise]
+local_private_key = "$priv"
+[server.services.iperf]
+token = "bench"
+bind_addr = "127.0.0.1:$P_RATHOLE"
+[server.services.echo]
+token = "bench"
+bind_addr = "127.0.0.1:$E_RATHOLE"
+TOML
+  cat >"$work/rathole-client.toml" <<TOML
+[client]
+remote_addr = "127.0.0.1:2333"
+[client.transport]
+type = "noise"
+[client.transport.noise]
+remote_public_key = "$pub"
+[client.services.iperf]
+token = "bench"
+local_addr = "127.0.0.1:$IPERF"
+[client.services.echo]
+token = "bench"
+local_addr = "127.0.0.1:$ECHO"
+TOML
+  RUST_LOG=error start rathole-server $RATHOLE --server "$work/rathole-server.toml"
+  RUST_LOG=error start rathole-client $RATHOLE --client "$work/rathole-client.toml"
+  have_rathole=1
+fi
+
+# --- wait until every path answers ---------------------------------------------
+sleep 0.5
+for p in "${pids[@]}"; do
+  kill -0 "$p" 2>/dev/null || { echo "a benchmark process exited early (port in use?):" >&2; tail -n 3 "$work"/*.log >&2; exit 1; }
+done
+for p in $ECHO $E_ONE $E_THREE $E_HAPROXY $( ((have_rathole)) && echo $E_RATHOLE); do
+  for i in $(seq 100); do
+    if $FB ttfb -addr 127.0.0.1:$p -n 1 >/dev/null 2>&1; then break; fi
+    [[ $i == 100 ]] && { echo "path on port $p never answered" >&2; cat "$work"/*.log >&2; exit 1; }
+    sleep 0.2
+  done
+done
+
+# --- measurements --------------------------------------------------------------
+json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
+tcp_gbps() { # port -> "gbps retransmits"
+  iperf3 -c 127.0.0.1 -p "$1" -t "$DURATION" -J | json "'%.2f %d' % (d['end']['sum_received']['bits_per_second']/1e9, d['end']['sum_sent'].get('retransmits', 0))"
+}
+udp_run() { # port -> "received_mbps loss_percent"
+  iperf3 -c 127.0.0.1 -p "$1" -u -b "$UDP_RATE" -l 1200 -t "$DURATION" -J |
+    json "'%.0f %.2f' % (d['end']['sum_received']['bits_per_second']/1e6, 100*d['end']['sum_received']['lost_packets']/max(1,d['end']['sum_received']['packets']))"
+}
+kv() { sed -n "s/.*$1=\([^ ]*\).*/\1/p"; }
+
+declare -A TCP UDP TTFB50 TTFB99 RR
+log "TCP throughput, ${DURATION}s each"
+for name in direct:$IPERF haproxy:$P_HAPROXY plain:$P_PLAIN one:$P_ONE three:$P_THREE $( ((have_rathole)) && echo rathole:$P_RATHOLE); do
+  TCP[${name%%:*}]=$(tcp_gbps "${name#*:}"); echo "${name%%:*}: ${TCP[${name%%:*}]}" >&2
+done
+log "UDP at $UDP_RATE offered, 1200-byte datagrams"
+for name in direct:$IPERF one:$P_ONE; do
+  UDP[${name%%:*}]=$(udp_run "${name#*:}"); echo "${name%%:*}: ${UDP[${name%%:*}]}" >&2
+done
+log "time to first byte, $TTFB_N new connections each"
+for name in direct:$ECHO haproxy:$E_HAPROXY one:$E_ONE three:$E_THREE $( ((have_rathole)) && echo rathole:$E_RATHOLE); do
+  out=$($FB ttfb -addr 127.0.0.1:${name#*:} -n "$TTFB_N"); echo "${name%%:*}: $out" >&2
+  TTFB50[${name%%:*}]=$(echo "$out" | kv p50_us); TTFB99[${name%%:*}]=$(echo "$out" | kv p99_us)
+done
+log "$RR_CLIENTS request/response clients, ${RR_SECONDS}s each"
+for name in direct:$ECHO one:$E_ONE three:$E_THREE; do
+  RR[${name%%:*}]=$($FB rr -addr 127.0.0.1:${name#*:} -clients "$RR_CLIENTS" -duration "${RR_SECONDS}s"); echo "${name%%:*}: ${RR[${name%%:*}]}" >&2
+done
+log "relay memory with $FLOWS open flows (1 hop: hk -> la)"
+HOLD=$($FB hold -addr 127.0.0.1:$E_ONE -n "$FLOWS" -pids "${relay_pid[hk]},${relay_pid[la]}")
+echo "$HOLD" >&2
+
+# --- table -----------------------------------------------------------------------
+ratio() { python3 -c "print('%.0f%%' % (100*$1/$2))"; }
+gb() { echo "${TCP[$1]}" | cut -d' ' -f1; }
+rt() { echo "${TCP[$1]}" | cut -d' ' -f2; }
+rrf() { echo "${RR[$1]}" | kv "$2"; }
+line() { # label key
+  printf '| %s | %s | %s | %s |\n' "$1" "$(gb $2)" "$(ratio "$(gb $2)" "$(gb direct)")" "$(rt $2)"
+}
+hk_line=$(echo "$HOLD" | grep "pid=${relay_pid[hk]} ")
+la_line=$(echo "$HOLD" | grep "pid=${relay_pid[la]} ")
+{
+  echo "<!-- forward:begin -->"
+  echo "Measured $(date -u +%Y-%m-%d) on this machine ($(nproc) cores, loopback), hoplink $($HOPLINK version | cut -d' ' -f2-3 | tr -d '(,'), by"
+  echo '`hack/bench/forward.sh`'" (DURATION=$DURATION, RR_SECONDS=$RR_SECONDS, FLOWS=$FLOWS). Every relay runs as its own process."
+  echo
+  echo "**TCP throughput** (iperf3, one stream, ${DURATION} s)"
+  echo
+  echo "| path | Gbit/s | of direct | retransmits |"
+  echo "|---|---|---|---|"
+  line "direct" direct
+  line "haproxy (plain forward)" haproxy
+  line "hoplink plain forward, route [hk] (splice)" plain
+  ((have_rathole)) && line "rathole 0.5.0, Noise (encrypted, 1 hop)" rathole
+  line "hoplink 1 hop, QUIC + TLS 1.3" one
+  line "hoplink 3 hops, QUIC + TLS 1.3" three
+  echo
+  echo "**UDP** at $UDP_RATE offered, 1200-byte datagrams (iperf3 -u, ${DURATION} s)"
+  echo
+  echo "| path | received Mbit/s | loss |"
+  echo "|---|---|---|"
+  for k in direct one; do
+    set -- ${UDP[$k]}; printf '| %s | %s | %s%% |\n' "$([[ $k == direct ]] && echo direct || echo 'hoplink 1 hop')" "$1" "$2"
+  done
+  echo
+  echo "**Time to first byte** of a new connection ($TTFB_N connections one after another; connect, send 1 byte, receive its echo)"
+  echo
+  echo "| path | p50 µs | p99 µs | added p50 µs |"
+  echo "|---|---|---|---|"
+  for k in direct haproxy one three $( ((have_rathole)) && echo rathole); do
+    printf '| %s | %s | %s | %s |\n' "$k" "${TTFB50[$k]}" "${TTFB99[$k]}" "$(python3 -c "print('%.0f' % (${TTFB50[$k]}-${TTFB50[direct]}))")"
+  done
+  echo
+  echo "**Request/response**: $RR_CLIENTS clients, one connection each, 64-byte request and answer, 50 ms think time, ${RR_SECONDS} s"
+  echo
+  echo "| path | requests | avg µs | p50 µs | p95 µs | p99 µs |"
+  echo "|---|---|---|---|---|---|"
+  for k in direct one three; do
+    printf '| %s | %s | %s | %s | %s | %s |\n' "$k" "$(rrf $k count)" "$(rrf $k avg_us)" "$(rrf $k p50_us)" "$(rrf $k p95_us)" "$(rrf $k p99_us)"
+  done
+  echo
+  echo "**Relay memory** (RSS) with $FLOWS TCP flows open through hk -> la, each proven with one echo"
+  echo
+  echo "| relay | idle MiB | with flows MiB | KiB per flow |"
+  echo "|---|---|---|---|"
+  for l in "hk (entry)|$hk_line" "la (exit)|$la_line"; do
+    v=${l#*|}
+    printf '| %s | %.1f | %.1f | %s |\n' "${l%%|*}" "$(echo "$v" | kv rss_idle_kib | awk '{print $1/1024}')" "$(echo "$v" | kv rss_flows_kib | awk '{print $1/1024}')" "$(echo "$v" | kv per_flow_kib)"
+  done
+  echo "<!-- forward:end -->"
+} >"$work/table.md"
+cat "$work/table.md"
+
+mkdir -p "$(dirname "$OUT")"
+[[ -f $OUT ]] || printf '# Benchmarks\n\n## Forwarding\n\n<!-- forward:begin -->\n<!-- forward:end -->\n' >"$OUT"
+python3 - "$OUT" "$work/table.md" <<'PY'
+import re, sys
+out, table = sys.argv[1], open(sys.argv[2]).read().strip()
+doc = open(out).read()
+doc = re.sub(r'<!-- forward:begin -->.*?<!-- forward:end -->', lambda m: table, doc, flags=re.S)
+open(out, 'w').write(doc)
+PY
+log "wrote $OUT"
