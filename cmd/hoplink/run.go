@@ -42,13 +42,13 @@ func loadManifests(paths []string, log *slog.Logger) (*manifest.Set, error) {
 
 // serveUntilSignal runs until SIGINT or SIGTERM, then stops the admin
 // server and calls stop.
-func serveUntilSignal(log *slog.Logger, metricsAddr string, reg *prometheus.Registry, ready func() bool, stop func() error) error {
+func serveUntilSignal(log *slog.Logger, metricsAddr string, profiling bool, reg *prometheus.Registry, ready func() bool, stop func() error) error {
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 	var srv *admin.Server
 	if metricsAddr != "" {
 		var err error
-		if srv, err = admin.Serve(metricsAddr, reg, ready, log); err != nil {
+		if srv, err = admin.Serve(metricsAddr, reg, ready, profiling, log); err != nil {
 			stop()
 			return fmt.Errorf("--metrics-addr: %w", err)
 		}
@@ -64,6 +64,7 @@ func serveUntilSignal(log *slog.Logger, metricsAddr string, reg *prometheus.Regi
 func newLocalCmd(lf *logFlags) *cobra.Command {
 	var files []string
 	var metricsAddr string
+	var profiling bool
 	cmd := &cobra.Command{
 		Use:   "local -f FILE_OR_DIR",
 		Short: "Run every relay of the manifests in this process, with an in-memory CA",
@@ -83,11 +84,12 @@ func newLocalCmd(lf *logFlags) *cobra.Command {
 				return err
 			}
 			log.Info("local network ready", "relays", len(n.Relays), "tunnels", len(set.Tunnels))
-			return serveUntilSignal(log, metricsAddr, reg, n.Ready, n.Close)
+			return serveUntilSignal(log, metricsAddr, profiling, reg, n.Ready, n.Close)
 		},
 	}
 	cmd.Flags().StringSliceVarP(&files, "file", "f", nil, "manifest file or directory (repeatable)")
 	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz here, e.g. 127.0.0.1:9090")
+	cmd.Flags().BoolVar(&profiling, "pprof", false, "also serve /debug/pprof on --metrics-addr")
 	return cmd
 }
 
@@ -97,6 +99,7 @@ func newRelayCmd(lf *logFlags) *cobra.Command {
 		name, metricsAddr, certDir string
 		caFile, certFile, keyFile  string
 		maxFlows                   int
+		profiling                  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "relay -f FILE_OR_DIR --name NAME --certs DIR",
@@ -138,7 +141,7 @@ from --ca, --cert and --key.`,
 			if err := r.Start(); err != nil {
 				return err
 			}
-			return serveUntilSignal(log, metricsAddr, reg, r.Ready, r.Close)
+			return serveUntilSignal(log, metricsAddr, profiling, reg, r.Ready, r.Close)
 		},
 	}
 	f := cmd.Flags()
@@ -149,6 +152,7 @@ from --ca, --cert and --key.`,
 	f.StringVar(&certFile, "cert", "", "relay certificate (PEM)")
 	f.StringVar(&keyFile, "key", "", "relay private key (PEM)")
 	f.StringVar(&metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz here, e.g. 127.0.0.1:9090")
+	f.BoolVar(&profiling, "pprof", false, "also serve /debug/pprof on --metrics-addr")
 	f.IntVar(&maxFlows, "max-flows", relay.DefaultMaxFlows, "most flows this relay carries at once")
 	return cmd
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,7 +23,7 @@ type Server struct {
 
 // Serve starts /metrics, /healthz and /readyz on addr. ready reports
 // whether the process should receive traffic.
-func Serve(addr string, g prometheus.Gatherer, ready func() bool, log *slog.Logger) (*Server, error) {
+func Serve(addr string, g prometheus.Gatherer, ready func() bool, profiling bool, log *slog.Logger) (*Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
@@ -37,6 +38,11 @@ func Serve(addr string, g prometheus.Gatherer, ready func() bool, log *slog.Logg
 		}
 		w.Write([]byte("ok\n"))
 	})
+	if profiling {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	s := &Server{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, ln: ln}
 	go func() {
 		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

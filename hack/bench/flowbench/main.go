@@ -237,4 +237,3 @@ func printStats(name string, lat []time.Duration) {
 }
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
-
