@@ -234,6 +234,13 @@ const headerTimeout = 10 * time.Second
 func (r *Relay) handleStream(c *rquic.Conn, s *quicgo.Stream) {
 	s.SetReadDeadline(time.Now().Add(headerTimeout))
 	h, err := hop.Read(s)
+	var peerReset *quicgo.StreamError
+	if errors.As(err, &peerReset) {
+		// The flow ended before its header arrived (a client that gave up
+		// at once): nothing hostile, nothing to count.
+		resetStream(s, hop.CodeReset)
+		return
+	}
 	if err != nil {
 		r.reject(s, c.Peer, "bad_header", err, hop.Header{})
 		return

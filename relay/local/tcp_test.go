@@ -144,8 +144,15 @@ func TestTCPResets(t *testing.T) {
 // TestTCPClientResetReachesTarget checks the other direction: a client's
 // reset tears the flow down at the target.
 func TestTCPClientResetReachesTarget(t *testing.T) {
+	started := make(chan struct{})
 	ended := make(chan error, 1)
 	target := tcpServer(t, func(c *net.TCPConn) {
+		buf := make([]byte, 10)
+		if _, err := io.ReadFull(c, buf); err != nil {
+			ended <- err
+			return
+		}
+		close(started) // the flow reached the target end to end
 		_, err := io.Copy(io.Discard, c)
 		ended <- err
 	})
@@ -153,7 +160,13 @@ func TestTCPClientResetReachesTarget(t *testing.T) {
 	network(t, 3, []string{"r0", "r1", "r2"}, tunnelSpec{name: "t", protocol: "tcp", target: target, port: port})
 	c := dialTunnel(t, port)
 	c.Write([]byte("some bytes"))
-	time.Sleep(100 * time.Millisecond)
+	select {
+	case <-started:
+	case err := <-ended:
+		t.Fatalf("target failed before the reset: %v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("flow never reached the target")
+	}
 	c.SetLinger(0)
 	c.Close()
 	select {
@@ -161,7 +174,7 @@ func TestTCPClientResetReachesTarget(t *testing.T) {
 		if !errors.Is(err, syscall.ECONNRESET) {
 			t.Fatalf("target read ended with %v, want connection reset", err)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(20 * time.Second):
 		t.Fatal("target never saw the client's reset")
 	}
 }

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# CPU-profiles the entry and exit relay of a one-hop chain while iperf3 pushes
+# one TCP stream through it, and prints the top of each profile.
+#   hack/bench/profile-hop.sh [SECONDS]     (profiles land in bin/profiles/)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+secs=${1:-8}
+make -s build
+out=bin/profiles; mkdir -p "$out"
+work=$(mktemp -d); pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
+trap cleanup EXIT
+start() { local name=$1; shift; (exec "$@") >"$work/$name.log" 2>&1 & pids+=($!); }
+cat >"$work/m.yaml" <<YAML
+apiVersion: hoplink.dev/v1alpha1
+kind: RelayNode
+metadata: {name: hk}
+spec: {listen: {address: 127.0.0.1, port: 18401}, endpoints: ["127.0.0.1:18401"]}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: RelayNode
+metadata: {name: la}
+spec: {listen: {address: 127.0.0.1, port: 18402}, endpoints: ["127.0.0.1:18402"]}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: Chain
+metadata: {name: one}
+spec: {entry: hk, exit: la, route: [hk, la]}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: Tunnel
+metadata: {name: iperf}
+spec: {chain: one, listen: {address: 127.0.0.1, port: 18500}, target: "127.0.0.1:18201"}
+YAML
+bin/hoplink cert ca --dir "$work/certs" >/dev/null
+bin/hoplink cert issue --dir "$work/certs" hk la >/dev/null
+start iperf3 iperf3 -s -p 18201
+start la bin/hoplink relay -f "$work/m.yaml" --name la --certs "$work/certs" --metrics-addr 127.0.0.1:18601 --pprof
+start hk bin/hoplink relay -f "$work/m.yaml" --name hk --certs "$work/certs" --metrics-addr 127.0.0.1:18602 --pprof
+sleep 1
+iperf3 -c 127.0.0.1 -p 18500 -t $((secs + 2)) >"$work/client.log" &
+sleep 1
+curl -s -o "$out/la.pprof" "http://127.0.0.1:18601/debug/pprof/profile?seconds=$secs" &
+curl -s -o "$out/hk.pprof" "http://127.0.0.1:18602/debug/pprof/profile?seconds=$secs"
+wait %3 2>/dev/null || true
+sleep 2
+grep -E "sender|receiver" "$work/client.log"
+for r in hk la; do
+  echo "== $r"; go tool pprof -top -nodecount=25 bin/hoplink "$out/$r.pprof" 2>/dev/null | sed -n '1,32p'
+done
