@@ -39,11 +39,11 @@ start la bin/hoplink relay -f "$work/m.yaml" --name la --certs "$work/certs" --m
 start hk bin/hoplink relay -f "$work/m.yaml" --name hk --certs "$work/certs" --metrics-addr 127.0.0.1:18602 --pprof
 sleep 1
 iperf3 -c 127.0.0.1 -p 18500 -t $((secs + 2)) >"$work/client.log" &
+client=$!
 sleep 1
 curl -s -o "$out/la.pprof" "http://127.0.0.1:18601/debug/pprof/profile?seconds=$secs" &
 curl -s -o "$out/hk.pprof" "http://127.0.0.1:18602/debug/pprof/profile?seconds=$secs"
-wait %3 2>/dev/null || true
-sleep 2
+wait "$client" || true
 grep -E "sender|receiver" "$work/client.log"
 for r in hk la; do
   echo "== $r"; go tool pprof -top -nodecount=25 bin/hoplink "$out/$r.pprof" 2>/dev/null | sed -n '1,32p'
