@@ -6,9 +6,11 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 
@@ -194,6 +196,11 @@ func newCertCmd() *cobra.Command {
 			c, err := pki.LoadCA(dir+"/ca.crt", dir+"/ca.key")
 			if err != nil {
 				return err
+			}
+			for _, n := range names {
+				if msgs := validation.IsDNS1123Label(n); len(msgs) > 0 {
+					return fmt.Errorf("relay name %q: %s (it must match a RelayNode's metadata.name)", n, strings.Join(msgs, "; "))
+				}
 			}
 			for _, n := range names {
 				if err := c.WriteRelay(dir, n); err != nil {
