@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -23,6 +24,10 @@ const copyBufSize = 64 << 10
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, copyBufSize); return &b }}
 
+// tlsBufPool serves TLS sources, which hold their buffer while idle; a TLS
+// read returns at most one 16 KiB record anyway.
+var tlsBufPool = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
+
 // end is one side of a flow: a TCP connection or a QUIC stream.
 type end interface {
 	io.Writer
@@ -33,6 +38,8 @@ type end interface {
 	closeWrite() error
 	// abort resets both directions, so the reset reaches the far end.
 	abort()
+	// fail resets with a reason the previous hop can read (QUIC only).
+	fail(code quicgo.StreamErrorCode)
 	// close releases the end after both directions finished cleanly.
 	close()
 }
@@ -60,6 +67,8 @@ func (t *tcpEnd) abort() {
 	t.c.SetLinger(0) // close with RST, not FIN
 	t.c.Close()
 }
+
+func (t *tcpEnd) fail(quicgo.StreamErrorCode) { t.abort() }
 
 // wait parks on the poller until the socket has data, EOF or an error. It
 // peeks rather than trusting readiness edges, which a previous read may have
@@ -101,10 +110,45 @@ func (e *streamEnd) Write(b []byte) (int, error) { return e.s.Write(b) }
 func (e *streamEnd) closeWrite() error           { return e.s.Close() }
 func (e *streamEnd) close()                      {}
 
-func (e *streamEnd) abort() {
-	e.s.CancelRead(e.code)
-	e.s.CancelWrite(e.code)
+func (e *streamEnd) abort() { e.fail(e.code) }
+
+func (e *streamEnd) fail(code quicgo.StreamErrorCode) {
+	e.s.CancelRead(code)
+	e.s.CancelWrite(code)
 }
+
+// tlsEnd is a flow's TLS connection to or from a peer relay.
+type tlsEnd struct {
+	c    *tls.Conn
+	done func() // tells the TLS endpoint the connection is finished
+	once sync.Once
+}
+
+func (t *tlsEnd) Read(b []byte) (int, error)  { return t.c.Read(b) }
+func (t *tlsEnd) Write(b []byte) (int, error) { return t.c.Write(b) }
+
+// closeWrite sends TLS close_notify: the peer reads EOF, and can still send.
+func (t *tlsEnd) closeWrite() error { return t.c.CloseWrite() }
+
+// wait cannot tell whether crypto/tls holds decrypted or undecrypted
+// records, so a TLS source reads straight away and holds a (small) buffer
+// while idle; TLS is the bulk transport.
+func (t *tlsEnd) wait() error { return nil }
+
+func (t *tlsEnd) close() {
+	t.c.Close()
+	t.once.Do(t.done)
+}
+
+func (t *tlsEnd) abort() {
+	if tc, ok := t.c.NetConn().(*net.TCPConn); ok {
+		tc.SetLinger(0)
+	}
+	t.c.NetConn().Close()
+	t.once.Do(t.done)
+}
+
+func (t *tlsEnd) fail(quicgo.StreamErrorCode) { t.abort() }
 
 func (e *streamEnd) wait() error {
 	_, err := e.s.Peek(e.one[:])
@@ -144,30 +188,34 @@ func copyHalf(dst, src end, n prometheus.Counter) error {
 		if err := src.wait(); err != nil && err != io.EOF {
 			return err
 		}
-		bp := bufPool.Get().(*[]byte)
+		pool := &bufPool
+		if _, ok := src.(*tlsEnd); ok {
+			pool = &tlsBufPool
+		}
+		bp := pool.Get().(*[]byte)
 		buf := *bp
 		for {
 			nr, rerr := src.Read(buf)
 			if nr > 0 {
 				if _, werr := dst.Write(buf[:nr]); werr != nil {
-					bufPool.Put(bp)
+					pool.Put(bp)
 					return werr
 				}
 				n.Add(float64(nr))
 			}
 			if rerr == io.EOF {
-				bufPool.Put(bp)
+				pool.Put(bp)
 				return dst.closeWrite()
 			}
 			if rerr != nil {
-				bufPool.Put(bp)
+				pool.Put(bp)
 				return rerr
 			}
 			if nr < len(buf) {
 				break // drained for now: give the buffer back while we wait
 			}
 		}
-		bufPool.Put(bp)
+		pool.Put(bp)
 	}
 }
 

@@ -6,11 +6,15 @@
 package relay
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -25,6 +29,7 @@ import (
 	"github.com/hoplink/hoplink/relay/metrics"
 	"github.com/hoplink/hoplink/relay/pki"
 	rquic "github.com/hoplink/hoplink/relay/quic"
+	"github.com/hoplink/hoplink/relay/tlslink"
 )
 
 // Defaults of Config.
@@ -53,6 +58,7 @@ type Relay struct {
 	cfg   Config
 	set   atomic.Pointer[manifest.Set]
 	ep    *rquic.Endpoint
+	tl    *tlslink.Endpoint
 	flows chan struct{} // a token per flow in progress
 	ready atomic.Bool
 
@@ -116,8 +122,29 @@ func (r *Relay) Start() error {
 		return fmt.Errorf("RelayNode %q: spec.listen: %w", r.cfg.Name, err)
 	}
 	r.ep = ep
+	// TLS listens on the same port number, on TCP, for chains that carry
+	// their TCP flows over TLS.
+	r.tl, err = tlslink.Listen(tlslink.Options{
+		Name:      r.cfg.Name,
+		Identity:  r.cfg.Identity,
+		Listen:    listen,
+		KnownPeer: func(name string) bool { return r.set.Load().Relay(name) != nil },
+		Handler:   r.handleTLS,
+		Metrics:   r.cfg.Metrics,
+		Log:       r.cfg.Log,
+	})
+	if err != nil {
+		ep.Close()
+		return fmt.Errorf("RelayNode %q: spec.listen: %w", r.cfg.Name, err)
+	}
 	for _, peer := range set.NextHops(r.cfg.Name) {
 		r.link(set, peer)
+	}
+	for _, c := range set.Chains {
+		route := manifest.Route(c)
+		if i := slices.Index(route, r.cfg.Name); c.Spec.Transport == v1alpha1.TransportTLS && i >= 0 && i+1 < len(route) {
+			r.tl.Pool(route[i+1], set.Relay(route[i+1]).Spec.Endpoints) // warm it now
+		}
 	}
 	for _, t := range set.EntryTunnels(r.cfg.Name) {
 		if err := r.openTunnel(t); err != nil {
@@ -187,8 +214,11 @@ func (r *Relay) Close() error {
 	}
 	r.cancel()
 	var err error
+	if r.tl != nil {
+		err = r.tl.Close()
+	}
 	if r.ep != nil {
-		err = r.ep.Close()
+		err = errors.Join(err, r.ep.Close())
 	}
 	r.wg.Wait()
 	return err
@@ -257,15 +287,54 @@ func (r *Relay) handleStream(c *rquic.Conn, s *quicgo.Stream) {
 		return
 	}
 	defer r.release()
-	if len(h.Route) == 1 {
-		if h.Kind == hop.KindTCP {
-			r.exitTCP(s, &h)
-		} else {
-			r.exitUDP(c, s, &h, t)
-		}
+	switch {
+	case len(h.Route) == 1 && h.Kind == hop.KindTCP:
+		r.exitTCP(newStreamEnd(s), &h)
+	case len(h.Route) == 1:
+		r.exitUDP(c, s, &h, t)
+	case h.Kind == hop.KindTCP:
+		r.middleTCP(newStreamEnd(s), &h, t)
+	default:
+		r.middle(c, s, &h)
+	}
+}
+
+// handleTLS serves a flow that a peer sent over a TLS connection: the same
+// header, the same checks, TCP flows only.
+func (r *Relay) handleTLS(peer string, c *tls.Conn) {
+	in := &tlsEnd{c: c, done: func() { r.tl.Done(c) }}
+	var first [1]byte
+	if _, err := io.ReadFull(c, first[:]); err != nil {
+		in.abort() // a spare the peer retired unused, or a peer gone
 		return
 	}
-	r.middle(c, s, &h)
+	h, err := hop.Read(io.MultiReader(bytes.NewReader(first[:]), c))
+	if err != nil {
+		r.reject(nil, peer, "bad_header", err, hop.Header{})
+		in.abort()
+		return
+	}
+	c.SetReadDeadline(time.Time{})
+	t, reason, err := r.authorize(peer, &h)
+	if err == nil && h.Kind != hop.KindTCP {
+		reason, err = "wrong_protocol", fmt.Errorf("UDP sessions ride QUIC, not TLS")
+	}
+	if err != nil {
+		r.reject(nil, peer, reason, err, h)
+		in.abort()
+		return
+	}
+	if !r.acquire() {
+		r.flowError(h.Tunnel, "flow_limit")
+		in.abort()
+		return
+	}
+	defer r.release()
+	if len(h.Route) == 1 {
+		r.exitTCP(in, &h)
+		return
+	}
+	r.middleTCP(in, &h, t)
 }
 
 // authorize checks a header against the manifests: the Tunnel exists, the
@@ -293,7 +362,9 @@ func (r *Relay) authorize(peer string, h *hop.Header) (*v1alpha1.Tunnel, string,
 func (r *Relay) reject(s *quicgo.Stream, peer, reason string, err error, h hop.Header) {
 	r.cfg.Metrics.Rejected.WithLabelValues(r.cfg.Name, reason).Inc()
 	r.cfg.Log.Warn("rejected stream", "peer", peer, "reason", reason, "tunnel", h.Tunnel, "err", err)
-	resetStream(s, hop.CodeRejected)
+	if s != nil {
+		resetStream(s, hop.CodeRejected)
+	}
 }
 
 func resetStream(s *quicgo.Stream, code quicgo.StreamErrorCode) {
@@ -328,11 +399,61 @@ func (r *Relay) nextHop(ctx context.Context, h *hop.Header) (*rquic.Conn, *quicg
 	return c, s, nil
 }
 
+// nextHopEnd opens the next hop of a TCP flow over the chain's transport
+// and sends it the header for the rest of the route.
+func (r *Relay) nextHopEnd(ctx context.Context, h *hop.Header, transport v1alpha1.Transport) (end, error) {
+	if transport != v1alpha1.TransportTLS {
+		_, s, err := r.nextHop(ctx, h)
+		if err != nil {
+			return nil, err
+		}
+		return newStreamEnd(s), nil
+	}
+	set := r.set.Load()
+	peer := set.Relay(h.Route[0])
+	if peer == nil {
+		return nil, fmt.Errorf("next hop %q is not a known relay", h.Route[0])
+	}
+	c, err := r.tl.Pool(peer.Name, peer.Spec.Endpoints).Get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := &tlsEnd{c: c, done: func() { r.tl.Done(c) }}
+	var buf [hop.PrefixLen + hop.MaxBodyLen]byte
+	b, err := h.Append(buf[:0])
+	if err == nil {
+		_, err = c.Write(b)
+	}
+	if err != nil {
+		out.abort()
+		return nil, err
+	}
+	return out, nil
+}
+
+// middleTCP carries a TCP flow one hop further.
+func (r *Relay) middleTCP(in end, h *hop.Header, t *v1alpha1.Tunnel) {
+	fm, done := r.begin(h.Tunnel, "middle")
+	defer done()
+	next := *h
+	next.Route = h.Route[1:]
+	ctx, cancel := r.setupContext()
+	out, err := r.nextHopEnd(ctx, &next, r.set.Load().ChainOf(t).Spec.Transport)
+	cancel()
+	if err != nil {
+		r.flowError(h.Tunnel, "next_hop")
+		r.cfg.Log.Warn("next hop unavailable", "tunnel", h.Tunnel, "next", next.Route[0], "err", err)
+		in.fail(hop.CodeNextHop)
+		return
+	}
+	pipe(in, out, fm.up, fm.down)
+}
+
 func (r *Relay) setupContext() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(r.ctx, r.cfg.SetupTimeout)
 }
 
-// middle carries a flow one hop further.
+// middle carries a UDP session one hop further.
 func (r *Relay) middle(c *rquic.Conn, s *quicgo.Stream, h *hop.Header) {
 	fm, done := r.begin(h.Tunnel, "middle")
 	defer done()
@@ -347,11 +468,7 @@ func (r *Relay) middle(c *rquic.Conn, s *quicgo.Stream, h *hop.Header) {
 		resetStream(s, hop.CodeNextHop)
 		return
 	}
-	if h.Kind == hop.KindUDP {
-		r.middleUDP(c, s, nc, ns, h.Tunnel, fm)
-		return
-	}
-	pipe(newStreamEnd(s), newStreamEnd(ns), fm.up, fm.down)
+	r.middleUDP(c, s, nc, ns, h.Tunnel, fm)
 }
 
 // errorsIsClosed reports errors that only say a socket was closed under us.

@@ -7,8 +7,6 @@ import (
 	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/relay/hop"
 	"github.com/hoplink/hoplink/relay/manifest"
-
-	quicgo "github.com/quic-go/quic-go"
 )
 
 // serveTCP accepts the clients of a TCP Tunnel on its entry relay.
@@ -61,7 +59,8 @@ func (r *Relay) entryTCP(c *net.TCPConn, t *v1alpha1.Tunnel, key string) {
 		return
 	}
 	ctx, cancel := r.setupContext()
-	_, s, err := r.nextHop(ctx, &hop.Header{Kind: hop.KindTCP, Tunnel: key, Route: route[1:], Target: t.Spec.Target})
+	out, err := r.nextHopEnd(ctx, &hop.Header{Kind: hop.KindTCP, Tunnel: key, Route: route[1:], Target: t.Spec.Target},
+		r.set.Load().ChainOf(t).Spec.Transport)
 	cancel()
 	if err != nil {
 		r.flowError(key, "next_hop")
@@ -73,30 +72,30 @@ func (r *Relay) entryTCP(c *net.TCPConn, t *v1alpha1.Tunnel, key string) {
 	r.cfg.Metrics.FlowSetup.WithLabelValues(r.cfg.Name, key, "entry").Observe(time.Since(start).Seconds())
 	a, err := newTCPEnd(c)
 	if err != nil {
-		resetStream(s, hop.CodeReset)
+		out.abort()
 		c.Close()
 		return
 	}
-	pipe(a, newStreamEnd(s), fm.up, fm.down)
+	pipe(a, out, fm.up, fm.down)
 }
 
 // exitTCP connects a flow to its target.
-func (r *Relay) exitTCP(s *quicgo.Stream, h *hop.Header) {
+func (r *Relay) exitTCP(in end, h *hop.Header) {
 	start := time.Now()
 	fm, done := r.begin(h.Tunnel, "exit")
 	defer done()
 	tc, err := r.dialTarget(h.Tunnel, h.Target, "exit", start)
 	if err != nil {
-		resetStream(s, hop.CodeDialFailed)
+		in.fail(hop.CodeDialFailed)
 		return
 	}
 	b, err := newTCPEnd(tc)
 	if err != nil {
-		resetStream(s, hop.CodeReset)
+		in.abort()
 		tc.Close()
 		return
 	}
-	pipe(newStreamEnd(s), b, fm.up, fm.down)
+	pipe(in, b, fm.up, fm.down)
 }
 
 func (r *Relay) dialTarget(tunnel, target, role string, start time.Time) (*net.TCPConn, error) {

@@ -17,6 +17,20 @@ const (
 	ModePipe RouteMode = "pipe"
 )
 
+// Transport carries a chain's TCP flows between relays.
+// +kubebuilder:validation:Enum=quic;tls
+type Transport string
+
+const (
+	// TransportQUIC: one QUIC connection per peer, a stream per flow.
+	TransportQUIC Transport = "quic"
+	// TransportTLS: a TLS 1.3 over TCP connection per flow, taken from a
+	// pool kept warm per peer. Faster for bulk TCP on clean links, where
+	// the kernel's TCP offloads beat QUIC's per-packet UDP path; UDP
+	// Tunnels of the chain still use QUIC.
+	TransportTLS Transport = "tls"
+)
+
 // ChainSpec names the relays a flow may cross from entry to exit.
 type ChainSpec struct {
 	// Entry is the RelayNode where traffic enters the chain.
@@ -35,6 +49,10 @@ type ChainSpec struct {
 	// is a plain port forward.
 	// +optional
 	Route []string `json:"route,omitempty"`
+	// Transport between the chain's relays for TCP flows.
+	// +kubebuilder:default=quic
+	// +optional
+	Transport Transport `json:"transport,omitempty"`
 }
 
 // ChainStatus is the route in use and why the chain is or is not usable.

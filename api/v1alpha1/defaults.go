@@ -12,6 +12,9 @@ func (c *Chain) Default() {
 	if c.Spec.Mode == "" {
 		c.Spec.Mode = ModeStatic
 	}
+	if c.Spec.Transport == "" {
+		c.Spec.Transport = TransportQUIC
+	}
 }
 
 // Default fills the fields a user may leave out, as the CRD defaults do.

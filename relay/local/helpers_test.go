@@ -48,6 +48,12 @@ type tunnelSpec struct {
 // route, and the given tunnels, then starts them in this process.
 func network(t *testing.T, nRelays int, route []string, tunnels ...tunnelSpec) (*Network, *metrics.Metrics, *manifest.Set) {
 	t.Helper()
+	return networkOver(t, "quic", nRelays, route, tunnels...)
+}
+
+// networkOver is network with the chain's transport for TCP flows.
+func networkOver(t *testing.T, transport string, nRelays int, route []string, tunnels ...tunnelSpec) (*Network, *metrics.Metrics, *manifest.Set) {
+	t.Helper()
 	var b strings.Builder
 	for i := range nRelays {
 		p := freePort(t)
@@ -57,8 +63,8 @@ func network(t *testing.T, nRelays int, route []string, tunnels ...tunnelSpec) (
 	if len(route) > 2 {
 		via = "via: [" + strings.Join(route[1:len(route)-1], ", ") + "], "
 	}
-	fmt.Fprintf(&b, "---\napiVersion: hoplink.dev/v1alpha1\nkind: Chain\nmetadata: {name: c}\nspec: {entry: %s, exit: %s, %sroute: [%s]}\n",
-		route[0], route[len(route)-1], via, strings.Join(route, ", "))
+	fmt.Fprintf(&b, "---\napiVersion: hoplink.dev/v1alpha1\nkind: Chain\nmetadata: {name: c}\nspec: {entry: %s, exit: %s, %sroute: [%s], transport: %s}\n",
+		route[0], route[len(route)-1], via, strings.Join(route, ", "), transport)
 	for _, tn := range tunnels {
 		fmt.Fprintf(&b, "---\napiVersion: hoplink.dev/v1alpha1\nkind: Tunnel\nmetadata: {name: %s}\nspec: {chain: c, protocol: %s, listen: {address: 127.0.0.1, port: %d}, target: %q %s}\n",
 			tn.name, tn.protocol, tn.port, tn.target, tn.extra)

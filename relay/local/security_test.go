@@ -2,6 +2,7 @@ package local
 
 import (
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -134,6 +135,22 @@ func TestForgedHeaders(t *testing.T) {
 		t.Fatal("exit accepted a flow from a relay that is not its previous hop")
 	}
 	c0.CloseWithError(0, "")
+
+	// The same forgery over the TLS transport.
+	before := testutil.ToFloat64(m.Rejected.WithLabelValues("r2", "bad_target"))
+	tc, err := tls.Dial("tcp", exit.Addr().String(), mid.ClientConfig("r2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc.Write(encode(t, hop.Header{Kind: hop.KindTCP, Tunnel: "default/t", Route: []string{"r2"}, Target: decoy.Addr().String()}))
+	tc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadAll(tc); err == nil {
+		t.Fatal("TLS flow with a forged target ended cleanly, want a reset")
+	}
+	tc.Close()
+	if v := testutil.ToFloat64(m.Rejected.WithLabelValues("r2", "bad_target")); v != before+1 {
+		t.Fatalf("TLS forged target: rejected{bad_target} %v -> %v", before, v)
+	}
 	select {
 	case <-dialed:
 		t.Fatal("a forged header made the exit dial the decoy")

@@ -15,13 +15,18 @@ import (
 )
 
 var routes = map[string]struct {
-	relays int
-	route  []string
+	relays    int
+	route     []string
+	transport string
 }{
-	"plain": {1, []string{"r0"}},
-	"1hop":  {2, []string{"r0", "r1"}},
-	"3hop":  {4, []string{"r0", "r1", "r2", "r3"}},
+	"plain":    {1, []string{"r0"}, "quic"},
+	"1hop":     {2, []string{"r0", "r1"}, "quic"},
+	"3hop":     {4, []string{"r0", "r1", "r2", "r3"}, "quic"},
+	"1hop-tls": {2, []string{"r0", "r1"}, "tls"},
+	"3hop-tls": {4, []string{"r0", "r1", "r2", "r3"}, "tls"},
 }
+
+var transports = []string{"quic", "tls"}
 
 // TestTCPIntegrityAndHalfClose sends 32 MiB up, closes the client's write
 // side, and only then has the target answer with 32 MiB: both directions
@@ -43,7 +48,7 @@ func TestTCPIntegrityAndHalfClose(t *testing.T) {
 				c.CloseWrite()
 			})
 			port := freePort(t)
-			_, m, _ := network(t, rt.relays, rt.route, tunnelSpec{name: "bulk", protocol: "tcp", target: target, port: port})
+			_, m, _ := networkOver(t, rt.transport, rt.relays, rt.route, tunnelSpec{name: "bulk", protocol: "tcp", target: target, port: port})
 			c := dialTunnel(t, port)
 			defer c.Close()
 			wantUp, _, _ := digest(randReader(1, size))
@@ -71,9 +76,15 @@ func TestTCPIntegrityAndHalfClose(t *testing.T) {
 
 // TestTCPManyFlows runs 200 concurrent echo flows through three hops.
 func TestTCPManyFlows(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) { testTCPManyFlows(t, tr) })
+	}
+}
+
+func testTCPManyFlows(t *testing.T, transport string) {
 	target := tcpServer(t, echo)
 	port := freePort(t)
-	network(t, 4, routes["3hop"].route, tunnelSpec{name: "echo", protocol: "tcp", target: target, port: port})
+	networkOver(t, transport, 4, routes["3hop"].route, tunnelSpec{name: "echo", protocol: "tcp", target: target, port: port})
 	const flows, size = 200, 64 << 10
 	var wg sync.WaitGroup
 	errs := make(chan error, flows)
@@ -110,6 +121,12 @@ func TestTCPManyFlows(t *testing.T) {
 // TestTCPResets checks that a reset by the target, and a target that
 // refuses the connection, reach the client as a reset, not a clean EOF.
 func TestTCPResets(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) { testTCPResets(t, tr) })
+	}
+}
+
+func testTCPResets(t *testing.T, transport string) {
 	resetter := tcpServer(t, func(c *net.TCPConn) {
 		buf := make([]byte, 5)
 		io.ReadFull(c, buf)
@@ -119,7 +136,7 @@ func TestTCPResets(t *testing.T) {
 	refused := closed.Addr().String()
 	closed.Close()
 	p1, p2 := freePort(t), freePort(t)
-	_, m, _ := network(t, 3, []string{"r0", "r1", "r2"},
+	_, m, _ := networkOver(t, transport, 3, []string{"r0", "r1", "r2"},
 		tunnelSpec{name: "rst", protocol: "tcp", target: resetter, port: p1},
 		tunnelSpec{name: "refused", protocol: "tcp", target: refused, port: p2})
 	for _, tc := range []struct {
@@ -144,6 +161,12 @@ func TestTCPResets(t *testing.T) {
 // TestTCPClientResetReachesTarget checks the other direction: a client's
 // reset tears the flow down at the target.
 func TestTCPClientResetReachesTarget(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) { testTCPClientReset(t, tr) })
+	}
+}
+
+func testTCPClientReset(t *testing.T, transport string) {
 	started := make(chan struct{})
 	ended := make(chan error, 1)
 	target := tcpServer(t, func(c *net.TCPConn) {
@@ -157,7 +180,7 @@ func TestTCPClientResetReachesTarget(t *testing.T) {
 		ended <- err
 	})
 	port := freePort(t)
-	network(t, 3, []string{"r0", "r1", "r2"}, tunnelSpec{name: "t", protocol: "tcp", target: target, port: port})
+	networkOver(t, transport, 3, []string{"r0", "r1", "r2"}, tunnelSpec{name: "t", protocol: "tcp", target: target, port: port})
 	c := dialTunnel(t, port)
 	c.Write([]byte("some bytes"))
 	select {

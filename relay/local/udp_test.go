@@ -66,7 +66,7 @@ func TestUDP(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			target := udpEcho(t)
 			port := freePort(t)
-			_, m, _ := network(t, rt.relays, rt.route, tunnelSpec{name: "u", protocol: "udp", target: target, port: port})
+			_, m, _ := networkOver(t, rt.transport, rt.relays, rt.route, tunnelSpec{name: "u", protocol: "udp", target: target, port: port})
 			c := udpClient(t, port)
 			for i, size := range []int{1, 100, 1000, 1200, 1400, 4000, 16000, 65000} {
 				p := make([]byte, size)

@@ -98,6 +98,11 @@ func (s *Set) validateChain(p *problems, c *v1alpha1.Chain) {
 	default:
 		bad("spec.mode", "%q is not a mode; use static, sum or pipe", c.Spec.Mode)
 	}
+	switch c.Spec.Transport {
+	case v1alpha1.TransportQUIC, v1alpha1.TransportTLS:
+	default:
+		bad("spec.transport", "%q is not a transport; use quic or tls", c.Spec.Transport)
+	}
 	route := c.Spec.Route
 	if c.Spec.Mode == v1alpha1.ModeStatic && len(route) == 0 {
 		bad("spec.route", "required for static mode: list the relays from entry %q to exit %q", c.Spec.Entry, c.Spec.Exit)
@@ -204,6 +209,11 @@ func (s *Set) validateTunnelListeners(p *problems) {
 			continue
 		}
 		k := tunnelListen(t)
+		if r := s.relays[c.Spec.Entry]; r != nil && k.overlaps(listenKey{k.proto, r.Spec.Listen.Address, r.Spec.Listen.Port}) {
+			p.add(s.src[t], "Tunnel", Key(t.Namespace, t.Name), "spec.listen.port",
+				"%d is entry relay %q's own port (QUIC on UDP, TLS on TCP); pick another port", k.port, r.Name)
+			continue
+		}
 		for _, o := range seen[c.Spec.Entry] {
 			if tunnelListen(o).overlaps(k) {
 				p.add(s.src[t], "Tunnel", Key(t.Namespace, t.Name), "spec.listen",
@@ -241,8 +251,10 @@ func (s *Set) CheckSingleHost() error {
 		taken = append(taken, owner{k, desc})
 	}
 	for _, r := range s.Relays {
-		claim(s.src[r], "RelayNode", r.Name, "spec.listen",
-			listenKey{"udp", r.Spec.Listen.Address, r.Spec.Listen.Port}, fmt.Sprintf("RelayNode %q", r.Name))
+		for _, proto := range []string{"udp", "tcp"} { // QUIC and TLS share the port number
+			claim(s.src[r], "RelayNode", r.Name, "spec.listen",
+				listenKey{proto, r.Spec.Listen.Address, r.Spec.Listen.Port}, fmt.Sprintf("RelayNode %q", r.Name))
+		}
 	}
 	for _, t := range s.Tunnels {
 		claim(s.src[t], "Tunnel", Key(t.Namespace, t.Name), "spec.listen",

@@ -1,0 +1,375 @@
+// Package tlslink carries TCP flows between relays over TLS 1.3 on TCP, one
+// connection per flow. It exists for bulk transfer on clean links: there the
+// kernel's TCP offloads move 64 KiB segments where QUIC moves 1.4 KB UDP
+// packets, one system call path each. So that a flow still costs no
+// handshake, every peer has a pool of connections handshaken in advance.
+// Authentication is the same as QUIC's: the CA, and a relay name that the
+// manifests know.
+package tlslink
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hoplink/hoplink/relay/metrics"
+	"github.com/hoplink/hoplink/relay/pki"
+)
+
+const (
+	handshakeTimeout = 5 * time.Second
+	// A spare lives at most this long in a pool; the listener waits a
+	// little longer than that for a connection's header.
+	spareMaxAge   = 30 * time.Second
+	headerTimeout = spareMaxAge + 15*time.Second
+	// DefaultSpares is how many handshaken connections a pool keeps ready.
+	DefaultSpares = 8
+	// refillParallel bounds concurrent handshakes of one pool refilling.
+	refillParallel = 4
+	minBackoff    = 100 * time.Millisecond
+	maxBackoff    = 5 * time.Second
+)
+
+// Options configure an Endpoint.
+type Options struct {
+	Name     string
+	Identity *pki.Identity
+	// Listen is the TCP host:port; relays use their QUIC port number.
+	Listen    string
+	KnownPeer func(name string) bool
+	// Handler serves an authenticated connection whose read deadline bounds
+	// the wait for the flow's header. It owns the connection.
+	Handler func(peer string, c *tls.Conn)
+	Spares  int
+	Metrics *metrics.Metrics
+	Log     *slog.Logger
+}
+
+// Endpoint accepts and dials TLS links for one relay.
+type Endpoint struct {
+	opts   Options
+	ln     net.Listener
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu     sync.Mutex
+	pools  map[string]*Pool
+	active map[*tls.Conn]struct{} // connections carrying flows, closed by Close
+}
+
+// Listen binds the TCP listener and starts accepting peers.
+func Listen(opts Options) (*Endpoint, error) {
+	if opts.Spares <= 0 {
+		opts.Spares = DefaultSpares
+	}
+	ln, err := net.Listen("tcp", opts.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("relay TLS listen: %w", err)
+	}
+	e := &Endpoint{opts: opts, ln: ln, pools: map[string]*Pool{}, active: map[*tls.Conn]struct{}{}}
+	e.ctx, e.cancel = context.WithCancel(context.Background())
+	e.wg.Add(1)
+	go e.accept()
+	return e, nil
+}
+
+// Addr is the bound TCP address.
+func (e *Endpoint) Addr() net.Addr { return e.ln.Addr() }
+
+func (e *Endpoint) handshake(direction, result string) {
+	e.opts.Metrics.Handshakes.WithLabelValues(e.opts.Name, direction, result).Inc()
+}
+
+func (e *Endpoint) accept() {
+	defer e.wg.Done()
+	conf := e.opts.Identity.ServerConfig(func(err error) {
+		e.handshake("accept", "rejected")
+		e.opts.Log.Warn("rejected peer certificate", "transport", "tls", "err", err)
+	})
+	for {
+		raw, err := e.ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			time.Sleep(10 * time.Millisecond) // out of descriptors: slow down
+			continue
+		}
+		go e.serve(tls.Server(raw, conf))
+	}
+}
+
+func (e *Endpoint) serve(c *tls.Conn) {
+	ctx, cancel := context.WithTimeout(e.ctx, handshakeTimeout)
+	err := c.HandshakeContext(ctx)
+	cancel()
+	if err != nil {
+		c.Close() // a bad certificate was counted by the TLS config
+		return
+	}
+	peer, err := pki.PeerName(c.ConnectionState())
+	if err == nil && !e.opts.KnownPeer(peer) {
+		err = fmt.Errorf("relay %q is in no manifest this relay knows", peer)
+	}
+	if err != nil {
+		e.handshake("accept", "rejected")
+		e.opts.Log.Warn("rejected peer", "transport", "tls", "remote", c.RemoteAddr(), "err", err)
+		c.Close()
+		return
+	}
+	e.handshake("accept", "ok")
+	if !e.track(c) {
+		c.Close()
+		return
+	}
+	c.SetReadDeadline(time.Now().Add(headerTimeout))
+	e.opts.Handler(peer, c)
+}
+
+func (e *Endpoint) track(c *tls.Conn) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.ctx.Err() != nil {
+		return false
+	}
+	e.active[c] = struct{}{}
+	return true
+}
+
+// Done tells the endpoint a connection's flow has ended and it is closed.
+func (e *Endpoint) Done(c *tls.Conn) {
+	e.mu.Lock()
+	delete(e.active, c)
+	e.mu.Unlock()
+}
+
+// Pool returns the pool of connections to a peer, creating it (and starting
+// to fill it) on first use.
+func (e *Endpoint) Pool(peer string, addrs []string) *Pool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if p := e.pools[peer]; p != nil {
+		return p
+	}
+	conf := e.opts.Identity.ClientConfig(peer)
+	conf.ClientSessionCache = tls.NewLRUClientSessionCache(64)
+	p := &Pool{e: e, peer: peer, addrs: addrs, wake: make(chan struct{}, 1), conf: conf}
+	e.pools[peer] = p
+	if e.ctx.Err() == nil {
+		e.wg.Add(1)
+		go func() {
+			defer e.wg.Done()
+			p.fill()
+		}()
+	}
+	return p
+}
+
+// Close stops accepting, closes every spare and waits for the pools.
+func (e *Endpoint) Close() error {
+	e.cancel()
+	err := e.ln.Close()
+	e.wg.Wait()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, p := range e.pools {
+		p.drain()
+	}
+	for c := range e.active {
+		c.NetConn().Close() // ends the flow; its relay goroutines see the error
+	}
+	return err
+}
+
+// Pool keeps handshaken connections to one peer ready for new flows.
+type Pool struct {
+	e     *Endpoint
+	peer  string
+	addrs []string
+	wake  chan struct{}
+	// conf resumes TLS 1.3 sessions: a refill then skips certificate
+	// signatures and verification, the costly part of a handshake. The
+	// peer's identity is bound to the ticket it issued after a full,
+	// verified handshake.
+	conf *tls.Config
+
+	mu     sync.Mutex
+	spares []spare
+}
+
+type spare struct {
+	c    *tls.Conn
+	born time.Time
+}
+
+// Get returns a connection for one flow: a spare when one is ready and
+// alive, else a new one dialed now.
+func (p *Pool) Get(ctx context.Context) (*tls.Conn, error) {
+	defer p.refill()
+	for {
+		p.mu.Lock()
+		n := len(p.spares)
+		if n == 0 {
+			p.mu.Unlock()
+			break
+		}
+		s := p.spares[n-1]
+		p.spares = p.spares[:n-1]
+		p.mu.Unlock()
+		if time.Since(s.born) < spareMaxAge && alive(s.c) && p.e.track(s.c) {
+			return s.c, nil
+		}
+		s.c.Close()
+	}
+	c, err := p.dial(ctx)
+	if err == nil && !p.e.track(c) {
+		c.Close()
+		return nil, errors.New("relay shutting down")
+	}
+	return c, err
+}
+
+func (p *Pool) refill() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// fill keeps the pool at its size, replaces spares before they age out,
+// and backs off while the peer cannot be reached.
+func (p *Pool) fill() {
+	backoff := minBackoff
+	for {
+		p.mu.Lock()
+		now := time.Now()
+		kept := p.spares[:0]
+		for _, s := range p.spares {
+			if now.Sub(s.born) < spareMaxAge-5*time.Second {
+				kept = append(kept, s)
+			} else {
+				s.c.Close()
+			}
+		}
+		p.spares = kept
+		missing := p.e.opts.Spares - len(p.spares)
+		p.mu.Unlock()
+		if missing > 0 {
+			if err := p.add(min(missing, refillParallel)); err != nil {
+				if p.e.ctx.Err() != nil {
+					return
+				}
+				p.e.opts.Log.Warn("cannot reach peer", "transport", "tls", "peer", p.peer, "err", err, "retry_in", backoff)
+				select {
+				case <-time.After(backoff/2 + rand.N(backoff/2+1)):
+				case <-p.e.ctx.Done():
+					return
+				}
+				backoff = min(2*backoff, maxBackoff)
+			} else {
+				backoff = minBackoff
+			}
+			continue
+		}
+		select {
+		case <-p.wake:
+		case <-time.After(5 * time.Second):
+		case <-p.e.ctx.Done():
+			return
+		}
+	}
+}
+
+// add dials n spares at once; it fails only if none could be made.
+func (p *Pool) add(n int) error {
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			ctx, cancel := context.WithTimeout(p.e.ctx, handshakeTimeout)
+			defer cancel()
+			c, err := p.dial(ctx)
+			if err == nil {
+				p.mu.Lock()
+				p.spares = append(p.spares, spare{c: c, born: time.Now()})
+				p.mu.Unlock()
+			}
+			errs <- err
+		}()
+	}
+	var failed []error
+	for range n {
+		if err := <-errs; err != nil {
+			failed = append(failed, err)
+		}
+	}
+	if len(failed) == n {
+		return errors.Join(failed...)
+	}
+	return nil
+}
+
+func (p *Pool) drain() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, s := range p.spares {
+		s.c.Close()
+	}
+	p.spares = nil
+}
+
+func (p *Pool) dial(ctx context.Context) (*tls.Conn, error) {
+	var errs []error
+	for _, a := range p.addrs {
+		var d net.Dialer
+		raw, err := d.DialContext(ctx, "tcp", a)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		c := tls.Client(raw, p.conf)
+		if err := c.HandshakeContext(ctx); err != nil {
+			raw.Close()
+			p.e.handshake("dial", "failed")
+			errs = append(errs, fmt.Errorf("%s: %w", a, err))
+			continue
+		}
+		p.e.handshake("dial", "ok")
+		return c, nil
+	}
+	if len(errs) == 0 {
+		return nil, fmt.Errorf("relay %q has no endpoints", p.peer)
+	}
+	return nil, errors.Join(errs...)
+}
+
+// alive reports whether a spare's socket has no EOF and no error pending, as
+// a peer that restarted or closed it would show. Pending data is fine: TLS
+// 1.3 servers send session tickets after the handshake, and crypto/tls
+// reads them with the flow's first read.
+func alive(c *tls.Conn) bool {
+	tc, ok := c.NetConn().(*net.TCPConn)
+	if !ok {
+		return true
+	}
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	ok = false
+	rc.Read(func(fd uintptr) bool {
+		var b [1]byte
+		n, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		ok = err == unix.EAGAIN || (err == nil && n > 0)
+		return true
+	})
+	return ok
+}
