@@ -10,9 +10,9 @@ import (
 	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/hoplink/hoplink/relay"
 	"github.com/hoplink/hoplink/relay/admin"

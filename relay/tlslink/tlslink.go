@@ -34,8 +34,8 @@ const (
 	DefaultSpares = 8
 	// refillParallel bounds concurrent handshakes of one pool refilling.
 	refillParallel = 4
-	minBackoff    = 100 * time.Millisecond
-	maxBackoff    = 5 * time.Second
+	minBackoff     = 100 * time.Millisecond
+	maxBackoff     = 5 * time.Second
 )
 
 // Options configure an Endpoint.
