@@ -182,6 +182,7 @@ func (r *Relay) openTunnel(t *v1alpha1.Tunnel) error {
 		if err != nil {
 			return fmt.Errorf("Tunnel %q: spec.listen: %w", key, err)
 		}
+		sizeUDP(pc.(*net.UDPConn))
 		u := newUDPEntry(r, t, pc.(*net.UDPConn))
 		stop = u.close
 		r.wg.Add(1)

@@ -2,7 +2,7 @@
 # Forwarding benchmark, all in one run on loopback so figures compare:
 #   TCP throughput (iperf3): direct, haproxy, hoplink plain forward (route [hk]),
 #     rathole (Noise), hoplink 1 hop (hk -> la) and 3 hops (hk -> m1 -> m2 -> la);
-#   UDP at a fixed offered rate: direct vs 1 hop;
+#   UDP at fixed offered rates (a sweep, to find where loss starts): direct vs 1 hop;
 #   time to first byte of new connections, request/response latency with 300
 #     clients, and relay RSS with 10,000 open flows (hack/bench/flowbench).
 # Each relay is its own `hoplink relay` process, as on separate hosts.
@@ -17,7 +17,7 @@ root=$PWD
 DURATION=${DURATION:-10}     # seconds per iperf3 run
 RR_SECONDS=${RR_SECONDS:-30} # seconds of the 300-client test
 RR_CLIENTS=${RR_CLIENTS:-300}
-UDP_RATE=${UDP_RATE:-1G}     # offered UDP rate
+UDP_RATES=${UDP_RATES:-200M 350M 500M 1G} # offered UDP rates
 FLOWS=${FLOWS:-10000}        # flows held open for the memory figure
 TTFB_N=${TTFB_N:-1000}
 OUT=${OUT:-docs/benchmarks.md}
@@ -205,8 +205,8 @@ json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
 tcp_gbps() { # port -> "gbps retransmits"
   iperf3 -c 127.0.0.1 -p "$1" -t "$DURATION" -J | json "'%.2f %d' % (d['end']['sum_received']['bits_per_second']/1e9, d['end']['sum_sent'].get('retransmits', 0))"
 }
-udp_run() { # port -> "received_mbps loss_percent"
-  iperf3 -c 127.0.0.1 -p "$1" -u -b "$UDP_RATE" -l 1200 -t "$DURATION" -J |
+udp_run() { # port rate -> "received_mbps loss_percent"
+  iperf3 -c 127.0.0.1 -p "$1" -u -b "$2" -l 1200 -t "$DURATION" -J |
     json "'%.0f %.2f' % (d['end']['sum_received']['bits_per_second']/1e6, 100*d['end']['sum_received']['lost_packets']/max(1,d['end']['sum_received']['packets']))"
 }
 kv() { sed -n "s/.*$1=\([^ ]*\).*/\1/p"; }
@@ -216,9 +216,11 @@ log "TCP throughput, ${DURATION}s each"
 for name in direct:$IPERF haproxy:$P_HAPROXY plain:$P_PLAIN one:$P_ONE three:$P_THREE one_tls:$P_ONE_TLS three_tls:$P_THREE_TLS $( ((have_rathole)) && echo rathole:$P_RATHOLE); do
   TCP[${name%%:*}]=$(tcp_gbps "${name#*:}"); echo "${name%%:*}: ${TCP[${name%%:*}]}" >&2
 done
-log "UDP at $UDP_RATE offered, 1200-byte datagrams"
-for name in direct:$IPERF one:$P_ONE; do
-  UDP[${name%%:*}]=$(udp_run "${name#*:}"); echo "${name%%:*}: ${UDP[${name%%:*}]}" >&2
+log "UDP at $UDP_RATES offered, 1200-byte datagrams"
+for rate in $UDP_RATES; do
+  for name in direct:$IPERF one:$P_ONE; do
+    UDP[${name%%:*}@$rate]=$(udp_run "${name#*:}" "$rate"); echo "${name%%:*} at $rate: ${UDP[${name%%:*}@$rate]}" >&2
+  done
 done
 log "time to first byte, $TTFB_N new connections each"
 for name in direct:$ECHO haproxy:$E_HAPROXY one:$E_ONE three:$E_THREE one_tls:$E_ONE_TLS three_tls:$E_THREE_TLS $( ((have_rathole)) && echo rathole:$E_RATHOLE); do
@@ -261,12 +263,13 @@ la_line=$(echo "$HOLD" | grep "pid=${relay_pid[la]} ")
   line "hoplink 1 hop, TLS 1.3 over TCP (transport: tls)" one_tls
   line "hoplink 3 hops, TLS 1.3 over TCP (transport: tls)" three_tls
   echo
-  echo "**UDP** at $UDP_RATE offered, 1200-byte datagrams (iperf3 -u, ${DURATION} s)"
+  echo "**UDP**, 1200-byte datagrams at fixed offered rates (iperf3 -u, ${DURATION} s each)"
   echo
-  echo "| path | received Mbit/s | loss |"
-  echo "|---|---|---|"
-  for k in direct one; do
-    set -- ${UDP[$k]}; printf '| %s | %s | %s%% |\n' "$([[ $k == direct ]] && echo direct || echo 'hoplink 1 hop')" "$1" "$2"
+  echo "| offered | direct Mbit/s | direct loss | hoplink 1 hop Mbit/s | 1 hop loss | points above direct |"
+  echo "|---|---|---|---|---|---|"
+  for rate in $UDP_RATES; do
+    set -- ${UDP[direct@$rate]} ${UDP[one@$rate]}
+    printf '| %s | %s | %s%% | %s | %s%% | %s |\n' "$rate" "$1" "$2" "$3" "$4" "$(python3 -c "print('%.2f' % ($4-$2))")"
   done
   echo
   echo "**Time to first byte** of a new connection ($TTFB_N connections one after another; connect, send 1 byte, receive its echo)"
