@@ -22,6 +22,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	quicgo "github.com/quic-go/quic-go"
+	"k8s.io/apimachinery/pkg/api/equality"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/relay/hop"
@@ -66,8 +67,15 @@ type Relay struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu        sync.Mutex
-	listeners []func()
+	mu      sync.Mutex
+	tunnels map[string]*entryTunnel // open listeners by Tunnel key
+}
+
+// entryTunnel is a Tunnel's open listener on this relay, with the spec it
+// was opened with: a Tunnel whose spec changes is reopened.
+type entryTunnel struct {
+	spec v1alpha1.TunnelSpec
+	stop func()
 }
 
 // New checks the config; Start binds the sockets.
@@ -88,7 +96,7 @@ func New(cfg Config) (*Relay, error) {
 		cfg.Log = slog.Default()
 	}
 	cfg.Log = cfg.Log.With("relay", cfg.Name)
-	r := &Relay{cfg: cfg, flows: make(chan struct{}, cfg.MaxFlows)}
+	r := &Relay{cfg: cfg, flows: make(chan struct{}, cfg.MaxFlows), tunnels: map[string]*entryTunnel{}}
 	r.set.Store(cfg.Manifests)
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	return r, nil
@@ -137,15 +145,7 @@ func (r *Relay) Start() error {
 		ep.Close()
 		return fmt.Errorf("RelayNode %q: spec.listen: %w", r.cfg.Name, err)
 	}
-	for _, peer := range set.NextHops(r.cfg.Name) {
-		r.link(set, peer)
-	}
-	for _, c := range set.Chains {
-		route := manifest.Route(c)
-		if i := slices.Index(route, r.cfg.Name); c.Spec.Transport == v1alpha1.TransportTLS && i >= 0 && i+1 < len(route) {
-			r.tl.Pool(route[i+1], set.Relay(route[i+1]).Spec.Endpoints) // warm it now
-		}
-	}
+	r.connectPeers(set)
 	for _, t := range set.EntryTunnels(r.cfg.Name) {
 		if err := r.openTunnel(t); err != nil {
 			r.Close()
@@ -159,6 +159,62 @@ func (r *Relay) Start() error {
 
 func (r *Relay) link(set *manifest.Set, peer string) *rquic.Link {
 	return r.ep.Link(peer, set.Relay(peer).Spec.Endpoints)
+}
+
+// connectPeers starts the links (and warms the TLS pools) of every peer the
+// manifests route this relay's flows to, and gives existing links the
+// peers' current endpoints.
+func (r *Relay) connectPeers(set *manifest.Set) {
+	for _, peer := range set.NextHops(r.cfg.Name) {
+		r.link(set, peer).SetAddrs(set.Relay(peer).Spec.Endpoints)
+	}
+	for _, c := range set.Chains {
+		route := manifest.Route(c)
+		if i := slices.Index(route, r.cfg.Name); c.Spec.Transport == v1alpha1.TransportTLS && i >= 0 && i+1 < len(route) {
+			r.tl.Pool(route[i+1], set.Relay(route[i+1]).Spec.Endpoints) // warm it now
+		}
+	}
+}
+
+// Update applies new manifests to a running relay. New flows follow them at
+// once; flows already open finish on the path they started on. Listeners of
+// Tunnels that are gone or whose spec changed close (their open TCP flows
+// go on), and new ones open. A Tunnel that cannot open is reported in the
+// returned error and does not stop the others. The relay's own listen
+// address is fixed at Start.
+func (r *Relay) Update(set *manifest.Set) error {
+	if set.Relay(r.cfg.Name) == nil {
+		return fmt.Errorf("RelayNode %q is no longer in the manifests; keeping the previous ones", r.cfg.Name)
+	}
+	r.set.Store(set)
+	r.connectPeers(set)
+	want := map[string]*v1alpha1.Tunnel{}
+	for _, t := range set.EntryTunnels(r.cfg.Name) {
+		want[manifest.Key(t.Namespace, t.Name)] = t
+	}
+	r.mu.Lock()
+	var stops []func()
+	for key, et := range r.tunnels {
+		if t := want[key]; t == nil || !equality.Semantic.DeepEqual(et.spec, t.Spec) {
+			stops = append(stops, et.stop)
+			delete(r.tunnels, key)
+			r.cfg.Log.Info("tunnel closed", "tunnel", key)
+		}
+	}
+	r.mu.Unlock()
+	for _, stop := range stops {
+		stop()
+	}
+	var errs []error
+	for key, t := range want {
+		r.mu.Lock()
+		_, open := r.tunnels[key]
+		r.mu.Unlock()
+		if !open {
+			errs = append(errs, r.openTunnel(t))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func (r *Relay) openTunnel(t *v1alpha1.Tunnel) error {
@@ -194,7 +250,7 @@ func (r *Relay) openTunnel(t *v1alpha1.Tunnel) error {
 		return fmt.Errorf("Tunnel %q: spec.protocol %q is not supported", key, t.Spec.Protocol)
 	}
 	r.mu.Lock()
-	r.listeners = append(r.listeners, stop)
+	r.tunnels[key] = &entryTunnel{spec: *t.Spec.DeepCopy(), stop: stop}
 	r.mu.Unlock()
 	chain := r.set.Load().ChainOf(t)
 	r.cfg.Log.Info("tunnel open", "tunnel", key, "protocol", t.Spec.Protocol, "listen", addr,
@@ -207,11 +263,11 @@ func (r *Relay) openTunnel(t *v1alpha1.Tunnel) error {
 func (r *Relay) Close() error {
 	r.ready.Store(false)
 	r.mu.Lock()
-	stops := r.listeners
-	r.listeners = nil
+	tunnels := r.tunnels
+	r.tunnels = map[string]*entryTunnel{}
 	r.mu.Unlock()
-	for _, stop := range stops {
-		stop()
+	for _, et := range tunnels {
+		et.stop()
 	}
 	r.cancel()
 	var err error

@@ -32,12 +32,27 @@ const (
 )
 
 // ChainSpec names the relays a flow may cross from entry to exit.
+//
+// +kubebuilder:validation:XValidation:rule="(has(self.mode) && self.mode != 'static') || (has(self.route) && size(self.route) > 0)",message="spec.route is required when spec.mode is static: list the relays from spec.entry to spec.exit"
+// +kubebuilder:validation:XValidation:rule="!has(self.route) || size(self.route) == 0 || self.route[0] == self.entry",message="spec.route must start at spec.entry"
+// +kubebuilder:validation:XValidation:rule="!has(self.route) || size(self.route) == 0 || self.route[size(self.route) - 1] == self.exit",message="spec.route must end at spec.exit"
+// +kubebuilder:validation:XValidation:rule="!has(self.route) || self.route.all(r, r == self.entry || r == self.exit || (has(self.via) && r in self.via))",message="spec.route may name only spec.entry, spec.exit and relays listed in spec.via"
+// +kubebuilder:validation:XValidation:rule="!has(self.route) || self.route.all(r, self.route.exists_one(x, x == r))",message="spec.route names a relay more than once"
 type ChainSpec struct {
 	// Entry is the RelayNode where traffic enters the chain.
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.entry is immutable: create a new Chain for another entry relay"
 	Entry string `json:"entry"`
 	// Exit is the RelayNode that dials the target.
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.exit is immutable: create a new Chain for another exit relay"
 	Exit string `json:"exit"`
 	// Via lists the RelayNodes a route may pass through between entry and exit.
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	// +optional
 	Via []string `json:"via,omitempty"`
 	// Mode chooses how the route is picked.
@@ -47,6 +62,9 @@ type ChainSpec struct {
 	// Route is the ordered list of RelayNodes a flow crosses, from entry to
 	// exit. Required for static mode. A route of one relay (entry == exit)
 	// is a plain port forward.
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	// +optional
 	Route []string `json:"route,omitempty"`
 	// Transport between the chain's relays for TCP flows.
@@ -57,9 +75,20 @@ type ChainSpec struct {
 
 // ChainStatus is the route in use and why the chain is or is not usable.
 type ChainStatus struct {
-	// Route currently used by new flows.
+	// ObservedGeneration is the spec generation this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Route currently used by new flows. Relays read it: in static mode it
+	// is spec.route once every relay on it exists; in sum and pipe mode the
+	// route controller writes it.
 	// +optional
 	Route []string `json:"route,omitempty"`
+	// Latency is the route's latency as last estimated by the route
+	// controller (sum and pipe modes).
+	// +optional
+	Latency *metav1.Duration `json:"latency,omitempty"`
+	// +listType=map
+	// +listMapKey=type
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
@@ -68,6 +97,12 @@ type ChainStatus struct {
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=ch,categories=hoplink
+// +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`
+// +kubebuilder:printcolumn:name="Route",type=string,JSONPath=`.status.route`
+// +kubebuilder:printcolumn:name="Latency",type=string,JSONPath=`.status.latency`
+// +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Chain struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

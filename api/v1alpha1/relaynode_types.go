@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -13,39 +14,93 @@ type RelayListen struct {
 	// Address to bind; empty binds every address.
 	// +optional
 	Address string `json:"address,omitempty"`
-	// Port is the UDP port for relay-to-relay QUIC.
+	// Port is the relay-to-relay port: QUIC on UDP and TLS on TCP. In a
+	// cluster the relay serves metrics and probes on the next port.
 	// +kubebuilder:validation:Minimum=1
-	// +kubebuilder:validation:Maximum=65535
+	// +kubebuilder:validation:Maximum=65534
 	// +kubebuilder:default=7401
 	// +optional
 	Port int32 `json:"port,omitempty"`
 }
 
-// RelayNodeSpec describes one relay: where it listens and how peers reach it.
+// RelayNodeSpec describes one relay: where it listens, how peers reach it
+// and, in a cluster, where its pods run.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.external) || !self.external || (has(self.endpoints) && size(self.endpoints) > 0)",message="spec.endpoints is required when spec.external is true: list the host:port addresses where peers reach that relay"
 type RelayNodeSpec struct {
 	// Listen is the relay-to-relay listener.
 	// +optional
 	Listen RelayListen `json:"listen,omitempty"`
 	// Endpoints are the host:port addresses peers dial to reach this relay,
-	// tried in order. Required outside a cluster.
+	// tried in order. Required outside a cluster; in a cluster they replace
+	// the node or pod addresses the operator would publish.
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=261
+	// +kubebuilder:validation:items:Pattern=`^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?):([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])$`
 	// +optional
 	Endpoints []string `json:"endpoints,omitempty"`
+	// External marks a relay that runs outside this cluster (another
+	// cluster, a VM): the operator issues its certificate and publishes its
+	// spec.endpoints, but runs no pods for it.
+	// +optional
+	External bool `json:"external,omitempty"`
+	// HostNetwork runs relay pods in the node's network namespace, so the
+	// relay port is reachable at the node's address from outside the
+	// cluster. Pod-network relays are reachable inside the cluster only.
+	// +kubebuilder:default=true
+	// +optional
+	HostNetwork *bool `json:"hostNetwork,omitempty"`
+	// NodeSelector picks the nodes that run this relay (one pod per node).
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+	// Tolerations of the relay pods.
+	// +optional
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+	// Resources of the relay container.
+	// +optional
+	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
+	// Image overrides the relay image the operator runs.
+	// +optional
+	Image string `json:"image,omitempty"`
 }
 
 // RelayNodeStatus is what the operator observed of a RelayNode.
 type RelayNodeStatus struct {
-	// Endpoints peers use to reach this relay.
+	// ObservedGeneration is the spec generation this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Desired is the number of nodes that should run this relay.
+	// +optional
+	Desired int32 `json:"desired"`
+	// Ready is the number of relay pods that are ready.
+	// +optional
+	Ready int32 `json:"ready"`
+	// Endpoints peers use to reach this relay: spec.endpoints when set,
+	// else the node (host network) or pod address of each ready relay pod.
 	// +optional
 	Endpoints []string `json:"endpoints,omitempty"`
+	// CertificateNotAfter is when the relay's current certificate expires;
+	// the operator renews it well before.
+	// +optional
+	CertificateNotAfter *metav1.Time `json:"certificateNotAfter,omitempty"`
+	// +listType=map
+	// +listMapKey=type
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 
-// RelayNode is one relay of the hoplink network.
+// RelayNode is one relay of the hoplink network. Its name is the relay's
+// identity in certificates and routes.
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:shortName=rn
+// +kubebuilder:resource:shortName=rn,categories=hoplink
+// +kubebuilder:printcolumn:name="Desired",type=integer,JSONPath=`.status.desired`
+// +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.ready`
+// +kubebuilder:printcolumn:name="Endpoints",type=string,JSONPath=`.status.endpoints`
+// +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS label (lower-case letters, digits and '-', at most 63 characters): a relay's name is its certificate name"
 type RelayNode struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

@@ -49,17 +49,24 @@ type UDPOptions struct {
 
 // TunnelSpec is one forwarded service: a listener on the chain's entry relay
 // and the target its exit relay dials.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.udp) || (has(self.protocol) && self.protocol == 'udp')",message="spec.udp applies only to protocol udp: remove it or set spec.protocol: udp"
 type TunnelSpec struct {
 	// Chain is the name of the Chain this Tunnel's flows travel.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
 	Chain string `json:"chain"`
 	// Protocol is tcp or udp.
 	// +kubebuilder:default=tcp
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.protocol is immutable: create a new Tunnel for another protocol"
 	// +optional
 	Protocol Protocol `json:"protocol,omitempty"`
 	// Listen is opened on the chain's entry relay.
 	Listen TunnelListen `json:"listen"`
 	// Target is the host:port the exit relay dials. It is the only
 	// destination this Tunnel can reach.
+	// +kubebuilder:validation:MaxLength=261
+	// +kubebuilder:validation:Pattern=`^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?):([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])$`
 	Target string `json:"target"`
 	// UDP tunes UDP sessions; ignored for tcp.
 	// +optional
@@ -68,9 +75,15 @@ type TunnelSpec struct {
 
 // TunnelStatus says where clients connect and whether the Tunnel works.
 type TunnelStatus struct {
-	// Address clients use.
+	// ObservedGeneration is the spec generation this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Address clients in the cluster use: the Tunnel's Service,
+	// NAME.NAMESPACE.svc:PORT.
 	// +optional
 	Address string `json:"address,omitempty"`
+	// +listType=map
+	// +listMapKey=type
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
@@ -79,6 +92,12 @@ type TunnelStatus struct {
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=tnl,categories=hoplink
+// +kubebuilder:printcolumn:name="Chain",type=string,JSONPath=`.spec.chain`
+// +kubebuilder:printcolumn:name="Protocol",type=string,JSONPath=`.spec.protocol`
+// +kubebuilder:printcolumn:name="Address",type=string,JSONPath=`.status.address`
+// +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Tunnel struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

@@ -14,30 +14,40 @@ import (
 	"github.com/hoplink/hoplink/api/v1alpha1"
 )
 
-// problems collects field errors, each naming file, object and field.
-type problems struct{ errs []error }
+// problems collects field errors, each naming file, object and field, and
+// remembers which objects have one.
+type problems struct {
+	errs []error
+	objs map[string]bool // kind + " " + name
+}
 
 func (p *problems) add(src Source, kind, name, field, format string, args ...any) {
 	p.errs = append(p.errs, fmt.Errorf("%s: %s %q: %s: %s", src, kind, name, field, fmt.Sprintf(format, args...)))
+	if p.objs == nil {
+		p.objs = map[string]bool{}
+	}
+	p.objs[kind+" "+name] = true
 }
 
 func (p *problems) err() error { return errors.Join(p.errs...) }
 
 // Validate checks every object and every reference between them.
-func (s *Set) Validate() error {
-	var p problems
+func (s *Set) Validate() error { return s.validate().err() }
+
+func (s *Set) validate() *problems {
+	p := &problems{}
 	for _, r := range s.Relays {
-		s.validateRelay(&p, r)
+		s.validateRelay(p, r)
 	}
 	for _, c := range s.Chains {
-		s.validateChain(&p, c)
+		s.validateChain(p, c)
 	}
 	for _, t := range s.Tunnels {
-		s.validateTunnel(&p, t)
+		s.validateTunnel(p, t)
 	}
-	s.validateEndpoints(&p)
-	s.validateTunnelListeners(&p)
-	return p.err()
+	s.validateEndpoints(p)
+	s.validateTunnelListeners(p)
+	return p
 }
 
 func (s *Set) validateRelay(p *problems, r *v1alpha1.RelayNode) {

@@ -104,24 +104,37 @@ func (ca *CA) KeyPEM() ([]byte, error) {
 
 // LoadCA reads a CA certificate and key written by WriteCA.
 func LoadCA(certFile, keyFile string) (*CA, error) {
-	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+	certPEM, err := os.ReadFile(certFile)
 	if err != nil {
 		return nil, fmt.Errorf("load CA: %w", err)
 	}
+	keyPEM, err := os.ReadFile(keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("load CA: %w", err)
+	}
+	ca, err := ParseCA(certPEM, keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("load CA %s, %s: %w", certFile, keyFile, err)
+	}
+	return ca, nil
+}
+
+// ParseCA builds a CA from its PEM certificate and key.
+func ParseCA(certPEM, keyPEM []byte) (*CA, error) {
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, err
+	}
 	cert, err := x509.ParseCertificate(pair.Certificate[0])
 	if err != nil {
-		return nil, fmt.Errorf("load CA %s: %w", certFile, err)
+		return nil, err
 	}
 	if !cert.IsCA {
-		return nil, fmt.Errorf("load CA: %s is not a CA certificate", certFile)
+		return nil, errors.New("the certificate is not a CA certificate")
 	}
 	signer, ok := pair.PrivateKey.(crypto.Signer)
 	if !ok {
-		return nil, fmt.Errorf("load CA: %s holds a key that cannot sign", keyFile)
-	}
-	certPEM, err := os.ReadFile(certFile)
-	if err != nil {
-		return nil, err
+		return nil, errors.New("the key cannot sign")
 	}
 	return &CA{Cert: cert, Key: signer, PEM: certPEM}, nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"sync"
 	"time"
 )
@@ -34,6 +35,14 @@ type Link struct {
 
 func newLink(e *Endpoint, peer string, addrs []string) *Link {
 	return &Link{e: e, peer: peer, addrs: addrs, up: make(chan struct{})}
+}
+
+// SetAddrs replaces the peer's endpoints; the next dial uses them. A live
+// connection stays up.
+func (l *Link) SetAddrs(addrs []string) {
+	l.mu.Lock()
+	l.addrs = slices.Clone(addrs)
+	l.mu.Unlock()
 }
 
 // ErrPeerDown is returned when a peer could not be reached in time.
@@ -124,8 +133,11 @@ func (l *Link) run() {
 }
 
 func (l *Link) dial() (*Conn, error) {
+	l.mu.Lock()
+	addrs := l.addrs
+	l.mu.Unlock()
 	var errs []error
-	for _, a := range l.addrs {
+	for _, a := range addrs {
 		addr, err := net.ResolveUDPAddr("udp", a)
 		if err != nil {
 			errs = append(errs, err)

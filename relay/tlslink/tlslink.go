@@ -158,6 +158,9 @@ func (e *Endpoint) Pool(peer string, addrs []string) *Pool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if p := e.pools[peer]; p != nil {
+		p.mu.Lock()
+		p.addrs = addrs // endpoints may change while the relay runs
+		p.mu.Unlock()
 		return p
 	}
 	conf := e.opts.Identity.ClientConfig(peer)
@@ -328,7 +331,10 @@ func (p *Pool) drain() {
 
 func (p *Pool) dial(ctx context.Context) (*tls.Conn, error) {
 	var errs []error
-	for _, a := range p.addrs {
+	p.mu.Lock()
+	addrs := p.addrs
+	p.mu.Unlock()
+	for _, a := range addrs {
 		var d net.Dialer
 		raw, err := d.DialContext(ctx, "tcp", a)
 		if err != nil {

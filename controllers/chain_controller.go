@@ -1,0 +1,141 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/hoplink/hoplink/api/v1alpha1"
+)
+
+// ChainReconciler checks a Chain against the RelayNodes it names and
+// publishes the route relays use. Static chains get spec.route; sum and pipe
+// chains are routed by the route controller, which writes status.route.
+type ChainReconciler struct {
+	client.Client
+}
+
+// +kubebuilder:rbac:groups=hoplink.dev,resources=chains,verbs=get;list;watch
+// +kubebuilder:rbac:groups=hoplink.dev,resources=chains/status,verbs=get;update;patch
+
+func (r *ChainReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var ch v1alpha1.Chain
+	if err := r.Get(ctx, req.NamespacedName, &ch); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	status := ch.Status.DeepCopy()
+	status.ObservedGeneration = ch.Generation
+	cond := r.check(ctx, &ch, status)
+	cond.Type, cond.ObservedGeneration = conditionReady, ch.Generation
+	meta.SetStatusCondition(&status.Conditions, cond)
+	if equality.Semantic.DeepEqual(&ch.Status, status) {
+		return ctrl.Result{}, nil
+	}
+	orig := ch.DeepCopy()
+	ch.Status = *status
+	return ctrl.Result{}, r.Status().Patch(ctx, &ch, client.MergeFrom(orig))
+}
+
+// check fills status.route for static chains and says whether the chain
+// can carry flows, and if not, what to do about it.
+func (r *ChainReconciler) check(ctx context.Context, ch *v1alpha1.Chain, status *v1alpha1.ChainStatus) metav1.Condition {
+	var relays v1alpha1.RelayNodeList
+	if err := r.List(ctx, &relays, client.InNamespace(ch.Namespace)); err != nil {
+		return metav1.Condition{Status: metav1.ConditionUnknown, Reason: "ListFailed", Message: err.Error()}
+	}
+	byName := map[string]*v1alpha1.RelayNode{}
+	for i := range relays.Items {
+		byName[relays.Items[i].Name] = &relays.Items[i]
+	}
+	for _, ref := range chainRefs(ch) {
+		if byName[ref.name] == nil {
+			return metav1.Condition{Status: metav1.ConditionFalse, Reason: "RelayNotFound",
+				Message: fmt.Sprintf("%s names RelayNode %q, which does not exist in namespace %q", ref.field, ref.name, ch.Namespace)}
+		}
+	}
+	if ch.Spec.Mode == v1alpha1.ModeStatic || ch.Spec.Mode == "" {
+		status.Route = slices.Clone(ch.Spec.Route)
+	}
+	if len(status.Route) == 0 {
+		return metav1.Condition{Status: metav1.ConditionFalse, Reason: "NoRoute",
+			Message: fmt.Sprintf("mode %s: no route chosen yet; the route controller picks one once it has measured the links", ch.Spec.Mode)}
+	}
+	var notReady []string
+	for _, name := range status.Route {
+		if !meta.IsStatusConditionTrue(byName[name].Status.Conditions, conditionReady) {
+			notReady = append(notReady, name)
+		}
+	}
+	if len(notReady) > 0 {
+		return metav1.Condition{Status: metav1.ConditionFalse, Reason: "RelayNotReady",
+			Message: fmt.Sprintf("RelayNode %s on the route %s not ready; see `kubectl -n %s get relaynodes %s`",
+				quoteJoin(notReady), map[bool]string{true: "is", false: "are"}[len(notReady) == 1], ch.Namespace, strings.Join(notReady, " "))}
+	}
+	return metav1.Condition{Status: metav1.ConditionTrue, Reason: "RouteReady",
+		Message: "every relay on route " + strings.Join(status.Route, " -> ") + " is ready"}
+}
+
+type relayRef struct{ field, name string }
+
+// chainRefs lists every RelayNode a Chain names, with the field naming it.
+func chainRefs(ch *v1alpha1.Chain) []relayRef {
+	refs := []relayRef{{"spec.entry", ch.Spec.Entry}, {"spec.exit", ch.Spec.Exit}}
+	for i, v := range ch.Spec.Via {
+		refs = append(refs, relayRef{fmt.Sprintf("spec.via[%d]", i), v})
+	}
+	for i, v := range ch.Spec.Route {
+		refs = append(refs, relayRef{fmt.Sprintf("spec.route[%d]", i), v})
+	}
+	return refs
+}
+
+func quoteJoin(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = fmt.Sprintf("%q", n)
+	}
+	return strings.Join(q, ", ")
+}
+
+// indexChainRelays indexes Chains by every RelayNode they name.
+const indexChainRelays = "hoplink.chain.relays"
+
+// SetupWithManager registers the reconciler; a RelayNode change requeues
+// the Chains that name it.
+func (r *ChainReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.Chain{}, indexChainRelays, func(o client.Object) []string {
+		var names []string
+		for _, ref := range chainRefs(o.(*v1alpha1.Chain)) {
+			if !slices.Contains(names, ref.name) {
+				names = append(names, ref.name)
+			}
+		}
+		return names
+	}); err != nil {
+		return err
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&v1alpha1.Chain{}).
+		Watches(&v1alpha1.RelayNode{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			var chains v1alpha1.ChainList
+			if err := mgr.GetClient().List(ctx, &chains, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexChainRelays: o.GetName()}); err != nil {
+				return nil
+			}
+			out := make([]reconcile.Request, len(chains.Items))
+			for i, c := range chains.Items {
+				out[i] = reconcile.Request{NamespacedName: types.NamespacedName{Namespace: c.Namespace, Name: c.Name}}
+			}
+			return out
+		})).
+		Complete(r)
+}

@@ -1,0 +1,400 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/hoplink/hoplink/api/v1alpha1"
+	"github.com/hoplink/hoplink/relay/pki"
+)
+
+var nsSeq atomic.Int32
+
+func mustCreateNamespace(ctx context.Context, name string) {
+	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		panic(err)
+	}
+}
+
+// namespace gives each test its own namespace.
+func namespace(t *testing.T) string {
+	name := fmt.Sprintf("t%d-%s", nsSeq.Add(1), strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name())))
+	if len(name) > 63 {
+		name = name[:63]
+	}
+	name = strings.TrimRight(name, "-")
+	mustCreateNamespace(context.Background(), name)
+	return name
+}
+
+// eventually polls check until it returns nil, for at most 20 s.
+func eventually(t *testing.T, what string, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %v", what, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func create(t *testing.T, o client.Object) {
+	t.Helper()
+	if err := k8s.Create(context.Background(), o); err != nil {
+		t.Fatalf("create %T %s: %v", o, o.GetName(), err)
+	}
+}
+
+func relayNode(ns, name string, mutate ...func(*v1alpha1.RelayNode)) *v1alpha1.RelayNode {
+	rn := &v1alpha1.RelayNode{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	for _, m := range mutate {
+		m(rn)
+	}
+	return rn
+}
+
+func chain(ns, name string, route ...string) *v1alpha1.Chain {
+	c := &v1alpha1.Chain{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: v1alpha1.ChainSpec{
+		Entry: route[0], Exit: route[len(route)-1], Route: route,
+	}}
+	if len(route) > 2 {
+		c.Spec.Via = route[1 : len(route)-1]
+	}
+	return c
+}
+
+func tunnel(ns, name, chain string, port int32) *v1alpha1.Tunnel {
+	return &v1alpha1.Tunnel{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: v1alpha1.TunnelSpec{
+		Chain: chain, Listen: v1alpha1.TunnelListen{Port: port}, Target: "backend.example:80",
+	}}
+}
+
+// readyCondition returns the object's Ready condition, or an error saying it has none.
+func readyCondition(o client.Object) (*metav1.Condition, error) {
+	if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(o), o); err != nil {
+		return nil, err
+	}
+	var conds []metav1.Condition
+	switch v := o.(type) {
+	case *v1alpha1.RelayNode:
+		conds = v.Status.Conditions
+	case *v1alpha1.Chain:
+		conds = v.Status.Conditions
+	case *v1alpha1.Tunnel:
+		conds = v.Status.Conditions
+	}
+	c := meta.FindStatusCondition(conds, conditionReady)
+	if c == nil {
+		return nil, fmt.Errorf("%s has no Ready condition yet", o.GetName())
+	}
+	return c, nil
+}
+
+func waitReason(t *testing.T, o client.Object, reason string) *metav1.Condition {
+	t.Helper()
+	var got *metav1.Condition
+	eventually(t, fmt.Sprintf("%T %s Ready reason %s", o, o.GetName(), reason), func() error {
+		c, err := readyCondition(o)
+		if err != nil {
+			return err
+		}
+		if c.Reason != reason {
+			return fmt.Errorf("reason %s (%s)", c.Reason, c.Message)
+		}
+		got = c
+		return nil
+	})
+	return got
+}
+
+// runRelayPod stands in for the DaemonSet controller and kubelet, which
+// envtest does not run: it reports one scheduled, ready relay pod on a node.
+func runRelayPod(t *testing.T, rn *v1alpha1.RelayNode, hostIP string) {
+	t.Helper()
+	ctx := context.Background()
+	ds := &appsv1.DaemonSet{}
+	eventually(t, "DaemonSet exists", func() error {
+		return k8s.Get(ctx, types.NamespacedName{Namespace: rn.Namespace, Name: RelayObjectName(rn.Name)}, ds)
+	})
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: rn.Namespace, Name: RelayObjectName(rn.Name) + "-x", Labels: ds.Spec.Template.Labels},
+		Spec:       *ds.Spec.Template.Spec.DeepCopy(),
+	}
+	create(t, pod)
+	pod.Status = corev1.PodStatus{HostIP: hostIP, PodIP: "10.244.0.9", Phase: corev1.PodRunning,
+		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+	if err := k8s.Status().Update(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	ds.Status = appsv1.DaemonSetStatus{DesiredNumberScheduled: 1, CurrentNumberScheduled: 1, NumberReady: 1, NumberAvailable: 1}
+	if err := k8s.Status().Update(ctx, ds); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRelayNodeBecomesDaemonSetWithCertificateAndRBAC(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	rn := relayNode(ns, "hk", func(r *v1alpha1.RelayNode) {
+		r.Spec.Listen.Port = 7500
+		r.Spec.NodeSelector = map[string]string{"hoplink.dev/edge": "true"}
+		r.Spec.Tolerations = []corev1.Toleration{{Key: "edge", Operator: corev1.TolerationOpExists}}
+	})
+	create(t, rn)
+	name := types.NamespacedName{Namespace: ns, Name: RelayObjectName("hk")}
+
+	ds := &appsv1.DaemonSet{}
+	eventually(t, "DaemonSet", func() error { return k8s.Get(ctx, name, ds) })
+	pod := ds.Spec.Template.Spec
+	c := pod.Containers[0]
+	if !pod.HostNetwork || pod.NodeSelector["hoplink.dev/edge"] != "true" || len(pod.Tolerations) != 1 || pod.ServiceAccountName != name.Name {
+		t.Errorf("pod spec does not follow the RelayNode: %+v", pod)
+	}
+	if c.Image != "hoplink:test" || strings.Join(c.Args, " ") != "relay --kube --relaynode hk --namespace "+ns+" --metrics-addr :7501" {
+		t.Errorf("container: image %s args %v", c.Image, c.Args)
+	}
+	if c.Ports[0].ContainerPort != 7500 || c.Ports[0].Protocol != corev1.ProtocolUDP || c.ReadinessProbe.HTTPGet.Port.IntVal != 7501 {
+		t.Errorf("ports/probes: %+v %+v", c.Ports, c.ReadinessProbe)
+	}
+	if sc := c.SecurityContext; sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot || len(sc.Capabilities.Drop) != 1 {
+		t.Errorf("relay must run as non-root without capabilities: %+v", sc)
+	}
+	if !metav1.IsControlledBy(ds, rn) {
+		t.Error("DaemonSet is not owned by the RelayNode, so it would outlive it")
+	}
+
+	var role rbacv1.Role
+	eventually(t, "Role", func() error { return k8s.Get(ctx, name, &role) })
+	for _, rule := range role.Rules {
+		for _, v := range rule.Verbs {
+			if v != "get" && v != "list" && v != "watch" {
+				t.Errorf("relay Role may %s %v: a relay needs read access only", v, rule.Resources)
+			}
+		}
+		if len(rule.Resources) == 1 && rule.Resources[0] == "secrets" && (len(rule.ResourceNames) != 1 || rule.ResourceNames[0] != name.Name) {
+			t.Errorf("relay may read Secrets %v; it needs only its own", rule.ResourceNames)
+		}
+	}
+	var rb rbacv1.RoleBinding
+	eventually(t, "RoleBinding", func() error { return k8s.Get(ctx, name, &rb) })
+	if rb.Subjects[0].Name != name.Name || rb.RoleRef.Name != name.Name {
+		t.Errorf("RoleBinding binds %v to %v", rb.Subjects, rb.RoleRef)
+	}
+	var sa corev1.ServiceAccount
+	eventually(t, "ServiceAccount", func() error { return k8s.Get(ctx, name, &sa) })
+
+	var secret corev1.Secret
+	eventually(t, "certificate Secret", func() error { return k8s.Get(ctx, name, &secret) })
+	caSecret := corev1.Secret{}
+	if err := k8s.Get(ctx, testCA, &caSecret); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pki.NewIdentity("hk", caSecret.Data["tls.crt"], secret.Data["tls.crt"], secret.Data["tls.key"]); err != nil {
+		t.Errorf("relay certificate is not valid for hk under the operator's CA: %v", err)
+	}
+	if string(secret.Data["ca.crt"]) != string(caSecret.Data["tls.crt"]) {
+		t.Error("relay Secret does not carry the CA certificate")
+	}
+
+	cond := waitReason(t, rn, "NoNodes")
+	if !strings.Contains(cond.Message, "nodeSelector") {
+		t.Errorf("NoNodes message does not say what to check: %s", cond.Message)
+	}
+	runRelayPod(t, rn, "192.0.2.7")
+	waitReason(t, rn, "RelaysReady")
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(rn), rn); err != nil {
+		t.Fatal(err)
+	}
+	if got := rn.Status.Endpoints; len(got) != 1 || got[0] != "192.0.2.7:7500" {
+		t.Errorf("endpoints %v, want the node address of the host-network pod", got)
+	}
+	if rn.Status.Desired != 1 || rn.Status.Ready != 1 || rn.Status.CertificateNotAfter == nil {
+		t.Errorf("status %+v", rn.Status)
+	}
+}
+
+func TestRelayNodeStatusIsNotRewrittenWhenNothingChanged(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	rn := relayNode(ns, "quiet", func(r *v1alpha1.RelayNode) { r.Spec.External = true; r.Spec.Endpoints = []string{"203.0.113.1:7401"} })
+	create(t, rn)
+	waitReason(t, rn, "External")
+	before := rn.ResourceVersion
+	// A change to an owned object requeues the RelayNode; its status is already right.
+	var secret corev1.Secret
+	if err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: RelayObjectName("quiet")}, &secret); err != nil {
+		t.Fatal(err)
+	}
+	secret.Annotations = map[string]string{"touched": "yes"}
+	if err := k8s.Update(ctx, &secret); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(rn), rn); err != nil {
+		t.Fatal(err)
+	}
+	if rn.ResourceVersion != before {
+		t.Errorf("RelayNode was written again (resourceVersion %s -> %s) though nothing changed", before, rn.ResourceVersion)
+	}
+	var ds appsv1.DaemonSet
+	if err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: RelayObjectName("quiet")}, &ds); !apierrors.IsNotFound(err) {
+		t.Errorf("an external relay got a DaemonSet (err %v)", err)
+	}
+}
+
+func TestRelayCertificateIsReissuedWhenNotFromTheCA(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	create(t, relayNode(ns, "rot", func(r *v1alpha1.RelayNode) { r.Spec.External = true; r.Spec.Endpoints = []string{"203.0.113.2:7401"} }))
+	key := types.NamespacedName{Namespace: ns, Name: RelayObjectName("rot")}
+	var secret corev1.Secret
+	eventually(t, "certificate Secret", func() error { return k8s.Get(ctx, key, &secret) })
+	foreign, err := pki.NewCA("someone else")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, k, _ := foreign.Issue("rot")
+	secret.Data["tls.crt"], secret.Data["tls.key"] = c, k
+	if err := k8s.Update(ctx, &secret); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "certificate reissued under the operator's CA", func() error {
+		if err := k8s.Get(ctx, key, &secret); err != nil {
+			return err
+		}
+		_, err := pki.NewIdentity("rot", secret.Data["ca.crt"], secret.Data["tls.crt"], secret.Data["tls.key"])
+		if err == nil && string(secret.Data["tls.crt"]) == string(c) {
+			return fmt.Errorf("still the foreign certificate")
+		}
+		return err
+	})
+}
+
+func TestCertificateRenewalWindow(t *testing.T) {
+	ca, err := pki.NewCA("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, k, _ := ca.Issue("hk")
+	data := map[string][]byte{"tls.crt": c, "tls.key": k, "ca.crt": ca.PEM}
+	if _, ok := (&RelayNodeReconciler{CA: ca, RenewBefore: pki.RelayValidity / 3}).certStillGood("hk", data); !ok {
+		t.Error("a fresh certificate was judged due for renewal")
+	}
+	if _, ok := (&RelayNodeReconciler{CA: ca, RenewBefore: pki.RelayValidity}).certStillGood("hk", data); ok {
+		t.Error("a certificate inside the renewal window was kept")
+	}
+	if _, ok := (&RelayNodeReconciler{CA: ca, RenewBefore: time.Hour}).certStillGood("la", data); ok {
+		t.Error("a certificate for another relay name was kept")
+	}
+}
+
+func TestRelayNodeNamesAreUniqueAcrossNamespaces(t *testing.T) {
+	a, b := namespace(t), namespace(t)
+	ext := func(r *v1alpha1.RelayNode) { r.Spec.External = true; r.Spec.Endpoints = []string{"203.0.113.3:7401"} }
+	first := relayNode(a, "twin", ext)
+	create(t, first)
+	waitReason(t, first, "External")
+	second := relayNode(b, "twin", ext)
+	create(t, second)
+	cond := waitReason(t, second, "NameConflict")
+	if !strings.Contains(cond.Message, a) {
+		t.Errorf("conflict message does not name the other namespace: %s", cond.Message)
+	}
+	var s corev1.Secret
+	if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: b, Name: RelayObjectName("twin")}, &s); !apierrors.IsNotFound(err) {
+		t.Errorf("the second %q got a certificate (err %v): it could pose as the first", "twin", err)
+	}
+}
+
+func TestChainAndTunnelConditions(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	// Relay names are unique across namespaces (they are certificate
+	// names), so this test has its own.
+	ch := chain(ns, "east", "c-hk", "c-sea", "c-la")
+	create(t, ch)
+	cond := waitReason(t, ch, "RelayNotFound")
+	if !strings.Contains(cond.Message, `"c-hk"`) {
+		t.Errorf("message: %s", cond.Message)
+	}
+	tn := tunnel(ns, "web", "east", 8080)
+	create(t, tn)
+	waitReason(t, tn, "ChainNotReady")
+
+	var relays []*v1alpha1.RelayNode
+	for i, name := range []string{"c-hk", "c-sea", "c-la"} {
+		rn := relayNode(ns, name, func(r *v1alpha1.RelayNode) { r.Spec.Listen.Port = int32(7400 + 10*i) })
+		create(t, rn)
+		relays = append(relays, rn)
+	}
+	cond = waitReason(t, ch, "RelayNotReady")
+	if !strings.Contains(cond.Message, `"c-hk", "c-sea", "c-la"`) {
+		t.Errorf("RelayNotReady should name every relay that is not ready: %s", cond.Message)
+	}
+	for i, rn := range relays {
+		runRelayPod(t, rn, fmt.Sprintf("192.0.2.%d", 10+i))
+	}
+	waitReason(t, ch, "RouteReady")
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(ch), ch); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(ch.Status.Route, ",") != "c-hk,c-sea,c-la" {
+		t.Errorf("status.route %v", ch.Status.Route)
+	}
+	waitReason(t, tn, "Ready")
+	if tn.Status.Address != "web."+ns+".svc:8080" {
+		t.Errorf("address %q", tn.Status.Address)
+	}
+	var svc corev1.Service
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(tn), &svc); err != nil {
+		t.Fatal(err)
+	}
+	if svc.Spec.Selector[LabelRelayNode] != "c-hk" || svc.Spec.Ports[0].Port != 8080 || svc.Spec.Ports[0].Protocol != corev1.ProtocolTCP || !metav1.IsControlledBy(&svc, tn) {
+		t.Errorf("Service does not front the entry relay's port: %+v", svc.Spec)
+	}
+
+	loop := tunnel(ns, "local-only", "east", 8081)
+	loop.Spec.Listen.Address = "127.0.0.1"
+	create(t, loop)
+	waitReason(t, loop, "LoopbackListen")
+
+	// The chain goes away: the Tunnel says so and its Service goes too.
+	if err := k8s.Delete(ctx, ch); err != nil {
+		t.Fatal(err)
+	}
+	waitReason(t, tn, "ChainNotFound")
+	eventually(t, "Service deleted", func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(&svc), &svc); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("still there (err %v)", err)
+		}
+		return nil
+	})
+}
+
+func TestTunnelDoesNotTakeOverAForeignService(t *testing.T) {
+	ns := namespace(t)
+	create(t, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db"},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 5432}}}})
+	create(t, chain(ns, "c", "hk"))
+	tn := tunnel(ns, "db", "c", 5432)
+	create(t, tn)
+	waitReason(t, tn, "ServiceConflict")
+}

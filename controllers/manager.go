@@ -1,0 +1,99 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/hoplink/hoplink/api/v1alpha1"
+)
+
+// Options configure the operator.
+type Options struct {
+	// Image is the relay image (this binary) for RelayNodes without spec.image.
+	Image string
+	// CASecret holds the relay CA. CreateCA makes one there when it is missing.
+	CASecret types.NamespacedName
+	CreateCA bool
+	// RenewBefore renews relay certificates this long before they expire
+	// (default: a third of their validity).
+	RenewBefore time.Duration
+
+	MetricsAddr, ProbeAddr  string
+	LeaderElection          bool
+	LeaderElectionNamespace string
+}
+
+// Scheme knows the Kubernetes kinds the operator touches and hoplink's own.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	if err := v1alpha1.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	return s
+}
+
+// NewManager builds the operator: the CA, a manager whose cache holds only the
+// Pods and Secrets that are hoplink's, and the three reconcilers.
+func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager, error) {
+	scheme := Scheme()
+	direct, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, err
+	}
+	ca, err := LoadOrCreateCA(ctx, direct, o.CASecret, o.CreateCA)
+	if err != nil {
+		return nil, err
+	}
+	hasRelay, _ := labels.NewRequirement(LabelRelayNode, selection.Exists, nil)
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  scheme,
+		Metrics:                 metricsserver.Options{BindAddress: o.MetricsAddr},
+		HealthProbeBindAddress:  o.ProbeAddr,
+		LeaderElection:          o.LeaderElection,
+		LeaderElectionID:        "operator.hoplink.dev",
+		LeaderElectionNamespace: o.LeaderElectionNamespace,
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			// Not every Pod and Secret of the cluster: only relay pods and the
+			// Secrets the operator wrote.
+			&corev1.Pod{}:    {Label: labels.NewSelector().Add(*hasRelay)},
+			&corev1.Secret{}: {Label: labels.SelectorFromSet(labels.Set{labelManagedBy: managerName})},
+		}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
+		return nil, err
+	}
+	rn := &RelayNodeReconciler{Client: mgr.GetClient(), Scheme: scheme, CA: ca, Image: o.Image, RenewBefore: o.RenewBefore}
+	if err := rn.SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("RelayNode controller: %w", err)
+	}
+	if err := (&ChainReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("Chain controller: %w", err)
+	}
+	if err := (&TunnelReconciler{Client: mgr.GetClient(), Scheme: scheme}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("Tunnel controller: %w", err)
+	}
+	return mgr, nil
+}

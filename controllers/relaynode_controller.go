@@ -1,0 +1,389 @@
+package controllers
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"slices"
+	"sort"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/hoplink/hoplink/api/v1alpha1"
+	"github.com/hoplink/hoplink/relay/pki"
+)
+
+// relayUID is the unprivileged user relay containers run as.
+const relayUID = 65532
+
+// RelayNodeReconciler turns a RelayNode into a relay DaemonSet, the relay's
+// certificate Secret, a ServiceAccount with read-only RBAC, and a status
+// with the endpoints peers use.
+type RelayNodeReconciler struct {
+	client.Client
+	Scheme *runtime.Scheme
+	CA     *pki.CA
+	// Image runs relay pods unless a RelayNode names its own.
+	Image string
+	// RenewBefore renews a relay certificate this long before it expires.
+	RenewBefore time.Duration
+}
+
+// +kubebuilder:rbac:groups=hoplink.dev,resources=relaynodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=hoplink.dev,resources=relaynodes/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=hoplink.dev,resources=chains;tunnels,verbs=get;list;watch
+// +kubebuilder:rbac:groups=apps,resources=daemonsets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=secrets;serviceaccounts,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;patch;delete
+
+func (r *RelayNodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var rn v1alpha1.RelayNode
+	if err := r.Get(ctx, req.NamespacedName, &rn); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !rn.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil // owned objects go with it
+	}
+	status := rn.Status.DeepCopy()
+	status.ObservedGeneration = rn.Generation
+
+	if other, err := r.nameTaken(ctx, &rn); err != nil {
+		return ctrl.Result{}, err
+	} else if other != "" {
+		meta.SetStatusCondition(&status.Conditions, metav1.Condition{
+			Type: conditionReady, Status: metav1.ConditionFalse, Reason: "NameConflict", ObservedGeneration: rn.Generation,
+			Message: fmt.Sprintf("RelayNode %q already exists in namespace %q; a relay's name is its certificate name, so rename this one", rn.Name, other),
+		})
+		return ctrl.Result{}, r.writeStatus(ctx, &rn, status)
+	}
+
+	notAfter, err := r.ensureCertificate(ctx, &rn)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	status.CertificateNotAfter = &metav1.Time{Time: notAfter}
+	renewIn := time.Until(notAfter.Add(-r.RenewBefore))
+
+	if rn.Spec.External {
+		if err := r.deleteWorkload(ctx, &rn); err != nil {
+			return ctrl.Result{}, err
+		}
+		status.Desired, status.Ready = 0, 0
+		status.Endpoints = slices.Clone(rn.Spec.Endpoints)
+		meta.SetStatusCondition(&status.Conditions, metav1.Condition{
+			Type: conditionReady, Status: metav1.ConditionTrue, Reason: "External", ObservedGeneration: rn.Generation,
+			Message: fmt.Sprintf("runs outside this cluster; copy Secret %s to it; peers dial %v", RelayObjectName(rn.Name), rn.Spec.Endpoints),
+		})
+		return ctrl.Result{RequeueAfter: renewIn}, r.writeStatus(ctx, &rn, status)
+	}
+
+	ds, err := r.ensureWorkload(ctx, &rn)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	status.Desired, status.Ready = ds.Status.DesiredNumberScheduled, ds.Status.NumberReady
+	if status.Endpoints, err = r.endpoints(ctx, &rn); err != nil {
+		return ctrl.Result{}, err
+	}
+	cond := metav1.Condition{Type: conditionReady, ObservedGeneration: rn.Generation}
+	switch {
+	case status.Ready > 0 && len(status.Endpoints) > 0:
+		cond.Status, cond.Reason = metav1.ConditionTrue, "RelaysReady"
+		cond.Message = fmt.Sprintf("%d of %d relay pods ready", status.Ready, status.Desired)
+	case status.Desired == 0:
+		cond.Status, cond.Reason = metav1.ConditionFalse, "NoNodes"
+		cond.Message = "no node runs this relay yet: check spec.nodeSelector and spec.tolerations against the nodes' labels and taints"
+	default:
+		cond.Status, cond.Reason = metav1.ConditionFalse, "RelaysNotReady"
+		cond.Message = fmt.Sprintf("0 of %d relay pods ready: see `kubectl -n %s get pods -l %s=%s`", status.Desired, rn.Namespace, LabelRelayNode, rn.Name)
+	}
+	meta.SetStatusCondition(&status.Conditions, cond)
+	return ctrl.Result{RequeueAfter: renewIn}, r.writeStatus(ctx, &rn, status)
+}
+
+// writeStatus updates the status only when it changed, so a resync costs no
+// API write.
+func (r *RelayNodeReconciler) writeStatus(ctx context.Context, rn *v1alpha1.RelayNode, status *v1alpha1.RelayNodeStatus) error {
+	if equality.Semantic.DeepEqual(&rn.Status, status) {
+		return nil
+	}
+	orig := rn.DeepCopy()
+	rn.Status = *status
+	return r.Status().Patch(ctx, rn, client.MergeFrom(orig))
+}
+
+// nameTaken returns the namespace of an older RelayNode with the same name,
+// if any: certificates name relays, not namespaces, so names must be unique.
+func (r *RelayNodeReconciler) nameTaken(ctx context.Context, rn *v1alpha1.RelayNode) (string, error) {
+	var all v1alpha1.RelayNodeList
+	if err := r.List(ctx, &all, client.MatchingFields{indexName: rn.Name}); err != nil {
+		return "", err
+	}
+	for _, o := range all.Items {
+		if o.Namespace == rn.Namespace {
+			continue
+		}
+		older := o.CreationTimestamp.Before(&rn.CreationTimestamp) ||
+			(o.CreationTimestamp.Equal(&rn.CreationTimestamp) && o.Namespace < rn.Namespace)
+		if older {
+			return o.Namespace, nil
+		}
+	}
+	return "", nil
+}
+
+// ensureCertificate keeps a valid certificate for the relay in its Secret,
+// issuing a new one when it is missing, expiring, for another name or from
+// another CA. It returns the certificate's expiry.
+func (r *RelayNodeReconciler) ensureCertificate(ctx context.Context, rn *v1alpha1.RelayNode) (time.Time, error) {
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: RelayObjectName(rn.Name), Namespace: rn.Namespace}}
+	var notAfter time.Time
+	_, err := controllerutil.CreateOrUpdate(ctx, r.Client, s, func() error {
+		s.Labels = relayLabels(rn.Name)
+		s.Type = corev1.SecretTypeTLS
+		if err := controllerutil.SetControllerReference(rn, s, r.Scheme); err != nil {
+			return err
+		}
+		if exp, ok := r.certStillGood(rn.Name, s.Data); ok {
+			notAfter = exp
+			return nil
+		}
+		certPEM, keyPEM, err := r.CA.Issue(rn.Name)
+		if err != nil {
+			return err
+		}
+		s.Data = map[string][]byte{keyCert: certPEM, keyKey: keyPEM, keyCACert: r.CA.PEM}
+		notAfter, err = certNotAfter(certPEM)
+		return err
+	})
+	if err != nil {
+		return time.Time{}, fmt.Errorf("relay certificate Secret: %w", err)
+	}
+	return notAfter, nil
+}
+
+func (r *RelayNodeReconciler) certStillGood(name string, data map[string][]byte) (time.Time, bool) {
+	if !bytes.Equal(data[keyCACert], r.CA.PEM) {
+		return time.Time{}, false
+	}
+	id, err := pki.NewIdentity(name, r.CA.PEM, data[keyCert], data[keyKey])
+	if err != nil {
+		return time.Time{}, false
+	}
+	exp := id.Cert.Leaf.NotAfter
+	return exp, time.Until(exp) > r.RenewBefore
+}
+
+// ensureWorkload creates or updates the relay's ServiceAccount, Role,
+// RoleBinding and DaemonSet.
+func (r *RelayNodeReconciler) ensureWorkload(ctx context.Context, rn *v1alpha1.RelayNode) (*appsv1.DaemonSet, error) {
+	name, labels := RelayObjectName(rn.Name), relayLabels(rn.Name)
+	om := func() metav1.ObjectMeta { return metav1.ObjectMeta{Name: name, Namespace: rn.Namespace} }
+	own := func(o client.Object, mutate func()) error {
+		_, err := controllerutil.CreateOrUpdate(ctx, r.Client, o, func() error {
+			o.SetLabels(labels)
+			mutate()
+			return controllerutil.SetControllerReference(rn, o, r.Scheme)
+		})
+		if err != nil {
+			return fmt.Errorf("%T %s: %w", o, name, err)
+		}
+		return nil
+	}
+	sa := &corev1.ServiceAccount{ObjectMeta: om()}
+	if err := own(sa, func() {}); err != nil {
+		return nil, err
+	}
+	role := &rbacv1.Role{ObjectMeta: om()}
+	if err := own(role, func() { role.Rules = relayRules(rn.Name) }); err != nil {
+		return nil, err
+	}
+	rb := &rbacv1.RoleBinding{ObjectMeta: om()}
+	if err := own(rb, func() {
+		rb.RoleRef = rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name}
+		rb.Subjects = []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: rn.Namespace}}
+	}); err != nil {
+		return nil, err
+	}
+	ds := &appsv1.DaemonSet{ObjectMeta: om()}
+	if err := own(ds, func() { r.daemonSetSpec(rn, ds) }); err != nil {
+		return nil, err
+	}
+	return ds, nil
+}
+
+// relayRules is what a relay may read: the hoplink objects of its namespace
+// and its own certificate Secret, nothing else.
+func relayRules(relay string) []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"relaynodes", "chains", "tunnels"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{RelayObjectName(relay)}, Verbs: []string{"get", "list", "watch"}},
+	}
+}
+
+func (r *RelayNodeReconciler) daemonSetSpec(rn *v1alpha1.RelayNode, ds *appsv1.DaemonSet) {
+	labels := relayLabels(rn.Name)
+	hostNet := rn.Spec.HostNetwork == nil || *rn.Spec.HostNetwork
+	image := rn.Spec.Image
+	if image == "" {
+		image = r.Image
+	}
+	port, mport := rn.Spec.Listen.Port, MetricsPort(rn)
+	if port == 0 {
+		port = v1alpha1.DefaultRelayPort
+	}
+	c := corev1.Container{
+		Name:  "relay",
+		Image: image,
+		Args: []string{"relay", "--kube", "--relaynode", rn.Name, "--namespace", rn.Namespace,
+			"--metrics-addr", ":" + itoa(mport)},
+		Ports: []corev1.ContainerPort{
+			{Name: "quic", ContainerPort: port, Protocol: corev1.ProtocolUDP},
+			{Name: "tls", ContainerPort: port, Protocol: corev1.ProtocolTCP},
+			{Name: "metrics", ContainerPort: mport, Protocol: corev1.ProtocolTCP},
+		},
+		ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz", Port: intstr.FromInt32(mport)}}, PeriodSeconds: 5},
+		LivenessProbe:  &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(mport)}}, PeriodSeconds: 10},
+		SecurityContext: &corev1.SecurityContext{
+			RunAsNonRoot:             ptr.To(true),
+			RunAsUser:                ptr.To[int64](relayUID),
+			AllowPrivilegeEscalation: ptr.To(false),
+			ReadOnlyRootFilesystem:   ptr.To(true),
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		},
+	}
+	if rn.Spec.Resources != nil {
+		c.Resources = *rn.Spec.Resources
+	}
+	dns := corev1.DNSClusterFirst
+	if hostNet {
+		dns = corev1.DNSClusterFirstWithHostNet
+	}
+	ds.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{LabelRelayNode: rn.Name}}
+	ds.Spec.Template.ObjectMeta.Labels = labels
+	ds.Spec.Template.Spec = corev1.PodSpec{
+		ServiceAccountName: RelayObjectName(rn.Name),
+		HostNetwork:        hostNet,
+		DNSPolicy:          dns,
+		NodeSelector:       rn.Spec.NodeSelector,
+		Tolerations:        rn.Spec.Tolerations,
+		Containers:         []corev1.Container{c},
+		// Let open flows finish when a relay is replaced.
+		TerminationGracePeriodSeconds: ptr.To[int64](30),
+	}
+}
+
+// deleteWorkload removes the pods' objects of a RelayNode that became
+// external; its certificate Secret stays.
+func (r *RelayNodeReconciler) deleteWorkload(ctx context.Context, rn *v1alpha1.RelayNode) error {
+	om := metav1.ObjectMeta{Name: RelayObjectName(rn.Name), Namespace: rn.Namespace}
+	for _, o := range []client.Object{&appsv1.DaemonSet{ObjectMeta: om}, &rbacv1.RoleBinding{ObjectMeta: om}, &rbacv1.Role{ObjectMeta: om}, &corev1.ServiceAccount{ObjectMeta: om}} {
+		if err := r.Delete(ctx, o, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+// endpoints are spec.endpoints when given, else the address of every ready
+// relay pod: the node's for host-network relays, the pod's otherwise.
+func (r *RelayNodeReconciler) endpoints(ctx context.Context, rn *v1alpha1.RelayNode) ([]string, error) {
+	if len(rn.Spec.Endpoints) > 0 {
+		return slices.Clone(rn.Spec.Endpoints), nil
+	}
+	var pods corev1.PodList
+	if err := r.List(ctx, &pods, client.InNamespace(rn.Namespace), client.MatchingLabels{LabelRelayNode: rn.Name}); err != nil {
+		return nil, err
+	}
+	port := rn.Spec.Listen.Port
+	if port == 0 {
+		port = v1alpha1.DefaultRelayPort
+	}
+	var out []string
+	for _, p := range pods.Items {
+		if !podReady(&p) || !p.DeletionTimestamp.IsZero() {
+			continue
+		}
+		ip := p.Status.PodIP
+		if p.Spec.HostNetwork {
+			ip = p.Status.HostIP
+		}
+		if ip != "" {
+			out = append(out, net.JoinHostPort(ip, itoa(port)))
+		}
+	}
+	sort.Strings(out)
+	return slices.Compact(out), nil
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// indexName indexes RelayNodes by name across namespaces, for the name check.
+const indexName = "hoplink.metadata.name"
+
+// SetupWithManager registers the reconciler and its watches.
+func (r *RelayNodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.RenewBefore == 0 {
+		r.RenewBefore = pki.RelayValidity / 3
+	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.RelayNode{}, indexName,
+		func(o client.Object) []string { return []string{o.GetName()} }); err != nil {
+		return err
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&v1alpha1.RelayNode{}).
+		Owns(&appsv1.DaemonSet{}).
+		Owns(&corev1.Secret{}).
+		Owns(&corev1.ServiceAccount{}).
+		Owns(&rbacv1.Role{}).
+		Owns(&rbacv1.RoleBinding{}).
+		// Ready pods are the endpoints; they belong to the DaemonSet, so map them by label.
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			if name := o.GetLabels()[LabelRelayNode]; name != "" {
+				return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
+			}
+			return nil
+		})).
+		// A RelayNode deleted in one namespace may free its name for another.
+		Watches(&v1alpha1.RelayNode{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			var same v1alpha1.RelayNodeList
+			if err := mgr.GetClient().List(ctx, &same, client.MatchingFields{indexName: o.GetName()}); err != nil {
+				log.FromContext(ctx).Error(err, "list RelayNodes by name")
+				return nil
+			}
+			var out []reconcile.Request
+			for _, s := range same.Items {
+				if s.Namespace != o.GetNamespace() {
+					out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: s.Namespace, Name: s.Name}})
+				}
+			}
+			return out
+		})).
+		Complete(r)
+}

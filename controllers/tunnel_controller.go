@@ -1,0 +1,144 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/hoplink/hoplink/api/v1alpha1"
+)
+
+// TunnelReconciler puts a Service named as the Tunnel in front of the
+// Tunnel's port on its chain's entry relay pods, so clients in the cluster
+// reach it at NAME.NAMESPACE.svc:PORT.
+type TunnelReconciler struct {
+	client.Client
+	Scheme *runtime.Scheme
+}
+
+// +kubebuilder:rbac:groups=hoplink.dev,resources=tunnels,verbs=get;list;watch
+// +kubebuilder:rbac:groups=hoplink.dev,resources=tunnels/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;patch;delete
+
+func (r *TunnelReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var t v1alpha1.Tunnel
+	if err := r.Get(ctx, req.NamespacedName, &t); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	status := t.Status.DeepCopy()
+	status.ObservedGeneration = t.Generation
+	cond, err := r.reconcile(ctx, &t, status)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	cond.Type, cond.ObservedGeneration = conditionReady, t.Generation
+	meta.SetStatusCondition(&status.Conditions, cond)
+	if equality.Semantic.DeepEqual(&t.Status, status) {
+		return ctrl.Result{}, nil
+	}
+	orig := t.DeepCopy()
+	t.Status = *status
+	return ctrl.Result{}, r.Status().Patch(ctx, &t, client.MergeFrom(orig))
+}
+
+func (r *TunnelReconciler) reconcile(ctx context.Context, t *v1alpha1.Tunnel, status *v1alpha1.TunnelStatus) (metav1.Condition, error) {
+	var ch v1alpha1.Chain
+	if err := r.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: t.Spec.Chain}, &ch); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return metav1.Condition{}, err
+		}
+		status.Address = ""
+		return metav1.Condition{Status: metav1.ConditionFalse, Reason: "ChainNotFound",
+			Message: fmt.Sprintf("spec.chain names Chain %q, which does not exist in namespace %q", t.Spec.Chain, t.Namespace)}, r.deleteService(ctx, t)
+	}
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: t.Name, Namespace: t.Namespace}}
+	if err := r.Get(ctx, client.ObjectKeyFromObject(svc), svc); err == nil && !metav1.IsControlledBy(svc, t) {
+		status.Address = ""
+		return metav1.Condition{Status: metav1.ConditionFalse, Reason: "ServiceConflict",
+			Message: fmt.Sprintf("Service %q exists and is not this Tunnel's; rename the Tunnel or that Service", t.Name)}, nil
+	}
+	proto := corev1.ProtocolTCP
+	if t.Spec.Protocol == v1alpha1.ProtocolUDP {
+		proto = corev1.ProtocolUDP
+	}
+	if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, svc, func() error {
+		svc.Labels = map[string]string{labelName: "hoplink", labelComponent: "tunnel", labelManagedBy: managerName}
+		svc.Spec.Selector = map[string]string{LabelRelayNode: ch.Spec.Entry}
+		svc.Spec.Ports = []corev1.ServicePort{{
+			Name: string(t.Spec.Protocol), Protocol: proto,
+			Port: t.Spec.Listen.Port, TargetPort: intstr.FromInt32(t.Spec.Listen.Port),
+		}}
+		return controllerutil.SetControllerReference(t, svc, r.Scheme)
+	}); err != nil {
+		return metav1.Condition{}, fmt.Errorf("Service %s: %w", t.Name, err)
+	}
+	status.Address = fmt.Sprintf("%s.%s.svc:%d", t.Name, t.Namespace, t.Spec.Listen.Port)
+
+	if a, err := netip.ParseAddr(t.Spec.Listen.Address); err == nil && a.IsLoopback() {
+		return metav1.Condition{Status: metav1.ConditionFalse, Reason: "LoopbackListen",
+			Message: fmt.Sprintf("spec.listen.address %s is loopback: the entry relay opens it, but the Service cannot reach it; leave the address empty", a)}, nil
+	}
+	if c := meta.FindStatusCondition(ch.Status.Conditions, conditionReady); c == nil || c.Status != metav1.ConditionTrue {
+		msg := "the Chain has not been checked yet"
+		if c != nil {
+			msg = c.Message
+		}
+		return metav1.Condition{Status: metav1.ConditionFalse, Reason: "ChainNotReady",
+			Message: fmt.Sprintf("Chain %q is not ready: %s", ch.Name, msg)}, nil
+	}
+	return metav1.Condition{Status: metav1.ConditionTrue, Reason: "Ready",
+		Message: fmt.Sprintf("clients connect to %s; entry relay %q", status.Address, ch.Spec.Entry)}, nil
+}
+
+func (r *TunnelReconciler) deleteService(ctx context.Context, t *v1alpha1.Tunnel) error {
+	var svc corev1.Service
+	err := r.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: t.Name}, &svc)
+	if apierrors.IsNotFound(err) || (err == nil && !metav1.IsControlledBy(&svc, t)) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return client.IgnoreNotFound(r.Delete(ctx, &svc))
+}
+
+// indexTunnelChain indexes Tunnels by the Chain they ride.
+const indexTunnelChain = "hoplink.tunnel.chain"
+
+// SetupWithManager registers the reconciler; a Chain change requeues its
+// Tunnels.
+func (r *TunnelReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.Tunnel{}, indexTunnelChain,
+		func(o client.Object) []string { return []string{o.(*v1alpha1.Tunnel).Spec.Chain} }); err != nil {
+		return err
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&v1alpha1.Tunnel{}).
+		Owns(&corev1.Service{}).
+		Watches(&v1alpha1.Chain{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			var ts v1alpha1.TunnelList
+			if err := mgr.GetClient().List(ctx, &ts, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexTunnelChain: o.GetName()}); err != nil {
+				return nil
+			}
+			out := make([]reconcile.Request, len(ts.Items))
+			for i, t := range ts.Items {
+				out[i] = reconcile.Request{NamespacedName: types.NamespacedName{Namespace: t.Namespace, Name: t.Name}}
+			}
+			return out
+		})).
+		Complete(r)
+}

@@ -1,0 +1,111 @@
+package controllers
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/hoplink/hoplink/api/v1alpha1"
+)
+
+// TestCRDValidationRejectsBadSpecs checks the message a user sees from
+// `kubectl apply` for each bad spec the CRDs' OpenAPI and CEL rules catch.
+func TestCRDValidationRejectsBadSpecs(t *testing.T) {
+	ns := namespace(t)
+	ctx := context.Background()
+	cases := []struct {
+		name   string
+		obj    func() client.Object
+		expect string
+	}{
+		{"static route missing", func() client.Object {
+			c := chain(ns, "a", "hk", "la")
+			c.Spec.Route = nil
+			return c
+		}, "spec.route is required when spec.mode is static"},
+		{"route does not start at entry", func() client.Object {
+			c := chain(ns, "a", "hk", "la")
+			c.Spec.Route = []string{"la"}
+			return c
+		}, "spec.route must start at spec.entry"},
+		{"route does not end at exit", func() client.Object {
+			c := chain(ns, "a", "hk", "sea", "la")
+			c.Spec.Route = []string{"hk", "sea"}
+			return c
+		}, "spec.route must end at spec.exit"},
+		{"route through a relay not in via", func() client.Object {
+			c := chain(ns, "a", "hk", "la")
+			c.Spec.Route = []string{"hk", "tokyo", "la"}
+			return c
+		}, "spec.route may name only spec.entry, spec.exit and relays listed in spec.via"},
+		{"relay twice", func() client.Object {
+			c := chain(ns, "a", "hk", "sea", "la")
+			c.Spec.Route = []string{"hk", "sea", "hk", "la"}
+			return c
+		}, "spec.route names a relay more than once"},
+		{"bad mode", func() client.Object {
+			c := chain(ns, "a", "hk", "la")
+			c.Spec.Mode = "fastest"
+			return c
+		}, `spec.mode: Unsupported value: "fastest"`},
+		{"bad relay name", func() client.Object { return chain(ns, "a", "HK", "la") }, "spec.entry: Invalid value"},
+		{"tunnel port out of range", func() client.Object { return tunnel(ns, "t", "c", 70000) }, "spec.listen.port: Invalid value: 70000"},
+		{"tunnel protocol", func() client.Object {
+			tn := tunnel(ns, "t", "c", 80)
+			tn.Spec.Protocol = "sctp"
+			return tn
+		}, `spec.protocol: Unsupported value: "sctp"`},
+		{"tunnel target not host:port", func() client.Object {
+			tn := tunnel(ns, "t", "c", 80)
+			tn.Spec.Target = "http://web"
+			return tn
+		}, "spec.target: Invalid value"},
+		{"udp options on tcp", func() client.Object {
+			tn := tunnel(ns, "t", "c", 80)
+			tn.Spec.UDP = &v1alpha1.UDPOptions{MaxSessions: 5}
+			return tn
+		}, "spec.udp applies only to protocol udp"},
+		{"relay port out of range", func() client.Object {
+			return relayNode(ns, "hk", func(r *v1alpha1.RelayNode) { r.Spec.Listen.Port = 65535 })
+		}, "spec.listen.port: Invalid value: 65535"},
+		{"external relay without endpoints", func() client.Object {
+			return relayNode(ns, "hk", func(r *v1alpha1.RelayNode) { r.Spec.External = true })
+		}, "spec.endpoints is required when spec.external is true"},
+		{"relay endpoint not host:port", func() client.Object {
+			return relayNode(ns, "hk", func(r *v1alpha1.RelayNode) { r.Spec.Endpoints = []string{"relay.example"} })
+		}, "spec.endpoints[0]: Invalid value"},
+		{"relay name not a DNS label", func() client.Object { return relayNode(ns, "hk.east") }, "metadata.name must be a DNS label"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := k8s.Create(ctx, tc.obj())
+			if err == nil {
+				t.Fatalf("accepted; want an error containing %q", tc.expect)
+			}
+			if !strings.Contains(err.Error(), tc.expect) {
+				t.Fatalf("error %q\nwant it to contain %q", err, tc.expect)
+			}
+		})
+	}
+}
+
+func TestCRDImmutableFields(t *testing.T) {
+	ns := namespace(t)
+	ctx := context.Background()
+	c := chain(ns, "fixed", "hk", "la")
+	create(t, c)
+	waitReason(t, c, "RelayNotFound") // the operator has written status; c is current
+	c.Spec.Entry, c.Spec.Route = "sea", []string{"sea", "la"}
+	if err := k8s.Update(ctx, c); err == nil || !strings.Contains(err.Error(), "spec.entry is immutable") {
+		t.Errorf("changing spec.entry: %v", err)
+	}
+	tn := tunnel(ns, "fixed", "fixed", 8080)
+	create(t, tn)
+	waitReason(t, tn, "ChainNotReady")
+	tn.Spec.Protocol = v1alpha1.ProtocolUDP
+	if err := k8s.Update(ctx, tn); err == nil || !strings.Contains(err.Error(), "spec.protocol is immutable") {
+		t.Errorf("changing spec.protocol: %v", err)
+	}
+}

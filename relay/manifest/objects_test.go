@@ -1,0 +1,52 @@
+package manifest
+
+import (
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/hoplink/hoplink/api/v1alpha1"
+)
+
+func TestFromObjectsLeavesOutBadObjectsAndDependents(t *testing.T) {
+	meta := func(name string) metav1.ObjectMeta { return metav1.ObjectMeta{Name: name, Namespace: "net"} }
+	relays := []v1alpha1.RelayNode{
+		{ObjectMeta: meta("hk"), Spec: v1alpha1.RelayNodeSpec{Endpoints: []string{"10.0.0.1:7401"}}},
+		{ObjectMeta: meta("la"), Spec: v1alpha1.RelayNodeSpec{Endpoints: []string{"10.0.0.2:7401"}}},
+		// No endpoints yet (its pods are not ready): a chain cannot route to it.
+		{ObjectMeta: meta("sea")},
+	}
+	chains := []v1alpha1.Chain{
+		{ObjectMeta: meta("good"), Spec: v1alpha1.ChainSpec{Entry: "hk", Exit: "la", Route: []string{"hk", "la"}}},
+		{ObjectMeta: meta("via-sea"), Spec: v1alpha1.ChainSpec{Entry: "hk", Exit: "sea", Route: []string{"hk", "sea"}}},
+	}
+	tunnels := []v1alpha1.Tunnel{
+		{ObjectMeta: meta("web"), Spec: v1alpha1.TunnelSpec{Chain: "good", Listen: v1alpha1.TunnelListen{Port: 8080}, Target: "web:80"}},
+		{ObjectMeta: meta("db"), Spec: v1alpha1.TunnelSpec{Chain: "via-sea", Listen: v1alpha1.TunnelListen{Port: 5432}, Target: "db:5432"}},
+		{ObjectMeta: meta("clash"), Spec: v1alpha1.TunnelSpec{Chain: "good", Listen: v1alpha1.TunnelListen{Port: 8080}, Target: "x:1"}},
+	}
+	set, problems := FromObjects(relays, chains, tunnels)
+	if set.Tunnel("net/web") == nil || set.Chain("net/good") == nil || set.Relay("hk") == nil {
+		t.Fatalf("good objects left out: %v", problems)
+	}
+	for _, gone := range []bool{set.Relay("sea") != nil, set.Chain("net/via-sea") != nil, set.Tunnel("net/db") != nil, set.Tunnel("net/clash") != nil} {
+		if gone {
+			t.Fatalf("a bad object or a dependent stayed: relays=%d chains=%d tunnels=%d", len(set.Relays), len(set.Chains), len(set.Tunnels))
+		}
+	}
+	all := strings.Join(func() (s []string) {
+		for _, p := range problems {
+			s = append(s, p.Error())
+		}
+		return
+	}(), "\n")
+	for _, want := range []string{`RelayNode "sea": spec.endpoints`, `Tunnel "net/db": spec.chain`, `Tunnel "net/clash": spec.listen`} {
+		if !strings.Contains(all, want) {
+			t.Errorf("problems do not mention %s:\n%s", want, all)
+		}
+	}
+	if relays[2].Namespace != "net" || len(relays[2].Spec.Endpoints) != 0 || relays[0].Spec.Listen.Port != 0 {
+		t.Error("FromObjects changed its input")
+	}
+}
