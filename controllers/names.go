@@ -24,7 +24,7 @@ const (
 
 // RelayObjectName names what the operator makes for a RelayNode: its
 // DaemonSet, ServiceAccount, Role, RoleBinding and certificate Secret.
-func RelayObjectName(relay string) string { return "hoplink-relay-" + relay }
+func RelayObjectName(relay string) string { return v1alpha1.RelayObjectName(relay) }
 
 func relayLabels(relay string) map[string]string {
 	return map[string]string{

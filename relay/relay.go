@@ -530,3 +530,6 @@ func (r *Relay) middle(c *rquic.Conn, s *quicgo.Stream, h *hop.Header) {
 
 // errorsIsClosed reports errors that only say a socket was closed under us.
 func errorsIsClosed(err error) bool { return errors.Is(err, net.ErrClosed) }
+
+// Identity is the relay's certificate and CA, for renewal.
+func (r *Relay) Identity() *pki.Identity { return r.cfg.Identity }

@@ -9,6 +9,10 @@ import (
 // RelayNode does not set spec.listen.port.
 const DefaultRelayPort = 7401
 
+// RelayObjectName names the objects the operator makes for a RelayNode (its
+// DaemonSet, ServiceAccount, RBAC and the certificate Secret its relays read).
+func RelayObjectName(relay string) string { return "hoplink-relay-" + relay }
+
 // RelayListen is where a relay accepts QUIC connections from its peers.
 type RelayListen struct {
 	// Address to bind; empty binds every address.

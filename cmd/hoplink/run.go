@@ -102,19 +102,31 @@ func newRelayCmd(lf *logFlags) *cobra.Command {
 		caFile, certFile, keyFile  string
 		maxFlows                   int
 		profiling                  bool
+		kubeMode                   bool
+		kf                         kubeFlags
 	)
 	cmd := &cobra.Command{
-		Use:   "relay -f FILE_OR_DIR --name NAME --certs DIR",
-		Short: "Run one relay of the manifests",
+		Use:   "relay (-f FILE_OR_DIR --name NAME --certs DIR | --kube --relaynode NAME)",
+		Short: "Run one relay of the manifests, or of a cluster",
 		Long: `Run the relay NAME of the manifests as its own process, so relays can live on
 different hosts with the same files. Certificates come from --certs DIR
 (DIR/ca.crt, DIR/NAME.crt, DIR/NAME.key, as 'hoplink cert' writes them) or
-from --ca, --cert and --key.`,
+from --ca, --cert and --key.
+
+With --kube, run the relay of RelayNode NAME from the Kubernetes API instead:
+the RelayNode, the Chains and Tunnels of --namespace and the certificate
+Secret the operator issued, all watched and applied while the relay runs.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := lf.logger()
 			if err != nil {
 				return err
+			}
+			if kubeMode {
+				if len(files) > 0 || certDir != "" || caFile != "" || certFile != "" || keyFile != "" {
+					return fmt.Errorf("--kube reads manifests and certificates from the cluster: drop -f, --certs, --ca, --cert and --key")
+				}
+				return runKubeRelay(log, &kf, name, metricsAddr, profiling, maxFlows)
 			}
 			if name == "" {
 				return fmt.Errorf("--name: required: the RelayNode this process runs")
@@ -149,6 +161,9 @@ from --ca, --cert and --key.`,
 	f := cmd.Flags()
 	f.StringSliceVarP(&files, "file", "f", nil, "manifest file or directory (repeatable)")
 	f.StringVar(&name, "name", "", "the RelayNode this process runs")
+	f.StringVar(&name, "relaynode", "", "the RelayNode this process runs (with --kube; same as --name)")
+	f.BoolVar(&kubeMode, "kube", false, "read manifests and certificates from the Kubernetes API")
+	kf.register(f)
 	f.StringVar(&certDir, "certs", "", "directory with ca.crt, NAME.crt and NAME.key")
 	f.StringVar(&caFile, "ca", "", "CA certificate (PEM)")
 	f.StringVar(&certFile, "cert", "", "relay certificate (PEM)")

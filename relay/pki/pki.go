@@ -20,6 +20,7 @@ import (
 	"math/big"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 )
 
@@ -142,8 +143,30 @@ func ParseCA(certPEM, keyPEM []byte) (*CA, error) {
 // Identity is what a relay presents and trusts.
 type Identity struct {
 	Name  string
-	Cert  tls.Certificate
+	Cert  tls.Certificate // as loaded; handshakes use the latest Renew
 	Roots *x509.CertPool
+
+	current atomic.Pointer[tls.Certificate]
+}
+
+// Renew replaces the certificate that new handshakes present, after the same
+// checks as NewIdentity against the same CA. Connections already up keep
+// theirs. The operator renews relay certificates well before they expire.
+func (id *Identity) Renew(certPEM, keyPEM []byte) error {
+	pair, err := verifiedPair(id.Name, id.Roots, certPEM, keyPEM)
+	if err != nil {
+		return err
+	}
+	id.current.Store(&pair)
+	return nil
+}
+
+// Certificate is the certificate new handshakes present.
+func (id *Identity) Certificate() *tls.Certificate {
+	if c := id.current.Load(); c != nil {
+		return c
+	}
+	return &id.Cert
 }
 
 // NewIdentity builds an Identity from PEM blocks and checks that the
@@ -154,23 +177,31 @@ func NewIdentity(name string, caPEM, certPEM, keyPEM []byte) (*Identity, error) 
 	if !roots.AppendCertsFromPEM(caPEM) {
 		return nil, errors.New("CA file holds no PEM certificate")
 	}
+	pair, err := verifiedPair(name, roots, certPEM, keyPEM)
+	if err != nil {
+		return nil, err
+	}
+	return &Identity{Name: name, Cert: pair, Roots: roots}, nil
+}
+
+func verifiedPair(name string, roots *x509.CertPool, certPEM, keyPEM []byte) (tls.Certificate, error) {
 	pair, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
-		return nil, fmt.Errorf("relay certificate and key: %w", err)
+		return pair, fmt.Errorf("relay certificate and key: %w", err)
 	}
 	leaf, err := x509.ParseCertificate(pair.Certificate[0])
 	if err != nil {
-		return nil, err
+		return pair, err
 	}
 	if _, err := leaf.Verify(x509.VerifyOptions{
 		Roots:     roots,
 		DNSName:   name,
 		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth},
 	}); err != nil {
-		return nil, fmt.Errorf("certificate is not valid for relay %q under this CA: %w", name, err)
+		return pair, fmt.Errorf("certificate is not valid for relay %q under this CA: %w", name, err)
 	}
 	pair.Leaf = leaf
-	return &Identity{Name: name, Cert: pair, Roots: roots}, nil
+	return pair, nil
 }
 
 // LoadIdentity reads a relay's CA, certificate and key from PEM files.
@@ -220,10 +251,10 @@ func (id *Identity) DeriveKey(label string) ([32]byte, error) {
 // so that a rejected peer can be counted and logged through onReject.
 func (id *Identity) ServerConfig(onReject func(error)) *tls.Config {
 	return &tls.Config{
-		MinVersion:   tls.VersionTLS13,
-		Certificates: []tls.Certificate{id.Cert},
-		ClientAuth:   tls.RequireAnyClientCert,
-		NextProtos:   []string{ALPN},
+		MinVersion:     tls.VersionTLS13,
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return id.Certificate(), nil },
+		ClientAuth:     tls.RequireAnyClientCert,
+		NextProtos:     []string{ALPN},
 		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
 			err := id.verifyPeer(raw)
 			if err != nil && onReject != nil {
@@ -267,11 +298,11 @@ func (id *Identity) verifyPeer(raw [][]byte) error {
 // present a certificate from the CA for exactly that name.
 func (id *Identity) ClientConfig(peer string) *tls.Config {
 	return &tls.Config{
-		MinVersion:   tls.VersionTLS13,
-		Certificates: []tls.Certificate{id.Cert},
-		RootCAs:      id.Roots,
-		ServerName:   peer,
-		NextProtos:   []string{ALPN},
+		MinVersion:           tls.VersionTLS13,
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return id.Certificate(), nil },
+		RootCAs:              id.Roots,
+		ServerName:           peer,
+		NextProtos:           []string{ALPN},
 	}
 }
 

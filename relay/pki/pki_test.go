@@ -87,3 +87,34 @@ func TestVerifyPeer(t *testing.T) {
 		t.Fatal("unparsable certificate accepted")
 	}
 }
+
+func TestRenewChecksAndSwapsTheCertificate(t *testing.T) {
+	ca, err := NewCA("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := ca.Identity("hk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := id.Certificate().Leaf.SerialNumber
+	other, _ := NewCA("other")
+	c, k, _ := other.Issue("hk")
+	if err := id.Renew(c, k); err == nil {
+		t.Error("renewed with a certificate from another CA")
+	}
+	c, k, _ = ca.Issue("la")
+	if err := id.Renew(c, k); err == nil {
+		t.Error("renewed with another relay's certificate")
+	}
+	c, k, _ = ca.Issue("hk")
+	if err := id.Renew(c, k); err != nil {
+		t.Fatal(err)
+	}
+	if id.Certificate().Leaf.SerialNumber.Cmp(first) == 0 {
+		t.Error("new handshakes would still present the old certificate")
+	}
+	if got, _ := id.ServerConfig(nil).GetCertificate(nil); got != id.Certificate() {
+		t.Error("the server config does not present the renewed certificate")
+	}
+}

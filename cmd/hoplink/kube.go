@@ -1,0 +1,162 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/hoplink/hoplink/controllers"
+	"github.com/hoplink/hoplink/relay/admin"
+	"github.com/hoplink/hoplink/relay/kube"
+)
+
+// kubeFlags say how to reach the API server and which namespace to use.
+type kubeFlags struct {
+	kubeconfig string
+	namespace  string
+}
+
+func (k *kubeFlags) register(f *pflag.FlagSet) {
+	f.StringVar(&k.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or the pod's service account)")
+	f.StringVar(&k.namespace, "namespace", "", "namespace (default: $POD_NAMESPACE, else default)")
+}
+
+func (k *kubeFlags) config() (*rest.Config, error) {
+	if k.kubeconfig != "" {
+		return clientcmd.BuildConfigFromFlags("", k.kubeconfig)
+	}
+	return ctrl.GetConfig()
+}
+
+func (k *kubeFlags) ns(fallback string) string {
+	if k.namespace != "" {
+		return k.namespace
+	}
+	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+		return ns
+	}
+	return fallback
+}
+
+// useSlog sends controller-runtime's and client-go's logs through slog.
+func useSlog(log *slog.Logger) {
+	l := logr.FromSlogHandler(log.Handler())
+	ctrl.SetLogger(l)
+	klog.SetLogger(l)
+}
+
+func runKubeRelay(log *slog.Logger, kf *kubeFlags, name, metricsAddr string, profiling bool, maxFlows int) error {
+	if name == "" {
+		return fmt.Errorf("--relaynode: required: the RelayNode this process runs")
+	}
+	useSlog(log)
+	cfg, err := kf.config()
+	if err != nil {
+		return fmt.Errorf("kubernetes config: %w", err)
+	}
+	reg, m := newRegistry()
+	k, err := kube.New(kube.Options{Config: cfg, Namespace: kf.ns("default"), Name: name, Metrics: m, Log: log, MaxFlows: maxFlows})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	var srv *admin.Server
+	if metricsAddr != "" {
+		if srv, err = admin.Serve(metricsAddr, reg, k.Ready, profiling, log); err != nil {
+			return fmt.Errorf("--metrics-addr: %w", err)
+		}
+		defer srv.Close()
+	}
+	err = k.Run(ctx)
+	log.Info("shut down")
+	return err
+}
+
+func newOperatorCmd(lf *logFlags) *cobra.Command {
+	var (
+		kf                     kubeFlags
+		o                      controllers.Options
+		caSecret               string
+		metricsAddr, probeAddr string
+		renewBefore            time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "operator",
+		Short: "Reconcile RelayNodes, Chains and Tunnels into relay DaemonSets, certificates and Services",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := lf.logger()
+			if err != nil {
+				return err
+			}
+			useSlog(log)
+			cfg, err := kf.config()
+			if err != nil {
+				return fmt.Errorf("kubernetes config: %w", err)
+			}
+			ns := kf.ns("hoplink-system")
+			o.CASecret = types.NamespacedName{Namespace: ns, Name: "hoplink-ca"}
+			o.CreateCA = caSecret == ""
+			if caSecret != "" {
+				o.CASecret.Name = caSecret
+			}
+			o.MetricsAddr, o.ProbeAddr, o.RenewBefore = metricsAddr, probeAddr, renewBefore
+			o.LeaderElectionNamespace = ns
+			ctx := ctrl.SetupSignalHandler()
+			if o.Image == "" {
+				if o.Image, err = ownImage(ctx, cfg); err != nil {
+					return fmt.Errorf("--relay-image: required outside a pod (the image relay pods run: this binary's): %w", err)
+				}
+			}
+			mgr, err := controllers.NewManager(ctx, cfg, o)
+			if err != nil {
+				return err
+			}
+			log.Info("operator starting", "namespace", ns, "ca", o.CASecret.String(), "relayImage", o.Image)
+			return mgr.Start(ctx)
+		},
+	}
+	f := cmd.Flags()
+	kf.register(f)
+	f.StringVar(&o.Image, "relay-image", os.Getenv("HOPLINK_RELAY_IMAGE"), "image of relay pods (default $HOPLINK_RELAY_IMAGE, else the operator pod's own image)")
+	f.StringVar(&caSecret, "ca-secret", "", "Secret in --namespace holding the relay CA (tls.crt, tls.key); default: hoplink-ca, created if missing")
+	f.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "serve the operator's metrics here (0 turns it off)")
+	f.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "serve /healthz and /readyz here")
+	f.BoolVar(&o.LeaderElection, "leader-elect", false, "elect a leader, so that replicas can stand by")
+	f.DurationVar(&renewBefore, "renew-before", 0, "renew relay certificates this long before expiry (default: a third of their validity)")
+	return cmd
+}
+
+// ownImage is the image of the operator's own pod (POD_NAME and
+// POD_NAMESPACE come from the downward API): relays run the same binary.
+func ownImage(ctx context.Context, cfg *rest.Config) (string, error) {
+	name, ns := os.Getenv("POD_NAME"), os.Getenv("POD_NAMESPACE")
+	if name == "" || ns == "" {
+		return "", fmt.Errorf("POD_NAME and POD_NAMESPACE are not set")
+	}
+	c, err := client.New(cfg, client.Options{Scheme: controllers.Scheme()})
+	if err != nil {
+		return "", err
+	}
+	var pod corev1.Pod
+	if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &pod); err != nil {
+		return "", err
+	}
+	return pod.Spec.Containers[0].Image, nil
+}

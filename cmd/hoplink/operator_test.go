@@ -1,0 +1,254 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/hoplink/hoplink/api/v1alpha1"
+	"github.com/hoplink/hoplink/controllers"
+)
+
+// TestOperatorAndKubeRelays runs `hoplink operator` and four `hoplink relay
+// --kube` processes (standing in for the relay pods, since no kubelet runs
+// here) against a real API server, applies config/samples, and sends TCP
+// through the chain; then it deletes the Tunnel and adds another, and the
+// relays follow without a restart.
+func TestOperatorAndKubeRelays(t *testing.T) {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		t.Fatal("KUBEBUILDER_ASSETS is not set: run `make test`, or export KUBEBUILDER_ASSETS=$(hack/setup-envtest.sh)")
+	}
+	env := &envtest.Environment{CRDDirectoryPaths: []string{"../../config/crd/bases"}, ErrorIfCRDPathMissing: true}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { env.Stop() })
+	user, err := env.AddUser(envtest.User{Name: "hoplink-test", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := user.KubeConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	k8s, err := client.New(cfg, client.Options{Scheme: controllers.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	const ns = "edge"
+	for _, n := range []string{"hoplink-system", ns} {
+		if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	bin := buildHoplink(t)
+	start := func(name string, args ...string) {
+		cmd := startProcess(t, filepath.Join(dir, name+".log"), bin, args...)
+		t.Cleanup(func() {
+			cmd.Process.Signal(syscall.SIGTERM)
+			done := make(chan struct{})
+			go func() { cmd.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				cmd.Process.Kill()
+				<-done
+			}
+			if t.Failed() {
+				log, _ := os.ReadFile(filepath.Join(dir, name+".log"))
+				t.Logf("--- %s log:\n%s", name, log)
+			}
+		})
+	}
+	start("operator", "operator", "--kubeconfig", kubeconfig, "--namespace", "hoplink-system",
+		"--relay-image", "hoplink:test", "--metrics-bind-address", "0", "--health-probe-bind-address", "0", "--log-level", "debug")
+
+	// The samples as a user would apply them, made to run on one host: each
+	// relay on its own loopback port, published as spec.endpoints.
+	set := readSamples(t, "../../config/samples")
+	echoLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer echoLn.Close()
+	go serveSinkThenSource(echoLn)
+	for _, rn := range set.Relays {
+		port := freePortPair(t)
+		rn.Namespace, rn.Spec.Listen.Address, rn.Spec.Listen.Port = ns, "127.0.0.1", int32(port)
+		rn.Spec.Endpoints = []string{fmt.Sprintf("127.0.0.1:%d", port)}
+		create(t, k8s, rn)
+	}
+	for _, c := range set.Chains {
+		c.Namespace = ns
+		create(t, k8s, c)
+	}
+	web := set.Tunnels[0]
+	web.Namespace, web.Spec.Listen.Address, web.Spec.Target = ns, "127.0.0.1", echoLn.Addr().String()
+	web.Spec.Listen.Port = int32(freePortPair(t))
+	create(t, k8s, web)
+	for _, rn := range set.Relays {
+		start("relay-"+rn.Name, "relay", "--kube", "--relaynode", rn.Name, "--namespace", ns, "--kubeconfig", kubeconfig, "--log-level", "debug")
+	}
+
+	webAddr := fmt.Sprintf("127.0.0.1:%d", web.Spec.Listen.Port)
+	dial := func() (net.Conn, error) { return net.DialTimeout("tcp", webAddr, 5*time.Second) }
+	waitFor(t, "8 MiB through hk -> seattle -> la -> useast", func() error { return tcpExchange(dial, 8<<20) })
+
+	for _, rn := range set.Relays {
+		var ds appsv1.DaemonSet
+		if err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: v1alpha1.RelayObjectName(rn.Name)}, &ds); err != nil {
+			t.Errorf("operator made no DaemonSet for %s: %v", rn.Name, err)
+		}
+	}
+	var svc corev1.Service
+	if err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "web"}, &svc); err != nil {
+		t.Errorf("operator made no Service for Tunnel web: %v", err)
+	}
+
+	// Deleting the Tunnel closes its listener on the entry relay.
+	if err := k8s.Delete(ctx, web); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "Tunnel listener closed", func() error {
+		c, err := net.DialTimeout("tcp", webAddr, time.Second)
+		if err == nil {
+			c.Close()
+			return errors.New("still accepting")
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			return err
+		}
+		return nil
+	})
+
+	// A new Tunnel opens on the running relays.
+	api := &v1alpha1.Tunnel{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "api"}, Spec: v1alpha1.TunnelSpec{
+		Chain: "to-east", Listen: v1alpha1.TunnelListen{Address: "127.0.0.1", Port: int32(freePortPair(t))}, Target: echoLn.Addr().String(),
+	}}
+	create(t, k8s, api)
+	apiAddr := fmt.Sprintf("127.0.0.1:%d", api.Spec.Listen.Port)
+	waitFor(t, "new Tunnel carries traffic", func() error {
+		return tcpExchange(func() (net.Conn, error) { return net.DialTimeout("tcp", apiAddr, 5*time.Second) }, 1<<20)
+	})
+}
+
+func create(t *testing.T, c client.Client, o client.Object) {
+	t.Helper()
+	if err := c.Create(context.Background(), o); err != nil {
+		t.Fatalf("create %T %s: %v", o, o.GetName(), err)
+	}
+}
+
+// freePortPair returns a loopback port free on both TCP and UDP, since a
+// relay listens on both with one number.
+func freePortPair(t *testing.T) int {
+	t.Helper()
+	for range 50 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		pc, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
+		ln.Close()
+		if err == nil {
+			pc.Close()
+			return port
+		}
+	}
+	t.Fatal("no free port pair")
+	return 0
+}
+
+func startProcess(t *testing.T, logf, bin string, args ...string) *exec.Cmd {
+	t.Helper()
+	out, err := os.Create(logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { out.Close() })
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd
+}
+
+// samples are the objects of config/samples, as kubectl would send them.
+type samples struct {
+	Relays  []*v1alpha1.RelayNode
+	Chains  []*v1alpha1.Chain
+	Tunnels []*v1alpha1.Tunnel
+}
+
+func readSamples(t *testing.T, dir string) *samples {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(dir, "hoplink_*.yaml"))
+	s := &samples{}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+		for {
+			var raw json.RawMessage
+			if err := dec.Decode(&raw); errors.Is(err, io.EOF) {
+				break
+			} else if err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			var tm metav1.TypeMeta
+			json.Unmarshal(raw, &tm)
+			var obj any
+			switch tm.Kind {
+			case "RelayNode":
+				o := &v1alpha1.RelayNode{}
+				s.Relays, obj = append(s.Relays, o), o
+			case "Chain":
+				o := &v1alpha1.Chain{}
+				s.Chains, obj = append(s.Chains, o), o
+			case "Tunnel":
+				o := &v1alpha1.Tunnel{}
+				s.Tunnels, obj = append(s.Tunnels, o), o
+			default:
+				t.Fatalf("%s: unexpected kind %q", f, tm.Kind)
+			}
+			if err := json.Unmarshal(raw, obj); err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+		}
+	}
+	if len(s.Relays) != 4 || len(s.Chains) != 1 || len(s.Tunnels) != 1 {
+		t.Fatalf("samples: %d relays, %d chains, %d tunnels; want the seed 004 topology (4, 1, 1)", len(s.Relays), len(s.Chains), len(s.Tunnels))
+	}
+	return s
+}
