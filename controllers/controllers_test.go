@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/relay/pki"
@@ -229,6 +230,35 @@ func TestRelayNodeBecomesDaemonSetWithCertificateAndRBAC(t *testing.T) {
 	if rn.Status.Desired != 1 || rn.Status.Ready != 1 || rn.Status.CertificateNotAfter == nil {
 		t.Errorf("status %+v", rn.Status)
 	}
+
+	// A reconcile with nothing to change writes nothing: the API server's
+	// defaults in the DaemonSet are not a change.
+	if err := k8s.Get(ctx, name, ds); err != nil {
+		t.Fatal(err)
+	}
+	dsVersion := ds.ResourceVersion
+	writesBefore := apiWrites(t)
+	rn.Annotations = map[string]string{"touched": "yes"}
+	if err := k8s.Update(ctx, rn); err != nil {
+		t.Fatal(err)
+	}
+	rnVersion := rn.ResourceVersion
+	time.Sleep(2 * time.Second)
+	// The API server skips a no-op update without a new resourceVersion, so
+	// count requests too: the test's own update is the only write.
+	if w := apiWrites(t) - writesBefore; w != 1 {
+		t.Errorf("%d API writes after touching the RelayNode; want 1 (the touch itself)", w)
+	}
+	if err := k8s.Get(ctx, name, ds); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(rn), rn); err != nil {
+		t.Fatal(err)
+	}
+	if ds.ResourceVersion != dsVersion || rn.ResourceVersion != rnVersion {
+		t.Errorf("a reconcile with nothing to change wrote: DaemonSet %s -> %s, RelayNode %s -> %s",
+			dsVersion, ds.ResourceVersion, rnVersion, rn.ResourceVersion)
+	}
 }
 
 func TestRelayNodeStatusIsNotRewrittenWhenNothingChanged(t *testing.T) {
@@ -397,4 +427,28 @@ func TestTunnelDoesNotTakeOverAForeignService(t *testing.T) {
 	tn := tunnel(ns, "db", "c", 5432)
 	create(t, tn)
 	waitReason(t, tn, "ServiceConflict")
+}
+
+// apiWrites counts the write requests this process's clients have made
+// (client-go's rest_client_requests_total, shared by the manager and the test).
+func apiWrites(t *testing.T) int {
+	t.Helper()
+	families, err := crmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, f := range families {
+		if f.GetName() != "rest_client_requests_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "method" && l.GetValue() != "GET" {
+					n += int(m.GetCounter().GetValue())
+				}
+			}
+		}
+	}
+	return n
 }

@@ -53,6 +53,12 @@ func Scheme() *runtime.Scheme {
 // Pods and Secrets that are hoplink's, and the three reconcilers.
 func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	scheme := Scheme()
+	// client-go's default (5 requests a second) makes a large apply take
+	// minutes; writes stay bounded by what actually changes.
+	cfg = rest.CopyConfig(cfg)
+	if cfg.QPS == 0 {
+		cfg.QPS, cfg.Burst = 50, 100
+	}
 	direct, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		return nil, err

@@ -225,7 +225,15 @@ func (r *RelayNodeReconciler) ensureWorkload(ctx context.Context, rn *v1alpha1.R
 		return nil, err
 	}
 	ds := &appsv1.DaemonSet{ObjectMeta: om()}
-	if err := own(ds, func() { r.daemonSetSpec(rn, ds) }); err != nil {
+	want := r.daemonSetSpec(rn)
+	if err := own(ds, func() {
+		// The API server fills defaults into what we send (pull policy,
+		// update strategy, ...): compare only the fields we set, or every
+		// reconcile would rewrite the DaemonSet.
+		if !equality.Semantic.DeepDerivative(want, ds.Spec) {
+			ds.Spec = want
+		}
+	}); err != nil {
 		return nil, err
 	}
 	return ds, nil
@@ -240,7 +248,7 @@ func relayRules(relay string) []rbacv1.PolicyRule {
 	}
 }
 
-func (r *RelayNodeReconciler) daemonSetSpec(rn *v1alpha1.RelayNode, ds *appsv1.DaemonSet) {
+func (r *RelayNodeReconciler) daemonSetSpec(rn *v1alpha1.RelayNode) appsv1.DaemonSetSpec {
 	labels := relayLabels(rn.Name)
 	hostNet := rn.Spec.HostNetwork == nil || *rn.Spec.HostNetwork
 	image := rn.Spec.Image
@@ -261,8 +269,8 @@ func (r *RelayNodeReconciler) daemonSetSpec(rn *v1alpha1.RelayNode, ds *appsv1.D
 			{Name: "tls", ContainerPort: port, Protocol: corev1.ProtocolTCP},
 			{Name: "metrics", ContainerPort: mport, Protocol: corev1.ProtocolTCP},
 		},
-		ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz", Port: intstr.FromInt32(mport)}}, PeriodSeconds: 5},
-		LivenessProbe:  &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(mport)}}, PeriodSeconds: 10},
+		ReadinessProbe: httpProbe("/readyz", mport, 5),
+		LivenessProbe:  httpProbe("/healthz", mport, 10),
 		SecurityContext: &corev1.SecurityContext{
 			RunAsNonRoot:             ptr.To(true),
 			RunAsUser:                ptr.To[int64](relayUID),
@@ -274,13 +282,19 @@ func (r *RelayNodeReconciler) daemonSetSpec(rn *v1alpha1.RelayNode, ds *appsv1.D
 	if rn.Spec.Resources != nil {
 		c.Resources = *rn.Spec.Resources
 	}
+	if hostNet { // what the API server would default; said here so comparisons match
+		for i := range c.Ports {
+			c.Ports[i].HostPort = c.Ports[i].ContainerPort
+		}
+	}
 	dns := corev1.DNSClusterFirst
 	if hostNet {
 		dns = corev1.DNSClusterFirstWithHostNet
 	}
-	ds.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{LabelRelayNode: rn.Name}}
-	ds.Spec.Template.ObjectMeta.Labels = labels
-	ds.Spec.Template.Spec = corev1.PodSpec{
+	var spec appsv1.DaemonSetSpec
+	spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{LabelRelayNode: rn.Name}}
+	spec.Template.ObjectMeta.Labels = labels
+	spec.Template.Spec = corev1.PodSpec{
 		ServiceAccountName: RelayObjectName(rn.Name),
 		HostNetwork:        hostNet,
 		DNSPolicy:          dns,
@@ -289,6 +303,16 @@ func (r *RelayNodeReconciler) daemonSetSpec(rn *v1alpha1.RelayNode, ds *appsv1.D
 		Containers:         []corev1.Container{c},
 		// Let open flows finish when a relay is replaced.
 		TerminationGracePeriodSeconds: ptr.To[int64](30),
+	}
+	return spec
+}
+
+// httpProbe spells out the numbers the API server would default, so that
+// comparing with the stored DaemonSet sees no change where there is none.
+func httpProbe(path string, port, period int32) *corev1.Probe {
+	return &corev1.Probe{
+		ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromInt32(port), Scheme: corev1.URISchemeHTTP}},
+		PeriodSeconds: period, TimeoutSeconds: 1, SuccessThreshold: 1, FailureThreshold: 3,
 	}
 }
 

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 
@@ -42,17 +43,17 @@ func (r *TunnelReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	status := t.Status.DeepCopy()
 	status.ObservedGeneration = t.Generation
 	cond, err := r.reconcile(ctx, &t, status)
-	if err != nil {
+	if cond.Reason == "" { // a transient error, nothing to tell the user yet
 		return ctrl.Result{}, err
 	}
 	cond.Type, cond.ObservedGeneration = conditionReady, t.Generation
 	meta.SetStatusCondition(&status.Conditions, cond)
 	if equality.Semantic.DeepEqual(&t.Status, status) {
-		return ctrl.Result{}, nil
+		return ctrl.Result{}, err
 	}
 	orig := t.DeepCopy()
 	t.Status = *status
-	return ctrl.Result{}, r.Status().Patch(ctx, &t, client.MergeFrom(orig))
+	return ctrl.Result{}, errors.Join(err, r.Status().Patch(ctx, &t, client.MergeFrom(orig)))
 }
 
 func (r *TunnelReconciler) reconcile(ctx context.Context, t *v1alpha1.Tunnel, status *v1alpha1.TunnelStatus) (metav1.Condition, error) {
@@ -84,7 +85,9 @@ func (r *TunnelReconciler) reconcile(ctx context.Context, t *v1alpha1.Tunnel, st
 		}}
 		return controllerutil.SetControllerReference(t, svc, r.Scheme)
 	}); err != nil {
-		return metav1.Condition{}, fmt.Errorf("Service %s: %w", t.Name, err)
+		status.Address = ""
+		return metav1.Condition{Status: metav1.ConditionFalse, Reason: "ServiceFailed",
+			Message: fmt.Sprintf("cannot create or update Service %q: %v", t.Name, err)}, fmt.Errorf("Service %s: %w", t.Name, err)
 	}
 	status.Address = fmt.Sprintf("%s.%s.svc:%d", t.Name, t.Namespace, t.Spec.Listen.Port)
 
