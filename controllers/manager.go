@@ -32,10 +32,17 @@ type Options struct {
 	// (default: a third of their validity).
 	RenewBefore time.Duration
 
+	// QPS bounds the operator's requests to the API server (default DefaultQPS).
+	QPS float32
+
 	MetricsAddr, ProbeAddr  string
+	PprofAddr               string // empty: no profiling endpoint
 	LeaderElection          bool
 	LeaderElectionNamespace string
 }
+
+// DefaultQPS is the operator's API request rate unless told otherwise.
+const DefaultQPS = 50
 
 // Scheme knows the Kubernetes kinds the operator touches and hoplink's own.
 func Scheme() *runtime.Scheme {
@@ -54,10 +61,11 @@ func Scheme() *runtime.Scheme {
 func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	scheme := Scheme()
 	// client-go's default (5 requests a second) makes a large apply take
-	// minutes; writes stay bounded by what actually changes.
+	// many minutes; writes stay bounded by what actually changes.
 	cfg = rest.CopyConfig(cfg)
-	if cfg.QPS == 0 {
-		cfg.QPS, cfg.Burst = 50, 100
+	cfg.QPS, cfg.Burst = o.QPS, 2*int(o.QPS)
+	if o.QPS <= 0 {
+		cfg.QPS, cfg.Burst = DefaultQPS, 2*DefaultQPS
 	}
 	direct, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
@@ -72,6 +80,7 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 		Scheme:                  scheme,
 		Metrics:                 metricsserver.Options{BindAddress: o.MetricsAddr},
 		HealthProbeBindAddress:  o.ProbeAddr,
+		PprofBindAddress:        o.PprofAddr,
 		LeaderElection:          o.LeaderElection,
 		LeaderElectionID:        "operator.hoplink.dev",
 		LeaderElectionNamespace: o.LeaderElectionNamespace,

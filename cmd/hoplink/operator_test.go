@@ -16,10 +16,16 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -112,8 +118,11 @@ func TestOperatorAndKubeRelays(t *testing.T) {
 	web.Namespace, web.Spec.Listen.Address, web.Spec.Target = ns, "127.0.0.1", echoLn.Addr().String()
 	web.Spec.Listen.Port = int32(freePortPair(t))
 	create(t, k8s, web)
+	// Each relay runs as its own ServiceAccount, so the Role the operator
+	// wrote is what it gets, as in a pod.
 	for _, rn := range set.Relays {
-		start("relay-"+rn.Name, "relay", "--kube", "--relaynode", rn.Name, "--namespace", ns, "--kubeconfig", kubeconfig, "--log-level", "debug")
+		relayConfig := relayKubeconfig(t, cfg, dir, ns, v1alpha1.RelayObjectName(rn.Name))
+		start("relay-"+rn.Name, "relay", "--kube", "--relaynode", rn.Name, "--namespace", ns, "--kubeconfig", relayConfig, "--log-level", "debug")
 	}
 
 	webAddr := fmt.Sprintf("127.0.0.1:%d", web.Spec.Listen.Port)
@@ -251,4 +260,34 @@ func readSamples(t *testing.T, dir string) *samples {
 		t.Fatalf("samples: %d relays, %d chains, %d tunnels; want the seed 004 topology (4, 1, 1)", len(s.Relays), len(s.Chains), len(s.Tunnels))
 	}
 	return s
+}
+
+// relayKubeconfig waits for the ServiceAccount the operator makes for a
+// relay and writes a kubeconfig with a token of it.
+func relayKubeconfig(t *testing.T, cfg *rest.Config, dir, ns, sa string) string {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var token string
+	waitFor(t, "token of ServiceAccount "+sa, func() error {
+		tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(context.Background(), sa,
+			&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
+		if err != nil {
+			return err
+		}
+		token = tr.Status.Token
+		return nil
+	})
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["envtest"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos[sa] = &clientcmdapi.AuthInfo{Token: token}
+	kc.Contexts["relay"] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: sa, Namespace: ns}
+	kc.CurrentContext = "relay"
+	path := filepath.Join(dir, sa+".kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
