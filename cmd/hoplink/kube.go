@@ -140,7 +140,7 @@ func newOperatorCmd(lf *logFlags) *cobra.Command {
 	f.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "serve /healthz and /readyz here")
 	f.StringVar(&o.PprofAddr, "pprof-bind-address", "", "serve /debug/pprof here (off by default)")
 	f.BoolVar(&o.LeaderElection, "leader-elect", false, "elect a leader, so that replicas can stand by")
-	f.Float32Var(&o.QPS, "kube-api-qps", controllers.DefaultQPS, "most requests a second to the API server (twice as many in a burst)")
+	f.Float32Var(&o.QPS, "kube-api-qps", controllers.DefaultQPS, "most requests a second to the API server per resource type (twice as many in a burst)")
 	f.DurationVar(&renewBefore, "renew-before", 0, "renew relay certificates this long before expiry (default: a third of their validity)")
 	return cmd
 }
