@@ -9,11 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
 )
@@ -126,16 +123,6 @@ func (r *ChainReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.Chain{}).
-		Watches(&v1alpha1.RelayNode{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-			var chains v1alpha1.ChainList
-			if err := mgr.GetClient().List(ctx, &chains, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexChainRelays: o.GetName()}); err != nil {
-				return nil
-			}
-			out := make([]reconcile.Request, len(chains.Items))
-			for i, c := range chains.Items {
-				out[i] = reconcile.Request{NamespacedName: types.NamespacedName{Namespace: c.Namespace, Name: c.Name}}
-			}
-			return out
-		})).
+		Watches(&v1alpha1.RelayNode{}, enqueueReferrers(mgr.GetClient(), &v1alpha1.ChainList{}, indexChainRelays)).
 		Complete(r)
 }

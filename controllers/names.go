@@ -5,7 +5,15 @@
 package controllers
 
 import (
+	"context"
 	"strconv"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
 )
@@ -45,3 +53,22 @@ func MetricsPort(rn *v1alpha1.RelayNode) int32 {
 }
 
 func itoa(n int32) string { return strconv.Itoa(int(n)) }
+
+// enqueueReferrers maps a changed object to the objects of list's kind in its
+// namespace whose field index names it: the Chains that route through a
+// RelayNode, the Tunnels that ride a Chain.
+func enqueueReferrers(c client.Client, list client.ObjectList, index string) handler.EventHandler {
+	return handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+		l := list.DeepCopyObject().(client.ObjectList)
+		if err := c.List(ctx, l, client.InNamespace(o.GetNamespace()), client.MatchingFields{index: o.GetName()}); err != nil {
+			log.FromContext(ctx).Error(err, "list referrers", "index", index)
+			return nil
+		}
+		var out []reconcile.Request
+		meta.EachListItem(l, func(item runtime.Object) error {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(item.(client.Object))})
+			return nil
+		})
+		return out
+	})
+}

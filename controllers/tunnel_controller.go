@@ -17,8 +17,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
 )
@@ -132,16 +130,6 @@ func (r *TunnelReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.Tunnel{}).
 		Owns(&corev1.Service{}).
-		Watches(&v1alpha1.Chain{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-			var ts v1alpha1.TunnelList
-			if err := mgr.GetClient().List(ctx, &ts, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexTunnelChain: o.GetName()}); err != nil {
-				return nil
-			}
-			out := make([]reconcile.Request, len(ts.Items))
-			for i, t := range ts.Items {
-				out[i] = reconcile.Request{NamespacedName: types.NamespacedName{Namespace: t.Namespace, Name: t.Name}}
-			}
-			return out
-		})).
+		Watches(&v1alpha1.Chain{}, enqueueReferrers(mgr.GetClient(), &v1alpha1.TunnelList{}, indexTunnelChain)).
 		Complete(r)
 }
