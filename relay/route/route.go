@@ -1,0 +1,146 @@
+// Package route chooses a Chain's path from measured latencies. It is pure
+// computation, with no I/O and no clock of its own, so that local mode, the
+// standalone relays and the operator run the same decisions, and tests can
+// replay any sequence of measurements.
+//
+// Costs are round-trip times: a request and its answer cross every link of
+// the path and the exit's link to the target once each way, so the latency
+// a client sees is the sum of the links' RTTs plus the target's.
+package route
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+	"time"
+)
+
+// DefaultMaxHops bounds the links of a route unless a Chain says otherwise.
+const DefaultMaxHops = 4
+
+// Graph holds what was last measured: the RTT of each directed link between
+// relays, each exit's RTT to the targets it dials, and relays known down.
+// The zero value is empty and ready to use.
+type Graph struct {
+	links  map[[2]string]time.Duration
+	target map[string]time.Duration // by exit relay
+	down   map[string]bool
+}
+
+// SetLink records the RTT measured on the link from one relay to another.
+func (g *Graph) SetLink(from, to string, rtt time.Duration) {
+	if g.links == nil {
+		g.links = map[[2]string]time.Duration{}
+	}
+	g.links[[2]string{from, to}] = rtt
+}
+
+// RemoveLink forgets a link (its peer is unreachable).
+func (g *Graph) RemoveLink(from, to string) { delete(g.links, [2]string{from, to}) }
+
+// SetTarget records an exit relay's RTT to its target.
+func (g *Graph) SetTarget(exit string, rtt time.Duration) {
+	if g.target == nil {
+		g.target = map[string]time.Duration{}
+	}
+	g.target[exit] = rtt
+}
+
+// SetDown marks a relay down (or up again): no route may cross it.
+func (g *Graph) SetDown(relay string, down bool) {
+	if g.down == nil {
+		g.down = map[string]bool{}
+	}
+	g.down[relay] = down
+}
+
+// Link returns a link's RTT and whether it is known.
+func (g *Graph) Link(from, to string) (time.Duration, bool) {
+	rtt, ok := g.links[[2]string{from, to}]
+	return rtt, ok
+}
+
+// Path is a route with its estimated cost.
+type Path struct {
+	Relays []string
+	Cost   time.Duration
+}
+
+func (p Path) String() string { return strings.Join(p.Relays, ",") }
+
+// Cost returns the estimated cost of a given route, and false when a relay
+// on it is down or a link of it is not known.
+func (g *Graph) Cost(relays []string) (time.Duration, bool) {
+	if len(relays) == 0 {
+		return 0, false
+	}
+	var sum time.Duration
+	for i, r := range relays {
+		if g.down[r] {
+			return 0, false
+		}
+		if i > 0 {
+			rtt, ok := g.Link(relays[i-1], r)
+			if !ok {
+				return 0, false
+			}
+			sum += rtt
+		}
+	}
+	return sum + g.target[relays[len(relays)-1]], true
+}
+
+// Request is what a Chain asks of the router.
+type Request struct {
+	Entry, Exit string
+	Via         []string // relays a route may cross
+	MaxHops     int      // most links on a route; 0 means DefaultMaxHops
+}
+
+// Candidates returns up to k routes from entry to exit through via relays,
+// cheapest first. Among equal costs fewer hops win, then the lexically
+// smaller route, so the order is stable from round to round. A route visits
+// each relay once and has at most MaxHops links.
+func Candidates(g *Graph, req Request, k int) []Path {
+	maxHops := req.MaxHops
+	if maxHops <= 0 {
+		maxHops = DefaultMaxHops
+	}
+	if k <= 0 || g.down[req.Entry] || g.down[req.Exit] {
+		return nil
+	}
+	if req.Entry == req.Exit {
+		return []Path{{Relays: []string{req.Entry}, Cost: g.target[req.Exit]}}
+	}
+	var out []Path
+	path := []string{req.Entry}
+	var walk func(at string, cost time.Duration)
+	walk = func(at string, cost time.Duration) {
+		if rtt, ok := g.Link(at, req.Exit); ok {
+			out = append(out, Path{Relays: append(slices.Clone(path), req.Exit), Cost: cost + rtt + g.target[req.Exit]})
+		}
+		if len(path) >= maxHops { // one more link would reach only the exit
+			return
+		}
+		for _, v := range req.Via {
+			if v == req.Entry || v == req.Exit || g.down[v] || slices.Contains(path, v) {
+				continue
+			}
+			rtt, ok := g.Link(at, v)
+			if !ok {
+				continue
+			}
+			path = append(path, v)
+			walk(v, cost+rtt)
+			path = path[:len(path)-1]
+		}
+	}
+	walk(req.Entry, 0)
+	slices.SortFunc(out, func(a, b Path) int {
+		return cmp.Or(cmp.Compare(a.Cost, b.Cost), cmp.Compare(len(a.Relays), len(b.Relays)), slices.Compare(a.Relays, b.Relays))
+	})
+	if len(out) > k {
+		out = out[:k]
+	}
+	return out
+}

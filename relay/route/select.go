@@ -1,0 +1,91 @@
+package route
+
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Defaults of Hysteresis.
+const (
+	DefaultMarginFraction = 0.05
+	DefaultMarginMin      = 2 * time.Millisecond
+	DefaultRounds         = 2
+)
+
+// Hysteresis keeps routes from flapping: a better route replaces the current
+// one only when it wins by the margin, max(Fraction of the current cost,
+// Min), in Rounds consecutive rounds. A current route that crosses a relay
+// that is down, or a link not measured any more, is replaced at once.
+type Hysteresis struct {
+	Fraction float64
+	Min      time.Duration
+	Rounds   int
+}
+
+// DefaultHysteresis is max(5%, 2 ms) for two rounds.
+var DefaultHysteresis = Hysteresis{Fraction: DefaultMarginFraction, Min: DefaultMarginMin, Rounds: DefaultRounds}
+
+// Margin is how much cheaper than current a route must be to count as better.
+func (h Hysteresis) Margin(current time.Duration) time.Duration {
+	return max(time.Duration(h.Fraction*float64(current)), h.Min)
+}
+
+// Selector remembers a Chain's current route between rounds.
+type Selector struct {
+	H       Hysteresis
+	current []string
+	streak  []string // the challenger of the last rounds
+	wins    int
+}
+
+// Decision is the outcome of a round.
+type Decision struct {
+	Route   []string
+	Cost    time.Duration // of Route, as measured this round
+	Changed bool
+	Reason  string // why it changed, for logs and Events
+}
+
+// Current is the route in use, nil before the first decision.
+func (s *Selector) Current() []string { return s.current }
+
+// Next takes this round's candidates (cheapest first, as Candidates or
+// pipe-mode measurements order them) and the current route's cost this
+// round (ok false when the route is broken), and decides.
+func (s *Selector) Next(cands []Path, currentCost time.Duration, currentOK bool) Decision {
+	if len(cands) == 0 {
+		s.streak, s.wins = nil, 0
+		return Decision{Route: s.current, Cost: currentCost}
+	}
+	best := cands[0]
+	switch {
+	case s.current == nil:
+		return s.take(best, "first route")
+	case !currentOK:
+		return s.take(best, fmt.Sprintf("route %v is broken (a relay is down or a link unmeasured)", s.current))
+	case slices.Equal(best.Relays, s.current):
+		s.streak, s.wins = nil, 0
+		return Decision{Route: s.current, Cost: currentCost}
+	}
+	if best.Cost >= currentCost-s.H.Margin(currentCost) {
+		s.streak, s.wins = nil, 0
+		return Decision{Route: s.current, Cost: currentCost}
+	}
+	if !slices.Equal(best.Relays, s.streak) {
+		s.streak, s.wins = slices.Clone(best.Relays), 0
+	}
+	s.wins++
+	rounds := max(s.H.Rounds, 1)
+	if s.wins < rounds {
+		return Decision{Route: s.current, Cost: currentCost}
+	}
+	return s.take(best, fmt.Sprintf("%v at %v beats %v at %v by more than %v for %d rounds",
+		best.Relays, best.Cost.Round(10*time.Microsecond), s.current, currentCost.Round(10*time.Microsecond), s.H.Margin(currentCost), rounds))
+}
+
+func (s *Selector) take(p Path, reason string) Decision {
+	s.current = slices.Clone(p.Relays)
+	s.streak, s.wins = nil, 0
+	return Decision{Route: s.current, Cost: p.Cost, Changed: true, Reason: reason}
+}
