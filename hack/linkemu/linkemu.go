@@ -1,0 +1,116 @@
+// Package linkemu emulates long links in user space, because this kernel has
+// no netem: a UDP proxy (for QUIC between relays) and a TCP proxy (for
+// targets and TLS links) that add delay, jitter, loss and a rate limit in
+// each direction, changeable while traffic flows. Tests and benchmarks put
+// one between two relays by giving the dialing relay the proxy's address as
+// its peer's endpoint.
+package linkemu
+
+import (
+	"math/rand/v2"
+	"sync"
+	"time"
+)
+
+// Params shape one direction of a link.
+type Params struct {
+	Delay  time.Duration // one way; a round trip through the proxy adds twice this
+	Jitter time.Duration // added uniformly in [0, Jitter); packets keep their order
+	Loss   float64       // probability of dropping a packet (UDP only)
+	Rate   int64         // bits per second; 0 is unlimited
+}
+
+// maxQueue bounds the packets (or TCP chunks) in flight in one direction;
+// beyond it new ones are dropped, as a full router queue would.
+const maxQueue = 8192
+
+// shaper schedules one direction: when each packet leaves.
+type shaper struct {
+	mu   sync.Mutex
+	p    Params
+	last time.Time // departure of the previous packet, to keep order and rate
+	rng  *rand.Rand
+}
+
+func newShaper(p Params) *shaper {
+	return &shaper{p: p, rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x1ceb00da))}
+}
+
+func (s *shaper) set(p Params) {
+	s.mu.Lock()
+	s.p = p
+	s.mu.Unlock()
+}
+
+// departure returns when a packet of n bytes arriving now leaves, or false
+// when it is lost.
+func (s *shaper) departure(now time.Time, n int) (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.p.Loss > 0 && s.rng.Float64() < s.p.Loss {
+		return time.Time{}, false
+	}
+	at := now.Add(s.p.Delay)
+	if s.p.Jitter > 0 {
+		at = at.Add(time.Duration(s.rng.Int64N(int64(s.p.Jitter))))
+	}
+	if s.p.Rate > 0 {
+		// Serialization: a packet leaves no sooner than the previous one
+		// plus its own transmission time.
+		tx := time.Duration(int64(n) * 8 * int64(time.Second) / s.p.Rate)
+		at = maxTime(at, s.last.Add(tx))
+	}
+	at = maxTime(at, s.last)
+	s.last = at
+	return at, true
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+type packet struct {
+	data []byte
+	at   time.Time
+}
+
+// pipe delivers packets at their departure times, in order.
+type pipe struct {
+	s    *shaper
+	q    chan packet
+	send func([]byte)
+}
+
+func newPipe(p Params, send func([]byte)) *pipe {
+	pp := &pipe{s: newShaper(p), q: make(chan packet, maxQueue), send: send}
+	go pp.run()
+	return pp
+}
+
+// push queues a copy of data; it reports false when the packet was dropped.
+func (p *pipe) push(data []byte) bool {
+	at, ok := p.s.departure(time.Now(), len(data))
+	if !ok {
+		return false
+	}
+	select {
+	case p.q <- packet{append([]byte(nil), data...), at}:
+		return true
+	default:
+		return false
+	}
+}
+
+func (p *pipe) close() { close(p.q) }
+
+func (p *pipe) run() {
+	for pk := range p.q {
+		if d := time.Until(pk.at); d > 0 {
+			time.Sleep(d)
+		}
+		p.send(pk.data)
+	}
+}
