@@ -97,7 +97,7 @@ func shapeCopy(dst, src *net.TCPConn, s *shaper) {
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
-			at, _ := s.departure(time.Now(), n) // Loss is zero for TCP shapers
+			at, _ := s.departure(time.Now(), n)                // Loss is zero for TCP shapers
 			p.q <- packet{append([]byte(nil), buf[:n]...), at} // blocks when full: backpressure
 		}
 		if err != nil {
