@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strings"
 
-	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -35,12 +34,7 @@ func (r *ChainReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	cond := r.check(ctx, &ch, status)
 	cond.Type, cond.ObservedGeneration = conditionReady, ch.Generation
 	meta.SetStatusCondition(&status.Conditions, cond)
-	if equality.Semantic.DeepEqual(&ch.Status, status) {
-		return ctrl.Result{}, nil
-	}
-	orig := ch.DeepCopy()
-	ch.Status = *status
-	return ctrl.Result{}, r.Status().Patch(ctx, &ch, client.MergeFrom(orig))
+	return ctrl.Result{}, patchStatus(ctx, r.Client, &ch, &ch.Status, status)
 }
 
 // check fills status.route for static chains and says whether the chain

@@ -8,6 +8,7 @@ import (
 	"context"
 	"strconv"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -71,4 +72,17 @@ func enqueueReferrers(c client.Client, list client.ObjectList, index string) han
 		})
 		return out
 	})
+}
+
+// patchStatus gives obj the wanted status (current points at obj's) and
+// patches it, only when it differs, so that a reconcile with nothing to
+// change costs no API write. Conditions set with meta.SetStatusCondition keep
+// their transition time while unchanged, so they compare equal.
+func patchStatus[S any](ctx context.Context, c client.Client, obj client.Object, current, want *S) error {
+	if equality.Semantic.DeepEqual(current, want) {
+		return nil
+	}
+	orig := obj.DeepCopyObject().(client.Object)
+	*current = *want
+	return c.Status().Patch(ctx, obj, client.MergeFrom(orig))
 }

@@ -73,7 +73,7 @@ func (r *RelayNodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 			Type: conditionReady, Status: metav1.ConditionFalse, Reason: "NameConflict", ObservedGeneration: rn.Generation,
 			Message: fmt.Sprintf("RelayNode %q already exists in namespace %q; a relay's name is its certificate name, so rename this one", rn.Name, other),
 		})
-		return ctrl.Result{}, r.writeStatus(ctx, &rn, status)
+		return ctrl.Result{}, patchStatus(ctx, r.Client, &rn, &rn.Status, status)
 	}
 
 	notAfter, err := r.ensureCertificate(ctx, &rn)
@@ -93,7 +93,7 @@ func (r *RelayNodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 			Type: conditionReady, Status: metav1.ConditionTrue, Reason: "External", ObservedGeneration: rn.Generation,
 			Message: fmt.Sprintf("runs outside this cluster; copy Secret %s to it; peers dial %v", RelayObjectName(rn.Name), rn.Spec.Endpoints),
 		})
-		return ctrl.Result{RequeueAfter: renewIn}, r.writeStatus(ctx, &rn, status)
+		return ctrl.Result{RequeueAfter: renewIn}, patchStatus(ctx, r.Client, &rn, &rn.Status, status)
 	}
 
 	ds, err := r.ensureWorkload(ctx, &rn)
@@ -117,18 +117,7 @@ func (r *RelayNodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		cond.Message = fmt.Sprintf("0 of %d relay pods ready: see `kubectl -n %s get pods -l %s=%s`", status.Desired, rn.Namespace, LabelRelayNode, rn.Name)
 	}
 	meta.SetStatusCondition(&status.Conditions, cond)
-	return ctrl.Result{RequeueAfter: renewIn}, r.writeStatus(ctx, &rn, status)
-}
-
-// writeStatus updates the status only when it changed, so a resync costs no
-// API write.
-func (r *RelayNodeReconciler) writeStatus(ctx context.Context, rn *v1alpha1.RelayNode, status *v1alpha1.RelayNodeStatus) error {
-	if equality.Semantic.DeepEqual(&rn.Status, status) {
-		return nil
-	}
-	orig := rn.DeepCopy()
-	rn.Status = *status
-	return r.Status().Patch(ctx, rn, client.MergeFrom(orig))
+	return ctrl.Result{RequeueAfter: renewIn}, patchStatus(ctx, r.Client, &rn, &rn.Status, status)
 }
 
 // nameTaken returns the namespace of an older RelayNode with the same name,

@@ -7,7 +7,6 @@ import (
 	"net/netip"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -46,12 +45,7 @@ func (r *TunnelReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	}
 	cond.Type, cond.ObservedGeneration = conditionReady, t.Generation
 	meta.SetStatusCondition(&status.Conditions, cond)
-	if equality.Semantic.DeepEqual(&t.Status, status) {
-		return ctrl.Result{}, err
-	}
-	orig := t.DeepCopy()
-	t.Status = *status
-	return ctrl.Result{}, errors.Join(err, r.Status().Patch(ctx, &t, client.MergeFrom(orig)))
+	return ctrl.Result{}, errors.Join(err, patchStatus(ctx, r.Client, &t, &t.Status, status))
 }
 
 func (r *TunnelReconciler) reconcile(ctx context.Context, t *v1alpha1.Tunnel, status *v1alpha1.TunnelStatus) (metav1.Condition, error) {
