@@ -82,21 +82,26 @@ type pipe struct {
 	s    *shaper
 	q    chan packet
 	send func([]byte)
+	done chan struct{}
+	once sync.Once
 }
 
 func newPipe(p Params, send func([]byte)) *pipe {
-	pp := &pipe{s: newShaper(p), q: make(chan packet, maxQueue), send: send}
+	pp := &pipe{s: newShaper(p), q: make(chan packet, maxQueue), send: send, done: make(chan struct{})}
 	go pp.run()
 	return pp
 }
 
 // push queues a copy of data; it reports false when the packet was dropped.
+// It may race with close: the queue itself is never closed under it.
 func (p *pipe) push(data []byte) bool {
 	at, ok := p.s.departure(time.Now(), len(data))
 	if !ok {
 		return false
 	}
 	select {
+	case <-p.done:
+		return false
 	case p.q <- packet{append([]byte(nil), data...), at}:
 		return true
 	default:
@@ -104,12 +109,32 @@ func (p *pipe) push(data []byte) bool {
 	}
 }
 
-func (p *pipe) close() { close(p.q) }
+// close stops delivery; packets still queued are dropped.
+func (p *pipe) close() { p.once.Do(func() { close(p.done) }) }
 
+// run delivers until close, or until a single producer closes q (as the
+// TCP proxy does after the last chunk, to deliver everything queued).
 func (p *pipe) run() {
-	for pk := range p.q {
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		var pk packet
+		select {
+		case <-p.done:
+			return
+		case got, ok := <-p.q:
+			if !ok {
+				return
+			}
+			pk = got
+		}
 		if d := time.Until(pk.at); d > 0 {
-			time.Sleep(d)
+			t.Reset(d)
+			select {
+			case <-t.C:
+			case <-p.done:
+				return
+			}
 		}
 		p.send(pk.data)
 	}

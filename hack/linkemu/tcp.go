@@ -84,7 +84,7 @@ func (t *TCPProxy) handle(c *net.TCPConn) {
 // shapeCopy copies src to dst, each chunk leaving at its shaped time, and
 // passes the half-close on after the last chunk.
 func shapeCopy(dst, src *net.TCPConn, s *shaper) {
-	p := &pipe{s: s, q: make(chan packet, maxQueue)}
+	p := &pipe{s: s, q: make(chan packet, maxQueue), done: make(chan struct{})}
 	var werr error
 	p.send = func(b []byte) {
 		if werr == nil {

@@ -15,6 +15,7 @@ type UDPProxy struct {
 
 	mu       sync.Mutex
 	up, down Params
+	clients  map[string][2]Params // per client address: up, down
 	sessions map[string]*udpSession
 	closed   bool
 }
@@ -56,7 +57,25 @@ func (u *UDPProxy) SetDirections(up, down Params) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.up, u.down = up, down
-	for _, s := range u.sessions {
+	for client, s := range u.sessions {
+		if _, own := u.clients[client]; !own {
+			s.up.s.set(up)
+			s.down.s.set(down)
+		}
+	}
+}
+
+// SetFrom shapes the traffic of one client address (host:port) apart from
+// the others: with one relay's port per client, a proxy in front of a relay
+// then emulates a different link from each of its peers.
+func (u *UDPProxy) SetFrom(client string, up, down Params) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.clients == nil {
+		u.clients = map[string][2]Params{}
+	}
+	u.clients[client] = [2]Params{up, down}
+	if s := u.sessions[client]; s != nil {
 		s.up.s.set(up)
 		s.down.s.set(down)
 	}
@@ -105,9 +124,13 @@ func (u *UDPProxy) session(from *net.UDPAddr) *udpSession {
 		return nil
 	}
 	c.SetReadBuffer(4 << 20)
+	up, down := u.up, u.down
+	if p, ok := u.clients[from.String()]; ok {
+		up, down = p[0], p[1]
+	}
 	s := &udpSession{conn: c}
-	s.up = newPipe(u.up, func(b []byte) { c.Write(b) })
-	s.down = newPipe(u.down, func(b []byte) { u.ln.WriteToUDP(b, from) })
+	s.up = newPipe(up, func(b []byte) { c.Write(b) })
+	s.down = newPipe(down, func(b []byte) { u.ln.WriteToUDP(b, from) })
 	u.sessions[from.String()] = s
 	go func() {
 		buf := make([]byte, 65536)
