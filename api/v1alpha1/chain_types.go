@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"time"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -13,9 +15,13 @@ const (
 	ModeStatic RouteMode = "static"
 	// ModeSum picks the path with the lowest sum of probed link latencies.
 	ModeSum RouteMode = "sum"
-	// ModePipe picks the path with the lowest latency measured end to end.
+	// ModePipe measures the cheapest few sum-mode paths end to end through
+	// the relays and picks the fastest.
 	ModePipe RouteMode = "pipe"
 )
+
+// Routed reports whether the mode chooses routes by measurement.
+func (m RouteMode) Routed() bool { return m == ModeSum || m == ModePipe }
 
 // Transport carries a chain's TCP flows between relays.
 // +kubebuilder:validation:Enum=quic;tls
@@ -38,6 +44,7 @@ const (
 // +kubebuilder:validation:XValidation:rule="!has(self.route) || size(self.route) == 0 || self.route[size(self.route) - 1] == self.exit",message="spec.route must end at spec.exit"
 // +kubebuilder:validation:XValidation:rule="!has(self.route) || self.route.all(r, r == self.entry || r == self.exit || (has(self.via) && r in self.via))",message="spec.route may name only spec.entry, spec.exit and relays listed in spec.via"
 // +kubebuilder:validation:XValidation:rule="!has(self.route) || self.route.all(r, self.route.exists_one(x, x == r))",message="spec.route names a relay more than once"
+// +kubebuilder:validation:XValidation:rule="!has(self.route) || !has(self.mode) || self.mode == 'static' || !has(self.maxHops) || size(self.route) <= self.maxHops + 1",message="spec.route has more links than spec.maxHops allows"
 type ChainSpec struct {
 	// Entry is the RelayNode where traffic enters the chain.
 	// +kubebuilder:validation:MaxLength=63
@@ -61,7 +68,8 @@ type ChainSpec struct {
 	Mode RouteMode `json:"mode,omitempty"`
 	// Route is the ordered list of RelayNodes a flow crosses, from entry to
 	// exit. Required for static mode. A route of one relay (entry == exit)
-	// is a plain port forward.
+	// is a plain port forward. In sum and pipe modes it is optional: the
+	// route new flows take until the first measurement.
 	// +kubebuilder:validation:MaxItems=16
 	// +kubebuilder:validation:items:MaxLength=63
 	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
@@ -71,6 +79,95 @@ type ChainSpec struct {
 	// +kubebuilder:default=quic
 	// +optional
 	Transport Transport `json:"transport,omitempty"`
+	// MaxHops bounds the links of a route that sum and pipe modes may
+	// choose: 1 allows only entry -> exit.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=15
+	// +kubebuilder:default=4
+	// +optional
+	MaxHops int32 `json:"maxHops,omitempty"`
+	// Probe says how often the links are measured and how many routes pipe
+	// mode measures end to end (sum and pipe modes).
+	// +optional
+	Probe *ProbeSpec `json:"probe,omitempty"`
+	// Hysteresis keeps the route from flapping: a route replaces the current
+	// one only when it is faster by the margin in consecutive rounds (sum and
+	// pipe modes). A route whose relay or link is down is replaced at once.
+	// +optional
+	Hysteresis *HysteresisSpec `json:"hysteresis,omitempty"`
+}
+
+// Defaults of the routing fields.
+const (
+	DefaultMaxHops           = 4
+	DefaultProbeInterval     = 2 * time.Second
+	DefaultProbeCandidates   = 3
+	DefaultHysteresisPercent = 5
+	DefaultHysteresisMin     = 2 * time.Millisecond
+	DefaultHysteresisRounds  = 2
+)
+
+// ProbeSpec tunes the measurements a routed chain's decisions rest on.
+type ProbeSpec struct {
+	// Interval between measurement rounds: every round measures each link
+	// the chain may use and decides the route again.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=16
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('100ms') && duration(self) <= duration('10m')",message="spec.probe.interval must be between 100ms and 10m"
+	// +kubebuilder:default="2s"
+	// +optional
+	Interval *metav1.Duration `json:"interval,omitempty"`
+	// Candidates is how many of the cheapest routes by summed link latency
+	// pipe mode measures end to end each round (the current route always is).
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=8
+	// +kubebuilder:default=3
+	// +optional
+	Candidates int32 `json:"candidates,omitempty"`
+}
+
+// HysteresisSpec is the margin by which a route must beat the current one.
+// The margin is the larger of Percent of the current route's latency and Min.
+type HysteresisSpec struct {
+	// Percent of the current route's latency.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	// +kubebuilder:default=5
+	// +optional
+	Percent *int32 `json:"percent,omitempty"`
+	// Min is the smallest margin, whatever the percentage gives.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=16
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(us|ms|s))+$`
+	// +kubebuilder:default="2ms"
+	// +optional
+	Min *metav1.Duration `json:"min,omitempty"`
+	// Rounds is how many consecutive rounds the better route must win.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +kubebuilder:default=2
+	// +optional
+	Rounds int32 `json:"rounds,omitempty"`
+}
+
+// RouteLatency is a route's latency two ways: estimated as the sum of its
+// links' measured round trips plus the exit's round trip to the target, and
+// measured by a probe that crosses the real relays.
+type RouteLatency struct {
+	// +optional
+	Estimated *metav1.Duration `json:"estimated,omitempty"`
+	// +optional
+	Measured *metav1.Duration `json:"measured,omitempty"`
+}
+
+// RouteCandidate is a route the route controller considered in its last
+// round, with what it cost.
+type RouteCandidate struct {
+	// +kubebuilder:validation:MaxItems=16
+	Route []string `json:"route"`
+	// +optional
+	Latency RouteLatency `json:"latency,omitempty"`
 }
 
 // ChainStatus is the route in use and why the chain is or is not usable.
@@ -83,10 +180,21 @@ type ChainStatus struct {
 	// route controller writes it.
 	// +optional
 	Route []string `json:"route,omitempty"`
-	// Latency is the route's latency as last estimated by the route
-	// controller (sum and pipe modes).
+	// Latency of the route in use, as of the route controller's last round
+	// (sum and pipe modes).
 	// +optional
-	Latency *metav1.Duration `json:"latency,omitempty"`
+	Latency *RouteLatency `json:"latency,omitempty"`
+	// Candidates are the routes the last round considered, best first: in
+	// sum mode by estimated latency, in pipe mode by measured latency.
+	// +kubebuilder:validation:MaxItems=9
+	// +optional
+	Candidates []RouteCandidate `json:"candidates,omitempty"`
+	// LastRouteChange is when the route controller last changed the route.
+	// +optional
+	LastRouteChange *metav1.Time `json:"lastRouteChange,omitempty"`
+	// RouteChanges counts the route controller's changes of the route.
+	// +optional
+	RouteChanges int64 `json:"routeChanges,omitempty"`
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -100,7 +208,8 @@ type ChainStatus struct {
 // +kubebuilder:resource:shortName=ch,categories=hoplink
 // +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`
 // +kubebuilder:printcolumn:name="Route",type=string,JSONPath=`.status.route`
-// +kubebuilder:printcolumn:name="Latency",type=string,JSONPath=`.status.latency`
+// +kubebuilder:printcolumn:name="Latency",type=string,JSONPath=`.status.latency.measured`
+// +kubebuilder:printcolumn:name="Changes",type=integer,JSONPath=`.status.routeChanges`,priority=1
 // +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Chain struct {

@@ -1,5 +1,7 @@
 package v1alpha1
 
+import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 // Default fills the fields a user may leave out, as the CRD defaults do.
 func (r *RelayNode) Default() {
 	if r.Spec.Listen.Port == 0 {
@@ -14,6 +16,32 @@ func (c *Chain) Default() {
 	}
 	if c.Spec.Transport == "" {
 		c.Spec.Transport = TransportQUIC
+	}
+	if c.Spec.MaxHops == 0 {
+		c.Spec.MaxHops = DefaultMaxHops
+	}
+	if c.Spec.Probe == nil {
+		c.Spec.Probe = &ProbeSpec{}
+	}
+	if c.Spec.Probe.Interval == nil {
+		c.Spec.Probe.Interval = &metav1.Duration{Duration: DefaultProbeInterval}
+	}
+	if c.Spec.Probe.Candidates == 0 {
+		c.Spec.Probe.Candidates = DefaultProbeCandidates
+	}
+	if c.Spec.Hysteresis == nil {
+		c.Spec.Hysteresis = &HysteresisSpec{}
+	}
+	h := c.Spec.Hysteresis
+	if h.Percent == nil {
+		p := int32(DefaultHysteresisPercent)
+		h.Percent = &p
+	}
+	if h.Min == nil {
+		h.Min = &metav1.Duration{Duration: DefaultHysteresisMin}
+	}
+	if h.Rounds == 0 {
+		h.Rounds = DefaultHysteresisRounds
 	}
 }
 

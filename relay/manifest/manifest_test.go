@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 const relays = `
@@ -30,6 +31,15 @@ apiVersion: hoplink.dev/v1alpha1
 kind: Chain
 metadata: {name: to-east}
 spec: {entry: hk, exit: la, via: [seattle], route: [hk, seattle, la]}
+`
+
+// routed is a sum-mode chain over the three relays, with no route written.
+const routed = `
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: Chain
+metadata: {name: fast}
+spec: {entry: hk, exit: la, via: [seattle], mode: sum, maxHops: 4}
 `
 
 const tunnel = `
@@ -137,6 +147,20 @@ func TestLoadRejects(t *testing.T) {
 		{"bad relay name",
 			strings.Replace(relays, "name: hk", "name: Hong_Kong", 1),
 			[]string{`RelayNode "Hong_Kong": metadata.name:`}},
+		{"routed chain: relay without endpoints",
+			strings.Replace(relays, `endpoints: ["127.0.0.1:7402"]`, ``, 1) + routed,
+			[]string{`RelayNode "seattle": spec.endpoints: required: relay "seattle" may carry flows of sum Chain "default/fast"`}},
+		{"routed chain: route longer than maxHops",
+			relays + strings.Replace(routed, "maxHops: 4", "maxHops: 1, route: [hk, seattle, la]", 1),
+			[]string{`Chain "default/fast": spec.route: 2 links, more than spec.maxHops (1) allows`}},
+		{"routed chain: fields out of range",
+			relays + strings.Replace(routed, "maxHops: 4", "maxHops: 20, probe: {interval: 10ms, candidates: 9}, hysteresis: {percent: 101, rounds: 0, min: 2m}", 1),
+			[]string{`spec.maxHops: 20 is out of range; use 1-15`, `spec.probe.interval: 10ms is out of range; use 100ms to 10m`,
+				`spec.probe.candidates: 9 is out of range; use 1-8`, `spec.hysteresis.percent: 101 is out of range`,
+				`spec.hysteresis.min: 2m0s is out of range`}},
+		{"routed chain: entry is exit",
+			relays + strings.Replace(routed, "exit: la", "exit: hk", 1),
+			[]string{`Chain "default/fast": spec.exit: "hk" is also the entry; a sum chain routes between two relays`}},
 		{"several errors at once",
 			strings.Replace(relays, "port: 7401", "port: -1", 1) + strings.Replace(chain, "exit: la", "exit: ny", 1),
 			[]string{`spec.listen.port: -1`, `spec.exit: unknown RelayNode "ny"`}},
@@ -209,6 +233,56 @@ func TestAllowsHop(t *testing.T) {
 	} {
 		if got := AllowsHop(c, tc.prev, tc.self, tc.rest); got != tc.ok {
 			t.Errorf("AllowsHop(%q, %q, %v) = %v, want %v", tc.prev, tc.self, tc.rest, got, tc.ok)
+		}
+	}
+}
+
+func TestRoutedChain(t *testing.T) {
+	s, err := Parse("x.yaml", []byte(relays+routed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := s.Chain("default/fast")
+	if c.Spec.Probe.Interval.Duration != 2*time.Second || c.Spec.Probe.Candidates != 3 || *c.Spec.Hysteresis.Percent != 5 ||
+		c.Spec.Hysteresis.Min.Duration != 2*time.Millisecond || c.Spec.Hysteresis.Rounds != 2 {
+		t.Errorf("defaults: probe %+v hysteresis %+v", c.Spec.Probe, c.Spec.Hysteresis)
+	}
+	// Every relay a route may continue to is a next hop, so links to them
+	// are kept up and probed.
+	for relay, want := range map[string]string{"hk": "seattle,la", "seattle": "la", "la": ""} {
+		if got := strings.Join(s.NextHops(relay), ","); got != want {
+			t.Errorf("NextHops(%s) = %s, want %s", relay, got, want)
+		}
+	}
+	// A routed chain allows every route its spec does, from the right
+	// previous hop, so that flows on a replaced route still finish.
+	for _, tc := range []struct {
+		prev, self string
+		rest       []string
+		ok         bool
+	}{
+		{"", "hk", []string{"hk", "la"}, true},
+		{"", "hk", []string{"hk", "seattle", "la"}, true},
+		{"hk", "seattle", []string{"seattle", "la"}, true},
+		{"hk", "la", []string{"la"}, true},
+		{"seattle", "la", []string{"la"}, true},
+		{"", "seattle", []string{"seattle", "la"}, false},         // only the entry starts a flow
+		{"la", "seattle", []string{"seattle", "la"}, false},       // the exit forwards nothing
+		{"hk", "seattle", []string{"seattle", "hk", "la"}, false}, // back through the entry
+		{"hk", "seattle", []string{"seattle"}, false},             // does not reach the exit
+		{"seattle", "seattle", []string{"seattle", "la"}, false},
+	} {
+		if got := AllowsHop(c, tc.prev, tc.self, tc.rest); got != tc.ok {
+			t.Errorf("AllowsHop(%q, %q, %v) = %v, want %v", tc.prev, tc.self, tc.rest, got, tc.ok)
+		}
+	}
+	c.Spec.MaxHops = 1
+	if AllowsHop(c, "hk", "seattle", []string{"seattle", "la"}) || !AllowsHop(c, "hk", "la", []string{"la"}) {
+		t.Error("maxHops 1 must allow entry -> exit only")
+	}
+	for _, r := range [][]string{{"hk", "seattle", "la"}, {"la"}, {"hk"}, {"hk", "la", "la"}} {
+		if ValidRoute(c, r) == nil {
+			t.Errorf("ValidRoute(%v) with maxHops 1 accepted it", r)
 		}
 	}
 }

@@ -111,26 +111,97 @@ func (s *Set) EntryTunnels(relay string) []*v1alpha1.Tunnel {
 	return out
 }
 
-// NextHops lists the peers the named relay forwards to on some chain's route,
-// i.e. the relays it must keep a connection to.
+// NextHops lists the peers the named relay may forward to, i.e. the relays
+// it keeps a connection to: the next hop on every static route, and every
+// relay a routed chain may continue to from it.
 func (s *Set) NextHops(relay string) []string {
 	var out []string
+	add := func(peers ...string) {
+		for _, p := range peers {
+			if p != relay && !slices.Contains(out, p) {
+				out = append(out, p)
+			}
+		}
+	}
 	for _, c := range s.Chains {
 		r := Route(c)
-		if i := slices.Index(r, relay); i >= 0 && i+1 < len(r) && !slices.Contains(out, r[i+1]) {
-			out = append(out, r[i+1])
+		if i := slices.Index(r, relay); i >= 0 && i+1 < len(r) {
+			add(r[i+1])
+		}
+		if c.Spec.Mode.Routed() {
+			add(NextHopsOf(c, relay)...)
 		}
 	}
 	return out
 }
 
+// NextHopsOf lists the relays a flow of routed chain c may go to from relay:
+// from the entry, the via relays and the exit; from a via relay, the other
+// via relays and the exit (none when maxHops allows only entry -> exit).
+func NextHopsOf(c *v1alpha1.Chain, relay string) []string {
+	switch {
+	case relay == c.Spec.Exit:
+		return nil
+	case relay == c.Spec.Entry && c.Spec.MaxHops == 1:
+		return []string{c.Spec.Exit}
+	case relay != c.Spec.Entry && (c.Spec.MaxHops == 1 || !slices.Contains(c.Spec.Via, relay)):
+		return nil
+	}
+	var out []string
+	for _, v := range c.Spec.Via {
+		if v != relay {
+			out = append(out, v)
+		}
+	}
+	return append(out, c.Spec.Exit)
+}
+
+// Members lists the relays of a chain: entry, via relays, exit.
+func Members(c *v1alpha1.Chain) []string {
+	m := append([]string{c.Spec.Entry}, c.Spec.Via...)
+	if c.Spec.Exit != c.Spec.Entry {
+		m = append(m, c.Spec.Exit)
+	}
+	return m
+}
+
+// Receivers lists the relays that peers may send flows of chain c to, so
+// that they must have endpoints.
+func Receivers(c *v1alpha1.Chain) []string {
+	if !c.Spec.Mode.Routed() {
+		if r := Route(c); len(r) > 1 {
+			return r[1:]
+		}
+		return nil
+	}
+	return NextHopsOf(c, c.Spec.Entry)
+}
+
 // AllowsHop reports whether a flow of chain c that reached relay self from
 // peer prev (empty at the entry) may continue along rest, where rest starts
 // with self and ends at the chain's exit. It is the check that keeps a relay
-// from being steered anywhere a peer likes.
+// from being steered anywhere a peer likes. A static chain allows its
+// route; a routed chain allows any route its spec does (ValidRoute), so
+// that flows opened on a route that was just replaced still finish on it,
+// and no relay depends on learning a new route before the entry uses it.
 func AllowsHop(c *v1alpha1.Chain, prev, self string, rest []string) bool {
 	if len(rest) == 0 || rest[0] != self || rest[len(rest)-1] != c.Spec.Exit {
 		return false
+	}
+	if c.Spec.Mode.Routed() {
+		if prev == "" {
+			return self == c.Spec.Entry && ValidRoute(c, rest) == nil
+		}
+		if slices.Contains(rest, prev) || (prev != c.Spec.Entry && !slices.Contains(c.Spec.Via, prev)) {
+			return false
+		}
+		// The shortest route this suffix can be part of: entry, prev (when
+		// it is a via relay), then rest.
+		full := append([]string{c.Spec.Entry}, rest...)
+		if prev != c.Spec.Entry {
+			full = append([]string{c.Spec.Entry, prev}, rest...)
+		}
+		return ValidRoute(c, full) == nil
 	}
 	for _, route := range [][]string{c.Spec.Route, c.Status.Route} {
 		i := slices.Index(route, self)
@@ -142,4 +213,29 @@ func AllowsHop(c *v1alpha1.Chain, prev, self string, rest []string) bool {
 		}
 	}
 	return false
+}
+
+// ValidRoute says why route is not one that routed chain c may take: it
+// must start at the entry, end at the exit, cross only via relays, visit
+// each relay once and have at most maxHops links.
+func ValidRoute(c *v1alpha1.Chain, route []string) error {
+	switch {
+	case len(route) == 0:
+		return fmt.Errorf("empty route")
+	case route[0] != c.Spec.Entry:
+		return fmt.Errorf("route %v does not start at the entry %q", route, c.Spec.Entry)
+	case route[len(route)-1] != c.Spec.Exit:
+		return fmt.Errorf("route %v does not end at the exit %q", route, c.Spec.Exit)
+	case len(route)-1 > int(max(c.Spec.MaxHops, 1)):
+		return fmt.Errorf("route %v has %d links; spec.maxHops allows %d", route, len(route)-1, c.Spec.MaxHops)
+	}
+	for i, r := range route {
+		if slices.Index(route, r) != i {
+			return fmt.Errorf("route %v visits %q twice", route, r)
+		}
+		if i > 0 && i < len(route)-1 && !slices.Contains(c.Spec.Via, r) {
+			return fmt.Errorf("route %v crosses %q, which is not in spec.via", route, r)
+		}
+	}
+	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -102,11 +103,14 @@ func (s *Set) validateChain(p *problems, c *v1alpha1.Chain) {
 		}
 	}
 	switch c.Spec.Mode {
-	case v1alpha1.ModeStatic:
-	case v1alpha1.ModeSum, v1alpha1.ModePipe:
-		bad("spec.mode", "%q routing is not available in this version of hoplink; use static with spec.route", c.Spec.Mode)
+	case v1alpha1.ModeStatic, v1alpha1.ModeSum, v1alpha1.ModePipe:
 	default:
 		bad("spec.mode", "%q is not a mode; use static, sum or pipe", c.Spec.Mode)
+	}
+	validateRouting(c, bad)
+	if c.Spec.Mode.Routed() && c.Spec.Entry != "" && c.Spec.Entry == c.Spec.Exit {
+		bad("spec.exit", "%q is also the entry; a %s chain routes between two relays (for a plain port forward use mode static and route [%s])",
+			c.Spec.Exit, c.Spec.Mode, c.Spec.Entry)
 	}
 	switch c.Spec.Transport {
 	case v1alpha1.TransportQUIC, v1alpha1.TransportTLS:
@@ -136,6 +140,37 @@ func (s *Set) validateChain(p *problems, c *v1alpha1.Chain) {
 			bad(f, "%q appears twice; a route visits each relay once", hop)
 		case i > 0 && i < len(route)-1 && !slices.Contains(c.Spec.Via, hop):
 			bad(f, "%q is not in spec.via; add it there or take it out of the route", hop)
+		}
+	}
+	if c.Spec.Mode.Routed() && len(route)-1 > int(c.Spec.MaxHops) {
+		bad("spec.route", "%d links, more than spec.maxHops (%d) allows", len(route)-1, c.Spec.MaxHops)
+	}
+}
+
+// validateRouting checks the fields that tune sum and pipe routing. They are
+// checked in every mode, so that switching a chain to sum mode cannot
+// uncover an old mistake.
+func validateRouting(c *v1alpha1.Chain, bad func(field, format string, args ...any)) {
+	if n := c.Spec.MaxHops; n < 1 || n > 15 {
+		bad("spec.maxHops", "%d is out of range; use 1-15", n)
+	}
+	if p := c.Spec.Probe; p != nil {
+		if iv := p.Interval; iv != nil && (iv.Duration < 100*time.Millisecond || iv.Duration > 10*time.Minute) {
+			bad("spec.probe.interval", "%v is out of range; use 100ms to 10m", iv.Duration)
+		}
+		if n := p.Candidates; n < 1 || n > 8 {
+			bad("spec.probe.candidates", "%d is out of range; use 1-8", n)
+		}
+	}
+	if h := c.Spec.Hysteresis; h != nil {
+		if p := h.Percent; p != nil && (*p < 0 || *p > 100) {
+			bad("spec.hysteresis.percent", "%d is out of range; use 0-100", *p)
+		}
+		if m := h.Min; m != nil && (m.Duration < 0 || m.Duration > time.Minute) {
+			bad("spec.hysteresis.min", "%v is out of range; use 0 to 1m", m.Duration)
+		}
+		if n := h.Rounds; n < 1 || n > 100 {
+			bad("spec.hysteresis.rounds", "%d is out of range; use 1-100", n)
 		}
 	}
 }
@@ -186,13 +221,16 @@ func (s *Set) validateEndpoints(p *problems) {
 			continue
 		}
 		for _, c := range s.Chains {
-			route := Route(c)
-			if i := slices.Index(route, r.Name); i > 0 {
-				p.add(s.src[r], "RelayNode", r.Name, "spec.endpoints",
-					"required: relay %q is hop %d of Chain %q, so peers must know where to dial it (e.g. [\"127.0.0.1:%d\"])",
-					r.Name, i, Key(c.Namespace, c.Name), r.Spec.Listen.Port)
-				break
+			if !slices.Contains(Receivers(c), r.Name) {
+				continue
 			}
+			role := fmt.Sprintf("is hop %d of Chain %q", slices.Index(Route(c), r.Name), Key(c.Namespace, c.Name))
+			if c.Spec.Mode.Routed() {
+				role = fmt.Sprintf("may carry flows of %s Chain %q", c.Spec.Mode, Key(c.Namespace, c.Name))
+			}
+			p.add(s.src[r], "RelayNode", r.Name, "spec.endpoints",
+				"required: relay %q %s, so peers must know where to dial it (e.g. [\"127.0.0.1:%d\"])", r.Name, role, r.Spec.Listen.Port)
+			break
 		}
 	}
 }
