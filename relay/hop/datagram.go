@@ -56,3 +56,15 @@ func ReadFrame(r io.Reader, buf []byte) ([]byte, error) {
 	}
 	return buf[:n], nil
 }
+
+// Link probes ride datagrams too, under flow ids that no UDP session can
+// have: a session's flow id is the id of a stream the dialing relay opened,
+// a multiple of 4. A relay answers every ProbeFlow datagram with a
+// ProbeEchoFlow datagram carrying the same payload, and the prober that
+// sent it times the round trip.
+const (
+	ProbeFlow     = 1
+	ProbeEchoFlow = 2
+	// MaxProbe bounds a probe's payload; larger ones are not answered.
+	MaxProbe = 64
+)

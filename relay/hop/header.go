@@ -25,6 +25,16 @@ const (
 	// KindUDP: the stream controls one UDP session; datagrams carry its
 	// packets, and packets too large for a datagram ride the stream as frames.
 	KindUDP Kind = 2
+	// KindProbe: an in-band probe of a routed chain's route. It travels the
+	// route as a TCP flow would, and the exit answers it at once, so the
+	// entry measures the route end to end. Tunnel names the Chain; there is
+	// no target.
+	KindProbe Kind = 3
+	// KindLinks: a request to the receiving relay alone for its link
+	// measurements on a routed chain. Tunnel names the Chain and Route is the
+	// chain's whole current route, as the entry that asks uses it; there is
+	// no target.
+	KindLinks Kind = 4
 )
 
 func (k Kind) String() string {
@@ -33,9 +43,18 @@ func (k Kind) String() string {
 		return "tcp"
 	case KindUDP:
 		return "udp"
+	case KindProbe:
+		return "probe"
+	case KindLinks:
+		return "links"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
+
+func (k Kind) valid() bool { return k >= KindTCP && k <= KindLinks }
+
+// hasTarget reports whether headers of this kind name a target.
+func (k Kind) hasTarget() bool { return k == KindTCP || k == KindUDP }
 
 // Limits of a header. A relay never reads more than PrefixLen+MaxBodyLen
 // bytes before deciding whether a stream is acceptable.
@@ -61,7 +80,8 @@ var (
 // Header is the per-flow header of one hop.
 type Header struct {
 	Kind Kind
-	// Tunnel is the Tunnel's namespace/name.
+	// Tunnel is the Tunnel's namespace/name (the Chain's, for probes and
+	// link requests).
 	Tunnel string
 	// Route is the rest of the route, starting with the relay that receives
 	// this header and ending with the chain's exit.
@@ -141,7 +161,7 @@ func bodyLen(prefix []byte) (int, error) {
 	if prefix[0] != Version {
 		return 0, fmt.Errorf("%w %d (this relay speaks %d)", ErrVersion, prefix[0], Version)
 	}
-	if k := Kind(prefix[1]); k != KindTCP && k != KindUDP {
+	if k := Kind(prefix[1]); !k.valid() {
 		return 0, fmt.Errorf("%w %d", ErrKind, prefix[1])
 	}
 	n := int(binary.BigEndian.Uint16(prefix[2:]))
@@ -211,7 +231,7 @@ func parseBody(kind Kind, body []byte) (Header, error) {
 
 // check enforces the alphabets and lengths of every field.
 func (h *Header) check() error {
-	if h.Kind != KindTCP && h.Kind != KindUDP {
+	if !h.Kind.valid() {
 		return fmt.Errorf("%w %d", ErrKind, uint8(h.Kind))
 	}
 	if !validTunnel(h.Tunnel) {
@@ -225,8 +245,8 @@ func (h *Header) check() error {
 			return fmt.Errorf("%w: relay name %q", ErrField, r)
 		}
 	}
-	if !validTarget(h.Target) {
-		return fmt.Errorf("%w: target %q", ErrField, h.Target)
+	if h.Kind.hasTarget() && !validTarget(h.Target) || !h.Kind.hasTarget() && h.Target != "" {
+		return fmt.Errorf("%w: target %q for a %s header", ErrField, h.Target, h.Kind)
 	}
 	return nil
 }

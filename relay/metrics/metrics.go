@@ -16,10 +16,25 @@ type Metrics struct {
 	FlowErrors  *prometheus.CounterVec
 	Rejected    *prometheus.CounterVec
 	PeerUp      *prometheus.GaugeVec
-	PeerRTT     *prometheus.GaugeVec
 	Handshakes  *prometheus.CounterVec
 	UDPSessions *prometheus.GaugeVec
 	UDPDropped  *prometheus.CounterVec
+
+	// Link measurements, labelled from (this relay) and to (the peer).
+	LinkUp       *prometheus.GaugeVec
+	LinkRTT      *prometheus.GaugeVec
+	LinkRTTMin   *prometheus.GaugeVec
+	LinkSmoothed *prometheus.GaugeVec
+	LinkJitter   *prometheus.GaugeVec
+	LinkLoss     *prometheus.GaugeVec
+	LinkProbes   *prometheus.CounterVec
+	// TargetRTT is an exit relay's connect time to a Tunnel's target.
+	TargetRTT *prometheus.GaugeVec
+	TargetUp  *prometheus.GaugeVec
+	// ChainRoute is 1 for the route a relay knows its chain to use.
+	ChainRoute *prometheus.GaugeVec
+	// Route is set by relays that route the chains they enter.
+	Route *Route
 }
 
 // New creates the metrics and registers them with reg.
@@ -56,10 +71,6 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "hoplink_peer_up",
 			Help: "1 while a relay holds an established QUIC connection to a peer it forwards to.",
 		}, []string{"relay", "peer"}),
-		PeerRTT: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "hoplink_peer_rtt_seconds",
-			Help: "Smoothed RTT of the QUIC connection to a peer.",
-		}, []string{"relay", "peer"}),
 		Handshakes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hoplink_peer_handshakes_total",
 			Help: "QUIC handshakes with peers by direction (dial, accept) and result (ok, failed, rejected).",
@@ -70,10 +81,81 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"relay", "tunnel", "role"}),
 		UDPDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hoplink_udp_dropped_packets_total",
-			Help: "UDP packets a relay dropped, by reason (session_limit, queue_full, too_large, no_session).",
+			Help: "UDP packets a relay dropped, by reason (session_limit, queue_full, send_failed, no_session).",
 		}, []string{"relay", "tunnel", "reason"}),
+		LinkUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "hoplink_link_up",
+			Help: "1 when the last probe round on the link from one relay to another got an answer.",
+		}, []string{"from", "to"}),
+		LinkRTT: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "hoplink_link_rtt_seconds",
+			Help: "Median round trip of the last probe round on a link between relays: the figure routes are chosen by.",
+		}, []string{"from", "to"}),
+		LinkRTTMin: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "hoplink_link_rtt_min_seconds",
+			Help: "Least probe round trip on a link over the recent rounds.",
+		}, []string{"from", "to"}),
+		LinkSmoothed: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "hoplink_link_rtt_smoothed_seconds",
+			Help: "Smoothed RTT of the QUIC connection of a link, from QUIC's own statistics.",
+		}, []string{"from", "to"}),
+		LinkJitter: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "hoplink_link_jitter_seconds",
+			Help: "Mean variation between successive probe round trips on a link.",
+		}, []string{"from", "to"}),
+		LinkLoss: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "hoplink_link_loss_ratio",
+			Help: "Share of probes lost on a link over the recent rounds.",
+		}, []string{"from", "to"}),
+		LinkProbes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hoplink_link_probes_total",
+			Help: "Probes sent on a link, by result (answered, lost).",
+		}, []string{"from", "to", "result"}),
+		TargetRTT: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "hoplink_target_rtt_seconds",
+			Help: "An exit relay's last TCP connect time to a Tunnel's target.",
+		}, []string{"relay", "tunnel", "target"}),
+		TargetUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "hoplink_target_up",
+			Help: "1 when an exit relay's last connect to a Tunnel's target succeeded.",
+		}, []string{"relay", "tunnel", "target"}),
+		ChainRoute: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "hoplink_chain_route_info",
+			Help: "1 for the route (relays joined by commas) a relay knows a chain's new flows to take.",
+		}, []string{"relay", "chain", "route"}),
 	}
 	reg.MustRegister(m.Bytes, m.Flows, m.ActiveFlows, m.FlowSetup, m.FlowErrors, m.Rejected,
-		m.PeerUp, m.PeerRTT, m.Handshakes, m.UDPSessions, m.UDPDropped)
+		m.PeerUp, m.Handshakes, m.UDPSessions, m.UDPDropped,
+		m.LinkUp, m.LinkRTT, m.LinkRTTMin, m.LinkSmoothed, m.LinkJitter, m.LinkLoss, m.LinkProbes,
+		m.TargetRTT, m.TargetUp, m.ChainRoute)
+	m.Route = NewRoute(reg)
+	return m
+}
+
+// Route are the metrics of a route controller: an entry relay routing its
+// chains (standalone and local mode) or the operator.
+type Route struct {
+	Latency *prometheus.GaugeVec
+	Changes *prometheus.CounterVec
+	Rounds  *prometheus.CounterVec
+}
+
+// NewRoute creates the route controller metrics and registers them with reg.
+func NewRoute(reg prometheus.Registerer) *Route {
+	m := &Route{
+		Latency: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "hoplink_chain_latency_seconds",
+			Help: "Round trip of a chain's route: estimated (sum of link round trips plus the exit's to the target) or measured (a probe through the relays, plus the exit's round trip to the target).",
+		}, []string{"chain", "kind"}),
+		Changes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hoplink_chain_route_changes_total",
+			Help: "Times the route controller changed a chain's route.",
+		}, []string{"chain"}),
+		Rounds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hoplink_chain_route_rounds_total",
+			Help: "Measurement rounds of a chain, by result: decided, or failed when no route could be measured.",
+		}, []string{"chain", "result"}),
+	}
+	reg.MustRegister(m.Latency, m.Changes, m.Rounds)
 	return m
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	quicgo "github.com/quic-go/quic-go"
+	"golang.org/x/time/rate"
 
 	"github.com/hoplink/hoplink/relay/hop"
 )
@@ -30,6 +31,10 @@ const (
 	maxPendingPackets = 8
 	pendingTTL        = 2 * time.Second
 )
+
+// maxEchoRate bounds the link probes a relay answers on one connection, per
+// second; a prober sends a few per round.
+const maxEchoRate = 200
 
 type pendingFlow struct {
 	since   time.Time
@@ -72,10 +77,13 @@ func (c *Conn) SendFlowDatagram(id uint64, payload []byte) error {
 	return c.SendDatagram(hop.AppendDatagram(buf[:0], id, payload))
 }
 
-// runDatagrams dispatches datagrams until the connection ends. It returns
-// the number of datagrams it could not route, for the caller to count.
-func (c *Conn) runDatagrams(onDrop func(reason string)) {
+// runDatagrams dispatches datagrams until the connection ends: UDP packets
+// to their session's sink, link probes back to the peer, probe echoes to
+// onEcho. Datagrams it cannot route are counted through onDrop.
+func (c *Conn) runDatagrams(onDrop func(reason string), onEcho func(peer string, payload []byte)) {
 	ctx := c.Context()
+	// Echoes are cheap, but a peer must not make us send without bound.
+	echoes := rate.NewLimiter(maxEchoRate, maxEchoRate/2)
 	for {
 		d, err := c.ReceiveDatagram(ctx)
 		if err != nil {
@@ -84,6 +92,18 @@ func (c *Conn) runDatagrams(onDrop func(reason string)) {
 		id, payload, err := hop.ParseDatagram(d)
 		if err != nil {
 			onDrop("bad_datagram")
+			continue
+		}
+		switch id {
+		case hop.ProbeFlow:
+			if len(payload) <= hop.MaxProbe && echoes.Allow() {
+				c.SendDatagram(hop.AppendDatagram(nil, hop.ProbeEchoFlow, payload))
+			} else {
+				onDrop("probe_limit")
+			}
+			continue
+		case hop.ProbeEchoFlow:
+			onEcho(c.Peer, payload)
 			continue
 		}
 		c.mu.Lock()
@@ -123,8 +143,17 @@ func (c *Conn) holdLocked(id uint64, payload []byte) bool {
 	return true
 }
 
+// SendProbe sends a link probe; the peer answers it with the same payload,
+// which arrives at the endpoint's OnProbeEcho.
+func (c *Conn) SendProbe(payload []byte) error {
+	return c.SendDatagram(hop.AppendDatagram(nil, hop.ProbeFlow, payload))
+}
+
 // OpenFlow opens a stream for a new flow, waiting at most until ctx ends if
 // the peer's stream limit is reached.
 func (c *Conn) OpenFlow(ctx context.Context) (*quicgo.Stream, error) {
 	return c.OpenStreamSync(ctx)
 }
+
+// SmoothedRTT is QUIC's own RTT estimate of the connection.
+func (c *Conn) SmoothedRTT() time.Duration { return c.ConnectionStats().SmoothedRTT }

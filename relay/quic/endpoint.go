@@ -30,8 +30,11 @@ type Options struct {
 	KnownPeer func(name string) bool
 	// Handler serves a stream a peer opened. It owns the stream.
 	Handler func(c *Conn, s *quicgo.Stream)
-	Metrics *metrics.Metrics
-	Log     *slog.Logger
+	// OnProbeEcho receives the answers to link probes sent on connections
+	// this endpoint dialed (see Conn.SendProbe).
+	OnProbeEcho func(peer string, payload []byte)
+	Metrics     *metrics.Metrics
+	Log         *slog.Logger
 }
 
 // Endpoint is a relay's QUIC side: it accepts peers and dials them.
@@ -123,7 +126,7 @@ func (e *Endpoint) accept() {
 		e.wg.Add(2)
 		go func() {
 			defer e.wg.Done()
-			c.runDatagrams(e.dropped)
+			c.runDatagrams(e.dropped, e.echo)
 		}()
 		go func() {
 			defer e.wg.Done()
@@ -138,6 +141,12 @@ func (e *Endpoint) accept() {
 				go e.opts.Handler(c, s)
 			}
 		}()
+	}
+}
+
+func (e *Endpoint) echo(peer string, payload []byte) {
+	if e.opts.OnProbeEcho != nil {
+		e.opts.OnProbeEcho(peer, payload)
 	}
 }
 
@@ -179,6 +188,18 @@ func (e *Endpoint) Link(peer string, addrs []string) *Link {
 		}()
 	}
 	return l
+}
+
+// Live returns the connection to a peer this endpoint dials, if it is up
+// now; it neither creates a link nor waits.
+func (e *Endpoint) Live(peer string) *Conn {
+	e.mu.Lock()
+	l := e.links[peer]
+	e.mu.Unlock()
+	if l == nil {
+		return nil
+	}
+	return l.Live()
 }
 
 // Close ends every connection and stops the endpoint.

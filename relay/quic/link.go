@@ -18,7 +18,6 @@ const (
 	maxBackoff = 5 * time.Second
 	// A connection that lived this long resets the backoff.
 	stableAfter = 10 * time.Second
-	statsEvery  = 2 * time.Second
 )
 
 // Link keeps one connection to a peer up: it dials the peer's endpoints in
@@ -48,6 +47,16 @@ func (l *Link) SetAddrs(addrs []string) {
 // ErrPeerDown is returned when a peer could not be reached in time.
 var ErrPeerDown = errors.New("peer relay unreachable")
 
+// Live returns the connection if it is up now, without waiting.
+func (l *Link) Live() *Conn {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.conn != nil && l.conn.Context().Err() == nil {
+		return l.conn
+	}
+	return nil
+}
+
 // Conn returns the live connection, waiting for one until ctx ends.
 func (l *Link) Conn(ctx context.Context) (*Conn, error) {
 	for {
@@ -70,7 +79,6 @@ func (l *Link) Conn(ctx context.Context) (*Conn, error) {
 func (l *Link) run() {
 	m, relay, log := l.e.opts.Metrics, l.e.opts.Name, l.e.opts.Log.With("peer", l.peer)
 	up := m.PeerUp.WithLabelValues(relay, l.peer)
-	rtt := m.PeerRTT.WithLabelValues(relay, l.peer)
 	up.Set(0)
 	backoff := minBackoff
 	for l.e.ctx.Err() == nil {
@@ -95,7 +103,7 @@ func (l *Link) run() {
 		l.e.wg.Add(1)
 		go func() {
 			defer l.e.wg.Done()
-			c.runDatagrams(l.e.dropped)
+			c.runDatagrams(l.e.dropped, l.e.echo)
 		}()
 		l.mu.Lock()
 		l.conn = c
@@ -103,20 +111,11 @@ func (l *Link) run() {
 		l.mu.Unlock()
 		up.Set(1)
 		start := time.Now()
-		tick := time.NewTicker(statsEvery)
-	wait:
-		for {
-			rtt.Set(c.ConnectionStats().SmoothedRTT.Seconds())
-			select {
-			case <-tick.C:
-			case <-c.Context().Done():
-				break wait
-			case <-l.e.ctx.Done():
-				c.CloseWithError(0, "relay shutting down")
-				break wait
-			}
+		select {
+		case <-c.Context().Done():
+		case <-l.e.ctx.Done():
+			c.CloseWithError(0, "relay shutting down")
 		}
-		tick.Stop()
 		l.mu.Lock()
 		l.conn = nil
 		l.up = make(chan struct{})
