@@ -1,0 +1,273 @@
+package probe
+
+import (
+	"context"
+	"encoding/binary"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/hoplink/hoplink/relay/metrics"
+)
+
+// Sender is a live connection to a peer that probes can be sent on.
+type Sender interface {
+	// SendProbe sends one probe datagram; the peer echoes its payload.
+	SendProbe(payload []byte) error
+	// SmoothedRTT is the connection's own RTT estimate.
+	SmoothedRTT() time.Duration
+}
+
+// Defaults of LinkOptions.
+const (
+	DefaultProbes = 5
+	DefaultGap    = 5 * time.Millisecond
+	DefaultWindow = 10
+)
+
+// LinkOptions configure a Links prober.
+type LinkOptions struct {
+	// Relay is the relay that probes: the from label of its metrics.
+	Relay string
+	// Conn returns the live connection to a peer, or nil when it is down.
+	Conn    func(peer string) Sender
+	Metrics *metrics.Metrics
+	// Probes sent per round, Gap apart so that each rides its own packet.
+	Probes int
+	Gap    time.Duration
+	// Window is how many rounds Loss and Min cover.
+	Window int
+}
+
+// Links measures a relay's links to its peers. Rounds are coalesced (a link
+// measured less than `fresh` ago is not probed again, and callers that ask
+// while a round runs share it), so the cost per peer stays bounded however
+// many chains and controllers ask.
+type Links struct {
+	o    LinkOptions
+	seq  atomic.Uint64
+	last coalescer[string, Link]
+
+	mu      sync.Mutex
+	stats   map[string]*linkStats
+	waiting map[uint64]pendingProbe
+}
+
+type pendingProbe struct {
+	peer string
+	sent time.Time
+	got  chan<- time.Duration
+}
+
+// linkStats is what a link's figures are computed from across rounds.
+type linkStats struct {
+	rounds []roundStats // the recent rounds, oldest first
+	jitter time.Duration
+	prev   time.Duration // the previous sample, for jitter
+}
+
+type roundStats struct {
+	sent, answered int
+	min            time.Duration
+}
+
+// NewLinks makes a prober. Feed it the echoes of its probes with Echo.
+func NewLinks(o LinkOptions) *Links {
+	if o.Probes <= 0 {
+		o.Probes = DefaultProbes
+	}
+	if o.Gap <= 0 {
+		o.Gap = DefaultGap
+	}
+	if o.Window <= 0 {
+		o.Window = DefaultWindow
+	}
+	return &Links{o: o, stats: map[string]*linkStats{}, waiting: map[uint64]pendingProbe{}}
+}
+
+// Echo takes the answer to a probe. Answers that match no probe in
+// flight (late, duplicated, forged) are ignored.
+func (l *Links) Echo(peer string, payload []byte) {
+	now := time.Now()
+	if len(payload) != 8 {
+		return
+	}
+	seq := binary.BigEndian.Uint64(payload)
+	l.mu.Lock()
+	p, ok := l.waiting[seq]
+	ok = ok && p.peer == peer
+	if ok {
+		delete(l.waiting, seq)
+	}
+	l.mu.Unlock()
+	if ok {
+		p.got <- now.Sub(p.sent) // buffered for every probe of the round
+	}
+}
+
+// Measure returns the links to peers, probing those not measured within
+// fresh. A round waits for answers until ctx ends or every probe is
+// answered; probes unanswered by then count as lost.
+func (l *Links) Measure(ctx context.Context, peers []string, fresh time.Duration) []Link {
+	out := make([]Link, len(peers))
+	var wg sync.WaitGroup
+	for i, peer := range peers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			link, age, _ := l.last.do(ctx, peer, fresh, func() Link { return l.round(ctx, peer) })
+			link.To, link.Age = peer, Duration(age)
+			out[i] = link
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// round probes one peer and folds the result into its state.
+func (l *Links) round(ctx context.Context, peer string) Link {
+	var samples []time.Duration
+	sent := 0
+	var smoothed time.Duration
+	if c := l.o.Conn(peer); c != nil {
+		got := make(chan time.Duration, l.o.Probes)
+		var seqs []uint64
+		for i := range l.o.Probes {
+			if i > 0 {
+				select {
+				case <-time.After(l.o.Gap):
+				case <-ctx.Done():
+				}
+			}
+			if ctx.Err() != nil {
+				break
+			}
+			seq := l.seq.Add(1)
+			var payload [8]byte
+			binary.BigEndian.PutUint64(payload[:], seq)
+			l.mu.Lock()
+			l.waiting[seq] = pendingProbe{peer: peer, sent: time.Now(), got: got}
+			l.mu.Unlock()
+			seqs = append(seqs, seq)
+			sent++
+			if c.SendProbe(payload[:]) != nil {
+				break // the connection went down: the rest would fail too
+			}
+		}
+	wait:
+		for len(samples) < sent {
+			select {
+			case d := <-got:
+				samples = append(samples, d)
+			case <-ctx.Done():
+				break wait
+			}
+		}
+		l.mu.Lock()
+		for _, s := range seqs {
+			delete(l.waiting, s)
+		}
+		l.mu.Unlock()
+		smoothed = c.SmoothedRTT()
+	}
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st := l.stats[peer]
+	if st == nil {
+		st = &linkStats{}
+		l.stats[peer] = st
+	}
+	rs := roundStats{sent: sent, answered: len(samples)}
+	for _, s := range samples {
+		if st.prev > 0 {
+			st.jitter += (absDur(s-st.prev) - st.jitter) / 16
+		}
+		st.prev = s
+	}
+	link := Link{To: peer, Up: len(samples) > 0, Smoothed: Duration(smoothed)}
+	if link.Up {
+		sorted := slices.Clone(samples)
+		slices.Sort(sorted)
+		link.RTT = Duration(sorted[len(sorted)/2])
+		rs.min = sorted[0]
+	}
+	st.rounds = append(st.rounds, rs)
+	if len(st.rounds) > l.o.Window {
+		st.rounds = st.rounds[1:]
+	}
+	var allSent, allAnswered int
+	var minRTT time.Duration
+	for _, r := range st.rounds {
+		allSent += r.sent
+		allAnswered += r.answered
+		if r.min > 0 && (minRTT == 0 || r.min < minRTT) {
+			minRTT = r.min
+		}
+	}
+	if allSent > 0 {
+		link.Loss = float64(allSent-allAnswered) / float64(allSent)
+	}
+	link.Min, link.Jitter = Duration(minRTT), Duration(st.jitter)
+	l.export(link, sent, len(samples))
+	return link
+}
+
+func (l *Links) export(link Link, sent, answered int) {
+	m := l.o.Metrics
+	if m == nil {
+		return
+	}
+	from, to := l.o.Relay, link.To
+	m.LinkUp.WithLabelValues(from, to).Set(boolFloat(link.Up))
+	m.LinkLoss.WithLabelValues(from, to).Set(link.Loss)
+	m.LinkProbes.WithLabelValues(from, to, "answered").Add(float64(answered))
+	m.LinkProbes.WithLabelValues(from, to, "lost").Add(float64(sent - answered))
+	if link.Smoothed > 0 {
+		m.LinkSmoothed.WithLabelValues(from, to).Set(link.Smoothed.D().Seconds())
+	}
+	if link.Up {
+		m.LinkRTT.WithLabelValues(from, to).Set(link.RTT.D().Seconds())
+		m.LinkRTTMin.WithLabelValues(from, to).Set(link.Min.D().Seconds())
+		m.LinkJitter.WithLabelValues(from, to).Set(link.Jitter.D().Seconds())
+	}
+}
+
+// Retain forgets every peer not in keep (peers the relay no longer uses),
+// and their metrics.
+func (l *Links) Retain(keep []string) {
+	gone := l.last.retain(func(p string) bool { return slices.Contains(keep, p) })
+	l.mu.Lock()
+	for _, p := range gone {
+		delete(l.stats, p)
+	}
+	l.mu.Unlock()
+	m := l.o.Metrics
+	if m == nil {
+		return
+	}
+	for _, peer := range gone {
+		for _, g := range []*prometheus.GaugeVec{m.LinkUp, m.LinkRTT, m.LinkRTTMin, m.LinkSmoothed, m.LinkJitter, m.LinkLoss} {
+			g.DeleteLabelValues(l.o.Relay, peer)
+		}
+		m.LinkProbes.DeleteLabelValues(l.o.Relay, peer, "answered")
+		m.LinkProbes.DeleteLabelValues(l.o.Relay, peer, "lost")
+	}
+}
+
+func absDur(d time.Duration) time.Duration {
+	if d < 0 {
+		return -d
+	}
+	return d
+}
+
+func boolFloat(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

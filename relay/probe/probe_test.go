@@ -1,0 +1,187 @@
+package probe
+
+import (
+	"context"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/hoplink/hoplink/relay/metrics"
+)
+
+// echoer answers probes after a delay, dropping every dropEvery-th one; it
+// stands in for a peer's QUIC connection so the statistics can be checked
+// against known delays. The relay tests probe real connections.
+type echoer struct {
+	l         *Links
+	peer      string
+	delay     atomic.Int64
+	dropEvery int
+	sent      atomic.Int64
+}
+
+func (e *echoer) SendProbe(p []byte) error {
+	n := e.sent.Add(1)
+	if e.dropEvery > 0 && n%int64(e.dropEvery) == 0 {
+		return nil
+	}
+	payload := append([]byte(nil), p...)
+	time.AfterFunc(time.Duration(e.delay.Load()), func() { e.l.Echo(e.peer, payload) })
+	return nil
+}
+
+func (e *echoer) SmoothedRTT() time.Duration { return time.Duration(e.delay.Load()) }
+
+func newProber(t *testing.T, senders map[string]*echoer) (*Links, *metrics.Metrics) {
+	m := metrics.New(prometheus.NewRegistry())
+	l := NewLinks(LinkOptions{Relay: "hk", Metrics: m, Conn: func(peer string) Sender {
+		if s := senders[peer]; s != nil {
+			return s
+		}
+		return nil
+	}})
+	for name, s := range senders {
+		s.l, s.peer = l, name
+	}
+	return l, m
+}
+
+func TestLinksMeasure(t *testing.T) {
+	la := &echoer{}
+	la.delay.Store(int64(30 * time.Millisecond))
+	lossy := &echoer{dropEvery: 5}
+	lossy.delay.Store(int64(10 * time.Millisecond))
+	l, m := newProber(t, map[string]*echoer{"la": la, "lossy": lossy})
+
+	// A round waits for every answer until its context ends: the lossy
+	// link's dropped probe holds this one for the whole 300 ms.
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	links := l.Measure(ctx, []string{"la", "lossy", "gone"}, 0)
+	if got := links[0]; !got.Up || got.RTT.D() < 30*time.Millisecond || got.RTT.D() > 60*time.Millisecond || got.Loss != 0 {
+		t.Errorf("la: %+v; want up, RTT 30-60 ms, no loss", got)
+	}
+	if got := links[1]; !got.Up || got.Loss != 0.2 {
+		t.Errorf("lossy: %+v; want up with loss 0.2 (one probe of five dropped)", got)
+	}
+	if got := links[2]; got.Up || got.To != "gone" {
+		t.Errorf("a peer without a connection: %+v; want down", got)
+	}
+	if v := testutil.ToFloat64(m.LinkRTT.WithLabelValues("hk", "la")); v < 0.030 || v > 0.060 {
+		t.Errorf("hoplink_link_rtt_seconds{from=hk,to=la} = %v", v)
+	}
+	if v := testutil.ToFloat64(m.LinkProbes.WithLabelValues("hk", "lossy", "lost")); v != 1 {
+		t.Errorf("lost probes counted %v, want 1", v)
+	}
+
+	// The next round follows a change at once; the recent minimum keeps the
+	// old, lower figure.
+	la.delay.Store(int64(80 * time.Millisecond))
+	ctx2, cancel2 := context.WithTimeout(context.Background(), time.Second)
+	defer cancel2()
+	got := l.Measure(ctx2, []string{"la"}, 0)[0]
+	if got.RTT.D() < 80*time.Millisecond || got.Min.D() > 60*time.Millisecond {
+		t.Errorf("after the delay rose to 80 ms: %+v; want RTT >= 80 ms and the older min", got)
+	}
+}
+
+func TestLinksCoalesce(t *testing.T) {
+	la := &echoer{}
+	la.delay.Store(int64(20 * time.Millisecond))
+	l, _ := newProber(t, map[string]*echoer{"la": la})
+	ctx := context.Background()
+
+	// Ten callers at once share one round.
+	var wg sync.WaitGroup
+	for range 10 {
+		wg.Add(1)
+		go func() { defer wg.Done(); l.Measure(ctx, []string{"la"}, time.Second) }()
+	}
+	wg.Wait()
+	if n := la.sent.Load(); n != DefaultProbes {
+		t.Fatalf("10 concurrent callers sent %d probes; want one round of %d", n, DefaultProbes)
+	}
+	// A fresh enough result is reused, with its age.
+	got := l.Measure(ctx, []string{"la"}, time.Second)[0]
+	if la.sent.Load() != DefaultProbes || got.Age.D() <= 0 {
+		t.Fatalf("reuse within fresh: %d probes, age %v", la.sent.Load(), got.Age)
+	}
+	// Past fresh, a new round runs.
+	l.Measure(ctx, []string{"la"}, time.Nanosecond)
+	if la.sent.Load() != 2*DefaultProbes {
+		t.Fatalf("past fresh: %d probes, want a second round", la.sent.Load())
+	}
+}
+
+func TestLinksTimeoutCountsLoss(t *testing.T) {
+	slow := &echoer{}
+	slow.delay.Store(int64(time.Second))
+	l, _ := newProber(t, map[string]*echoer{"slow": slow})
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	got := l.Measure(ctx, []string{"slow"}, 0)[0]
+	if got.Up || got.Loss != 1 {
+		t.Fatalf("no answer within the round: %+v; want down with loss 1", got)
+	}
+	l.Retain(nil)
+	if len(l.last.retain(func(string) bool { return true })) != 0 {
+		t.Fatal("Retain(nil) kept a peer")
+	}
+}
+
+func TestTargets(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var accepted atomic.Int64
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			c.Close()
+		}
+	}()
+	closed, _ := net.Listen("tcp", "127.0.0.1:0")
+	closedAddr := closed.Addr().String()
+	closed.Close()
+
+	m := metrics.New(prometheus.NewRegistry())
+	tp := NewTargets("la", m)
+	up := TargetSpec{Tunnel: "default/web", Target: ln.Addr().String()}
+	down := TargetSpec{Tunnel: "default/gone", Target: closedAddr}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	got := tp.Measure(ctx, []TargetSpec{up, down}, time.Minute)
+	if !got[0].Up || got[0].RTT <= 0 || got[1].Up {
+		t.Fatalf("targets: %+v", got)
+	}
+	if v := testutil.ToFloat64(m.TargetUp.WithLabelValues("la", "default/gone", closedAddr)); v != 0 {
+		t.Errorf("hoplink_target_up of a closed port = %v", v)
+	}
+	// A real flow's connect time stands in for a probe.
+	tp.Observe(up, 7*time.Millisecond)
+	if got := tp.Measure(ctx, []TargetSpec{up}, time.Minute)[0]; got.RTT.D() != 7*time.Millisecond {
+		t.Errorf("after Observe(7ms): %+v", got)
+	}
+	waitAccepted := time.Now().Add(time.Second)
+	for accepted.Load() != 1 && time.Now().Before(waitAccepted) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := accepted.Load(); n != 1 {
+		t.Errorf("target saw %d probe connections, want 1 (the second measure reuses the observed flow)", n)
+	}
+	tp.Retain([]TargetSpec{up})
+	if n := testutil.CollectAndCount(m.TargetUp); n != 1 {
+		t.Errorf("after Retain, %d target series remain; want 1", n)
+	}
+}

@@ -1,0 +1,82 @@
+// Package probe measures what routes are chosen by: the round trip, jitter
+// and loss of a relay's links to its peers (QUIC's own RTT estimate, plus
+// small probe datagrams that the peer echoes), and an exit relay's connect
+// time to its targets. A relay measures on a timer and whenever a route
+// controller asks; the results become metrics and the Table that route
+// controllers read.
+package probe
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Duration is a time.Duration that reads well in JSON ("76.2ms").
+type Duration time.Duration
+
+// D is d as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return json.Marshal(time.Duration(d).Round(time.Microsecond).String())
+}
+
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	v, err := time.ParseDuration(s)
+	*d = Duration(v)
+	return err
+}
+
+// Link is what a relay measured on its link to one peer.
+type Link struct {
+	To string `json:"to"`
+	// Up: the last round got an answer to at least one probe.
+	Up bool `json:"up"`
+	// RTT is the median probe round trip of the last round: what routes
+	// are chosen by, since it follows a change within one round.
+	RTT Duration `json:"rtt,omitempty"`
+	// Min is the least probe round trip of the recent rounds.
+	Min Duration `json:"min,omitempty"`
+	// Smoothed is QUIC's smoothed RTT of the connection.
+	Smoothed Duration `json:"smoothed,omitempty"`
+	// Jitter is the mean variation between successive probe round trips.
+	Jitter Duration `json:"jitter,omitempty"`
+	// Loss is the share of probes of the recent rounds that got no answer.
+	Loss float64 `json:"loss"`
+	// Age is how long before the table was made the last round ended.
+	Age Duration `json:"age"`
+}
+
+// Target is an exit relay's measurement of a Tunnel's target.
+type Target struct {
+	Tunnel string `json:"tunnel"`
+	Target string `json:"target"`
+	// Up: the last connect succeeded.
+	Up bool `json:"up"`
+	// RTT is the last TCP connect time: one round trip to the target.
+	RTT Duration `json:"rtt,omitempty"`
+	Age Duration `json:"age"`
+}
+
+// Table is one relay's measurements for one chain.
+type Table struct {
+	Relay   string   `json:"relay"`
+	Links   []Link   `json:"links,omitempty"`
+	Targets []Target `json:"targets,omitempty"`
+}
+
+// PipeResult is a route measured end to end by in-band probes.
+type PipeResult struct {
+	Route []string `json:"route"`
+	// RTT is the median of the probes' round trips, entry to exit and back.
+	RTT Duration `json:"rtt,omitempty"`
+	// Err says why the route could not be measured.
+	Err string `json:"error,omitempty"`
+}
+
+// MaxTableSize bounds an encoded Table, so that a reader can refuse more.
+const MaxTableSize = 64 << 10

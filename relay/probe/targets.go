@@ -1,0 +1,92 @@
+package probe
+
+import (
+	"context"
+	"net"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/hoplink/hoplink/relay/metrics"
+)
+
+// TargetSpec names a TCP target an exit relay measures for a Tunnel.
+type TargetSpec struct {
+	Tunnel string // namespace/name
+	Target string // host:port
+}
+
+// Targets measures an exit relay's connect time to its Tunnels' targets. A
+// connect of a real flow counts as a measurement too (Observe), so a busy
+// target is not probed on top of its traffic.
+type Targets struct {
+	relay   string
+	metrics *metrics.Metrics
+	last    coalescer[TargetSpec, Target]
+}
+
+// NewTargets makes a target prober for the named exit relay.
+func NewTargets(relay string, m *metrics.Metrics) *Targets {
+	return &Targets{relay: relay, metrics: m}
+}
+
+// Observe records the connect time of a real flow to a target that routing
+// measures.
+func (t *Targets) Observe(spec TargetSpec, d time.Duration) {
+	r := Target{Tunnel: spec.Tunnel, Target: spec.Target, Up: true, RTT: Duration(d)}
+	if t.last.set(spec, r) {
+		t.export(spec, r)
+	}
+}
+
+// Measure returns the targets' connect times, connecting to those not
+// measured within fresh, for at most as long as ctx lasts.
+func (t *Targets) Measure(ctx context.Context, specs []TargetSpec, fresh time.Duration) []Target {
+	out := make([]Target, len(specs))
+	var wg sync.WaitGroup
+	for i, spec := range specs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, age, _ := t.last.do(ctx, spec, fresh, func() Target { return t.connect(ctx, spec) })
+			r.Tunnel, r.Target, r.Age = spec.Tunnel, spec.Target, Duration(age)
+			out[i] = r
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+func (t *Targets) connect(ctx context.Context, spec TargetSpec) Target {
+	r := Target{Tunnel: spec.Tunnel, Target: spec.Target}
+	start := time.Now()
+	var d net.Dialer
+	if c, err := d.DialContext(ctx, "tcp", spec.Target); err == nil {
+		r.Up, r.RTT = true, Duration(time.Since(start))
+		c.Close()
+	}
+	t.export(spec, r)
+	return r
+}
+
+func (t *Targets) export(spec TargetSpec, r Target) {
+	if t.metrics == nil {
+		return
+	}
+	t.metrics.TargetUp.WithLabelValues(t.relay, spec.Tunnel, spec.Target).Set(boolFloat(r.Up))
+	if r.Up {
+		t.metrics.TargetRTT.WithLabelValues(t.relay, spec.Tunnel, spec.Target).Set(r.RTT.D().Seconds())
+	}
+}
+
+// Retain forgets every target not in keep, and its metrics.
+func (t *Targets) Retain(keep []TargetSpec) {
+	gone := t.last.retain(func(s TargetSpec) bool { return slices.Contains(keep, s) })
+	if t.metrics == nil {
+		return
+	}
+	for _, spec := range gone {
+		t.metrics.TargetUp.DeleteLabelValues(t.relay, spec.Tunnel, spec.Target)
+		t.metrics.TargetRTT.DeleteLabelValues(t.relay, spec.Tunnel, spec.Target)
+	}
+}
