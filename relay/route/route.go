@@ -11,7 +11,6 @@ package route
 import (
 	"cmp"
 	"slices"
-	"strings"
 	"time"
 )
 
@@ -60,13 +59,27 @@ func (g *Graph) Link(from, to string) (time.Duration, bool) {
 	return rtt, ok
 }
 
-// Path is a route with its estimated cost.
+// Path is a route with what it costs.
 type Path struct {
 	Relays []string
-	Cost   time.Duration
+	// Cost is what routes are compared by: Estimated in sum mode, Measured
+	// in pipe mode (see Rank).
+	Cost time.Duration
+	// Estimated is the sum of the links' round trips plus the exit's round
+	// trip to the target.
+	Estimated time.Duration
+	// Measured is the round trip measured through the relays plus the
+	// exit's round trip to the target; zero when not measured.
+	Measured time.Duration
 }
 
-func (p Path) String() string { return strings.Join(p.Relays, ",") }
+// compare orders paths cheapest first; among equal costs fewer hops win,
+// then the lexically smaller route, so the order is stable between rounds.
+func (p Path) compare(q Path) int {
+	return cmp.Or(cmp.Compare(p.Cost, q.Cost), cmp.Compare(len(p.Relays), len(q.Relays)), slices.Compare(p.Relays, q.Relays))
+}
+
+func (p Path) String() string { return Key(p.Relays) }
 
 // Cost returns the estimated cost of a given route, and false when a relay
 // on it is down or a link of it is not known.
@@ -110,14 +123,16 @@ func Candidates(g *Graph, req Request, k int) []Path {
 		return nil
 	}
 	if req.Entry == req.Exit {
-		return []Path{{Relays: []string{req.Entry}, Cost: g.target[req.Exit]}}
+		c := g.target[req.Exit]
+		return []Path{{Relays: []string{req.Entry}, Cost: c, Estimated: c}}
 	}
 	var out []Path
 	path := []string{req.Entry}
 	var walk func(at string, cost time.Duration)
 	walk = func(at string, cost time.Duration) {
 		if rtt, ok := g.Link(at, req.Exit); ok {
-			out = append(out, Path{Relays: append(slices.Clone(path), req.Exit), Cost: cost + rtt + g.target[req.Exit]})
+			c := cost + rtt + g.target[req.Exit]
+			out = append(out, Path{Relays: append(slices.Clone(path), req.Exit), Cost: c, Estimated: c})
 		}
 		if len(path) >= maxHops { // one more link would reach only the exit
 			return
@@ -136,9 +151,7 @@ func Candidates(g *Graph, req Request, k int) []Path {
 		}
 	}
 	walk(req.Entry, 0)
-	slices.SortFunc(out, func(a, b Path) int {
-		return cmp.Or(cmp.Compare(a.Cost, b.Cost), cmp.Compare(len(a.Relays), len(b.Relays)), slices.Compare(a.Relays, b.Relays))
-	})
+	slices.SortFunc(out, Path.compare)
 	if len(out) > k {
 		out = out[:k]
 	}

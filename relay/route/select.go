@@ -37,6 +37,18 @@ type Selector struct {
 	current []string
 	streak  []string // the challenger of the last rounds
 	wins    int
+	dropped string // why the current route was dropped, for the next change
+}
+
+// Start sets the route in use before the first round (a route decided
+// earlier, or one the user wrote), so that it is kept unless a better one
+// wins by the margin.
+func (s *Selector) Start(route []string) { s.current = slices.Clone(route) }
+
+// Drop forgets the current route, for a reason the next decision gives: the
+// next round takes the best candidate at once.
+func (s *Selector) Drop(reason string) {
+	s.current, s.streak, s.wins, s.dropped = nil, nil, 0, reason
 }
 
 // Decision is the outcome of a round.
@@ -60,6 +72,8 @@ func (s *Selector) Next(cands []Path, currentCost time.Duration, currentOK bool)
 	}
 	best := cands[0]
 	switch {
+	case s.current == nil && s.dropped != "":
+		return s.take(best, s.dropped)
 	case s.current == nil:
 		return s.take(best, "first route")
 	case !currentOK:
@@ -86,6 +100,6 @@ func (s *Selector) Next(cands []Path, currentCost time.Duration, currentOK bool)
 
 func (s *Selector) take(p Path, reason string) Decision {
 	s.current = slices.Clone(p.Relays)
-	s.streak, s.wins = nil, 0
+	s.streak, s.wins, s.dropped = nil, 0, ""
 	return Decision{Route: s.current, Cost: p.Cost, Changed: true, Reason: reason}
 }
