@@ -29,7 +29,9 @@ import (
 	"github.com/hoplink/hoplink/relay/manifest"
 	"github.com/hoplink/hoplink/relay/metrics"
 	"github.com/hoplink/hoplink/relay/pki"
+	"github.com/hoplink/hoplink/relay/probe"
 	rquic "github.com/hoplink/hoplink/relay/quic"
+	"github.com/hoplink/hoplink/relay/routectl"
 	"github.com/hoplink/hoplink/relay/tlslink"
 )
 
@@ -52,6 +54,11 @@ type Config struct {
 	MaxFlows int
 	// SetupTimeout bounds reaching the next hop or connecting to a target.
 	SetupTimeout time.Duration
+	// Route makes the relay choose the routes of the routed (sum and pipe)
+	// chains it enters, as standalone relays and local mode do. Without it
+	// the relay follows the routes in the Chains' status, which the
+	// operator's route controller writes.
+	Route bool
 }
 
 // Relay is one running relay.
@@ -69,6 +76,11 @@ type Relay struct {
 
 	mu      sync.Mutex
 	tunnels map[string]*entryTunnel // open listeners by Tunnel key
+
+	links   *probe.Links
+	targets *probe.Targets
+	routes  *routes
+	ctl     *routectl.Controller // when Config.Route
 }
 
 // entryTunnel is a Tunnel's open listener on this relay, with the spec it
@@ -96,7 +108,14 @@ func New(cfg Config) (*Relay, error) {
 		cfg.Log = slog.Default()
 	}
 	cfg.Log = cfg.Log.With("relay", cfg.Name)
-	r := &Relay{cfg: cfg, flows: make(chan struct{}, cfg.MaxFlows), tunnels: map[string]*entryTunnel{}}
+	r := &Relay{cfg: cfg, flows: make(chan struct{}, cfg.MaxFlows), tunnels: map[string]*entryTunnel{}, routes: newRoutes()}
+	r.links = probe.NewLinks(probe.LinkOptions{Relay: cfg.Name, Metrics: cfg.Metrics, Conn: func(peer string) probe.Sender {
+		if c := r.ep.Live(peer); c != nil {
+			return c
+		}
+		return nil
+	}})
+	r.targets = probe.NewTargets(cfg.Name, cfg.Metrics)
 	r.set.Store(cfg.Manifests)
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	return r, nil
@@ -118,13 +137,14 @@ func (r *Relay) Start() error {
 	self := set.Relay(r.cfg.Name)
 	listen := net.JoinHostPort(self.Spec.Listen.Address, strconv.Itoa(int(self.Spec.Listen.Port)))
 	ep, err := rquic.Listen(rquic.Options{
-		Name:      r.cfg.Name,
-		Identity:  r.cfg.Identity,
-		Listen:    listen,
-		KnownPeer: func(name string) bool { return r.set.Load().Relay(name) != nil },
-		Handler:   r.handleStream,
-		Metrics:   r.cfg.Metrics,
-		Log:       r.cfg.Log,
+		Name:        r.cfg.Name,
+		Identity:    r.cfg.Identity,
+		Listen:      listen,
+		KnownPeer:   func(name string) bool { return r.set.Load().Relay(name) != nil },
+		Handler:     r.handleStream,
+		OnProbeEcho: r.links.Echo,
+		Metrics:     r.cfg.Metrics,
+		Log:         r.cfg.Log,
 	})
 	if err != nil {
 		return fmt.Errorf("RelayNode %q: spec.listen: %w", r.cfg.Name, err)
@@ -152,6 +172,7 @@ func (r *Relay) Start() error {
 			return err
 		}
 	}
+	r.startRouting()
 	r.ready.Store(true)
 	r.cfg.Log.Info("relay started", "listen", ep.Addr().String(), "peers", set.NextHops(r.cfg.Name))
 	return nil
@@ -169,9 +190,19 @@ func (r *Relay) connectPeers(set *manifest.Set) {
 		r.link(set, peer).SetAddrs(set.Relay(peer).Spec.Endpoints)
 	}
 	for _, c := range set.Chains {
+		if c.Spec.Transport != v1alpha1.TransportTLS {
+			continue
+		}
+		var next []string
 		route := manifest.Route(c)
-		if i := slices.Index(route, r.cfg.Name); c.Spec.Transport == v1alpha1.TransportTLS && i >= 0 && i+1 < len(route) {
-			r.tl.Pool(route[i+1], set.Relay(route[i+1]).Spec.Endpoints) // warm it now
+		if i := slices.Index(route, r.cfg.Name); i >= 0 && i+1 < len(route) {
+			next = append(next, route[i+1])
+		}
+		if c.Spec.Mode.Routed() {
+			next = append(next, manifest.NextHopsOf(c, r.cfg.Name)...)
+		}
+		for _, peer := range next {
+			r.tl.Pool(peer, set.Relay(peer).Spec.Endpoints) // warm it now
 		}
 	}
 }
@@ -188,6 +219,7 @@ func (r *Relay) Update(set *manifest.Set) error {
 	}
 	r.set.Store(set)
 	r.connectPeers(set)
+	r.routingUpdated(set)
 	want := map[string]*v1alpha1.Tunnel{}
 	for _, t := range set.EntryTunnels(r.cfg.Name) {
 		want[manifest.Key(t.Namespace, t.Name)] = t
@@ -254,7 +286,7 @@ func (r *Relay) openTunnel(t *v1alpha1.Tunnel) error {
 	r.mu.Unlock()
 	chain := r.set.Load().ChainOf(t)
 	r.cfg.Log.Info("tunnel open", "tunnel", key, "protocol", t.Spec.Protocol, "listen", addr,
-		"chain", chain.Name, "route", manifest.Route(chain), "target", t.Spec.Target)
+		"chain", chain.Name, "mode", chain.Spec.Mode, "route", manifest.Route(chain), "target", t.Spec.Target)
 	return nil
 }
 
@@ -268,6 +300,9 @@ func (r *Relay) Close() error {
 	r.mu.Unlock()
 	for _, et := range tunnels {
 		et.stop()
+	}
+	if r.ctl != nil {
+		r.ctl.Close()
 	}
 	r.cancel()
 	var err error
@@ -333,6 +368,14 @@ func (r *Relay) handleStream(c *rquic.Conn, s *quicgo.Stream) {
 		return
 	}
 	s.SetReadDeadline(time.Time{})
+	switch h.Kind {
+	case hop.KindLinks:
+		r.serveLinks(c.Peer, s, &h)
+		return
+	case hop.KindProbe:
+		r.serveProbe(c.Peer, newStreamEnd(s), &h)
+		return
+	}
 	t, reason, err := r.authorize(c.Peer, &h)
 	if err != nil {
 		r.reject(s, c.Peer, reason, err, h)
@@ -372,6 +415,10 @@ func (r *Relay) handleTLS(peer string, c *tls.Conn) {
 		return
 	}
 	c.SetReadDeadline(time.Time{})
+	if h.Kind == hop.KindProbe {
+		r.serveProbe(peer, in, &h)
+		return
+	}
 	t, reason, err := r.authorize(peer, &h)
 	if err == nil && h.Kind != hop.KindTCP {
 		reason, err = "wrong_protocol", fmt.Errorf("UDP sessions ride QUIC, not TLS")

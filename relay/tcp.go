@@ -7,6 +7,7 @@ import (
 	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/relay/hop"
 	"github.com/hoplink/hoplink/relay/manifest"
+	"github.com/hoplink/hoplink/relay/probe"
 )
 
 // serveTCP accepts the clients of a TCP Tunnel on its entry relay.
@@ -46,7 +47,22 @@ func (r *Relay) entryTCP(c *net.TCPConn, t *v1alpha1.Tunnel, key string) {
 	start := time.Now()
 	fm, done := r.begin(key, "entry")
 	defer done()
-	route := manifest.Route(r.set.Load().ChainOf(t))
+	ctx, cancel := r.setupContext()
+	defer cancel()
+	chain := r.set.Load().ChainOf(t)
+	if chain == nil {
+		c.SetLinger(0)
+		c.Close()
+		return
+	}
+	route, err := r.routeOf(ctx, chain)
+	if err != nil {
+		r.flowError(key, "no_route")
+		r.cfg.Log.Warn("no route for flow", "tunnel", key, "err", err)
+		c.SetLinger(0)
+		c.Close()
+		return
+	}
 	if len(route) == 1 {
 		// The entry is the exit: a plain port forward, spliced in the kernel.
 		tc, err := r.dialTarget(key, t.Spec.Target, "entry", start)
@@ -58,9 +74,8 @@ func (r *Relay) entryTCP(c *net.TCPConn, t *v1alpha1.Tunnel, key string) {
 		spliceTCP(c, tc, fm.up, fm.down)
 		return
 	}
-	ctx, cancel := r.setupContext()
 	out, err := r.nextHopEnd(ctx, &hop.Header{Kind: hop.KindTCP, Tunnel: key, Route: route[1:], Target: t.Spec.Target},
-		r.set.Load().ChainOf(t).Spec.Transport)
+		chain.Spec.Transport)
 	cancel()
 	if err != nil {
 		r.flowError(key, "next_hop")
@@ -102,12 +117,15 @@ func (r *Relay) dialTarget(tunnel, target, role string, start time.Time) (*net.T
 	ctx, cancel := r.setupContext()
 	defer cancel()
 	var d net.Dialer
+	dialStart := time.Now()
 	c, err := d.DialContext(ctx, "tcp", target)
 	if err != nil {
 		r.flowError(tunnel, "dial_target")
 		r.cfg.Log.Warn("cannot connect to target", "tunnel", tunnel, "target", target, "err", err)
 		return nil, err
 	}
+	// A real connect is a measurement of the target too.
+	r.targets.Observe(probe.TargetSpec{Tunnel: tunnel, Target: target}, time.Since(dialStart))
 	r.cfg.Metrics.FlowSetup.WithLabelValues(r.cfg.Name, tunnel, role).Observe(time.Since(start).Seconds())
 	return c.(*net.TCPConn), nil
 }

@@ -221,7 +221,20 @@ func (s *udpSession) reply(p []byte) {
 
 func (s *udpSession) connect() {
 	u := s.u
-	route := manifest.Route(u.r.set.Load().ChainOf(u.t))
+	ctx, cancel := u.r.setupContext()
+	defer cancel()
+	var route []string
+	chain := u.r.set.Load().ChainOf(u.t)
+	err := errors.New("the Tunnel's chain is gone")
+	if chain != nil {
+		route, err = u.r.routeOf(ctx, chain)
+	}
+	if err != nil {
+		u.r.flowError(u.key, "no_route")
+		u.r.cfg.Log.Warn("no route for session", "tunnel", u.key, "err", err)
+		s.end(hop.CodeNextHop)
+		return
+	}
 	if len(route) == 1 {
 		raddr, err := net.ResolveUDPAddr("udp", u.t.Spec.Target)
 		var c *net.UDPConn
@@ -248,7 +261,6 @@ func (s *udpSession) connect() {
 			s.reply(buf[:n])
 		}
 	}
-	ctx, cancel := u.r.setupContext()
 	conn, st, err := u.r.nextHop(ctx, &hop.Header{Kind: hop.KindUDP, Tunnel: u.key, Route: route[1:], Target: u.t.Spec.Target})
 	cancel()
 	if err != nil {

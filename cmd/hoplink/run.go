@@ -148,7 +148,7 @@ Secret the operator issued, all watched and applied while the relay runs.`,
 				return err
 			}
 			reg, m := newRegistry()
-			r, err := relay.New(relay.Config{Name: name, Manifests: set, Identity: id, Metrics: m, Log: log, MaxFlows: maxFlows})
+			r, err := relay.New(relay.Config{Name: name, Manifests: set, Identity: id, Metrics: m, Log: log, MaxFlows: maxFlows, Route: true})
 			if err != nil {
 				return err
 			}

@@ -13,6 +13,7 @@ import (
 	"github.com/hoplink/hoplink/relay/manifest"
 	"github.com/hoplink/hoplink/relay/metrics"
 	"github.com/hoplink/hoplink/relay/pki"
+	"github.com/hoplink/hoplink/relay/routectl"
 )
 
 // Network is the running relays of one manifest set.
@@ -37,7 +38,7 @@ func Start(set *manifest.Set, m *metrics.Metrics, log *slog.Logger) (*Network, e
 		if err != nil {
 			return nil, err
 		}
-		r, err := relay.New(relay.Config{Name: rn.Name, Manifests: set, Identity: id, Metrics: m, Log: log})
+		r, err := relay.New(relay.Config{Name: rn.Name, Manifests: set, Identity: id, Metrics: m, Log: log, Route: true})
 		if err == nil {
 			err = r.Start()
 		}
@@ -48,6 +49,11 @@ func Start(set *manifest.Set, m *metrics.Metrics, log *slog.Logger) (*Network, e
 		n.Relays = append(n.Relays, r)
 	}
 	for _, c := range set.Chains {
+		if c.Spec.Mode.Routed() {
+			log.Info("chain routed by measurement", "chain", manifest.Key(c.Namespace, c.Name), "mode", c.Spec.Mode,
+				"entry", c.Spec.Entry, "via", c.Spec.Via, "exit", c.Spec.Exit, "interval", routectl.Interval(c))
+			continue
+		}
 		log.Info("chain route", "chain", manifest.Key(c.Namespace, c.Name), "mode", c.Spec.Mode,
 			"route", strings.Join(manifest.Route(c), " -> "))
 	}

@@ -1,0 +1,281 @@
+package local
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/hoplink/hoplink/hack/linkemu"
+	"github.com/hoplink/hoplink/relay/manifest"
+	"github.com/hoplink/hoplink/relay/metrics"
+)
+
+// emulated is a local network whose relays reach each other only over
+// emulated links: each relay's endpoint is a UDP proxy that delays a peer's
+// packets by that link's one-way latency (a proxy tells peers apart by
+// their source port, which is the peer relay's own port). Pairs without a
+// link lose everything.
+type emulated struct {
+	n       *Network
+	reg     *prometheus.Registry
+	proxies map[string]*linkemu.UDPProxy
+	addrs   map[string]string // relay -> its listen address, the proxies' clients
+}
+
+func startEmulated(t *testing.T, relays []string, links map[[2]string]time.Duration, rest string) *emulated {
+	t.Helper()
+	e := &emulated{proxies: map[string]*linkemu.UDPProxy{}, addrs: map[string]string{}}
+	var b strings.Builder
+	for _, name := range relays {
+		port := freePort(t)
+		e.addrs[name] = fmt.Sprintf("127.0.0.1:%d", port)
+		p, err := linkemu.NewUDPProxy("127.0.0.1:0", e.addrs[name], linkemu.Params{Loss: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close() })
+		e.proxies[name] = p
+		fmt.Fprintf(&b, "---\napiVersion: hoplink.dev/v1alpha1\nkind: RelayNode\nmetadata: {name: %s}\nspec: {listen: {address: 127.0.0.1, port: %d}, endpoints: [%q]}\n",
+			name, port, p.Addr())
+	}
+	for l, d := range links {
+		e.setLink(l[0], l[1], d)
+	}
+	b.WriteString(rest)
+	set, err := manifest.Parse("emulated.yaml", []byte(b.String()))
+	if err != nil {
+		t.Fatalf("manifests: %v\n%s", err, b.String())
+	}
+	e.reg = prometheus.NewRegistry()
+	e.n, err = Start(set, metrics.New(e.reg), testLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.n.Close() })
+	return e
+}
+
+// setLink gives the link between a and b a one-way delay (each way).
+func (e *emulated) setLink(a, b string, oneWay time.Duration) {
+	p := linkemu.Params{Delay: oneWay}
+	e.proxies[b].SetFrom(e.addrs[a], p, p) // a dials b
+	e.proxies[a].SetFrom(e.addrs[b], p, p) // b dials a
+}
+
+// gauge returns the value of a metric's series with the given labels, and
+// whether it exists.
+func (e *emulated) gauge(name string, labels map[string]string) (float64, bool) {
+	mfs, _ := e.reg.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range mf.Metric {
+			for _, lp := range m.Label {
+				if v, ok := labels[lp.GetName()]; ok && v != lp.GetValue() {
+					continue series
+				}
+			}
+			return value(m), true
+		}
+	}
+	return 0, false
+}
+
+func value(m *dto.Metric) float64 {
+	switch {
+	case m.Gauge != nil:
+		return m.Gauge.GetValue()
+	case m.Counter != nil:
+		return m.Counter.GetValue()
+	}
+	return 0
+}
+
+// route is the route a relay exports for a chain in hoplink_chain_route_info.
+func (e *emulated) route(relay, chain string) string {
+	mfs, _ := e.reg.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() != "hoplink_chain_route_info" {
+			continue
+		}
+		for _, m := range mf.Metric {
+			l := map[string]string{}
+			for _, lp := range m.Label {
+				l[lp.GetName()] = lp.GetValue()
+			}
+			if l["relay"] == relay && l["chain"] == chain && m.Gauge.GetValue() == 1 {
+				return l["route"]
+			}
+		}
+	}
+	return ""
+}
+
+func (e *emulated) waitRoute(t *testing.T, relay, chain, want string, within time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for time.Since(start) < within {
+		if e.route(relay, chain) == want {
+			return time.Since(start)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("%s: route of %s is %q after %v; want %q", relay, chain, e.route(relay, chain), within, want)
+	return 0
+}
+
+// rtts sends n 64-byte requests on one connection and returns their round
+// trips, sorted.
+func rtts(t *testing.T, port, n int) []time.Duration {
+	t.Helper()
+	c := dialTunnel(t, port)
+	defer c.Close()
+	buf := make([]byte, 64)
+	out := make([]time.Duration, 0, n)
+	for range n {
+		start := time.Now()
+		if _, err := c.Write(buf); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(c, buf); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, time.Since(start))
+	}
+	slices.Sort(out)
+	return out
+}
+
+const ms = time.Millisecond
+
+// TestRoutedChains routes a sum chain and a pipe chain over the seed 004
+// topology at a quarter of its latencies (round trips hk-seattle 38 ms,
+// hk-la 38, seattle-la 8, la-useast 17, and a slow direct hk-useast 75):
+// both take hk -> la -> useast (55 ms), move to hk -> seattle -> la ->
+// useast (63 ms) when hk-la degrades, without failing a flow that was open,
+// and leave a route at once when a relay on it goes down.
+func TestRoutedChains(t *testing.T) {
+	target := tcpServer(t, echo)
+	sumPort, pipePort := freePort(t), freePort(t)
+	const interval = 500 * ms
+	chains := ""
+	for _, c := range []struct {
+		name, mode string
+		port       int
+	}{{"sum", "sum", sumPort}, {"pipe", "pipe", pipePort}} {
+		chains += fmt.Sprintf(`---
+apiVersion: hoplink.dev/v1alpha1
+kind: Chain
+metadata: {name: %s}
+spec: {entry: hk, exit: useast, via: [seattle, la], mode: %s, probe: {interval: %v}}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: Tunnel
+metadata: {name: %s}
+spec: {chain: %s, listen: {address: 127.0.0.1, port: %d}, target: %q}
+`, c.name, c.mode, interval, c.name, c.name, c.port, target)
+	}
+	e := startEmulated(t, []string{"hk", "seattle", "la", "useast"}, map[[2]string]time.Duration{
+		{"hk", "seattle"}: 19 * ms, {"hk", "la"}: 19 * ms, {"seattle", "la"}: 4 * ms,
+		{"la", "useast"}: 8500 * time.Microsecond, {"hk", "useast"}: 37500 * time.Microsecond,
+	}, chains)
+
+	for _, chain := range []string{"default/sum", "default/pipe"} {
+		e.waitRoute(t, "hk", chain, "hk,la,useast", 10*time.Second)
+		// The relays on the route learn it from the entry's next round.
+		e.waitRoute(t, "useast", chain, "hk,la,useast", 2*interval+time.Second)
+	}
+	for name, port := range map[string]int{"sum": sumPort, "pipe": pipePort} {
+		got := rtts(t, port, 15)
+		if p50 := got[len(got)/2]; p50 < 55*ms || p50 > 55*ms*110/100+3*ms {
+			t.Errorf("%s chain: p50 round trip %v through a 55 ms route (all: %v)", name, p50, got)
+		}
+		est, _ := e.gauge("hoplink_chain_latency_seconds", map[string]string{"chain": "default/" + name, "kind": "estimated"})
+		meas, _ := e.gauge("hoplink_chain_latency_seconds", map[string]string{"chain": "default/" + name, "kind": "measured"})
+		if est < 0.055 || est > 0.065 || meas < 0.055 || meas > 0.070 {
+			t.Errorf("%s chain: estimated %.1f ms, measured %.1f ms; want both near 55", name, est*1000, meas*1000)
+		}
+	}
+
+	// Flows open across the move: each keeps exchanging requests on its
+	// connection, and must not see one error.
+	var failures atomic.Int64
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for _, port := range []int{sumPort, pipePort, sumPort, pipePort} {
+		c := dialTunnel(t, port)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer c.Close()
+			buf := make([]byte, 64)
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(20 * ms):
+				}
+				if _, err := c.Write(buf); err != nil {
+					failures.Add(1)
+					return
+				}
+				if _, err := io.ReadFull(c, buf); err != nil {
+					failures.Add(1)
+					return
+				}
+			}
+		}()
+	}
+	time.Sleep(100 * ms)
+
+	e.setLink("hk", "la", 60*ms) // hk -> la -> useast is now 137 ms
+	for _, chain := range []string{"default/sum", "default/pipe"} {
+		took := e.waitRoute(t, "hk", chain, "hk,seattle,la,useast", 4*interval)
+		t.Logf("%s moved %v after the link degraded", chain, took)
+		if took > 2*interval+interval/2 {
+			t.Errorf("%s moved after %v; want within two probe intervals (%v) and the round's own time", chain, took, 2*interval)
+		}
+	}
+	middleFlows := func() float64 {
+		v, _ := e.gauge("hoplink_tunnel_flows_total", map[string]string{"relay": "seattle", "tunnel": "default/sum", "role": "middle"})
+		return v
+	}
+	before := middleFlows()
+	if got := rtts(t, sumPort, 5); got[2] < 63*ms || got[2] > 63*ms*110/100+3*ms {
+		t.Errorf("after the move: p50 %v through a 63 ms route", got[2])
+	}
+	if middleFlows() != before+1 {
+		t.Errorf("a new flow did not cross seattle after the move")
+	}
+	time.Sleep(300 * ms) // the open flows keep going on their old route
+	close(stop)
+	wg.Wait()
+	if n := failures.Load(); n > 0 {
+		t.Fatalf("%d of 4 flows open during the move failed", n)
+	}
+
+	// A relay on the route goes down: the chain leaves it at the next
+	// round, without waiting for the hysteresis.
+	for _, r := range e.n.Relays {
+		if r.Name() == "seattle" {
+			r.Close()
+		}
+	}
+	for _, chain := range []string{"default/sum", "default/pipe"} {
+		took := e.waitRoute(t, "hk", chain, "hk,useast", 3*interval)
+		t.Logf("%s left the dead relay after %v", chain, took)
+	}
+	if got := rtts(t, pipePort, 3); got[1] < 75*ms {
+		t.Errorf("after seattle went down: %v through the 75 ms direct route", got)
+	}
+}

@@ -1,0 +1,440 @@
+// Package routectl is the route controller: for every routed Chain it
+// holds, once per probe interval, it gathers the link measurements of the
+// chain's relays, asks relay/route for the cheapest candidate routes,
+// measures routes end to end where the mode wants it, and lets a hysteresis
+// Selector decide. Entry relays run one for the chains they enter
+// (standalone and local mode); the operator runs one for every routed Chain
+// of a cluster. Only the Measurer differs: QUIC streams to peers, or HTTPS
+// to the relays' admin endpoint.
+package routectl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+
+	"github.com/hoplink/hoplink/api/v1alpha1"
+	"github.com/hoplink/hoplink/relay/manifest"
+	"github.com/hoplink/hoplink/relay/metrics"
+	"github.com/hoplink/hoplink/relay/probe"
+	"github.com/hoplink/hoplink/relay/route"
+)
+
+// Measurer gathers what a round needs from the relays of a chain.
+type Measurer interface {
+	// Links returns relay's measurements for chain c: its links to the
+	// relays it may forward c's flows to and, at the exit, the Tunnels'
+	// targets, measured within the last fresh. current is the route c uses
+	// now (nil before the first decision), which the relay learns this way.
+	Links(ctx context.Context, c *v1alpha1.Chain, relay string, current []string, fresh time.Duration) (*probe.Table, error)
+	// Pipe measures routes of c end to end, from its entry to its exit and
+	// back, through the relays themselves.
+	Pipe(ctx context.Context, c *v1alpha1.Chain, routes [][]string) ([]probe.PipeResult, error)
+}
+
+// Decision is the outcome of one round for one chain.
+type Decision struct {
+	Chain   string // namespace/name
+	Route   []string
+	Changed bool
+	// Previous is the route before a change.
+	Previous []string
+	Reason   string
+	// Estimated and Measured are the route's figures this round; zero when
+	// unknown.
+	Estimated, Measured time.Duration
+	// Candidates are the routes this round priced, best first.
+	Candidates []route.Path
+	// Down lists the relays of the chain that did not answer.
+	Down []string
+	// Err says why no route could be priced this round; Route is then the
+	// one kept from before.
+	Err error
+}
+
+// Options configure a Controller.
+type Options struct {
+	Measurer Measurer
+	// Decide receives every round's decision, on the chain's goroutine.
+	Decide  func(Decision)
+	Metrics *metrics.Route
+	Log     *slog.Logger
+}
+
+// Controller routes a set of chains, each on its own goroutine and timer.
+type Controller struct {
+	o      Options
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu    sync.Mutex
+	loops map[string]*loop
+}
+
+// New makes a controller with no chains.
+func New(o Options) *Controller {
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	c := &Controller{o: o, loops: map[string]*loop{}}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	return c
+}
+
+// Set makes the controller route exactly the routed chains among chains.
+// A chain new to it starts from current(chain) (the route in use, or nil):
+// that route is kept until a better one wins by the hysteresis margin. A
+// chain whose spec changed is measured again at once.
+func (c *Controller) Set(chains []*v1alpha1.Chain, current func(*v1alpha1.Chain) []string) {
+	want := map[string]*v1alpha1.Chain{}
+	for _, ch := range chains {
+		if ch.Spec.Mode.Routed() {
+			ch = ch.DeepCopy()
+			ch.Default()
+			want[manifest.Key(ch.Namespace, ch.Name)] = ch
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for key, l := range c.loops {
+		if want[key] == nil {
+			l.cancel()
+			delete(c.loops, key)
+		}
+	}
+	if c.ctx.Err() != nil {
+		return
+	}
+	for key, ch := range want {
+		if l := c.loops[key]; l != nil {
+			l.update(ch)
+			continue
+		}
+		l := &loop{c: c, key: key, kick: make(chan struct{}, 1)}
+		l.chain = ch
+		if r := current(ch); len(r) > 0 && manifest.ValidRoute(ch, r) == nil {
+			l.sel.Start(r)
+		}
+		var ctx context.Context
+		ctx, l.cancel = context.WithCancel(c.ctx)
+		c.loops[key] = l
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			l.run(ctx)
+		}()
+	}
+}
+
+// Close stops every chain's rounds and waits for them.
+func (c *Controller) Close() {
+	c.cancel()
+	c.wg.Wait()
+}
+
+type loop struct {
+	c    *Controller
+	key  string
+	kick chan struct{}
+
+	mu     sync.Mutex
+	chain  *v1alpha1.Chain
+	cancel context.CancelFunc
+
+	sel    route.Selector // the loop's goroutine only
+	err    string         // the last failure logged
+	failed int            // rounds in a row that found no route
+}
+
+func (l *loop) update(ch *v1alpha1.Chain) {
+	l.mu.Lock()
+	old := l.chain
+	l.chain = ch
+	l.mu.Unlock()
+	if !equality.Semantic.DeepEqual(old.Spec, ch.Spec) {
+		select {
+		case l.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (l *loop) spec() *v1alpha1.Chain {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.chain
+}
+
+func (l *loop) run(ctx context.Context) {
+	defer l.forget()
+	for {
+		start := time.Now()
+		ch := l.spec()
+		d := l.round(ctx, ch)
+		if ctx.Err() != nil {
+			return
+		}
+		l.report(d)
+		next := Interval(ch)
+		if d.Err != nil && len(d.Route) == 0 {
+			// No route yet, usually because the relays' connections are
+			// still coming up: try again soon rather than a whole interval
+			// later, while new flows wait.
+			next = min(next, firstRetry)
+		}
+		t := time.NewTimer(next - time.Since(start))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		case <-l.kick:
+			t.Stop()
+		}
+	}
+}
+
+// Interval is a routed chain's probe interval.
+func Interval(ch *v1alpha1.Chain) time.Duration {
+	if p := ch.Spec.Probe; p != nil && p.Interval != nil && p.Interval.Duration > 0 {
+		return p.Interval.Duration
+	}
+	return v1alpha1.DefaultProbeInterval
+}
+
+// ProbeWait is how long a relay waits for the answers to a round of link
+// probes of a chain probed every interval. A round of the controller waits
+// for the relays' tables a little longer, then for end-to-end probes, and
+// ends within the interval.
+func ProbeWait(interval time.Duration) time.Duration {
+	return min(max(interval*35/100, 50*time.Millisecond), 5*time.Second)
+}
+
+// firstRetry spaces the rounds of a chain that has no route yet.
+const firstRetry = 200 * time.Millisecond
+
+// quietFailures is how many rounds in a row may find no route before it is
+// logged: a relay's first rounds run while its connections come up.
+const quietFailures = 3
+
+func tablesWait(interval time.Duration) time.Duration { return interval * 60 / 100 }
+func pipeWait(interval time.Duration) time.Duration   { return interval * 35 / 100 }
+
+// Asked lists the relays a round asks for tables: the entry, the via
+// relays when a route may cross them, and the exit, for its targets.
+func Asked(ch *v1alpha1.Chain) []string {
+	out := []string{ch.Spec.Entry}
+	if ch.Spec.MaxHops != 1 {
+		out = append(out, ch.Spec.Via...)
+	}
+	if ch.Spec.Exit != ch.Spec.Entry {
+		out = append(out, ch.Spec.Exit)
+	}
+	return out
+}
+
+func hysteresis(ch *v1alpha1.Chain) route.Hysteresis {
+	h := route.DefaultHysteresis
+	if s := ch.Spec.Hysteresis; s != nil {
+		if s.Percent != nil {
+			h.Fraction = float64(*s.Percent) / 100
+		}
+		if s.Min != nil {
+			h.Min = s.Min.Duration
+		}
+		if s.Rounds > 0 {
+			h.Rounds = int(s.Rounds)
+		}
+	}
+	return h
+}
+
+func mode(ch *v1alpha1.Chain) route.Mode {
+	if ch.Spec.Mode == v1alpha1.ModePipe {
+		return route.Pipe
+	}
+	return route.Sum
+}
+
+// round measures the chain and decides its route.
+func (l *loop) round(ctx context.Context, ch *v1alpha1.Chain) Decision {
+	m := l.c.o.Measurer
+	interval := Interval(ch)
+	l.sel.H = hysteresis(ch)
+	if cur := l.sel.Current(); cur != nil {
+		if err := manifest.ValidRoute(ch, cur); err != nil {
+			l.sel.Drop(fmt.Sprintf("the spec no longer allows it: %v", err))
+		}
+	}
+	current := l.sel.Current()
+
+	// Every relay's table, at once.
+	asked := Asked(ch)
+	tables := make([]*probe.Table, len(asked))
+	errs := make([]error, len(asked))
+	tctx, cancel := context.WithTimeout(ctx, tablesWait(interval))
+	var wg sync.WaitGroup
+	for i, r := range asked {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tables[i], errs[i] = m.Links(tctx, ch, r, current, interval/4)
+		}()
+	}
+	wg.Wait()
+	cancel()
+
+	g := &route.Graph{}
+	var down []string
+	for i, r := range asked {
+		t := tables[i]
+		if errs[i] != nil || t == nil {
+			g.SetDown(r, true)
+			down = append(down, r)
+			continue
+		}
+		for _, link := range t.Links {
+			if link.Up {
+				g.SetLink(r, link.To, link.RTT.D())
+			}
+		}
+		if r == ch.Spec.Exit {
+			g.SetTarget(r, targetRTT(t.Targets))
+		}
+	}
+	d := Decision{Chain: l.key, Down: down}
+	cands := route.Candidates(g, route.Request{Entry: ch.Spec.Entry, Exit: ch.Spec.Exit, Via: ch.Spec.Via, MaxHops: int(ch.Spec.MaxHops)},
+		int(candidates(ch)))
+
+	measured := map[string]time.Duration{}
+	md := mode(ch)
+	if toMeasure := route.ToMeasure(md, cands, current); len(toMeasure) > 0 && !slices.Contains(down, ch.Spec.Entry) {
+		pctx, cancel := context.WithTimeout(ctx, pipeWait(interval))
+		results, err := m.Pipe(pctx, ch, toMeasure)
+		cancel()
+		if err == nil {
+			for _, r := range results {
+				if r.Err == "" && r.RTT > 0 {
+					measured[route.Key(r.Route)] = r.RTT.D()
+				}
+			}
+		}
+	}
+	ranked, cost, ok := route.Rank(md, g, cands, measured, current)
+	sd := l.sel.Next(ranked, cost, ok)
+	d.Route, d.Changed, d.Reason, d.Candidates = sd.Route, sd.Changed, sd.Reason, ranked
+	if sd.Changed {
+		d.Previous = current
+	}
+	if len(d.Route) > 0 {
+		p, _ := route.Price(md, g, measured, d.Route)
+		d.Estimated, d.Measured = p.Estimated, p.Measured
+	}
+	if len(ranked) == 0 {
+		d.Err = noRoute(ch, md, down, errors.Join(errs...))
+	}
+	return d
+}
+
+func noRoute(ch *v1alpha1.Chain, md route.Mode, down []string, err error) error {
+	what := "no route from %s to %s could be priced"
+	if md == route.Pipe {
+		what = "no route from %s to %s could be measured end to end"
+	}
+	msg := fmt.Sprintf(what, ch.Spec.Entry, ch.Spec.Exit)
+	if len(down) > 0 {
+		msg += fmt.Sprintf("; relays not answering: %v", down)
+	}
+	if err != nil {
+		msg += fmt.Sprintf(" (%v)", err)
+	}
+	return errors.New(msg)
+}
+
+func candidates(ch *v1alpha1.Chain) int32 {
+	if p := ch.Spec.Probe; p != nil && p.Candidates > 0 {
+		return p.Candidates
+	}
+	return v1alpha1.DefaultProbeCandidates
+}
+
+// targetRTT is the chain's round trip from the exit to its targets: the mean
+// over the targets that answered. It is the same for every route of the
+// chain, so it moves the figures, not the choice.
+func targetRTT(ts []probe.Target) time.Duration {
+	var sum time.Duration
+	n := 0
+	for _, t := range ts {
+		if t.Up {
+			sum += t.RTT.D()
+			n++
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	return sum / time.Duration(n)
+}
+
+func (l *loop) report(d Decision) {
+	o := l.c.o
+	if mt := o.Metrics; mt != nil {
+		result := "decided"
+		if d.Err != nil {
+			result = "failed"
+		}
+		mt.Rounds.WithLabelValues(d.Chain, result).Inc()
+		setOrDelete(mt, d.Chain, "estimated", d.Estimated)
+		setOrDelete(mt, d.Chain, "measured", d.Measured)
+		if d.Changed {
+			mt.Changes.WithLabelValues(d.Chain).Inc()
+		}
+	}
+	if d.Err != nil {
+		l.failed++
+	} else {
+		l.failed = 0
+	}
+	switch {
+	case d.Changed:
+		o.Log.Info("route changed", "chain", d.Chain, "from", route.Key(d.Previous), "to", route.Key(d.Route),
+			"estimated", d.Estimated.Round(10*time.Microsecond), "measured", d.Measured.Round(10*time.Microsecond), "reason", d.Reason)
+	case d.Err != nil && l.failed >= quietFailures && d.Err.Error() != l.err:
+		o.Log.Warn("cannot route chain", "chain", d.Chain, "keeping", route.Key(d.Route), "err", d.Err)
+		l.err = d.Err.Error()
+	case d.Err == nil && l.err != "":
+		o.Log.Info("chain measured again", "chain", d.Chain, "route", route.Key(d.Route))
+		l.err = ""
+	}
+	if o.Decide != nil {
+		o.Decide(d)
+	}
+}
+
+func setOrDelete(mt *metrics.Route, chain, kind string, v time.Duration) {
+	if v > 0 {
+		mt.Latency.WithLabelValues(chain, kind).Set(v.Seconds())
+	} else {
+		mt.Latency.DeleteLabelValues(chain, kind)
+	}
+}
+
+// forget drops a chain's series when the controller stops routing it.
+func (l *loop) forget() {
+	mt := l.c.o.Metrics
+	if mt == nil {
+		return
+	}
+	mt.Latency.DeleteLabelValues(l.key, "estimated")
+	mt.Latency.DeleteLabelValues(l.key, "measured")
+	mt.Changes.DeleteLabelValues(l.key)
+	mt.Rounds.DeleteLabelValues(l.key, "decided")
+	mt.Rounds.DeleteLabelValues(l.key, "failed")
+}
