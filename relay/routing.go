@@ -289,33 +289,53 @@ func (r *Relay) routedChain(key string) (*v1alpha1.Chain, string, error) {
 	return c, "", nil
 }
 
-// serveLinks answers an entry relay's request for this relay's
-// measurements of a chain, and learns the route the entry uses.
+// A link request's header names the chain and the path to the relay that
+// answers (the receiver first); a small body follows: the chain's current
+// route as the entry uses it, which relays learn and export. The answer is
+// the relay's table, length-prefixed JSON.
+type linksBody struct {
+	Route []string `json:"route,omitempty"`
+}
+
+// maxLinksBody bounds a link request's body.
+const maxLinksBody = 4 << 10
+
+// serveLinks answers a link request of a routed chain, or passes it on
+// toward the relay it is for.
 func (r *Relay) serveLinks(peer string, s *quicgo.Stream, h *hop.Header) {
 	c, reason, err := r.routedChain(h.Tunnel)
-	if err == nil && peer != c.Spec.Entry {
-		reason, err = "bad_route", fmt.Errorf("only the entry %q routes Chain %q, not %q", c.Spec.Entry, h.Tunnel, peer)
-	}
-	if err == nil && !slices.Contains(routectl.Asked(c), r.cfg.Name) {
-		reason, err = "bad_route", fmt.Errorf("relay %q is not on Chain %q", r.cfg.Name, h.Tunnel)
-	}
-	// The entry announces its route, or itself alone before it has one.
-	announced := err == nil && !slices.Equal(h.Route, []string{c.Spec.Entry})
-	if announced {
-		if verr := manifest.ValidRoute(c, h.Route); verr != nil {
-			reason, err = "bad_route", verr
-		}
+	if err == nil && !manifest.AllowsPath(c, peer, r.cfg.Name, h.Route) {
+		reason, err = "bad_route", fmt.Errorf("link request along %v from %q is not on a route of Chain %q", h.Route, peer, h.Tunnel)
 	}
 	if err != nil {
 		r.reject(s, peer, reason, err, *h)
 		return
 	}
-	if announced {
+	if len(h.Route) > 1 {
+		next := *h
+		next.Route = h.Route[1:]
+		ctx, cancel := r.setupContext()
+		_, ns, err := r.nextHop(ctx, &next)
+		cancel()
+		if err != nil {
+			resetStream(s, hop.CodeNextHop)
+			return
+		}
+		pipe(newStreamEnd(s), newStreamEnd(ns), probeCounter, probeCounter)
+		return
+	}
+	s.SetReadDeadline(time.Now().Add(headerTimeout))
+	var body linksBody
+	if err := readFramed(s, maxLinksBody, &body); err != nil {
+		r.reject(s, peer, "bad_header", fmt.Errorf("link request body: %w", err), *h)
+		return
+	}
+	if len(body.Route) > 0 && manifest.ValidRoute(c, body.Route) == nil {
 		r.routes.mu.Lock()
 		old := r.routes.learned[h.Tunnel]
-		r.routes.learned[h.Tunnel] = h.Route
+		r.routes.learned[h.Tunnel] = body.Route
 		r.routes.mu.Unlock()
-		if !slices.Equal(old, h.Route) {
+		if !slices.Equal(old, body.Route) {
 			r.exportRoutes(r.set.Load())
 		}
 	}
@@ -323,16 +343,42 @@ func (r *Relay) serveLinks(peer string, s *quicgo.Stream, h *hop.Header) {
 	ctx, cancel := context.WithTimeout(r.ctx, routectl.ProbeWait(interval))
 	table := r.LinkTable(ctx, c, interval/4)
 	cancel()
-	b, err := json.Marshal(table)
-	if err != nil || len(b) > probe.MaxTableSize {
+	s.SetWriteDeadline(time.Now().Add(headerTimeout))
+	if err := writeFramed(s, probe.MaxTableSize, table); err != nil {
 		resetStream(s, hop.CodeReset)
 		return
 	}
-	s.SetWriteDeadline(time.Now().Add(headerTimeout))
-	s.Write(binary.BigEndian.AppendUint32(nil, uint32(len(b))))
-	s.Write(b)
 	s.Close()
-	s.CancelRead(hop.CodeReset) // nothing more is read from the asker
+}
+
+// writeFramed writes v as JSON after its 4-byte length.
+func writeFramed(w io.Writer, limit int, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if len(b) > limit {
+		return fmt.Errorf("%d bytes, more than %d", len(b), limit)
+	}
+	_, err = w.Write(append(binary.BigEndian.AppendUint32(nil, uint32(len(b))), b...))
+	return err
+}
+
+// readFramed reads what writeFramed wrote, refusing more than limit bytes.
+func readFramed(rd io.Reader, limit int, v any) error {
+	var n [4]byte
+	if _, err := io.ReadFull(rd, n[:]); err != nil {
+		return err
+	}
+	size := binary.BigEndian.Uint32(n[:])
+	if size > uint32(limit) {
+		return fmt.Errorf("%d bytes, more than %d", size, limit)
+	}
+	b := make([]byte, size)
+	if _, err := io.ReadFull(rd, b); err != nil {
+		return err
+	}
+	return json.Unmarshal(b, v)
 }
 
 // probeCounter counts nothing: probes are not tunnel traffic.
@@ -469,41 +515,35 @@ func (r *Relay) probeOnce(ctx context.Context, c *v1alpha1.Chain, rt []string) (
 }
 
 // relayMeasurer is how an entry relay's route controller measures: its own
-// links directly, its peers' over QUIC, routes by in-band probes.
+// links directly, its peers' with link requests over QUIC (through other
+// relays to those it has no link to), routes by in-band probes.
 type relayMeasurer Relay
 
-func (m *relayMeasurer) Links(ctx context.Context, c *v1alpha1.Chain, relay string, current []string, fresh time.Duration) (*probe.Table, error) {
+func (m *relayMeasurer) Links(ctx context.Context, req routectl.LinksRequest) (*probe.Table, error) {
 	r := (*Relay)(m)
-	if relay == r.cfg.Name {
-		return r.LinkTable(ctx, c, fresh), nil
+	if req.Relay == r.cfg.Name {
+		return r.LinkTable(ctx, req.Chain, req.Fresh), nil
 	}
-	set := r.set.Load()
-	if set.Relay(relay) == nil {
-		return nil, fmt.Errorf("relay %q is not known", relay)
+	path := append(slices.Clone(req.Through), req.Relay)
+	// A relay without a live connection is not waited for: the round asks
+	// it through another relay instead, while the link keeps redialing.
+	conn := r.ep.Live(path[0])
+	if conn == nil {
+		return nil, fmt.Errorf("%w: %s", rquic.ErrPeerDown, path[0])
 	}
-	conn, err := r.link(set, relay).Conn(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return askLinks(ctx, conn, c, current, r.cfg.Name)
-}
-
-// askLinks asks a peer for its table of chain c on a stream of conn.
-func askLinks(ctx context.Context, conn *rquic.Conn, c *v1alpha1.Chain, current []string, self string) (*probe.Table, error) {
 	s, err := conn.OpenFlow(ctx)
 	if err != nil {
 		return nil, err
 	}
 	stop := context.AfterFunc(ctx, func() { resetStream(s, hop.CodeReset) })
 	defer stop()
-	announce := current
-	if len(announce) == 0 {
-		announce = []string{self} // no route yet
-	}
-	h := hop.Header{Kind: hop.KindLinks, Tunnel: manifest.Key(c.Namespace, c.Name), Route: announce}
+	h := hop.Header{Kind: hop.KindLinks, Tunnel: manifest.Key(req.Chain.Namespace, req.Chain.Name), Route: path}
 	b, err := h.Append(nil)
 	if err == nil {
 		_, err = s.Write(b)
+	}
+	if err == nil {
+		err = writeFramed(s, maxLinksBody, linksBody{Route: req.Current})
 	}
 	if err == nil {
 		err = s.Close()
@@ -512,29 +552,16 @@ func askLinks(ctx context.Context, conn *rquic.Conn, c *v1alpha1.Chain, current 
 		resetStream(s, hop.CodeReset)
 		return nil, err
 	}
-	var n [4]byte
-	if _, err := io.ReadFull(s, n[:]); err != nil {
-		return nil, fmt.Errorf("link table of %s: %w", conn.Peer, err)
-	}
-	size := binary.BigEndian.Uint32(n[:])
-	if size > probe.MaxTableSize {
-		resetStream(s, hop.CodeRejected)
-		return nil, fmt.Errorf("link table of %s: %d bytes, more than %d", conn.Peer, size, probe.MaxTableSize)
-	}
-	body := make([]byte, size)
-	if _, err := io.ReadFull(s, body); err != nil {
-		return nil, fmt.Errorf("link table of %s: %w", conn.Peer, err)
-	}
 	var t probe.Table
-	if err := json.Unmarshal(body, &t); err != nil {
-		return nil, fmt.Errorf("link table of %s: %w", conn.Peer, err)
+	if err := readFramed(s, probe.MaxTableSize, &t); err != nil {
+		resetStream(s, hop.CodeReset)
+		return nil, fmt.Errorf("link table of %s: %w", req.Relay, err)
 	}
-	if t.Relay != conn.Peer {
-		return nil, fmt.Errorf("link table of %s names relay %q", conn.Peer, t.Relay)
+	if t.Relay != req.Relay {
+		return nil, fmt.Errorf("link table of %s names relay %q", req.Relay, t.Relay)
 	}
 	return &t, nil
 }
-
 func (m *relayMeasurer) Pipe(ctx context.Context, c *v1alpha1.Chain, routes [][]string) ([]probe.PipeResult, error) {
 	return (*Relay)(m).PipeProbe(ctx, c, routes), nil
 }

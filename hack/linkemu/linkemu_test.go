@@ -3,8 +3,12 @@ package linkemu
 import (
 	"bytes"
 	"crypto/rand"
+	"fmt"
 	"io"
 	"net"
+	"os"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
 )
@@ -138,5 +142,92 @@ func TestTCPDelayIntegrityAndHalfClose(t *testing.T) {
 	back, err := io.ReadAll(c)
 	if err != nil || !bytes.Equal(back, data) {
 		t.Fatalf("echo of 1 MiB: %d bytes, equal %v, err %v (TCP must not lose bytes)", len(back), bytes.Equal(back, data), err)
+	}
+}
+
+func TestNetnsLinks(t *testing.T) {
+	n, err := NewNet(fmt.Sprintf("le%d", os.Getpid()%100000))
+	if err != nil {
+		t.Skip(err)
+	}
+	defer n.Close()
+	a, err := n.AddNode("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := n.AddNode("b")
+	c, _ := n.AddNode("c")
+	ab, err := n.Connect(a, b, Params{Delay: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Connect(b, c, Params{Delay: time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+
+	// A TCP echo server in b; a client in a reaches it over the link.
+	var ln net.Listener
+	if err := b.Do(func() (err error) { ln, err = net.Listen("tcp", ":0"); return }); err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { io.Copy(c, c); c.Close() }()
+		}
+	}()
+	addr := net.JoinHostPort(b.Addr.String(), fmt.Sprint(ln.Addr().(*net.TCPAddr).Port))
+	var conn net.Conn
+	if err := a.Do(func() (err error) { conn, err = net.DialTimeout("tcp", addr, 2*time.Second); return }); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	rtt := func() time.Duration {
+		start := time.Now()
+		conn.Write([]byte("x"))
+		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		one := make([]byte, 1)
+		if _, err := io.ReadFull(conn, one); err != nil {
+			t.Fatal(err)
+		}
+		return time.Since(start)
+	}
+	if d := rtt(); d < 40*time.Millisecond || d > 80*time.Millisecond {
+		t.Fatalf("RTT over a 20 ms link: %v", d)
+	}
+	ab.Set(Params{Delay: 50 * time.Millisecond})
+	if d := rtt(); d < 100*time.Millisecond {
+		t.Fatalf("RTT after Set(50 ms): %v", d)
+	}
+	// Loss makes the kernel's TCP retransmit; the bytes still arrive whole.
+	ab.Set(Params{Delay: 2 * time.Millisecond, Loss: 0.05})
+	data := make([]byte, 256<<10)
+	rand.Read(data)
+	go conn.Write(data)
+	back := make([]byte, len(data))
+	conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	if _, err := io.ReadFull(conn, back); err != nil || !bytes.Equal(back, data) {
+		t.Fatalf("256 KiB echo over a lossy link: %v (equal %v)", err, bytes.Equal(back, data))
+	}
+	// Only linked nodes reach each other: a and c have no link.
+	err = a.Do(func() error {
+		c, err := net.DialTimeout("tcp", net.JoinHostPort(c.Addr.String(), "80"), time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err
+	})
+	if err == nil {
+		t.Fatal("a reached c without a link between them")
+	}
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := exec.Command("ip", "netns", "list").Output(); strings.Contains(string(out), a.NS) {
+		t.Fatalf("namespace %s left behind", a.NS)
 	}
 }

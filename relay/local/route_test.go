@@ -279,3 +279,30 @@ spec: {chain: %s, listen: {address: 127.0.0.1, port: %d}, target: %q}
 		t.Errorf("after seattle went down: %v through the 75 ms direct route", got)
 	}
 }
+
+// TestRoutedChainReachesRelaysThroughOthers: the entry has a link to
+// seattle alone, so it reads la's and useast's measurements through
+// seattle (and la), and still routes the chain, along the only route there
+// is; the relays on it learn the route.
+func TestRoutedChainReachesRelaysThroughOthers(t *testing.T) {
+	target := tcpServer(t, echo)
+	port := freePort(t)
+	e := startEmulated(t, []string{"hk", "seattle", "la", "useast"}, map[[2]string]time.Duration{
+		{"hk", "seattle"}: 5 * ms, {"seattle", "la"}: 5 * ms, {"la", "useast"}: 5 * ms,
+	}, fmt.Sprintf(`---
+apiVersion: hoplink.dev/v1alpha1
+kind: Chain
+metadata: {name: c}
+spec: {entry: hk, exit: useast, via: [seattle, la], mode: sum, probe: {interval: 300ms}}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: Tunnel
+metadata: {name: t}
+spec: {chain: c, listen: {address: 127.0.0.1, port: %d}, target: %q}
+`, port, target))
+	e.waitRoute(t, "hk", "default/c", "hk,seattle,la,useast", 10*time.Second)
+	e.waitRoute(t, "useast", "default/c", "hk,seattle,la,useast", 5*time.Second)
+	if got := rtts(t, port, 5); got[2] < 30*ms {
+		t.Fatalf("round trips %v through three 10 ms links", got)
+	}
+}

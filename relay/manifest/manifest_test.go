@@ -276,6 +276,25 @@ func TestRoutedChain(t *testing.T) {
 			t.Errorf("AllowsHop(%q, %q, %v) = %v, want %v", tc.prev, tc.self, tc.rest, got, tc.ok)
 		}
 	}
+	// Link requests may end at any relay a route may cross.
+	for _, tc := range []struct {
+		prev, self string
+		rest       []string
+		ok         bool
+	}{
+		{"hk", "seattle", []string{"seattle"}, true},
+		{"hk", "seattle", []string{"seattle", "la"}, true},
+		{"seattle", "la", []string{"la"}, true},
+		{"hk", "hk", []string{"hk"}, false},
+		{"la", "seattle", []string{"seattle"}, false},       // from the exit
+		{"hk", "la", []string{"la", "seattle"}, false},      // past the exit
+		{"hk", "seattle", []string{"seattle", "hk"}, false}, // back to the entry
+		{"mallory", "seattle", []string{"seattle"}, false},
+	} {
+		if got := AllowsPath(c, tc.prev, tc.self, tc.rest); got != tc.ok {
+			t.Errorf("AllowsPath(%q, %q, %v) = %v, want %v", tc.prev, tc.self, tc.rest, got, tc.ok)
+		}
+	}
 	c.Spec.MaxHops = 1
 	if AllowsHop(c, "hk", "seattle", []string{"seattle", "la"}) || !AllowsHop(c, "hk", "la", []string{"la"}) {
 		t.Error("maxHops 1 must allow entry -> exit only")

@@ -239,3 +239,32 @@ func ValidRoute(c *v1alpha1.Chain, route []string) error {
 	}
 	return nil
 }
+
+// AllowsPath reports whether a link request of routed chain c that reached
+// relay self from peer prev may go on along rest (self first). Link requests
+// reach relays the entry has no link to of its own through relays that do,
+// so unlike flows they may end anywhere after the entry; the path must
+// still be a part of some route the spec allows.
+func AllowsPath(c *v1alpha1.Chain, prev, self string, rest []string) bool {
+	if !c.Spec.Mode.Routed() || len(rest) == 0 || rest[0] != self || slices.Contains(rest, prev) {
+		return false
+	}
+	if prev != c.Spec.Entry && !slices.Contains(c.Spec.Via, prev) {
+		return false
+	}
+	for i, r := range rest {
+		switch {
+		case slices.Index(rest, r) != i: // twice
+			return false
+		case r == c.Spec.Exit && i != len(rest)-1: // past the exit
+			return false
+		case r != c.Spec.Exit && !slices.Contains(c.Spec.Via, r):
+			return false
+		}
+	}
+	links := len(rest)
+	if prev != c.Spec.Entry {
+		links++
+	}
+	return links <= int(max(c.Spec.MaxHops, 1))
+}

@@ -157,3 +157,45 @@ func Candidates(g *Graph, req Request, k int) []Path {
 	}
 	return out
 }
+
+// Reach returns the path with fewest links from one relay to another over
+// the links measured, crossing only the given relays on the way (ties go
+// to the lower summed round trip, then the lexically smaller path), or nil.
+// A route controller uses it to reach relays it has no link to of its own.
+func Reach(g *Graph, from, to string, through []string) []string {
+	type state struct {
+		path []string
+		cost time.Duration
+	}
+	frontier := []state{{path: []string{from}}}
+	seen := map[string]bool{from: true}
+	for len(frontier) > 0 {
+		var found *state
+		var next []state
+		for _, s := range frontier {
+			at := s.path[len(s.path)-1]
+			if rtt, ok := g.Link(at, to); ok {
+				c := state{append(slices.Clone(s.path), to), s.cost + rtt}
+				if found == nil || c.cost < found.cost || c.cost == found.cost && slices.Compare(c.path, found.path) < 0 {
+					found = &c
+				}
+			}
+			for _, v := range through {
+				if seen[v] || v == to {
+					continue
+				}
+				if rtt, ok := g.Link(at, v); ok {
+					next = append(next, state{append(slices.Clone(s.path), v), s.cost + rtt})
+				}
+			}
+		}
+		if found != nil {
+			return found.path
+		}
+		for _, s := range next {
+			seen[s.path[len(s.path)-1]] = true
+		}
+		frontier = next
+	}
+	return nil
+}

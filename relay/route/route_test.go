@@ -137,3 +137,28 @@ func TestMargin(t *testing.T) {
 		t.Errorf("margin of 300 ms: %v, want 5%%", m)
 	}
 }
+
+func TestReach(t *testing.T) {
+	g := &Graph{}
+	g.SetLink("hk", "seattle", 50*ms)
+	g.SetLink("hk", "tokyo", 10*ms)
+	g.SetLink("tokyo", "la", 60*ms)
+	g.SetLink("seattle", "la", 5*ms)
+	g.SetLink("la", "useast", 5*ms)
+	for _, tc := range []struct {
+		to      string
+		through []string
+		want    string
+	}{
+		{"seattle", nil, "hk,seattle"},
+		{"la", []string{"seattle", "tokyo"}, "hk,seattle,la"}, // two links either way: the cheaper
+		{"la", []string{"tokyo"}, "hk,tokyo,la"},
+		{"useast", []string{"seattle", "tokyo", "la"}, "hk,seattle,la,useast"},
+		{"useast", []string{"seattle"}, ""}, // la may not be crossed
+		{"moon", []string{"seattle", "tokyo", "la"}, ""},
+	} {
+		if got := Key(Reach(g, "hk", tc.to, tc.through)); got != tc.want {
+			t.Errorf("Reach(hk, %s, %v) = %q, want %q", tc.to, tc.through, got, tc.want)
+		}
+	}
+}

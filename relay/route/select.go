@@ -59,6 +59,10 @@ type Decision struct {
 	Reason  string // why it changed, for logs and Events
 }
 
+// Challenged reports whether a better route has won the last rounds but
+// not yet enough of them to replace the current one.
+func (s *Selector) Challenged() bool { return s.wins > 0 }
+
 // Current is the route in use, nil before the first decision.
 func (s *Selector) Current() []string { return s.current }
 

@@ -28,14 +28,26 @@ import (
 
 // Measurer gathers what a round needs from the relays of a chain.
 type Measurer interface {
-	// Links returns relay's measurements for chain c: its links to the
-	// relays it may forward c's flows to and, at the exit, the Tunnels'
-	// targets, measured within the last fresh. current is the route c uses
-	// now (nil before the first decision), which the relay learns this way.
-	Links(ctx context.Context, c *v1alpha1.Chain, relay string, current []string, fresh time.Duration) (*probe.Table, error)
+	// Links returns one relay's measurements for a chain.
+	Links(ctx context.Context, req LinksRequest) (*probe.Table, error)
 	// Pipe measures routes of c end to end, from its entry to its exit and
 	// back, through the relays themselves.
 	Pipe(ctx context.Context, c *v1alpha1.Chain, routes [][]string) ([]probe.PipeResult, error)
+}
+
+// LinksRequest asks a relay of a chain for its table: its links to the
+// relays it may forward the chain's flows to and, at the exit, the Tunnels'
+// targets, measured within the last Fresh.
+type LinksRequest struct {
+	Chain *v1alpha1.Chain
+	Relay string
+	// Through lists the relays that carry the request from the entry to a
+	// relay it has no link to of its own; empty to ask directly.
+	Through []string
+	// Current is the route the chain uses now (nil before the first
+	// decision), which the relays learn this way.
+	Current []string
+	Fresh   time.Duration
 }
 
 // Decision is the outcome of one round for one chain.
@@ -51,8 +63,9 @@ type Decision struct {
 	Estimated, Measured time.Duration
 	// Candidates are the routes this round priced, best first.
 	Candidates []route.Path
-	// Down lists the relays of the chain that did not answer.
-	Down []string
+	// Unmeasured lists the relays of the chain whose measurements could
+	// not be read this round; their links count as down.
+	Unmeasured []string
 	// Err says why no route could be priced this round; Route is then the
 	// one kept from before.
 	Err error
@@ -148,9 +161,11 @@ type loop struct {
 	chain  *v1alpha1.Chain
 	cancel context.CancelFunc
 
-	sel    route.Selector // the loop's goroutine only
-	err    string         // the last failure logged
-	failed int            // rounds in a row that found no route
+	// The loop's goroutine only:
+	sel    route.Selector
+	cands  []route.Path // the last round's candidates
+	err    string       // the last failure logged
+	failed int          // rounds in a row that found no route
 }
 
 func (l *loop) update(ch *v1alpha1.Chain) {
@@ -183,11 +198,17 @@ func (l *loop) run(ctx context.Context) {
 		}
 		l.report(d)
 		next := Interval(ch)
-		if d.Err != nil && len(d.Route) == 0 {
+		switch {
+		case d.Err != nil && len(d.Route) == 0:
 			// No route yet, usually because the relays' connections are
 			// still coming up: try again soon rather than a whole interval
 			// later, while new flows wait.
 			next = min(next, firstRetry)
+		case l.sel.Challenged():
+			// A better route won this round: confirm it sooner, so that a
+			// route that degraded is left within two intervals of the change
+			// even counting the time a round takes to measure.
+			next /= 2
 		}
 		t := time.NewTimer(next - time.Since(start))
 		select {
@@ -275,57 +296,50 @@ func (l *loop) round(ctx context.Context, ch *v1alpha1.Chain) Decision {
 	}
 	current := l.sel.Current()
 
-	// Every relay's table, at once.
-	asked := Asked(ch)
-	tables := make([]*probe.Table, len(asked))
-	errs := make([]error, len(asked))
-	tctx, cancel := context.WithTimeout(ctx, tablesWait(interval))
-	var wg sync.WaitGroup
-	for i, r := range asked {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			tables[i], errs[i] = m.Links(tctx, ch, r, current, interval/4)
-		}()
-	}
-	wg.Wait()
-	cancel()
-
-	g := &route.Graph{}
-	var down []string
-	for i, r := range asked {
-		t := tables[i]
-		if errs[i] != nil || t == nil {
-			g.SetDown(r, true)
-			down = append(down, r)
-			continue
+	// The routes probed last round are probed again while the tables are
+	// read: usually they are this round's too, and the round takes the
+	// longer of the two, not their sum. Routes new to the set follow.
+	md := mode(ch)
+	measured := map[string]time.Duration{}
+	var mmu sync.Mutex
+	probeRoutes := func(routes [][]string) {
+		if len(routes) == 0 {
+			return
 		}
-		for _, link := range t.Links {
-			if link.Up {
-				g.SetLink(r, link.To, link.RTT.D())
+		pctx, cancel := context.WithTimeout(ctx, pipeWait(interval))
+		defer cancel()
+		results, err := m.Pipe(pctx, ch, routes)
+		if err != nil {
+			return
+		}
+		mmu.Lock()
+		defer mmu.Unlock()
+		for _, r := range results {
+			if r.Err == "" && r.RTT > 0 {
+				measured[route.Key(r.Route)] = r.RTT.D()
 			}
 		}
-		if r == ch.Spec.Exit {
-			g.SetTarget(r, targetRTT(t.Targets))
-		}
 	}
-	d := Decision{Chain: l.key, Down: down}
+	early := route.ToMeasure(md, l.cands, current)
+	pipeDone := make(chan struct{})
+	go func() { defer close(pipeDone); probeRoutes(early) }()
+
+	tctx, cancel := context.WithTimeout(ctx, tablesWait(interval))
+	g, unmeasured, tableErr := l.gather(tctx, ch, current, interval/4)
+	cancel()
+	d := Decision{Chain: l.key, Unmeasured: unmeasured}
 	cands := route.Candidates(g, route.Request{Entry: ch.Spec.Entry, Exit: ch.Spec.Exit, Via: ch.Spec.Via, MaxHops: int(ch.Spec.MaxHops)},
 		int(candidates(ch)))
-
-	measured := map[string]time.Duration{}
-	md := mode(ch)
-	if toMeasure := route.ToMeasure(md, cands, current); len(toMeasure) > 0 && !slices.Contains(down, ch.Spec.Entry) {
-		pctx, cancel := context.WithTimeout(ctx, pipeWait(interval))
-		results, err := m.Pipe(pctx, ch, toMeasure)
-		cancel()
-		if err == nil {
-			for _, r := range results {
-				if r.Err == "" && r.RTT > 0 {
-					measured[route.Key(r.Route)] = r.RTT.D()
-				}
-			}
+	l.cands = cands
+	<-pipeDone
+	var late [][]string
+	for _, r := range route.ToMeasure(md, cands, current) {
+		if !slices.ContainsFunc(early, func(e []string) bool { return slices.Equal(e, r) }) {
+			late = append(late, r)
 		}
+	}
+	if !slices.Contains(unmeasured, ch.Spec.Entry) {
+		probeRoutes(late)
 	}
 	ranked, cost, ok := route.Rank(md, g, cands, measured, current)
 	sd := l.sel.Next(ranked, cost, ok)
@@ -338,19 +352,90 @@ func (l *loop) round(ctx context.Context, ch *v1alpha1.Chain) Decision {
 		d.Estimated, d.Measured = p.Estimated, p.Measured
 	}
 	if len(ranked) == 0 {
-		d.Err = noRoute(ch, md, down, errors.Join(errs...))
+		d.Err = noRoute(ch, md, unmeasured, tableErr)
 	}
 	return d
 }
 
-func noRoute(ch *v1alpha1.Chain, md route.Mode, down []string, err error) error {
+// gather reads the tables of the chain's relays into a graph: first from
+// every relay directly, then, for relays that could not be reached so,
+// through relays whose tables show a link to them. A relay whose table
+// cannot be read contributes no links: routes through it cannot be priced,
+// and one that has died shows anyway in the links toward it, which its
+// peers' probes find down.
+func (l *loop) gather(ctx context.Context, ch *v1alpha1.Chain, current []string, fresh time.Duration) (*route.Graph, []string, error) {
+	g := &route.Graph{}
+	add := func(relay string, t *probe.Table) {
+		for _, link := range t.Links {
+			if link.Up {
+				g.SetLink(relay, link.To, link.RTT.D())
+			}
+		}
+		if relay == ch.Spec.Exit {
+			g.SetTarget(relay, targetRTT(t.Targets))
+		}
+	}
+	ask := func(relays []string, through func(string) []string) (failed []string, errs []error) {
+		tables := make([]*probe.Table, len(relays))
+		errs = make([]error, len(relays))
+		var wg sync.WaitGroup
+		for i, r := range relays {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				tables[i], errs[i] = l.c.o.Measurer.Links(ctx, LinksRequest{Chain: ch, Relay: r, Through: through(r), Current: current, Fresh: fresh})
+			}()
+		}
+		wg.Wait()
+		for i, r := range relays {
+			if errs[i] == nil && tables[i] != nil {
+				add(r, tables[i])
+			} else {
+				failed = append(failed, r)
+			}
+		}
+		return failed, errs
+	}
+	failed, errs := ask(Asked(ch), func(string) []string { return nil })
+	if slices.Contains(failed, ch.Spec.Entry) {
+		return g, failed, errors.Join(errs...)
+	}
+	// Then, phase by phase, the relays not reached yet, through the relays
+	// reached so far that have a link toward them. Each phase reaches at
+	// least one more relay or is the last.
+	for len(failed) > 0 && ctx.Err() == nil {
+		answered := slices.DeleteFunc(slices.Clone(ch.Spec.Via), func(v string) bool { return slices.Contains(failed, v) })
+		paths := map[string][]string{}
+		var again, unreachable []string
+		for _, r := range failed {
+			if p := route.Reach(g, ch.Spec.Entry, r, answered); len(p) > 2 {
+				paths[r] = p[1 : len(p)-1]
+				again = append(again, r)
+			} else {
+				unreachable = append(unreachable, r)
+			}
+		}
+		if len(again) == 0 {
+			break
+		}
+		var still []string
+		still, errs = ask(again, func(r string) []string { return paths[r] })
+		if len(still) == len(again) {
+			break
+		}
+		failed = append(unreachable, still...)
+	}
+	return g, failed, errors.Join(errs...)
+}
+
+func noRoute(ch *v1alpha1.Chain, md route.Mode, unmeasured []string, err error) error {
 	what := "no route from %s to %s could be priced"
 	if md == route.Pipe {
 		what = "no route from %s to %s could be measured end to end"
 	}
 	msg := fmt.Sprintf(what, ch.Spec.Entry, ch.Spec.Exit)
-	if len(down) > 0 {
-		msg += fmt.Sprintf("; relays not answering: %v", down)
+	if len(unmeasured) > 0 {
+		msg += fmt.Sprintf("; relays not answering: %v", unmeasured)
 	}
 	if err != nil {
 		msg += fmt.Sprintf(" (%v)", err)
