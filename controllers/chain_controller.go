@@ -6,28 +6,45 @@ import (
 	"slices"
 	"strings"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
+	"github.com/hoplink/hoplink/relay/manifest"
+	"github.com/hoplink/hoplink/relay/routectl"
 )
 
 // ChainReconciler checks a Chain against the RelayNodes it names and
 // publishes the route relays use. Static chains get spec.route; sum and pipe
-// chains are routed by the route controller, which writes status.route.
+// chains are routed by the route controller (Routes), whose rounds this
+// reconciler starts, updates and stops, and which writes status.route,
+// latency and candidates.
 type ChainReconciler struct {
 	client.Client
+	// Routes runs the rounds of routed chains; nil leaves them unrouted.
+	Routes *routectl.Controller
+	writer *routeWriter
 }
 
 // +kubebuilder:rbac:groups=hoplink.dev,resources=chains,verbs=get;list;watch
 // +kubebuilder:rbac:groups=hoplink.dev,resources=chains/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 func (r *ChainReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var ch v1alpha1.Chain
 	if err := r.Get(ctx, req.NamespacedName, &ch); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.stopRouting(req.String())
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if r.Routes != nil && ch.Spec.Mode.Routed() {
+		r.Routes.Upsert(&ch, manifest.Route)
+	} else {
+		r.stopRouting(req.String())
 	}
 	status := ch.Status.DeepCopy()
 	status.ObservedGeneration = ch.Generation
@@ -35,6 +52,13 @@ func (r *ChainReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	cond.Type, cond.ObservedGeneration = conditionReady, ch.Generation
 	meta.SetStatusCondition(&status.Conditions, cond)
 	return ctrl.Result{}, patchStatus(ctx, r.Client, &ch, &ch.Status, status)
+}
+
+func (r *ChainReconciler) stopRouting(key string) {
+	if r.Routes != nil {
+		r.Routes.Remove(key)
+		r.writer.forget(key)
+	}
 }
 
 // check fills status.route for static chains and says whether the chain
@@ -57,12 +81,18 @@ func (r *ChainReconciler) check(ctx context.Context, ch *v1alpha1.Chain, status 
 	if ch.Spec.Mode == v1alpha1.ModeStatic || ch.Spec.Mode == "" {
 		status.Route = slices.Clone(ch.Spec.Route)
 	}
-	if len(status.Route) == 0 {
+	// A routed chain's relays take spec.route until the route controller
+	// has written one.
+	route := status.Route
+	if len(route) == 0 {
+		route = ch.Spec.Route
+	}
+	if len(route) == 0 {
 		return metav1.Condition{Status: metav1.ConditionFalse, Reason: "NoRoute",
-			Message: fmt.Sprintf("mode %s: no route chosen yet; the route controller picks one once it has measured the links", ch.Spec.Mode)}
+			Message: fmt.Sprintf("mode %s: no route chosen yet; the route controller picks one once it has measured the links (see the Chain's events)", ch.Spec.Mode)}
 	}
 	var notReady []string
-	for _, name := range status.Route {
+	for _, name := range route {
 		if !meta.IsStatusConditionTrue(byName[name].Status.Conditions, conditionReady) {
 			notReady = append(notReady, name)
 		}
@@ -73,7 +103,7 @@ func (r *ChainReconciler) check(ctx context.Context, ch *v1alpha1.Chain, status 
 				quoteJoin(notReady), map[bool]string{true: "is", false: "are"}[len(notReady) == 1], ch.Namespace, strings.Join(notReady, " "))}
 	}
 	return metav1.Condition{Status: metav1.ConditionTrue, Reason: "RouteReady",
-		Message: "every relay on route " + strings.Join(status.Route, " -> ") + " is ready"}
+		Message: "every relay on route " + strings.Join(route, " -> ") + " is ready"}
 }
 
 type relayRef struct{ field, name string }

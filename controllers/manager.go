@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,9 +17,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
+	"github.com/hoplink/hoplink/relay/metrics"
+	"github.com/hoplink/hoplink/relay/routectl"
 )
 
 // Options configure the operator.
@@ -39,6 +44,9 @@ type Options struct {
 	PprofAddr               string // empty: no profiling endpoint
 	LeaderElection          bool
 	LeaderElectionNamespace string
+
+	// Log receives the route controller's logs (default slog.Default()).
+	Log *slog.Logger
 }
 
 // DefaultQPS is the operator's API request rate unless told otherwise.
@@ -104,7 +112,28 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 	if err := rn.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("RelayNode controller: %w", err)
 	}
-	if err := (&ChainReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	// The route controller: rounds of every routed Chain, measured through
+	// the relays' admin API. Reconcilers run on the leader alone, and so
+	// do the rounds they start.
+	writer := &routeWriter{client: mgr.GetClient(), api: mgr.GetAPIReader(), recorder: mgr.GetEventRecorder("hoplink-route-controller"),
+		log: o.Log, written: map[string]time.Time{}, failing: map[string]bool{}}
+	routes := routectl.New(routectl.Options{
+		Measurer: newRelayAdmin(mgr.GetClient(), ca),
+		Decide:   writer.decided,
+		Metrics:  metrics.NewRoute(ctrlmetrics.Registry),
+		Log:      o.Log.With("controller", "route"),
+	})
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		<-ctx.Done()
+		routes.Close()
+		return nil
+	})); err != nil {
+		return nil, err
+	}
+	if err := (&ChainReconciler{Client: mgr.GetClient(), Routes: routes, writer: writer}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("Chain controller: %w", err)
 	}
 	if err := (&TunnelReconciler{Client: mgr.GetClient(), Scheme: scheme}).SetupWithManager(mgr); err != nil {

@@ -158,6 +158,7 @@ func (r *Relay) Start() error {
 		Listen:    listen,
 		KnownPeer: func(name string) bool { return r.set.Load().Relay(name) != nil },
 		Handler:   r.handleTLS,
+		Admin:     r.adminAPI(),
 		Metrics:   r.cfg.Metrics,
 		Log:       r.cfg.Log,
 	})

@@ -118,6 +118,7 @@ func newOperatorCmd(lf *logFlags) *cobra.Command {
 			}
 			o.MetricsAddr, o.ProbeAddr, o.RenewBefore = metricsAddr, probeAddr, renewBefore
 			o.LeaderElectionNamespace = ns
+			o.Log = log
 			ctx := ctrl.SetupSignalHandler()
 			if o.Image == "" {
 				if o.Image, err = ownImage(ctx, cfg); err != nil {

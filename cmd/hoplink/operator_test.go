@@ -165,6 +165,33 @@ func TestOperatorAndKubeRelays(t *testing.T) {
 	waitFor(t, "new Tunnel carries traffic", func() error {
 		return tcpExchange(func() (net.Conn, error) { return net.DialTimeout("tcp", apiAddr, 5*time.Second) }, 1<<20)
 	})
+
+	// A sum chain over the same relays: the operator measures them through
+	// their admin API and writes the route; the relays take it from the
+	// Chain's status and carry the Tunnel's flows on it.
+	fast := &v1alpha1.Chain{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "fast"}, Spec: v1alpha1.ChainSpec{
+		Entry: "hk", Exit: "useast", Via: []string{"seattle", "la"}, Mode: v1alpha1.ModeSum,
+		Probe: &v1alpha1.ProbeSpec{Interval: &metav1.Duration{Duration: 500 * time.Millisecond}},
+	}}
+	create(t, k8s, fast)
+	routed := &v1alpha1.Tunnel{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "routed"}, Spec: v1alpha1.TunnelSpec{
+		Chain: "fast", Listen: v1alpha1.TunnelListen{Address: "127.0.0.1", Port: int32(freePortPair(t))}, Target: echoLn.Addr().String(),
+	}}
+	create(t, k8s, routed)
+	waitFor(t, "the route controller routes the sum chain", func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(fast), fast); err != nil {
+			return err
+		}
+		if len(fast.Status.Route) < 2 || fast.Status.Latency == nil || fast.Status.Latency.Measured == nil {
+			return fmt.Errorf("status %+v", fast.Status)
+		}
+		return nil
+	})
+	t.Logf("sum chain routed %v, latency estimated %v measured %v", fast.Status.Route, fast.Status.Latency.Estimated, fast.Status.Latency.Measured)
+	routedAddr := fmt.Sprintf("127.0.0.1:%d", routed.Spec.Listen.Port)
+	waitFor(t, "the routed chain carries traffic", func() error {
+		return tcpExchange(func() (net.Conn, error) { return net.DialTimeout("tcp", routedAddr, 5*time.Second) }, 1<<20)
+	})
 }
 
 func create(t *testing.T, c client.Client, o client.Object) {

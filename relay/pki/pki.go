@@ -27,6 +27,14 @@ import (
 // ALPN is the application protocol relays speak over QUIC and TLS.
 const ALPN = "hoplink/1"
 
+// AdminALPN is the protocol of a relay's admin API: HTTP on the relay's TLS
+// port, for the operator's route controller alone.
+const AdminALPN = "hoplink-admin/1"
+
+// OperatorName is the name in the operator's client certificate. Relay
+// names are DNS labels, without dots, so no relay can hold it.
+const OperatorName = "operator.hoplink.dev"
+
 // Validity of generated certificates.
 const (
 	CAValidity    = 10 * 365 * 24 * time.Hour
@@ -67,21 +75,51 @@ func NewCA(commonName string) (*CA, error) {
 	return &CA{Cert: cert, Key: key, PEM: pemBlock("CERTIFICATE", der)}, nil
 }
 
+// IssueOperator makes the operator's client certificate, in memory: it
+// reads the relays' admin API with it.
+func (ca *CA) IssueOperator(validity time.Duration) (tls.Certificate, error) {
+	certPEM, keyPEM, err := ca.issue(OperatorName, validity, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth})
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err == nil {
+		pair.Leaf, err = x509.ParseCertificate(pair.Certificate[0])
+	}
+	return pair, err
+}
+
+// AdminClientConfig is the TLS config of the operator calling a relay's
+// admin API: the relay must present a certificate from the CA for its name.
+func AdminClientConfig(roots *x509.CertPool, cert func() (*tls.Certificate, error), relay string) *tls.Config {
+	return &tls.Config{
+		MinVersion:           tls.VersionTLS13,
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return cert() },
+		RootCAs:              roots,
+		ServerName:           relay,
+		NextProtos:           []string{AdminALPN},
+	}
+}
+
 // Issue makes a certificate for the relay of that name, valid as both TLS
 // server and client, since every relay is both.
 func (ca *CA) Issue(relay string) (certPEM, keyPEM []byte, err error) {
+	return ca.issue(relay, RelayValidity, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth})
+}
+
+func (ca *CA) issue(name string, validity time.Duration, usage []x509.ExtKeyUsage) (certPEM, keyPEM []byte, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, err
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(),
-		Subject:      pkix.Name{CommonName: relay, Organization: []string{"hoplink"}},
-		DNSNames:     []string{relay},
+		Subject:      pkix.Name{CommonName: name, Organization: []string{"hoplink"}},
+		DNSNames:     []string{name},
 		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(RelayValidity),
+		NotAfter:     time.Now().Add(validity),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		ExtKeyUsage:  usage,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, key.Public(), ca.Key)
 	if err != nil {
@@ -247,14 +285,18 @@ func (id *Identity) DeriveKey(label string) ([32]byte, error) {
 }
 
 // ServerConfig is the TLS config of a relay's listener: it requires a client
-// certificate from the CA. The check is done here rather than by crypto/tls
-// so that a rejected peer can be counted and logged through onReject.
-func (id *Identity) ServerConfig(onReject func(error)) *tls.Config {
+// certificate from the CA, and offers the protocols given (ALPN when none).
+// The check is done here rather than by crypto/tls so that a rejected peer
+// can be counted and logged through onReject.
+func (id *Identity) ServerConfig(onReject func(error), protos ...string) *tls.Config {
+	if len(protos) == 0 {
+		protos = []string{ALPN}
+	}
 	return &tls.Config{
 		MinVersion:     tls.VersionTLS13,
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return id.Certificate(), nil },
 		ClientAuth:     tls.RequireAnyClientCert,
-		NextProtos:     []string{ALPN},
+		NextProtos:     protos,
 		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
 			err := id.verifyPeer(raw)
 			if err != nil && onReject != nil {

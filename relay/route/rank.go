@@ -21,11 +21,12 @@ func Key(route []string) string { return strings.Join(route, ",") }
 
 // ToMeasure lists the routes to measure end to end this round: in pipe mode
 // the candidates and the current route, whose price the Selector needs; in
-// sum mode only the current route, for its measured latency in status.
+// sum mode the current route and the best candidate, the one that may take
+// its place, so that status shows what the route measures.
 func ToMeasure(mode Mode, cands []Path, current []string) [][]string {
 	var out [][]string
-	if mode == Pipe {
-		for _, c := range cands {
+	for i, c := range cands {
+		if mode == Pipe || i == 0 {
 			out = append(out, c.Relays)
 		}
 	}

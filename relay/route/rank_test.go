@@ -14,8 +14,8 @@ func TestToMeasure(t *testing.T) {
 		current []string
 		want    string
 	}{
-		{Sum, cur, "hk,seattle,la,useast"},
-		{Sum, nil, ""},
+		{Sum, cur, "hk,la,useast hk,seattle,la,useast"},
+		{Sum, nil, "hk,la,useast"},
 		{Pipe, cur, "hk,la,useast hk,useast hk,seattle,la,useast"},
 		{Pipe, []string{"hk", "useast"}, "hk,la,useast hk,useast"},
 	} {

@@ -99,7 +99,7 @@ func (s *Selector) Next(cands []Path, currentCost time.Duration, currentOK bool)
 		return Decision{Route: s.current, Cost: currentCost}
 	}
 	return s.take(best, fmt.Sprintf("%v at %v beats %v at %v by more than %v for %d rounds",
-		best.Relays, best.Cost.Round(10*time.Microsecond), s.current, currentCost.Round(10*time.Microsecond), s.H.Margin(currentCost), rounds))
+		best.Relays, best.Cost.Round(10*time.Microsecond), s.current, currentCost.Round(10*time.Microsecond), s.H.Margin(currentCost).Round(10*time.Microsecond), rounds))
 }
 
 func (s *Selector) take(p Path, reason string) Decision {

@@ -106,43 +106,67 @@ func New(o Options) *Controller {
 // that route is kept until a better one wins by the hysteresis margin. A
 // chain whose spec changed is measured again at once.
 func (c *Controller) Set(chains []*v1alpha1.Chain, current func(*v1alpha1.Chain) []string) {
-	want := map[string]*v1alpha1.Chain{}
+	want := map[string]bool{}
 	for _, ch := range chains {
 		if ch.Spec.Mode.Routed() {
-			ch = ch.DeepCopy()
-			ch.Default()
-			want[manifest.Key(ch.Namespace, ch.Name)] = ch
+			want[manifest.Key(ch.Namespace, ch.Name)] = true
+			c.Upsert(ch, current)
 		}
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	for key, l := range c.loops {
-		if want[key] == nil {
-			l.cancel()
-			delete(c.loops, key)
+	var gone []string
+	for key := range c.loops {
+		if !want[key] {
+			gone = append(gone, key)
 		}
 	}
+	c.mu.Unlock()
+	for _, key := range gone {
+		c.Remove(key)
+	}
+}
+
+// Upsert starts routing a chain, from current(chain) as Set does, or gives
+// its running rounds the chain's new spec. A chain that is not routed (any
+// more) is removed.
+func (c *Controller) Upsert(ch *v1alpha1.Chain, current func(*v1alpha1.Chain) []string) {
+	key := manifest.Key(ch.Namespace, ch.Name)
+	if !ch.Spec.Mode.Routed() {
+		c.Remove(key)
+		return
+	}
+	ch = ch.DeepCopy()
+	ch.Default()
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.ctx.Err() != nil {
 		return
 	}
-	for key, ch := range want {
-		if l := c.loops[key]; l != nil {
-			l.update(ch)
-			continue
-		}
-		l := &loop{c: c, key: key, kick: make(chan struct{}, 1)}
-		l.chain = ch
-		if r := current(ch); len(r) > 0 && manifest.ValidRoute(ch, r) == nil {
-			l.sel.Start(r)
-		}
-		var ctx context.Context
-		ctx, l.cancel = context.WithCancel(c.ctx)
-		c.loops[key] = l
-		c.wg.Add(1)
-		go func() {
-			defer c.wg.Done()
-			l.run(ctx)
-		}()
+	if l := c.loops[key]; l != nil {
+		l.update(ch)
+		return
+	}
+	l := &loop{c: c, key: key, kick: make(chan struct{}, 1), chain: ch}
+	if r := current(ch); len(r) > 0 && manifest.ValidRoute(ch, r) == nil {
+		l.sel.Start(r)
+	}
+	var ctx context.Context
+	ctx, l.cancel = context.WithCancel(c.ctx)
+	c.loops[key] = l
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		l.run(ctx)
+	}()
+}
+
+// Remove stops routing a chain (namespace/name), if it was.
+func (c *Controller) Remove(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if l := c.loops[key]; l != nil {
+		l.cancel()
+		delete(c.loops, key)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"sync"
 	"time"
 
@@ -48,6 +49,9 @@ type Options struct {
 	// Handler serves an authenticated connection whose read deadline bounds
 	// the wait for the flow's header. It owns the connection.
 	Handler func(peer string, c *tls.Conn)
+	// Admin, when set, serves the admin API to the operator: connections
+	// that negotiate pki.AdminALPN with the operator's certificate.
+	Admin   http.Handler
 	Spares  int
 	Metrics *metrics.Metrics
 	Log     *slog.Logger
@@ -57,6 +61,8 @@ type Options struct {
 type Endpoint struct {
 	opts   Options
 	ln     net.Listener
+	admin  *http.Server
+	adminL *connListener
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -77,10 +83,65 @@ func Listen(opts Options) (*Endpoint, error) {
 	}
 	e := &Endpoint{opts: opts, ln: ln, pools: map[string]*Pool{}, active: map[*tls.Conn]struct{}{}}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
+	if opts.Admin != nil {
+		e.adminL = &connListener{addr: ln.Addr(), conns: make(chan net.Conn), done: make(chan struct{})}
+		e.admin = &http.Server{Handler: opts.Admin, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute}
+		go e.admin.Serve(e.adminL)
+	}
 	e.wg.Add(1)
 	go e.accept()
 	return e, nil
 }
+
+// connListener hands the admin server the connections that chose its
+// protocol on the relay's TLS port.
+type connListener struct {
+	addr  net.Addr
+	conns chan net.Conn
+	done  chan struct{}
+	once  sync.Once
+}
+
+func (l *connListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *connListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *connListener) Addr() net.Addr { return l.addr }
+
+// serveAdmin passes a connection to the admin server if the operator holds
+// it; anyone else with a certificate of the CA is turned away.
+func (e *Endpoint) serveAdmin(c *tls.Conn) {
+	peer, err := pki.PeerName(c.ConnectionState())
+	if err == nil && (e.admin == nil || peer != pki.OperatorName) {
+		err = fmt.Errorf("%q may not use the admin API", peer)
+	}
+	if err != nil {
+		e.handshake("accept", "rejected")
+		e.opts.Log.Warn("rejected admin client", "remote", c.RemoteAddr(), "err", err)
+		c.Close()
+		return
+	}
+	e.handshake("accept", "ok")
+	select {
+	// Wrapped, because net/http closes a *tls.Conn whose protocol (ours)
+	// it has no TLSNextProto handler for; as a plain conn it speaks HTTP/1.1.
+	case e.adminL.conns <- adminConn{c}:
+	case <-e.adminL.done:
+		c.Close()
+	}
+}
+
+type adminConn struct{ net.Conn }
 
 // Addr is the bound TCP address.
 func (e *Endpoint) Addr() net.Addr { return e.ln.Addr() }
@@ -91,10 +152,14 @@ func (e *Endpoint) handshake(direction, result string) {
 
 func (e *Endpoint) accept() {
 	defer e.wg.Done()
+	protos := []string{pki.ALPN}
+	if e.opts.Admin != nil {
+		protos = append(protos, pki.AdminALPN)
+	}
 	conf := e.opts.Identity.ServerConfig(func(err error) {
 		e.handshake("accept", "rejected")
 		e.opts.Log.Warn("rejected peer certificate", "transport", "tls", "err", err)
-	})
+	}, protos...)
 	for {
 		raw, err := e.ln.Accept()
 		if err != nil {
@@ -114,6 +179,10 @@ func (e *Endpoint) serve(c *tls.Conn) {
 	cancel()
 	if err != nil {
 		c.Close() // a bad certificate was counted by the TLS config
+		return
+	}
+	if c.ConnectionState().NegotiatedProtocol == pki.AdminALPN {
+		e.serveAdmin(c)
 		return
 	}
 	peer, err := pki.PeerName(c.ConnectionState())
@@ -181,6 +250,10 @@ func (e *Endpoint) Pool(peer string, addrs []string) *Pool {
 func (e *Endpoint) Close() error {
 	e.cancel()
 	err := e.ln.Close()
+	if e.admin != nil {
+		e.adminL.Close()
+		e.admin.Close()
+	}
 	e.wg.Wait()
 	e.mu.Lock()
 	defer e.mu.Unlock()
