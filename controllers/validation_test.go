@@ -4,7 +4,9 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
@@ -51,6 +53,32 @@ func TestCRDValidationRejectsBadSpecs(t *testing.T) {
 			return c
 		}, `spec.mode: Unsupported value: "fastest"`},
 		{"bad relay name", func() client.Object { return chain(ns, "a", "HK", "la") }, "spec.entry: Invalid value"},
+		{"sum route longer than maxHops", func() client.Object {
+			c := chain(ns, "a", "hk", "sea", "la")
+			c.Spec.Mode, c.Spec.MaxHops = v1alpha1.ModeSum, 1
+			return c
+		}, "spec.route has more links than spec.maxHops allows"},
+		{"maxHops out of range", func() client.Object {
+			c := chain(ns, "a", "hk", "la")
+			c.Spec.MaxHops = 16
+			return c
+		}, "spec.maxHops: Invalid value: 16"},
+		{"probe interval too short", func() client.Object {
+			c := chain(ns, "a", "hk", "la")
+			c.Spec.Probe = &v1alpha1.ProbeSpec{Interval: &metav1.Duration{Duration: 10 * time.Millisecond}}
+			return c
+		}, "spec.probe.interval must be between 100ms and 10m"},
+		{"too many pipe candidates", func() client.Object {
+			c := chain(ns, "a", "hk", "la")
+			c.Spec.Probe = &v1alpha1.ProbeSpec{Candidates: 20}
+			return c
+		}, "spec.probe.candidates: Invalid value: 20"},
+		{"hysteresis percent", func() client.Object {
+			c := chain(ns, "a", "hk", "la")
+			p := int32(150)
+			c.Spec.Hysteresis = &v1alpha1.HysteresisSpec{Percent: &p}
+			return c
+		}, "spec.hysteresis.percent: Invalid value: 150"},
 		{"tunnel port out of range", func() client.Object { return tunnel(ns, "t", "c", 70000) }, "spec.listen.port: Invalid value: 70000"},
 		{"tunnel protocol", func() client.Object {
 			tn := tunnel(ns, "t", "c", 80)

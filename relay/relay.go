@@ -286,8 +286,12 @@ func (r *Relay) openTunnel(t *v1alpha1.Tunnel) error {
 	r.tunnels[key] = &entryTunnel{spec: *t.Spec.DeepCopy(), stop: stop}
 	r.mu.Unlock()
 	chain := r.set.Load().ChainOf(t)
+	var route any = manifest.Route(chain)
+	if chain.Spec.Mode.Routed() {
+		route = "by measurement"
+	}
 	r.cfg.Log.Info("tunnel open", "tunnel", key, "protocol", t.Spec.Protocol, "listen", addr,
-		"chain", chain.Name, "mode", chain.Spec.Mode, "route", manifest.Route(chain), "target", t.Spec.Target)
+		"chain", chain.Name, "mode", chain.Spec.Mode, "route", route, "target", t.Spec.Target)
 	return nil
 }
 

@@ -70,6 +70,46 @@ func TestUDPDelayLossAndLiveChange(t *testing.T) {
 	}
 }
 
+func TestUDPJitterKeepsOrder(t *testing.T) {
+	sink, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close()
+	p, err := NewUDPProxy("127.0.0.1:0", sink.LocalAddr().String(), Params{Delay: 5 * time.Millisecond, Jitter: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c, _ := net.Dial("udp", p.Addr())
+	defer c.Close()
+	var sent []time.Time
+	for i := range 50 {
+		sent = append(sent, time.Now())
+		c.Write([]byte{byte(i)})
+		time.Sleep(2 * time.Millisecond)
+	}
+	var minD, maxD time.Duration
+	buf := make([]byte, 16)
+	for i := range 50 {
+		sink.SetReadDeadline(time.Now().Add(2 * time.Second))
+		if _, err := sink.Read(buf); err != nil {
+			t.Fatalf("packet %d: %v", i, err)
+		}
+		if int(buf[0]) != i {
+			t.Fatalf("packet %d arrived as number %d: jitter reordered", buf[0], i)
+		}
+		d := time.Since(sent[i])
+		if i == 0 || d < minD {
+			minD = d
+		}
+		maxD = max(maxD, d)
+	}
+	if minD < 5*time.Millisecond || maxD-minD < 5*time.Millisecond {
+		t.Fatalf("delays %v to %v: want at least 5 ms and a spread from 20 ms of jitter", minD, maxD)
+	}
+}
+
 func TestUDPRate(t *testing.T) {
 	// A sink counts what arrives; 200 KB at 4 Mbit/s take at least 0.4 s.
 	sink, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})

@@ -22,8 +22,10 @@ type slot[V any] struct {
 }
 
 // do returns key's value and its age, measuring it with run when needed.
-// ok is false when ctx ended while waiting for another caller's run.
-func (c *coalescer[K, V]) do(ctx context.Context, key K, fresh time.Duration, run func() V) (v V, age time.Duration, ok bool) {
+// A value that reuse rejects (a link found down) is measured again however
+// fresh it is. ok is false when ctx ended while waiting for another
+// caller's run.
+func (c *coalescer[K, V]) do(ctx context.Context, key K, fresh time.Duration, reuse func(V) bool, run func() V) (v V, age time.Duration, ok bool) {
 	for {
 		c.mu.Lock()
 		if c.slots == nil {
@@ -34,7 +36,7 @@ func (c *coalescer[K, V]) do(ctx context.Context, key K, fresh time.Duration, ru
 			s = &slot[V]{}
 			c.slots[key] = s
 		}
-		if !s.done.IsZero() && time.Since(s.done) < fresh {
+		if !s.done.IsZero() && time.Since(s.done) < fresh && reuse(s.last) {
 			v, age = s.last, time.Since(s.done)
 			c.mu.Unlock()
 			return v, age, true

@@ -118,7 +118,7 @@ func (l *Links) Measure(ctx context.Context, peers []string, fresh time.Duration
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			link, age, _ := l.last.do(ctx, peer, fresh, func() Link { return l.round(ctx, peer) })
+			link, age, _ := l.last.do(ctx, peer, fresh, func(l Link) bool { return l.Up }, func() Link { return l.round(ctx, peer) })
 			link.To, link.Age = peer, Duration(age)
 			out[i] = link
 		}()

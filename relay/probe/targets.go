@@ -48,7 +48,7 @@ func (t *Targets) Measure(ctx context.Context, specs []TargetSpec, fresh time.Du
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r, age, _ := t.last.do(ctx, spec, fresh, func() Target { return t.connect(ctx, spec) })
+			r, age, _ := t.last.do(ctx, spec, fresh, func(r Target) bool { return r.Up }, func() Target { return t.connect(ctx, spec) })
 			r.Tunnel, r.Target, r.Age = spec.Tunnel, spec.Target, Duration(age)
 			out[i] = r
 		}()

@@ -162,3 +162,22 @@ func TestReach(t *testing.T) {
 		}
 	}
 }
+
+func TestSelectorStartDropChallenged(t *testing.T) {
+	a := []string{"hk", "seattle", "useast"}
+	b := []string{"hk", "la", "useast"}
+	s := &Selector{H: DefaultHysteresis}
+	// A route known from before is kept unless a better one wins twice.
+	s.Start(a)
+	if d := s.Next([]Path{path(90*ms, b...)}, 100*ms, true); d.Changed || s.Current() == nil || !s.Challenged() {
+		t.Fatalf("started route replaced at the first round: %+v (challenged %v)", d, s.Challenged())
+	}
+	if d := s.Next([]Path{path(90*ms, b...)}, 100*ms, true); !d.Changed || Key(d.Route) != "hk,la,useast" || s.Challenged() {
+		t.Fatalf("second round: %+v", d)
+	}
+	// A dropped route is replaced at once, for the reason given.
+	s.Drop("the spec no longer allows it")
+	if d := s.Next([]Path{path(100*ms, a...)}, 0, false); !d.Changed || d.Reason != "the spec no longer allows it" {
+		t.Fatalf("after Drop: %+v", d)
+	}
+}
