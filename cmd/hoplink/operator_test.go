@@ -28,6 +28,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/controllers"
@@ -187,7 +188,8 @@ func TestOperatorAndKubeRelays(t *testing.T) {
 		}
 		return nil
 	})
-	t.Logf("sum chain routed %v, latency estimated %v measured %v", fast.Status.Route, fast.Status.Latency.Estimated, fast.Status.Latency.Measured)
+	status, _ := yaml.Marshal(fast.Status)
+	t.Logf("sum chain routed; its status:\n%s", status)
 	routedAddr := fmt.Sprintf("127.0.0.1:%d", routed.Spec.Listen.Port)
 	waitFor(t, "the routed chain carries traffic", func() error {
 		return tcpExchange(func() (net.Conn, error) { return net.DialTimeout("tcp", routedAddr, 5*time.Second) }, 1<<20)
