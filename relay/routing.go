@@ -57,7 +57,7 @@ func (rs *routes) notifyLocked() {
 	rs.changed = make(chan struct{})
 }
 
-// noRoute is how long an entry waits for the first route of a routed chain.
+// errNoRoute is a flow of a routed chain that found no route in time.
 var errNoRoute = errors.New("the chain has no route yet")
 
 // routeOf returns the route new flows of chain c take. A routed chain
@@ -118,8 +118,10 @@ func (r *Relay) routingUpdated(set *manifest.Set) {
 			delete(r.routes.learned, key)
 		}
 	}
-	for key := range r.routes.decided {
-		if c := set.Chain(key); c == nil || !c.Spec.Mode.Routed() || c.Spec.Entry != r.cfg.Name {
+	for key, route := range r.routes.decided {
+		// A route the changed spec no longer allows would be refused by the
+		// next relay; new flows wait for the round the change starts.
+		if c := set.Chain(key); c == nil || !c.Spec.Mode.Routed() || c.Spec.Entry != r.cfg.Name || manifest.ValidRoute(c, route) != nil {
 			delete(r.routes.decided, key)
 		}
 	}

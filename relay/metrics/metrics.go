@@ -61,11 +61,11 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"relay", "tunnel", "role"}),
 		FlowErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hoplink_flow_errors_total",
-			Help: "Flows that ended in error, by reason (dial_target, next_hop, reset, flow_limit).",
+			Help: "Flows that ended in error, by reason (dial_target, next_hop, no_route, flow_limit).",
 		}, []string{"relay", "tunnel", "reason"}),
 		Rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hoplink_rejected_streams_total",
-			Help: "Streams from peers that a relay reset without forwarding, by reason (bad_header, unknown_tunnel, bad_route, bad_target, wrong_protocol).",
+			Help: "Streams from peers that a relay reset without forwarding, by reason (bad_header, unknown_tunnel, unknown_chain, bad_route, bad_target, wrong_protocol).",
 		}, []string{"relay", "reason"}),
 		PeerUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "hoplink_peer_up",
