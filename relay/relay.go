@@ -544,14 +544,10 @@ func (r *Relay) nextHopEnd(ctx context.Context, h *hop.Header, transport v1alpha
 func (r *Relay) middleTCP(in end, h *hop.Header, t *v1alpha1.Tunnel) {
 	fm, done := r.begin(h.Tunnel, "middle")
 	defer done()
-	next := *h
-	next.Route = h.Route[1:]
-	ctx, cancel := r.setupContext()
-	out, err := r.nextHopEnd(ctx, &next, r.set.Load().ChainOf(t).Spec.Transport)
-	cancel()
+	out, err := r.onward(h, r.set.Load().ChainOf(t).Spec.Transport)
 	if err != nil {
 		r.flowError(h.Tunnel, "next_hop")
-		r.cfg.Log.Warn("next hop unavailable", "tunnel", h.Tunnel, "next", next.Route[0], "err", err)
+		r.cfg.Log.Warn("next hop unavailable", "tunnel", h.Tunnel, "next", h.Route[1], "err", err)
 		in.fail(hop.CodeNextHop)
 		return
 	}
@@ -560,6 +556,17 @@ func (r *Relay) middleTCP(in end, h *hop.Header, t *v1alpha1.Tunnel) {
 
 func (r *Relay) setupContext() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(r.ctx, r.cfg.SetupTimeout)
+}
+
+// onward opens the next hop of a stream that passes through this relay (a
+// TCP flow, a probe, a link request), sending it the header for the rest of
+// the route.
+func (r *Relay) onward(h *hop.Header, transport v1alpha1.Transport) (end, error) {
+	next := *h
+	next.Route = h.Route[1:]
+	ctx, cancel := r.setupContext()
+	defer cancel()
+	return r.nextHopEnd(ctx, &next, transport)
 }
 
 // middle carries a UDP session one hop further.

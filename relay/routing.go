@@ -314,16 +314,12 @@ func (r *Relay) serveLinks(peer string, s *quicgo.Stream, h *hop.Header) {
 		return
 	}
 	if len(h.Route) > 1 {
-		next := *h
-		next.Route = h.Route[1:]
-		ctx, cancel := r.setupContext()
-		_, ns, err := r.nextHop(ctx, &next)
-		cancel()
+		out, err := r.onward(h, v1alpha1.TransportQUIC)
 		if err != nil {
 			resetStream(s, hop.CodeNextHop)
 			return
 		}
-		pipe(newStreamEnd(s), newStreamEnd(ns), probeCounter, probeCounter)
+		pipe(newStreamEnd(s), out, probeCounter, probeCounter)
 		return
 	}
 	s.SetReadDeadline(time.Now().Add(headerTimeout))
@@ -417,11 +413,7 @@ func (r *Relay) serveProbe(peer string, in end, h *hop.Header) {
 		in.close()
 		return
 	}
-	next := *h
-	next.Route = h.Route[1:]
-	ctx, cancel := r.setupContext()
-	out, err := r.nextHopEnd(ctx, &next, c.Spec.Transport)
-	cancel()
+	out, err := r.onward(h, c.Spec.Transport)
 	if err != nil {
 		in.fail(hop.CodeNextHop)
 		return

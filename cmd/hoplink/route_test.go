@@ -47,6 +47,19 @@ func TestSeed004Scenario(t *testing.T) {
 		}
 		return took
 	}
+	// movedWithin waits for both chains to take route after an event at
+	// since, and checks they did within two probe intervals of it.
+	movedWithin := func(what, route string, since time.Time) {
+		t.Helper()
+		for chain := range chains {
+			waitRoute("hk", chain, route, 4*interval)
+			took := time.Since(since)
+			t.Logf("%s moved to %s %v after %s", chain, route, took.Round(time.Millisecond), what)
+			if took > 2*interval {
+				t.Errorf("%s moved %v after %s; want within two probe intervals (%v)", chain, took, what, 2*interval)
+			}
+		}
+	}
 
 	// hk -> la -> useast: 152 + 69 = 221 ms, the cheapest of
 	// hk -> seattle -> la -> useast (253) and hk -> useast (299).
@@ -121,15 +134,7 @@ func TestSeed004Scenario(t *testing.T) {
 	// hk-la degrades from 152 to 252 ms: hk -> la -> useast costs 321 ms
 	// now, and hk -> seattle -> la -> useast (253) is the best.
 	n.Links["hk-la"].Set(linkemu.Params{Delay: 126 * time.Millisecond})
-	moved := time.Now()
-	for chain := range chains {
-		waitRoute("hk", chain, "hk,seattle,la,useast", 4*interval)
-		took := time.Since(moved)
-		t.Logf("%s moved to hk,seattle,la,useast %v after hk-la degraded", chain, took.Round(time.Millisecond))
-		if took > 2*interval {
-			t.Errorf("%s moved %v after the link degraded; want within two probe intervals (%v)", chain, took, 2*interval)
-		}
-	}
+	movedWithin("hk-la degraded", "hk,seattle,la,useast", time.Now())
 	checkP50("via seattle and la", 253*time.Millisecond)
 	close(stop)
 	wg.Wait()
@@ -141,14 +146,6 @@ func TestSeed004Scenario(t *testing.T) {
 	// seattle dies: the route through it is left at the next round, without
 	// the hysteresis, for the best that remains (hk -> useast, 299 ms).
 	n.Relay("seattle").Kill()
-	died := time.Now()
-	for chain := range chains {
-		waitRoute("hk", chain, "hk,useast", 3*interval)
-		took := time.Since(died)
-		t.Logf("%s left the dead relay %v after it died", chain, took.Round(time.Millisecond))
-		if took > 2*interval {
-			t.Errorf("%s left the dead relay %v after it died; want at the next round, well within two intervals (%v)", chain, took, 2*interval)
-		}
-	}
+	movedWithin("seattle died", "hk,useast", time.Now())
 	checkP50("direct", 299*time.Millisecond)
 }
