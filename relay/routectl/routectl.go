@@ -190,6 +190,7 @@ type loop struct {
 	cands  []route.Path // the last round's candidates
 	err    string       // the last failure logged
 	failed int          // rounds in a row that found no route
+	misses int          // rounds in a row the current route's probe failed
 }
 
 func (l *loop) update(ch *v1alpha1.Chain) {
@@ -366,7 +367,14 @@ func (l *loop) round(ctx context.Context, ch *v1alpha1.Chain) Decision {
 		probeRoutes(late)
 	}
 	ranked, cost, ok := route.Rank(md, g, cands, measured, current)
-	sd := l.sel.Next(ranked, cost, ok)
+	var sd route.Decision
+	if l.probeMissed(md, g, measured, current, ok) {
+		// Its links answer, but its end-to-end probe did not (lost, or late
+		// on a busy host): once is no reason to move, twice in a row is.
+		sd = route.Decision{Route: current}
+	} else {
+		sd = l.sel.Next(ranked, cost, ok)
+	}
 	d.Route, d.Changed, d.Reason, d.Candidates = sd.Route, sd.Changed, sd.Reason, ranked
 	if sd.Changed {
 		d.Previous = current
@@ -379,6 +387,19 @@ func (l *loop) round(ctx context.Context, ch *v1alpha1.Chain) Decision {
 		d.Err = noRoute(ch, md, unmeasured, tableErr)
 	}
 	return d
+}
+
+// probeMissed reports a pipe-mode current route that could not be priced
+// only because its end-to-end probe failed, for the first round in a row.
+func (l *loop) probeMissed(md route.Mode, g *route.Graph, measured map[string]time.Duration, current []string, priced bool) bool {
+	_, linksUp := g.Cost(current)
+	_, probed := measured[route.Key(current)]
+	if md != route.Pipe || priced || current == nil || !linksUp || probed {
+		l.misses = 0
+		return false
+	}
+	l.misses++
+	return l.misses < 2
 }
 
 // gather reads the tables of the chain's relays into a graph: first from

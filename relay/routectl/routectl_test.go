@@ -1,0 +1,121 @@
+package routectl
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/hoplink/hoplink/api/v1alpha1"
+	"github.com/hoplink/hoplink/relay/probe"
+	"github.com/hoplink/hoplink/relay/route"
+)
+
+const ms = time.Millisecond
+
+// script is a Measurer that answers from a map of links, as the relays
+// would measure them, and records how each relay was asked. The relay
+// tests measure real relays; this one pins down a round's logic.
+type script struct {
+	mu      sync.Mutex
+	links   map[[2]string]time.Duration // one way is enough: routes go forward
+	direct  map[string]bool             // relays the entry reaches directly
+	pipeErr map[string]bool             // routes whose end-to-end probe fails
+	asked   []string                    // "relay via a,b"
+}
+
+func (s *script) Links(_ context.Context, req LinksRequest) (*probe.Table, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.asked = append(s.asked, req.Relay+" via "+strings.Join(req.Through, ","))
+	if len(req.Through) == 0 && !s.direct[req.Relay] && req.Relay != req.Chain.Spec.Entry {
+		return nil, fmt.Errorf("no link from the entry to %s", req.Relay)
+	}
+	t := &probe.Table{Relay: req.Relay}
+	for l, rtt := range s.links {
+		if l[0] == req.Relay {
+			t.Links = append(t.Links, probe.Link{To: l[1], Up: true, RTT: probe.Duration(rtt)})
+		}
+	}
+	return t, nil
+}
+
+func (s *script) Pipe(_ context.Context, c *v1alpha1.Chain, routes [][]string) ([]probe.PipeResult, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]probe.PipeResult, len(routes))
+	for i, r := range routes {
+		out[i].Route = r
+		if s.pipeErr[route.Key(r)] {
+			out[i].Err = "timed out"
+			continue
+		}
+		var sum time.Duration
+		for j := 1; j < len(r); j++ {
+			sum += s.links[[2]string{r[j-1], r[j]}]
+		}
+		out[i].RTT = probe.Duration(sum + ms) // a relay's processing
+	}
+	return out, nil
+}
+
+func chain(mode v1alpha1.RouteMode) *v1alpha1.Chain {
+	c := &v1alpha1.Chain{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "c"}, Spec: v1alpha1.ChainSpec{
+		Entry: "hk", Exit: "useast", Via: []string{"seattle", "la"}, Mode: mode,
+	}}
+	c.Default()
+	return c
+}
+
+func newLoop(m Measurer, c *v1alpha1.Chain) *loop {
+	return &loop{c: New(Options{Measurer: m}), key: "default/c", chain: c}
+}
+
+// An entry with a link to seattle alone reads la's table through seattle,
+// and useast's through seattle and la, in successive phases of one round.
+func TestGatherReachesRelaysThroughOthers(t *testing.T) {
+	s := &script{
+		links:  map[[2]string]time.Duration{{"hk", "seattle"}: 10 * ms, {"seattle", "la"}: 10 * ms, {"la", "useast"}: 10 * ms},
+		direct: map[string]bool{"seattle": true},
+	}
+	l := newLoop(s, chain(v1alpha1.ModeSum))
+	d := l.round(context.Background(), l.chain)
+	if route.Key(d.Route) != "hk,seattle,la,useast" || len(d.Unmeasured) != 0 {
+		t.Fatalf("decision %+v", d)
+	}
+	for _, want := range []string{"la via seattle", "useast via seattle,la"} {
+		if !slices.Contains(s.asked, want) {
+			t.Errorf("never asked %q; asked %v", want, s.asked)
+		}
+	}
+}
+
+// In pipe mode one failed probe of the current route keeps it; a second in
+// a row replaces it, at once.
+func TestPipeToleratesOneMissedProbe(t *testing.T) {
+	s := &script{
+		links: map[[2]string]time.Duration{
+			{"hk", "la"}: 20 * ms, {"la", "useast"}: 10 * ms, {"hk", "useast"}: 50 * ms,
+		},
+		direct:  map[string]bool{"seattle": true, "la": true, "useast": true},
+		pipeErr: map[string]bool{},
+	}
+	l := newLoop(s, chain(v1alpha1.ModePipe))
+	ctx := context.Background()
+	if d := l.round(ctx, l.chain); route.Key(d.Route) != "hk,la,useast" || !d.Changed {
+		t.Fatalf("first round: %+v", d)
+	}
+	s.pipeErr["hk,la,useast"] = true
+	if d := l.round(ctx, l.chain); d.Changed || route.Key(d.Route) != "hk,la,useast" {
+		t.Fatalf("one missed probe moved the chain: %+v", d)
+	}
+	d := l.round(ctx, l.chain)
+	if !d.Changed || route.Key(d.Route) != "hk,useast" {
+		t.Fatalf("two missed probes in a row kept the chain: %+v", d)
+	}
+}
