@@ -271,3 +271,38 @@ func TestNetnsLinks(t *testing.T) {
 		t.Fatalf("namespace %s left behind", a.NS)
 	}
 }
+
+// A client that sends before its target listens gets through once it does:
+// the proxy's session survives the ICMP error of the first attempt.
+func TestUDPSessionSurvivesEarlyRefusal(t *testing.T) {
+	probe, _ := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	target := probe.LocalAddr().String()
+	probe.Close() // nothing listens there yet
+	p, err := NewUDPProxy("127.0.0.1:0", target, Params{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c, _ := net.Dial("udp", p.Addr())
+	defer c.Close()
+	c.Write([]byte("early"))
+	time.Sleep(50 * time.Millisecond) // the refusal comes back
+	ln, err := net.ListenPacket("udp", target)
+	if err != nil {
+		t.Skip("port taken meanwhile")
+	}
+	defer ln.Close()
+	go func() {
+		buf := make([]byte, 64)
+		for {
+			n, from, err := ln.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			ln.WriteTo(buf[:n], from)
+		}
+	}()
+	if _, ok := udpRTT(t, c.(*net.UDPConn)); !ok {
+		t.Fatal("no echo once the target listens")
+	}
+}

@@ -1,6 +1,7 @@
 package linkemu
 
 import (
+	"errors"
 	"net"
 	"sync"
 )
@@ -136,8 +137,14 @@ func (u *UDPProxy) session(from *net.UDPAddr) *udpSession {
 		buf := make([]byte, 65536)
 		for {
 			n, err := c.Read(buf)
-			if err != nil {
+			if errors.Is(err, net.ErrClosed) {
 				return
+			}
+			if err != nil {
+				// An ICMP error from the target (say, port unreachable
+				// while it starts) is transient, as on a real path: keep
+				// the session, or its client could never get through.
+				continue
 			}
 			s.down.push(buf[:n])
 		}
