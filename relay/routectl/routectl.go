@@ -146,7 +146,7 @@ func (c *Controller) Upsert(ch *v1alpha1.Chain, current func(*v1alpha1.Chain) []
 		l.update(ch)
 		return
 	}
-	l := &loop{c: c, key: key, kick: make(chan struct{}, 1), chain: ch}
+	l := &loop{c: c, key: key, kick: make(chan struct{}, 1), chain: ch, born: time.Now()}
 	if r := current(ch); len(r) > 0 && manifest.ValidRoute(ch, r) == nil {
 		l.sel.Start(r)
 	}
@@ -184,6 +184,8 @@ type loop struct {
 	mu     sync.Mutex
 	chain  *v1alpha1.Chain
 	cancel context.CancelFunc
+
+	born time.Time
 
 	// The loop's goroutine only:
 	sel    route.Selector
@@ -367,6 +369,14 @@ func (l *loop) round(ctx context.Context, ch *v1alpha1.Chain) Decision {
 		probeRoutes(late)
 	}
 	ranked, cost, ok := route.Rank(md, g, cands, measured, current)
+	if current == nil && len(unmeasured) > 0 && time.Since(l.born) < max(interval, time.Second) {
+		// A chain's first round often runs while its relays' connections
+		// come up: wait a little for all of them rather than take the one
+		// route measured so far and change it a moment later.
+		d.Candidates = ranked
+		d.Err = fmt.Errorf("waiting for relays %v before the first route", unmeasured)
+		return d
+	}
 	var sd route.Decision
 	if l.probeMissed(md, g, measured, current, ok) {
 		// Its links answer, but its end-to-end probe did not (lost, or late
@@ -531,6 +541,13 @@ func (l *loop) report(d Decision) {
 		l.failed++
 	} else {
 		l.failed = 0
+	}
+	if o.Log.Enabled(context.Background(), slog.LevelDebug) {
+		var cands []string
+		for _, c := range d.Candidates {
+			cands = append(cands, fmt.Sprintf("%s=%v/%v", route.Key(c.Relays), c.Estimated.Round(10*time.Microsecond), c.Measured.Round(10*time.Microsecond)))
+		}
+		o.Log.Debug("route round", "chain", d.Chain, "route", route.Key(d.Route), "candidates", cands, "unmeasured", d.Unmeasured, "err", d.Err)
 	}
 	switch {
 	case d.Changed:
