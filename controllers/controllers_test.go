@@ -84,7 +84,7 @@ func chain(ns, name string, route ...string) *v1alpha1.Chain {
 
 func tunnel(ns, name, chain string, port int32) *v1alpha1.Tunnel {
 	return &v1alpha1.Tunnel{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: v1alpha1.TunnelSpec{
-		Chain: chain, Listen: v1alpha1.TunnelListen{Port: port}, Target: "backend.example:80",
+		Chain: chain, Listen: &v1alpha1.TunnelListen{Port: port}, Target: "backend.example:80",
 	}}
 }
 

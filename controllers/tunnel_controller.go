@@ -58,6 +58,9 @@ func (r *TunnelReconciler) reconcile(ctx context.Context, t *v1alpha1.Tunnel, st
 		return metav1.Condition{Status: metav1.ConditionFalse, Reason: "ChainNotFound",
 			Message: fmt.Sprintf("spec.chain names Chain %q, which does not exist in namespace %q", t.Spec.Chain, t.Namespace)}, r.deleteService(ctx, t)
 	}
+	if t.Spec.Protocol == v1alpha1.ProtocolTUN {
+		return r.reconcileTUN(ctx, t, &ch, status)
+	}
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: t.Name, Namespace: t.Namespace}}
 	if err := r.Get(ctx, client.ObjectKeyFromObject(svc), svc); err == nil && !metav1.IsControlledBy(svc, t) {
 		status.Address = ""
@@ -87,16 +90,37 @@ func (r *TunnelReconciler) reconcile(ctx context.Context, t *v1alpha1.Tunnel, st
 		return metav1.Condition{Status: metav1.ConditionFalse, Reason: "LoopbackListen",
 			Message: fmt.Sprintf("spec.listen.address %s is loopback: the entry relay opens it, but the Service cannot reach it; leave the address empty", a)}, nil
 	}
-	if c := meta.FindStatusCondition(ch.Status.Conditions, conditionReady); c == nil || c.Status != metav1.ConditionTrue {
-		msg := "the Chain has not been checked yet"
-		if c != nil {
-			msg = c.Message
-		}
-		return metav1.Condition{Status: metav1.ConditionFalse, Reason: "ChainNotReady",
-			Message: fmt.Sprintf("Chain %q is not ready: %s", ch.Name, msg)}, nil
+	if c := chainNotReady(&ch); c != nil {
+		return *c, nil
 	}
 	return metav1.Condition{Status: metav1.ConditionTrue, Reason: "Ready",
 		Message: fmt.Sprintf("clients connect to %s; entry relay %q", status.Address, ch.Spec.Entry)}, nil
+}
+
+// reconcileTUN readies a tun Tunnel: no Service (nothing listens), and the
+// address is the entry relay's on the device.
+func (r *TunnelReconciler) reconcileTUN(ctx context.Context, t *v1alpha1.Tunnel, ch *v1alpha1.Chain, status *v1alpha1.TunnelStatus) (metav1.Condition, error) {
+	status.Address = t.Spec.TUN.Address
+	if err := r.deleteService(ctx, t); err != nil {
+		return metav1.Condition{}, err
+	}
+	if c := chainNotReady(ch); c != nil {
+		return *c, nil
+	}
+	return metav1.Condition{Status: metav1.ConditionTrue, Reason: "Ready",
+		Message: fmt.Sprintf("entry relay %q routes %v into its device (%s mode)", ch.Spec.Entry, t.Spec.TUN.Routes, t.Spec.TUN.Mode)}, nil
+}
+
+func chainNotReady(ch *v1alpha1.Chain) *metav1.Condition {
+	c := meta.FindStatusCondition(ch.Status.Conditions, conditionReady)
+	if c != nil && c.Status == metav1.ConditionTrue {
+		return nil
+	}
+	msg := "the Chain has not been checked yet"
+	if c != nil {
+		msg = c.Message
+	}
+	return &metav1.Condition{Status: metav1.ConditionFalse, Reason: "ChainNotReady", Message: fmt.Sprintf("Chain %q is not ready: %s", ch.Name, msg)}
 }
 
 func (r *TunnelReconciler) deleteService(ctx context.Context, t *v1alpha1.Tunnel) error {

@@ -50,6 +50,17 @@ func (t *Tunnel) Default() {
 	if t.Spec.Protocol == "" {
 		t.Spec.Protocol = ProtocolTCP
 	}
+	if u := t.Spec.TUN; t.Spec.Protocol == ProtocolTUN && u != nil {
+		if u.Mode == "" {
+			u.Mode = TunFlow
+		}
+		if u.MTU == 0 {
+			u.MTU = DefaultTunMTU
+		}
+		if u.Name == "" {
+			u.Name = TunDeviceName(t.Name)
+		}
+	}
 	if t.Spec.Protocol == ProtocolUDP {
 		if t.Spec.UDP == nil {
 			t.Spec.UDP = &UDPOptions{}
@@ -61,4 +72,14 @@ func (t *Tunnel) Default() {
 			t.Spec.UDP.MaxSessions = DefaultUDPMaxSessions
 		}
 	}
+}
+
+// TunDeviceName is the default device name of a tun Tunnel: hl- and as much
+// of the Tunnel's name as fits the 15 bytes of a Linux interface name.
+func TunDeviceName(tunnel string) string {
+	name := "hl-" + tunnel
+	if len(name) > 15 {
+		name = name[:15]
+	}
+	return name
 }

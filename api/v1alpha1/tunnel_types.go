@@ -5,7 +5,7 @@ import (
 )
 
 // Protocol is what a Tunnel carries.
-// +kubebuilder:validation:Enum=tcp;udp
+// +kubebuilder:validation:Enum=tcp;udp;tun
 type Protocol string
 
 const (
@@ -13,7 +13,78 @@ const (
 	ProtocolTCP Protocol = "tcp"
 	// ProtocolUDP forwards UDP datagrams, one session per client address.
 	ProtocolUDP Protocol = "udp"
+	// ProtocolTUN carries whole subnets: a TUN device on the entry relay,
+	// whose routes say what the Tunnel reaches.
+	ProtocolTUN Protocol = "tun"
 )
+
+// TunMode says how a tun Tunnel carries what enters its device.
+// +kubebuilder:validation:Enum=flow;packet
+type TunMode string
+
+const (
+	// TunFlow terminates each TCP and UDP flow in a userspace TCP/IP stack
+	// on the entry relay and carries it as an ordinary flow; the exit dials
+	// the flow's destination and needs no privileges.
+	TunFlow TunMode = "flow"
+	// TunPacket carries the IP packets themselves to the exit relay, which
+	// writes them to a TUN device of its own: site to site.
+	TunPacket TunMode = "packet"
+)
+
+// Defaults of a tun Tunnel.
+const (
+	DefaultTunMTU = 1420
+)
+
+// TunOptions configure a tun Tunnel's device.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.exitAddress) || (has(self.mode) && self.mode == 'packet')",message="spec.tun.exitAddress applies only to mode packet"
+// +kubebuilder:validation:XValidation:rule="!has(self.sources) || (has(self.mode) && self.mode == 'packet')",message="spec.tun.sources applies only to mode packet"
+type TunOptions struct {
+	// Name of the device on the entry relay (and on the exit, in packet
+	// mode). Default: hl- and the start of the Tunnel's name.
+	// +kubebuilder:validation:MaxLength=15
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`
+	// +optional
+	Name string `json:"name,omitempty"`
+	// Address is the entry relay's address on the device with its prefix,
+	// e.g. 10.200.0.1/24.
+	// +kubebuilder:validation:MaxLength=49
+	// +kubebuilder:validation:XValidation:rule="isCIDR(self)",message="spec.tun.address must be an address with its prefix, such as 10.200.0.1/24"
+	Address string `json:"address"`
+	// MTU of the device.
+	// +kubebuilder:validation:Minimum=1280
+	// +kubebuilder:validation:Maximum=9000
+	// +kubebuilder:default=1420
+	// +optional
+	MTU int32 `json:"mtu,omitempty"`
+	// Routes are the destination prefixes sent into the device, and the
+	// only destinations the exit relay reaches for this Tunnel.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=49
+	// +kubebuilder:validation:XValidation:rule="self.all(r, isCIDR(r))",message="spec.tun.routes must be prefixes, such as 10.77.0.0/16"
+	Routes []string `json:"routes"`
+	// Mode is flow (default) or packet.
+	// +kubebuilder:default=flow
+	// +optional
+	Mode TunMode `json:"mode,omitempty"`
+	// ExitAddress is, in packet mode, the exit relay's address on its own
+	// device, with its prefix. Default: the entry's address plus one.
+	// +kubebuilder:validation:MaxLength=49
+	// +kubebuilder:validation:XValidation:rule="isCIDR(self)",message="spec.tun.exitAddress must be an address with its prefix, such as 10.200.0.2/24"
+	// +optional
+	ExitAddress string `json:"exitAddress,omitempty"`
+	// Sources are, in packet mode, the prefixes on the entry's side: the
+	// exit accepts packets from them only and routes replies to them back
+	// into its device. Default: the prefix of Address.
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=49
+	// +kubebuilder:validation:XValidation:rule="self.all(r, isCIDR(r))",message="spec.tun.sources must be prefixes, such as 10.200.0.0/24"
+	// +optional
+	Sources []string `json:"sources,omitempty"`
+}
 
 // Defaults for UDP sessions.
 const (
@@ -48,9 +119,13 @@ type UDPOptions struct {
 }
 
 // TunnelSpec is one forwarded service: a listener on the chain's entry relay
-// and the target its exit relay dials.
+// and the target its exit relay dials; or, for protocol tun, a device on
+// the entry relay and the prefixes routed into it.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.udp) || (has(self.protocol) && self.protocol == 'udp')",message="spec.udp applies only to protocol udp: remove it or set spec.protocol: udp"
+// +kubebuilder:validation:XValidation:rule="(has(self.protocol) && self.protocol == 'tun') == has(self.tun)",message="spec.tun is required for protocol tun, and applies to it only"
+// +kubebuilder:validation:XValidation:rule="(has(self.protocol) && self.protocol == 'tun') || (has(self.listen) && has(self.target))",message="spec.listen and spec.target are required for protocol tcp and udp"
+// +kubebuilder:validation:XValidation:rule="!(has(self.protocol) && self.protocol == 'tun') || (!has(self.listen) && !has(self.target))",message="protocol tun takes no spec.listen or spec.target: spec.tun.routes say what it reaches"
 type TunnelSpec struct {
 	// Chain is the name of the Chain this Tunnel's flows travel.
 	// +kubebuilder:validation:MinLength=1
@@ -61,16 +136,21 @@ type TunnelSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.protocol is immutable: create a new Tunnel for another protocol"
 	// +optional
 	Protocol Protocol `json:"protocol,omitempty"`
-	// Listen is opened on the chain's entry relay.
-	Listen TunnelListen `json:"listen"`
-	// Target is the host:port the exit relay dials. It is the only
-	// destination this Tunnel can reach.
+	// Listen is opened on the chain's entry relay (tcp and udp).
+	// +optional
+	Listen *TunnelListen `json:"listen,omitempty"`
+	// Target is the host:port the exit relay dials (tcp and udp). It is the
+	// only destination this Tunnel can reach.
 	// +kubebuilder:validation:MaxLength=261
 	// +kubebuilder:validation:Pattern=`^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?):([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])$`
-	Target string `json:"target"`
+	// +optional
+	Target string `json:"target,omitempty"`
 	// UDP tunes UDP sessions; ignored for tcp.
 	// +optional
 	UDP *UDPOptions `json:"udp,omitempty"`
+	// TUN is the device of a tun Tunnel.
+	// +optional
+	TUN *TunOptions `json:"tun,omitempty"`
 }
 
 // TunnelStatus says where clients connect and whether the Tunnel works.

@@ -159,7 +159,7 @@ func TestOperatorAndKubeRelays(t *testing.T) {
 
 	// A new Tunnel opens on the running relays.
 	api := &v1alpha1.Tunnel{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "api"}, Spec: v1alpha1.TunnelSpec{
-		Chain: "to-east", Listen: v1alpha1.TunnelListen{Address: "127.0.0.1", Port: int32(freePortPair(t))}, Target: echoLn.Addr().String(),
+		Chain: "to-east", Listen: &v1alpha1.TunnelListen{Address: "127.0.0.1", Port: int32(freePortPair(t))}, Target: echoLn.Addr().String(),
 	}}
 	create(t, k8s, api)
 	apiAddr := fmt.Sprintf("127.0.0.1:%d", api.Spec.Listen.Port)
@@ -176,7 +176,7 @@ func TestOperatorAndKubeRelays(t *testing.T) {
 	}}
 	create(t, k8s, fast)
 	routed := &v1alpha1.Tunnel{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "routed"}, Spec: v1alpha1.TunnelSpec{
-		Chain: "fast", Listen: v1alpha1.TunnelListen{Address: "127.0.0.1", Port: int32(freePortPair(t))}, Target: echoLn.Addr().String(),
+		Chain: "fast", Listen: &v1alpha1.TunnelListen{Address: "127.0.0.1", Port: int32(freePortPair(t))}, Target: echoLn.Addr().String(),
 	}}
 	create(t, k8s, routed)
 	waitFor(t, "the route controller routes the sum chain", func() error {

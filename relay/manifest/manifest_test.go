@@ -50,6 +50,10 @@ metadata: {name: iperf}
 spec: {chain: to-east, listen: {address: 127.0.0.1, port: 15202}, target: "127.0.0.1:5201"}
 `
 
+func tunTunnel(tun string) string {
+	return "---\napiVersion: hoplink.dev/v1alpha1\nkind: Tunnel\nmetadata: {name: sub}\nspec: {chain: to-east, protocol: tun, " + tun + "}\n"
+}
+
 func TestLoadGood(t *testing.T) {
 	s, err := Parse("good.yaml", []byte(relays+chain+tunnel+`
 ---
@@ -128,7 +132,28 @@ func TestLoadRejects(t *testing.T) {
 			[]string{`spec.target: "127.0.0.1" is not host:port`}},
 		{"bad protocol",
 			relays + chain + strings.Replace(tunnel, "chain: to-east", "chain: to-east, protocol: sctp", 1),
-			[]string{`spec.protocol: "sctp" is not supported; use tcp or udp`}},
+			[]string{`spec.protocol: "sctp" is not supported; use tcp, udp or tun`}},
+		{"tun with listen and target",
+			relays + chain + strings.Replace(tunnel, "chain: to-east", "chain: to-east, protocol: tun, tun: {address: 10.200.0.1/24, routes: [10.77.0.0/16]}", 1),
+			[]string{`spec.listen: protocol tun opens no listener`, `spec.target: protocol tun reaches the destinations of spec.tun.routes`}},
+		{"tun without tun",
+			relays + chain + tunTunnel(""),
+			[]string{`spec.tun: required for protocol tun`}},
+		{"tun fields",
+			relays + chain + tunTunnel("tun: {name: way-too-long-name, address: 10.200.0.1, mtu: 100, routes: [10.77.1.0/16, nope], mode: packet, exitAddress: 10.9.0.2/24}"),
+			[]string{`spec.tun.name: "way-too-long-name" is not a device name`, `spec.tun.address: "10.200.0.1" is not an address with its prefix`,
+				`spec.tun.mtu: 100 is out of range`, `spec.tun.routes[0]: "10.77.1.0/16" has host bits set; write 10.77.0.0/16`,
+				`spec.tun.routes[1]: "nope" is not a prefix`}},
+		{"tun exit address outside the prefix",
+			relays + chain + tunTunnel("tun: {address: 10.200.0.1/24, routes: [10.77.0.0/16], mode: packet, exitAddress: 10.9.0.2/24}"),
+			[]string{`spec.tun.exitAddress: 10.9.0.2/24 must be another address in the prefix of spec.tun.address (10.200.0.0/24)`}},
+		{"tun flow mode with packet fields",
+			relays + chain + tunTunnel("tun: {address: 10.200.0.1/24, routes: [10.77.0.0/16], sources: [10.0.0.0/8]}"),
+			[]string{`spec.tun: exitAddress and sources apply to mode packet only`}},
+		{"two devices of one name on one relay",
+			relays + chain + tunTunnel("tun: {name: hl0, address: 10.200.0.1/24, routes: [10.77.0.0/16]}") +
+				strings.Replace(tunTunnel("tun: {name: hl0, address: 10.201.0.1/24, routes: [10.78.0.0/16]}"), "name: sub", "name: sub2", 1),
+			[]string{`Tunnel "default/sub2": spec.tun.name: device "hl0" is Tunnel "default/sub"'s on entry relay "hk"`}},
 		{"unknown field",
 			relays + strings.Replace(chain, "entry: hk", "entyr: hk, entry: hk", 1),
 			[]string{`Chain "to-east": unknown field "spec.entyr"`}},
@@ -303,5 +328,24 @@ func TestRoutedChain(t *testing.T) {
 		if ValidRoute(c, r) == nil {
 			t.Errorf("ValidRoute(%v) with maxHops 1 accepted it", r)
 		}
+	}
+}
+
+func TestTunTunnel(t *testing.T) {
+	s, err := Parse("x.yaml", []byte(relays+chain+tunTunnel("tun: {address: 10.200.0.1/24, routes: [10.77.0.0/16]}")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := s.Tunnel("default/sub").Spec.TUN
+	if u.Name != "hl-sub" || u.MTU != 1420 || u.Mode != "flow" {
+		t.Errorf("defaults: %+v", u)
+	}
+	// One host cannot hold both ends of a packet-mode Tunnel.
+	s, err = Parse("x.yaml", []byte(relays+chain+tunTunnel("tun: {address: 10.200.0.1/24, routes: [10.77.0.0/16], mode: packet}")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CheckSingleHost(); err == nil || !strings.Contains(err.Error(), "packet mode joins two hosts' networks") {
+		t.Errorf("CheckSingleHost = %v", err)
 	}
 }

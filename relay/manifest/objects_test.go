@@ -22,9 +22,9 @@ func TestFromObjectsLeavesOutBadObjectsAndDependents(t *testing.T) {
 		{ObjectMeta: meta("via-sea"), Spec: v1alpha1.ChainSpec{Entry: "hk", Exit: "sea", Route: []string{"hk", "sea"}}},
 	}
 	tunnels := []v1alpha1.Tunnel{
-		{ObjectMeta: meta("web"), Spec: v1alpha1.TunnelSpec{Chain: "good", Listen: v1alpha1.TunnelListen{Port: 8080}, Target: "web:80"}},
-		{ObjectMeta: meta("db"), Spec: v1alpha1.TunnelSpec{Chain: "via-sea", Listen: v1alpha1.TunnelListen{Port: 5432}, Target: "db:5432"}},
-		{ObjectMeta: meta("clash"), Spec: v1alpha1.TunnelSpec{Chain: "good", Listen: v1alpha1.TunnelListen{Port: 8080}, Target: "x:1"}},
+		{ObjectMeta: meta("web"), Spec: v1alpha1.TunnelSpec{Chain: "good", Listen: &v1alpha1.TunnelListen{Port: 8080}, Target: "web:80"}},
+		{ObjectMeta: meta("db"), Spec: v1alpha1.TunnelSpec{Chain: "via-sea", Listen: &v1alpha1.TunnelListen{Port: 5432}, Target: "db:5432"}},
+		{ObjectMeta: meta("clash"), Spec: v1alpha1.TunnelSpec{Chain: "good", Listen: &v1alpha1.TunnelListen{Port: 8080}, Target: "x:1"}},
 	}
 	set, problems := FromObjects(relays, chains, tunnels)
 	if set.Tunnel("net/web") == nil || set.Chain("net/good") == nil || set.Relay("hk") == nil {

@@ -2,6 +2,7 @@ package manifest
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
@@ -267,4 +268,25 @@ func AllowsPath(c *v1alpha1.Chain, prev, self string, rest []string) bool {
 		links++
 	}
 	return links <= int(max(c.Spec.MaxHops, 1))
+}
+
+// TunReaches says whether a tun Tunnel reaches target, an IP address and
+// port: whether one of its routes holds the address.
+func TunReaches(t *v1alpha1.Tunnel, target string) bool {
+	ap, err := netip.ParseAddrPort(target)
+	if err != nil || t.Spec.TUN == nil {
+		return false
+	}
+	return PrefixesHold(t.Spec.TUN.Routes, ap.Addr())
+}
+
+// PrefixesHold says whether one of the prefixes holds addr.
+func PrefixesHold(prefixes []string, addr netip.Addr) bool {
+	addr = addr.Unmap()
+	for _, r := range prefixes {
+		if p, err := netip.ParsePrefix(r); err == nil && p.Contains(addr) {
+			return true
+		}
+	}
+	return false
 }

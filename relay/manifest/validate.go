@@ -188,15 +188,29 @@ func (s *Set) validateTunnel(p *problems, t *v1alpha1.Tunnel) {
 	}
 	switch t.Spec.Protocol {
 	case v1alpha1.ProtocolTCP, v1alpha1.ProtocolUDP:
+		validatePortForward(t, bad)
+	case v1alpha1.ProtocolTUN:
+		validateTun(t, bad)
 	default:
-		bad("spec.protocol", "%q is not supported; use tcp or udp", t.Spec.Protocol)
+		bad("spec.protocol", "%q is not supported; use tcp, udp or tun", t.Spec.Protocol)
 	}
-	if port := t.Spec.Listen.Port; port < 1 || port > 65535 {
-		bad("spec.listen.port", "%d is out of range; use 1-65535", port)
+}
+
+// validatePortForward checks a tcp or udp Tunnel: a listener and a target.
+func validatePortForward(t *v1alpha1.Tunnel, bad func(field, format string, args ...any)) {
+	if t.Spec.TUN != nil {
+		bad("spec.tun", "applies to protocol tun only; remove it or set spec.protocol: tun")
 	}
-	if a := t.Spec.Listen.Address; a != "" {
-		if _, err := netip.ParseAddr(a); err != nil {
-			bad("spec.listen.address", "%q is not an IP address; leave it empty to bind every address", a)
+	if l := t.Spec.Listen; l == nil {
+		bad("spec.listen", "required for protocol %s: the address and port the entry relay opens", t.Spec.Protocol)
+	} else {
+		if l.Port < 1 || l.Port > 65535 {
+			bad("spec.listen.port", "%d is out of range; use 1-65535", l.Port)
+		}
+		if l.Address != "" {
+			if _, err := netip.ParseAddr(l.Address); err != nil {
+				bad("spec.listen.address", "%q is not an IP address; leave it empty to bind every address", l.Address)
+			}
 		}
 	}
 	if t.Spec.Target == "" {
@@ -205,6 +219,9 @@ func (s *Set) validateTunnel(p *problems, t *v1alpha1.Tunnel) {
 		bad("spec.target", "%v", err)
 	}
 	if u := t.Spec.UDP; u != nil {
+		if t.Spec.Protocol != v1alpha1.ProtocolUDP {
+			bad("spec.udp", "applies to protocol udp only")
+		}
 		if u.IdleTimeoutSeconds < 1 {
 			bad("spec.udp.idleTimeoutSeconds", "%d must be at least 1", u.IdleTimeoutSeconds)
 		}
@@ -212,6 +229,84 @@ func (s *Set) validateTunnel(p *problems, t *v1alpha1.Tunnel) {
 			bad("spec.udp.maxSessions", "%d must be at least 1", u.MaxSessions)
 		}
 	}
+}
+
+// validateTun checks a tun Tunnel: a device, and the prefixes it reaches.
+func validateTun(t *v1alpha1.Tunnel, bad func(field, format string, args ...any)) {
+	if t.Spec.Listen != nil {
+		bad("spec.listen", "protocol tun opens no listener (its device is its way in); remove spec.listen")
+	}
+	if t.Spec.Target != "" {
+		bad("spec.target", "protocol tun reaches the destinations of spec.tun.routes, not one target; remove spec.target")
+	}
+	if t.Spec.UDP != nil {
+		bad("spec.udp", "applies to protocol udp only")
+	}
+	u := t.Spec.TUN
+	if u == nil {
+		bad("spec.tun", "required for protocol tun: give at least address and routes, e.g. {address: 10.200.0.1/24, routes: [10.77.0.0/16]}")
+		return
+	}
+	if !validIfName(u.Name) {
+		bad("spec.tun.name", "%q is not a device name: 1-15 letters, digits, '-', '_' or '.'", u.Name)
+	}
+	addr, err := netip.ParsePrefix(u.Address)
+	if err != nil {
+		bad("spec.tun.address", "%q is not an address with its prefix, such as 10.200.0.1/24", u.Address)
+	}
+	if u.MTU < 1280 || u.MTU > 9000 {
+		bad("spec.tun.mtu", "%d is out of range; use 1280-9000", u.MTU)
+	}
+	if len(u.Routes) == 0 {
+		bad("spec.tun.routes", "required: the prefixes the device carries, e.g. [10.77.0.0/16]")
+	}
+	checkPrefixes := func(field string, list []string) {
+		for i, r := range list {
+			p, err := netip.ParsePrefix(r)
+			switch {
+			case err != nil:
+				bad(fmt.Sprintf("%s[%d]", field, i), "%q is not a prefix, such as 10.77.0.0/16", r)
+			case p != p.Masked():
+				bad(fmt.Sprintf("%s[%d]", field, i), "%q has host bits set; write %s", r, p.Masked())
+			}
+		}
+	}
+	checkPrefixes("spec.tun.routes", u.Routes)
+	switch u.Mode {
+	case v1alpha1.TunFlow:
+		if u.ExitAddress != "" || len(u.Sources) > 0 {
+			bad("spec.tun", "exitAddress and sources apply to mode packet only")
+		}
+	case v1alpha1.TunPacket:
+		checkPrefixes("spec.tun.sources", u.Sources)
+		if u.ExitAddress != "" {
+			exit, err := netip.ParsePrefix(u.ExitAddress)
+			switch {
+			case err != nil:
+				bad("spec.tun.exitAddress", "%q is not an address with its prefix, such as 10.200.0.2/24", u.ExitAddress)
+			case addr.IsValid() && (exit.Masked() != addr.Masked() || exit.Addr() == addr.Addr()):
+				bad("spec.tun.exitAddress", "%s must be another address in the prefix of spec.tun.address (%s)", exit, addr.Masked())
+			}
+		} else if next := addr.Addr().Next(); addr.IsValid() && (!next.IsValid() || !addr.Contains(next)) {
+			bad("spec.tun.exitAddress", "%s leaves no next address in its prefix for the exit; give spec.tun.exitAddress", addr)
+		}
+	default:
+		bad("spec.tun.mode", "%q is not a mode; use flow or packet", u.Mode)
+	}
+}
+
+// validIfName accepts Linux interface names: 1-15 bytes, no '/' or space.
+func validIfName(s string) bool {
+	if s == "" || len(s) > 15 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	return true
 }
 
 // validateEndpoints requires an address for every relay that some peer dials.
@@ -251,9 +346,19 @@ func (a listenKey) overlaps(b listenKey) bool {
 // on the same entry relay.
 func (s *Set) validateTunnelListeners(p *problems) {
 	seen := map[string][]*v1alpha1.Tunnel{}
+	devices := map[[2]string]*v1alpha1.Tunnel{} // entry relay, device name
 	for _, t := range s.Tunnels {
 		c := s.ChainOf(t)
-		if c == nil {
+		if c == nil || t.Spec.Listen == nil && t.Spec.TUN == nil {
+			continue
+		}
+		if u := t.Spec.TUN; u != nil {
+			d := [2]string{c.Spec.Entry, u.Name}
+			if o := devices[d]; o != nil {
+				p.add(s.src[t], "Tunnel", Key(t.Namespace, t.Name), "spec.tun.name",
+					"device %q is Tunnel %q's on entry relay %q; give this Tunnel another spec.tun.name", u.Name, Key(o.Namespace, o.Name), c.Spec.Entry)
+			}
+			devices[d] = t
 			continue
 		}
 		k := tunnelListen(t)
@@ -304,9 +409,25 @@ func (s *Set) CheckSingleHost() error {
 				listenKey{proto, r.Spec.Listen.Address, r.Spec.Listen.Port}, fmt.Sprintf("RelayNode %q", r.Name))
 		}
 	}
+	devices := map[string]string{}
 	for _, t := range s.Tunnels {
-		claim(s.src[t], "Tunnel", Key(t.Namespace, t.Name), "spec.listen",
-			tunnelListen(t), fmt.Sprintf("Tunnel %q", Key(t.Namespace, t.Name)))
+		key := Key(t.Namespace, t.Name)
+		if u := t.Spec.TUN; u != nil {
+			// One host, one namespace: device names are shared, and a packet
+			// mode Tunnel would need a second device of the same name.
+			if u.Mode == v1alpha1.TunPacket {
+				p.add(s.src[t], "Tunnel", key, "spec.tun.mode",
+					"packet mode joins two hosts' networks and needs a device at both ends; on one host use mode flow")
+			}
+			if o, taken := devices[u.Name]; taken {
+				p.add(s.src[t], "Tunnel", key, "spec.tun.name", "device %q is Tunnel %q's; every relay of local mode shares this host", u.Name, o)
+			}
+			devices[u.Name] = key
+			continue
+		}
+		if t.Spec.Listen != nil {
+			claim(s.src[t], "Tunnel", key, "spec.listen", tunnelListen(t), fmt.Sprintf("Tunnel %q", key))
+		}
 	}
 	return p.err()
 }

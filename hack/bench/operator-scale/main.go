@@ -125,7 +125,7 @@ func run(nRelays, nChains, nTunnels int, bin, qps, out string) error {
 	}
 	for i := range nTunnels {
 		t := &v1alpha1.Tunnel{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("t%04d", i)},
-			Spec: v1alpha1.TunnelSpec{Chain: fmt.Sprintf("c%04d", i%nChains), Listen: v1alpha1.TunnelListen{Port: int32(10000 + i)}, Target: "backend:80"}}
+			Spec: v1alpha1.TunnelSpec{Chain: fmt.Sprintf("c%04d", i%nChains), Listen: &v1alpha1.TunnelListen{Port: int32(10000 + i)}, Target: "backend:80"}}
 		if err := c.Create(ctx, t); err != nil {
 			return err
 		}
