@@ -68,3 +68,38 @@ const (
 	// MaxProbe bounds a probe's payload; larger ones are not answered.
 	MaxProbe = 64
 )
+
+// A packet-mode tun Tunnel over TLS sends its packets as packet frames: a
+// 32-bit length, the packet's 10-byte virtio-net header (which says how
+// the kernel may segment it), then the packet, up to a 64 KiB
+// super-packet.
+const (
+	VnetHdrLen     = 10
+	MaxPacketFrame = VnetHdrLen + 65535
+)
+
+// ErrPacketFrame means a packet frame too short or too long.
+var ErrPacketFrame = errors.New("hop: malformed packet frame")
+
+// AppendPacketFrame encodes a packet and its virtio-net header after b.
+func AppendPacketFrame(b, vnetHdr, pkt []byte) []byte {
+	b = binary.BigEndian.AppendUint32(b, uint32(len(vnetHdr)+len(pkt)))
+	return append(append(b, vnetHdr...), pkt...)
+}
+
+// ReadPacketFrame reads one packet frame into buf (at least MaxPacketFrame
+// bytes) and returns its virtio-net header and packet.
+func ReadPacketFrame(r io.Reader, buf []byte) (vnetHdr, pkt []byte, err error) {
+	var l [4]byte
+	if _, err := io.ReadFull(r, l[:]); err != nil {
+		return nil, nil, err
+	}
+	n := binary.BigEndian.Uint32(l[:])
+	if n <= VnetHdrLen || n > MaxPacketFrame {
+		return nil, nil, ErrPacketFrame
+	}
+	if _, err := io.ReadFull(r, buf[:n]); err != nil {
+		return nil, nil, truncated(err)
+	}
+	return buf[:VnetHdrLen], buf[VnetHdrLen:n], nil
+}

@@ -35,6 +35,11 @@ const (
 	// chain's whole current route, as the entry that asks uses it; there is
 	// no target.
 	KindLinks Kind = 4
+	// KindPacket: the session of a packet-mode tun Tunnel. Over QUIC its
+	// IP packets ride datagrams, as a UDP session's do; over TLS the stream
+	// carries them as packet frames (WritePacketFrame). Tunnel names the
+	// Tunnel; there is no target.
+	KindPacket Kind = 5
 )
 
 func (k Kind) String() string {
@@ -47,11 +52,13 @@ func (k Kind) String() string {
 		return "probe"
 	case KindLinks:
 		return "links"
+	case KindPacket:
+		return "packet"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
 
-func (k Kind) valid() bool { return k >= KindTCP && k <= KindLinks }
+func (k Kind) valid() bool { return k >= KindTCP && k <= KindPacket }
 
 // hasTarget reports whether headers of this kind name a target.
 func (k Kind) hasTarget() bool { return k == KindTCP || k == KindUDP }

@@ -1,0 +1,98 @@
+//go:build linux
+
+package tun
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/hoplink/hoplink/hack/linkemu"
+)
+
+// inNamespace gives the test a network namespace of its own, so devices and
+// routes never touch the host's.
+func inNamespace(t *testing.T) *linkemu.Node {
+	t.Helper()
+	n, err := linkemu.NewNet(fmt.Sprintf("td%d", os.Getpid()%100000))
+	if err != nil {
+		t.Skip(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	node, err := n.AddNode("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return node
+}
+
+func ipOut(t *testing.T, node *linkemu.Node, args ...string) string {
+	t.Helper()
+	out, _ := exec.Command("ip", append([]string{"-n", node.NS}, args...)...).CombinedOutput()
+	return string(out)
+}
+
+func TestOpenConfiguresAndCloseRemoves(t *testing.T) {
+	for _, offload := range []bool{true, false} {
+		t.Run(fmt.Sprintf("offload=%v", offload), func(t *testing.T) {
+			node := inNamespace(t)
+			var d *Device
+			err := node.Do(func() (err error) {
+				d, err = Open(Config{Name: "hl0", Address: netip.MustParsePrefix("10.200.0.1/24"), MTU: 1420,
+					Routes: []netip.Prefix{netip.MustParsePrefix("10.77.0.0/16")}, Offload: offload})
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Offload != offload {
+				t.Errorf("offload %v, asked for %v", d.Offload, offload)
+			}
+			if out := ipOut(t, node, "addr", "show", "hl0"); !strings.Contains(out, "10.200.0.1/24") || !strings.Contains(out, "mtu 1420") {
+				t.Errorf("device:\n%s", out)
+			}
+			if out := ipOut(t, node, "route", "show", "10.77.0.0/16"); !strings.Contains(out, "dev hl0") {
+				t.Errorf("route:\n%s", out)
+			}
+			if err := d.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if out := ipOut(t, node, "link", "show", "hl0"); !strings.Contains(out, "does not exist") {
+				t.Errorf("device left after Close:\n%s", out)
+			}
+			if out := ipOut(t, node, "route", "show", "10.77.0.0/16"); strings.TrimSpace(out) != "" {
+				t.Errorf("route left after Close:\n%s", out)
+			}
+		})
+	}
+}
+
+func TestOpenExplainsMissingPrivileges(t *testing.T) {
+	node := inNamespace(t)
+	// Drop CAP_NET_ADMIN the way an unprivileged relay runs: as another user.
+	if _, err := exec.LookPath("setpriv"); err != nil {
+		t.Skip("setpriv (util-linux) is missing")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := node.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", exe, "-test.run=TestHelperOpen$")
+	cmd.Env = append(os.Environ(), "HOPLINK_TUN_HELPER=1")
+	out, _ := cmd.CombinedOutput()
+	if !strings.Contains(string(out), "needs CAP_NET_ADMIN") {
+		t.Fatalf("unprivileged Open:\n%s", out)
+	}
+}
+
+// TestHelperOpen runs in the child of TestOpenExplainsMissingPrivileges.
+func TestHelperOpen(t *testing.T) {
+	if os.Getenv("HOPLINK_TUN_HELPER") == "" {
+		t.Skip("helper of TestOpenExplainsMissingPrivileges")
+	}
+	_, err := Open(Config{Name: "hl0", Address: netip.MustParsePrefix("10.200.0.1/24"), MTU: 1420, Offload: true})
+	fmt.Println(err)
+}

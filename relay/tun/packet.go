@@ -1,0 +1,302 @@
+package tun
+
+import (
+	"encoding/binary"
+	"errors"
+	"net/netip"
+
+	"gvisor.dev/gvisor/pkg/tcpip/checksum"
+)
+
+// VnetHdr is struct virtio_net_hdr, which precedes every packet on a device
+// with offload: whether the packet is a super-packet for the kernel to cut
+// (GSO), at what size, and where a partial checksum must be completed.
+type VnetHdr struct {
+	Flags      uint8
+	GSOType    uint8
+	HdrLen     uint16
+	GSOSize    uint16
+	CsumStart  uint16
+	CsumOffset uint16
+}
+
+// Values of VnetHdr fields.
+const (
+	VnetHdrLen        = 10
+	VnetFlagNeedsCsum = 1
+	GSONone           = 0
+	GSOTCPv4          = 1
+	GSOTCPv6          = 4
+	GSOUDPL4          = 5
+)
+
+// ParseVnetHdr decodes the header at the start of b.
+func ParseVnetHdr(b []byte) (VnetHdr, error) {
+	if len(b) < VnetHdrLen {
+		return VnetHdr{}, errors.New("tun: short virtio-net header")
+	}
+	return VnetHdr{
+		Flags: b[0], GSOType: b[1],
+		HdrLen:     binary.LittleEndian.Uint16(b[2:]),
+		GSOSize:    binary.LittleEndian.Uint16(b[4:]),
+		CsumStart:  binary.LittleEndian.Uint16(b[6:]),
+		CsumOffset: binary.LittleEndian.Uint16(b[8:]),
+	}, nil
+}
+
+// Encode writes h into b (at least VnetHdrLen bytes).
+func (h VnetHdr) Encode(b []byte) []byte {
+	b[0], b[1] = h.Flags, h.GSOType
+	binary.LittleEndian.PutUint16(b[2:], h.HdrLen)
+	binary.LittleEndian.PutUint16(b[4:], h.GSOSize)
+	binary.LittleEndian.PutUint16(b[6:], h.CsumStart)
+	binary.LittleEndian.PutUint16(b[8:], h.CsumOffset)
+	return b[:VnetHdrLen]
+}
+
+// ErrPacket means a packet that cannot be what its header says.
+var ErrPacket = errors.New("tun: malformed packet")
+
+// ipInfo is what segmentation needs of an IP packet carrying TCP or UDP.
+type ipInfo struct {
+	v6       bool
+	ipHdrLen int
+	proto    uint8
+	src, dst netip.Addr
+}
+
+func parseIP(pkt []byte) (ipInfo, error) {
+	if len(pkt) < 1 {
+		return ipInfo{}, ErrPacket
+	}
+	switch pkt[0] >> 4 {
+	case 4:
+		if len(pkt) < 20 {
+			return ipInfo{}, ErrPacket
+		}
+		ihl := int(pkt[0]&0xf) * 4
+		if ihl < 20 || len(pkt) < ihl {
+			return ipInfo{}, ErrPacket
+		}
+		return ipInfo{ipHdrLen: ihl, proto: pkt[9], src: netip.AddrFrom4([4]byte(pkt[12:16])), dst: netip.AddrFrom4([4]byte(pkt[16:20]))}, nil
+	case 6:
+		// Extension headers are not walked: the kernel's super-packets
+		// carry TCP right after the fixed header.
+		if len(pkt) < 40 {
+			return ipInfo{}, ErrPacket
+		}
+		return ipInfo{v6: true, ipHdrLen: 40, proto: pkt[6], src: netip.AddrFrom16([16]byte(pkt[8:24])), dst: netip.AddrFrom16([16]byte(pkt[24:40]))}, nil
+	}
+	return ipInfo{}, ErrPacket
+}
+
+// Addresses returns a packet's source and destination.
+func Addresses(pkt []byte) (src, dst netip.Addr, err error) {
+	ip, err := parseIP(pkt)
+	return ip.src, ip.dst, err
+}
+
+const (
+	protoTCP = 6
+	protoUDP = 17
+)
+
+// pseudoSum is the checksum of the pseudo-header over a transport segment
+// of length n.
+func pseudoSum(ip ipInfo, pkt []byte, n int) uint16 {
+	var sum uint16
+	if ip.v6 {
+		sum = checksum.Checksum(pkt[8:40], 0)
+		var l [4]byte
+		binary.BigEndian.PutUint32(l[:], uint32(n))
+		sum = checksum.Checksum(l[:], sum)
+	} else {
+		sum = checksum.Checksum(pkt[12:20], 0)
+		var l [2]byte
+		binary.BigEndian.PutUint16(l[:], uint16(n))
+		sum = checksum.Checksum(l[:], sum)
+	}
+	return checksum.Checksum([]byte{0, ip.proto}, sum)
+}
+
+// transportChecksum computes the TCP or UDP checksum of a packet in place.
+func transportChecksum(ip ipInfo, pkt []byte) error {
+	seg := pkt[ip.ipHdrLen:]
+	off := 16 // TCP
+	if ip.proto == protoUDP {
+		off = 6
+	} else if ip.proto != protoTCP {
+		return ErrPacket
+	}
+	if len(seg) < off+2 {
+		return ErrPacket
+	}
+	seg[off], seg[off+1] = 0, 0
+	sum := ^checksum.Checksum(seg, pseudoSum(ip, pkt, len(seg)))
+	if ip.proto == protoUDP && sum == 0 {
+		sum = 0xffff
+	}
+	binary.BigEndian.PutUint16(seg[off:], sum)
+	return nil
+}
+
+func ipv4HeaderChecksum(pkt []byte, ihl int) {
+	pkt[10], pkt[11] = 0, 0
+	binary.BigEndian.PutUint16(pkt[10:], ^checksum.Checksum(pkt[:ihl], 0))
+}
+
+// Complete returns what a packet read with header h becomes as plain IP
+// packets, each with complete checksums: a TCP super-packet cut at
+// GSOSize, or one packet whose partial checksum is filled in. Packets are
+// appended to out, in new buffers.
+func Complete(h VnetHdr, pkt []byte, out [][]byte) ([][]byte, error) {
+	if h.GSOType == GSONone {
+		p := append([]byte(nil), pkt...)
+		ip, err := parseIP(p)
+		if err != nil {
+			return out, err
+		}
+		if h.Flags&VnetFlagNeedsCsum != 0 {
+			if err := transportChecksum(ip, p); err != nil {
+				return out, err
+			}
+		}
+		return append(out, p), nil
+	}
+	if h.GSOType != GSOTCPv4 && h.GSOType != GSOTCPv6 {
+		return out, ErrPacket // no UDP segmentation is offered to the kernel
+	}
+	ip, err := parseIP(pkt)
+	if err != nil || ip.proto != protoTCP || ip.v6 != (h.GSOType == GSOTCPv6) {
+		return out, ErrPacket
+	}
+	if len(pkt) < ip.ipHdrLen+20 {
+		return out, ErrPacket
+	}
+	tcpHdrLen := int(pkt[ip.ipHdrLen+12]>>4) * 4
+	hdrLen := ip.ipHdrLen + tcpHdrLen
+	mss := int(h.GSOSize)
+	if tcpHdrLen < 20 || len(pkt) < hdrLen || mss == 0 {
+		return out, ErrPacket
+	}
+	payload := pkt[hdrLen:]
+	seq := binary.BigEndian.Uint32(pkt[ip.ipHdrLen+4:])
+	var id uint16
+	if !ip.v6 {
+		id = binary.BigEndian.Uint16(pkt[4:])
+	}
+	flags := pkt[ip.ipHdrLen+13]
+	for i, off := 0, 0; off < len(payload) || off == 0; i, off = i+1, off+mss {
+		end := min(off+mss, len(payload))
+		seg := make([]byte, hdrLen+end-off)
+		copy(seg, pkt[:hdrLen])
+		copy(seg[hdrLen:], payload[off:end])
+		t := seg[ip.ipHdrLen:]
+		binary.BigEndian.PutUint32(t[4:], seq+uint32(off))
+		f := flags
+		if end < len(payload) {
+			f &^= 0x01 | 0x08 // FIN and PSH go with the last segment
+		}
+		if off > 0 {
+			f &^= 0x80 // CWR with the first
+		}
+		t[13] = f
+		if ip.v6 {
+			binary.BigEndian.PutUint16(seg[4:], uint16(len(seg)-40))
+		} else {
+			binary.BigEndian.PutUint16(seg[2:], uint16(len(seg)))
+			binary.BigEndian.PutUint16(seg[4:], id+uint16(i))
+			ipv4HeaderChecksum(seg, ip.ipHdrLen)
+		}
+		if err := transportChecksum(ip, seg); err != nil {
+			return out, err
+		}
+		out = append(out, seg)
+		if end == len(payload) {
+			break
+		}
+	}
+	return out, nil
+}
+
+// ClampMSS lowers the MSS option of a TCP SYN to at most mss and fixes the
+// checksum, so that the connection's segments fit where they must go. It
+// reports whether it changed the packet; packets that are not SYNs, or
+// carry no MSS option, are left alone.
+func ClampMSS(pkt []byte, mss uint16) bool {
+	ip, err := parseIP(pkt)
+	if err != nil || ip.proto != protoTCP || len(pkt) < ip.ipHdrLen+20 {
+		return false
+	}
+	t := pkt[ip.ipHdrLen:]
+	if t[13]&0x02 == 0 { // SYN
+		return false
+	}
+	hl := int(t[12]>>4) * 4
+	if hl < 20 || len(t) < hl {
+		return false
+	}
+	opts := t[20:hl]
+	for i := 0; i < len(opts); {
+		switch kind := opts[i]; kind {
+		case 0: // end of options
+			return false
+		case 1: // no-op
+			i++
+			continue
+		}
+		if i+1 >= len(opts) || opts[i+1] < 2 || i+int(opts[i+1]) > len(opts) {
+			return false
+		}
+		if opts[i] == 2 && opts[i+1] == 4 {
+			if binary.BigEndian.Uint16(opts[i+2:]) <= mss {
+				return false
+			}
+			binary.BigEndian.PutUint16(opts[i+2:], mss)
+			transportChecksum(ip, pkt)
+			return true
+		}
+		i += int(opts[i+1])
+	}
+	return false
+}
+
+// EchoReply answers an ICMP or ICMPv6 echo request from the address it was
+// sent to, or returns nil for any other packet. A tun Tunnel in flow mode
+// answers pings to its routed addresses itself: the exit relay cannot ping
+// without privileges, and the answer says the tunnel is up.
+func EchoReply(pkt []byte) []byte {
+	ip, err := parseIP(pkt)
+	if err != nil {
+		return nil
+	}
+	msg := pkt[ip.ipHdrLen:]
+	switch {
+	case !ip.v6 && ip.proto == 1 && len(msg) >= 8 && msg[0] == 8 && msg[1] == 0:
+		if binary.BigEndian.Uint16(pkt[6:])&0x3fff != 0 || int(binary.BigEndian.Uint16(pkt[2:])) != len(pkt) {
+			return nil // a fragment, or a length that lies
+		}
+		r := append([]byte(nil), pkt...)
+		copy(r[12:16], pkt[16:20])
+		copy(r[16:20], pkt[12:16])
+		r[8] = 64
+		ipv4HeaderChecksum(r, ip.ipHdrLen)
+		m := r[ip.ipHdrLen:]
+		m[0], m[2], m[3] = 0, 0, 0
+		binary.BigEndian.PutUint16(m[2:], ^checksum.Checksum(m, 0))
+		return r
+	case ip.v6 && ip.proto == 58 && len(msg) >= 8 && msg[0] == 128 && msg[1] == 0:
+		if int(binary.BigEndian.Uint16(pkt[4:])) != len(msg) {
+			return nil
+		}
+		r := append([]byte(nil), pkt...)
+		copy(r[8:24], pkt[24:40])
+		copy(r[24:40], pkt[8:24])
+		r[7] = 64
+		m := r[ip.ipHdrLen:]
+		m[0], m[2], m[3] = 129, 0, 0
+		binary.BigEndian.PutUint16(m[2:], ^checksum.Checksum(m, pseudoSum(ipInfo{v6: true, proto: 58}, r, len(m))))
+		return r
+	}
+	return nil
+}

@@ -1,0 +1,211 @@
+package tun
+
+import (
+	"bytes"
+	"encoding/binary"
+	"math/rand/v2"
+	"net/netip"
+	"testing"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/checksum"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+)
+
+// superPacket builds a TCP super-packet as the kernel hands one over with
+// offload: full IP header, a partial (pseudo-header only) TCP checksum.
+func superPacket(v6 bool, payload []byte, flags uint8) []byte {
+	var ip []byte
+	if v6 {
+		ip = make([]byte, 40)
+		ip[0] = 6 << 4
+		binary.BigEndian.PutUint16(ip[4:], uint16(32+len(payload)))
+		ip[6], ip[7] = protoTCP, 64
+		copy(ip[8:], bytes.Repeat([]byte{0xfd, 1}, 8))
+		copy(ip[24:], bytes.Repeat([]byte{0xfd, 2}, 8))
+	} else {
+		ip = make([]byte, 20)
+		ip[0] = 4<<4 | 5
+		binary.BigEndian.PutUint16(ip[2:], uint16(20+32+len(payload)))
+		binary.BigEndian.PutUint16(ip[4:], 1000)
+		ip[6], ip[8], ip[9] = 0x40, 64, protoTCP
+		copy(ip[12:], []byte{10, 200, 0, 1})
+		copy(ip[16:], []byte{10, 77, 0, 1})
+		ipv4HeaderChecksum(ip, 20)
+	}
+	tcp := make([]byte, 32) // 12 bytes of options, as Linux sends timestamps
+	binary.BigEndian.PutUint16(tcp[0:], 40000)
+	binary.BigEndian.PutUint16(tcp[2:], 5201)
+	binary.BigEndian.PutUint32(tcp[4:], 0xfffff000) // wraps mid-packet
+	tcp[12], tcp[13] = 8<<4, flags
+	tcp[20], tcp[21], tcp[22], tcp[23] = 1, 1, 8, 10
+	pkt := append(append(ip, tcp...), payload...)
+	info, _ := parseIP(pkt)
+	binary.BigEndian.PutUint16(pkt[info.ipHdrLen+16:], pseudoSum(info, pkt, len(pkt)-info.ipHdrLen))
+	return pkt
+}
+
+func TestCompleteCutsSuperPackets(t *testing.T) {
+	payload := make([]byte, 5000)
+	for i := range payload {
+		payload[i] = byte(rand.N(256))
+	}
+	for _, v6 := range []bool{false, true} {
+		h := VnetHdr{Flags: VnetFlagNeedsCsum, GSOType: GSOTCPv4, GSOSize: 1400}
+		if v6 {
+			h.GSOType = GSOTCPv6
+		}
+		segs, err := Complete(h, superPacket(v6, payload, 0x18 /* PSH ACK */), nil)
+		if err != nil || len(segs) != 4 {
+			t.Fatalf("v6=%v: %d segments, %v", v6, len(segs), err)
+		}
+		var got []byte
+		for i, s := range segs {
+			info, err := parseIP(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			src, dst := info.src, info.dst
+			tcp := header.TCP(s[info.ipHdrLen:])
+			n := len(s) - info.ipHdrLen
+			if !v6 {
+				if !header.IPv4(s).IsChecksumValid() || int(header.IPv4(s).TotalLength()) != len(s) {
+					t.Errorf("segment %d: bad IPv4 header", i)
+				}
+			} else if int(header.IPv6(s).PayloadLength()) != n {
+				t.Errorf("segment %d: IPv6 payload length %d, want %d", i, header.IPv6(s).PayloadLength(), n)
+			}
+			data := s[info.ipHdrLen+int(tcp.DataOffset()):]
+			csum := checksum.Checksum(data, 0)
+			if !tcp.IsChecksumValid(addr(src), addr(dst), csum, uint16(len(data))) {
+				t.Errorf("v6=%v segment %d: TCP checksum invalid", v6, i)
+			}
+			if want := uint32(0xfffff000) + uint32(len(got)); tcp.SequenceNumber() != want {
+				t.Errorf("segment %d: seq %x, want %x", i, tcp.SequenceNumber(), want)
+			}
+			if psh := tcp.Flags()&header.TCPFlagPsh != 0; psh != (i == len(segs)-1) {
+				t.Errorf("segment %d of %d: PSH %v", i, len(segs), psh)
+			}
+			got = append(got, data...)
+		}
+		if !bytes.Equal(got, payload) {
+			t.Fatalf("v6=%v: segments do not add up to the payload", v6)
+		}
+	}
+}
+
+func TestCompleteFillsPartialChecksum(t *testing.T) {
+	pkt := superPacket(false, []byte("hello"), 0x18)
+	out, err := Complete(VnetHdr{Flags: VnetFlagNeedsCsum}, pkt, nil)
+	if err != nil || len(out) != 1 {
+		t.Fatal(out, err)
+	}
+	tcp := header.TCP(out[0][20:])
+	if !tcp.IsChecksumValid(addr4(10, 200, 0, 1), addr4(10, 77, 0, 1), checksum.Checksum([]byte("hello"), 0), 5) {
+		t.Fatal("checksum not completed")
+	}
+	if _, err := Complete(VnetHdr{GSOType: GSOUDPL4, GSOSize: 1000}, pkt, nil); err == nil {
+		t.Fatal("a UDP super-packet was accepted; the device never offers USO")
+	}
+}
+
+func TestClampMSS(t *testing.T) {
+	syn := superPacket(false, nil, 0x02)
+	// Replace the options with an MSS of 1460 and two no-ops.
+	o := syn[40:52]
+	copy(o, []byte{1, 1, 2, 4, 0x05, 0xb4, 1, 1, 1, 1, 1, 1})
+	transportChecksum(ipInfo{ipHdrLen: 20, proto: protoTCP}, syn)
+	if !ClampMSS(syn, 1200) {
+		t.Fatal("MSS 1460 not clamped to 1200")
+	}
+	if got := binary.BigEndian.Uint16(syn[44:]); got != 1200 {
+		t.Fatalf("MSS %d after clamping", got)
+	}
+	tcp := header.TCP(syn[20:])
+	if !tcp.IsChecksumValid(addr4(10, 200, 0, 1), addr4(10, 77, 0, 1), 0, 0) {
+		t.Fatal("checksum wrong after clamping")
+	}
+	if ClampMSS(syn, 1300) {
+		t.Fatal("an MSS already below the limit was raised")
+	}
+	ack := superPacket(false, nil, 0x10)
+	if ClampMSS(ack, 100) {
+		t.Fatal("a segment without SYN was changed")
+	}
+}
+
+func FuzzComplete(f *testing.F) {
+	f.Add([]byte{0, 1, 0, 0, 0x78, 0x05, 0, 0, 0, 0}, superPacket(false, make([]byte, 3000), 0x18))
+	f.Add([]byte{1, 0, 0, 0, 0, 0, 0, 0, 0, 0}, superPacket(true, []byte("x"), 0x18))
+	f.Fuzz(func(t *testing.T, hdr, pkt []byte) {
+		h, err := ParseVnetHdr(hdr)
+		if err != nil {
+			return
+		}
+		if h.GSOSize != 0 && h.GSOSize < 8 {
+			return // tiny segments of a 64 KiB packet only cost time
+		}
+		segs, err := Complete(h, pkt, nil)
+		if err != nil {
+			return
+		}
+		for _, s := range segs {
+			if _, err := parseIP(s); err != nil {
+				t.Fatalf("produced a segment that is not IP: %x", s)
+			}
+		}
+	})
+}
+
+func FuzzClampMSS(f *testing.F) {
+	f.Add(superPacket(false, nil, 0x02), uint16(1200))
+	f.Fuzz(func(t *testing.T, pkt []byte, mss uint16) {
+		ClampMSS(pkt, mss)
+	})
+}
+
+func addr4(a, b, c, d byte) tcpip.Address { return tcpip.AddrFrom4([4]byte{a, b, c, d}) }
+
+func addr(a netip.Addr) tcpip.Address { return tcpip.AddrFromSlice(a.AsSlice()) }
+
+func TestEchoReply(t *testing.T) {
+	// An ICMP echo request 10.200.0.1 -> 10.77.0.1 with 8 bytes of data.
+	req := make([]byte, 36)
+	req[0], req[2], req[3], req[8], req[9] = 0x45, 0, 36, 64, 1
+	copy(req[12:], []byte{10, 200, 0, 1})
+	copy(req[16:], []byte{10, 77, 0, 1})
+	ipv4HeaderChecksum(req, 20)
+	req[20] = 8
+	binary.BigEndian.PutUint16(req[24:], 0x1234) // id
+	binary.BigEndian.PutUint16(req[26:], 7)      // seq
+	copy(req[28:], "hoplink!")
+	binary.BigEndian.PutUint16(req[22:], ^checksum.Checksum(req[20:], 0))
+
+	r := EchoReply(req)
+	if r == nil {
+		t.Fatal("no reply to an echo request")
+	}
+	if !header.IPv4(r).IsChecksumValid() || header.IPv4(r).SourceAddress() != addr4(10, 77, 0, 1) || header.IPv4(r).DestinationAddress() != addr4(10, 200, 0, 1) {
+		t.Fatalf("reply header %x", r[:20])
+	}
+	m := header.ICMPv4(r[20:])
+	if m.Type() != header.ICMPv4EchoReply || m.Ident() != 0x1234 || m.Sequence() != 7 || string(m.Payload()) != "hoplink!" || checksum.Checksum(r[20:], 0) != 0xffff {
+		t.Fatalf("reply message %x", r[20:])
+	}
+	if EchoReply(r) != nil {
+		t.Fatal("answered a reply")
+	}
+	tcp := superPacket(false, []byte("x"), 0x18)
+	if EchoReply(tcp) != nil {
+		t.Fatal("answered a TCP segment")
+	}
+}
+
+func FuzzEchoReply(f *testing.F) {
+	f.Add(superPacket(false, nil, 0x02))
+	f.Fuzz(func(t *testing.T, pkt []byte) {
+		if r := EchoReply(pkt); r != nil && len(r) != len(pkt) {
+			t.Fatalf("reply of %d bytes to a %d-byte request", len(r), len(pkt))
+		}
+	})
+}
