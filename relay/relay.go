@@ -59,6 +59,9 @@ type Config struct {
 	// the relay follows the routes in the Chains' status, which the
 	// operator's route controller writes.
 	Route bool
+	// NoTUNOffload opens tun Tunnels' devices without segmentation offload
+	// (for comparison; offload is on by default where the kernel has it).
+	NoTUNOffload bool
 }
 
 // Relay is one running relay.
@@ -76,6 +79,8 @@ type Relay struct {
 
 	mu      sync.Mutex
 	tunnels map[string]*entryTunnel // open listeners by Tunnel key
+
+	exits map[string]*packetExit // exit devices of packet-mode Tunnels, by key
 
 	links   *probe.Links
 	targets *probe.Targets
@@ -108,7 +113,8 @@ func New(cfg Config) (*Relay, error) {
 		cfg.Log = slog.Default()
 	}
 	cfg.Log = cfg.Log.With("relay", cfg.Name)
-	r := &Relay{cfg: cfg, flows: make(chan struct{}, cfg.MaxFlows), tunnels: map[string]*entryTunnel{}, routes: newRoutes()}
+	r := &Relay{cfg: cfg, flows: make(chan struct{}, cfg.MaxFlows), tunnels: map[string]*entryTunnel{}, routes: newRoutes(),
+		exits: map[string]*packetExit{}}
 	r.links = probe.NewLinks(probe.LinkOptions{Relay: cfg.Name, Metrics: cfg.Metrics, Conn: func(peer string) probe.Sender {
 		if c := r.ep.Live(peer); c != nil {
 			return c
@@ -167,6 +173,7 @@ func (r *Relay) Start() error {
 		return fmt.Errorf("RelayNode %q: spec.listen: %w", r.cfg.Name, err)
 	}
 	r.connectPeers(set)
+	r.syncPacketExits(set)
 	for _, t := range set.EntryTunnels(r.cfg.Name) {
 		if err := r.openTunnel(t); err != nil {
 			r.Close()
@@ -221,6 +228,7 @@ func (r *Relay) Update(set *manifest.Set) error {
 	r.set.Store(set)
 	r.connectPeers(set)
 	r.routingUpdated(set)
+	r.syncPacketExits(set)
 	want := map[string]*v1alpha1.Tunnel{}
 	for _, t := range set.EntryTunnels(r.cfg.Name) {
 		want[manifest.Key(t.Namespace, t.Name)] = t
@@ -251,7 +259,10 @@ func (r *Relay) Update(set *manifest.Set) error {
 }
 
 func (r *Relay) openTunnel(t *v1alpha1.Tunnel) error {
-	addr := net.JoinHostPort(t.Spec.Listen.Address, strconv.Itoa(int(t.Spec.Listen.Port)))
+	var addr string
+	if l := t.Spec.Listen; l != nil {
+		addr = net.JoinHostPort(l.Address, strconv.Itoa(int(l.Port)))
+	}
 	key := manifest.Key(t.Namespace, t.Name)
 	var stop func()
 	switch t.Spec.Protocol {
@@ -279,6 +290,11 @@ func (r *Relay) openTunnel(t *v1alpha1.Tunnel) error {
 			defer r.wg.Done()
 			u.serve()
 		}()
+	case v1alpha1.ProtocolTUN:
+		var err error
+		if stop, err = r.openTUN(t, key); err != nil {
+			return fmt.Errorf("Tunnel %q: %w", key, err)
+		}
 	default:
 		return fmt.Errorf("Tunnel %q: spec.protocol %q is not supported", key, t.Spec.Protocol)
 	}
@@ -289,6 +305,11 @@ func (r *Relay) openTunnel(t *v1alpha1.Tunnel) error {
 	var route any = manifest.Route(chain)
 	if chain.Spec.Mode.Routed() {
 		route = "by measurement"
+	}
+	if u := t.Spec.TUN; u != nil {
+		r.cfg.Log.Info("tunnel open", "tunnel", key, "protocol", t.Spec.Protocol, "device", u.Name, "address", u.Address,
+			"routes", u.Routes, "mode", u.Mode, "chain", chain.Name, "route", route)
+		return nil
 	}
 	r.cfg.Log.Info("tunnel open", "tunnel", key, "protocol", t.Spec.Protocol, "listen", addr,
 		"chain", chain.Name, "mode", chain.Spec.Mode, "route", route, "target", t.Spec.Target)
@@ -309,6 +330,7 @@ func (r *Relay) Close() error {
 	if r.ctl != nil {
 		r.ctl.Close()
 	}
+	r.closePacketExits()
 	r.cancel()
 	var err error
 	if r.tl != nil {
@@ -382,6 +404,21 @@ func (r *Relay) handleStream(c *rquic.Conn, s *quicgo.Stream) {
 		return
 	}
 	t, reason, err := r.authorize(c.Peer, &h)
+	if err == nil && h.Kind == hop.KindPacket && len(h.Route) == 1 {
+		x, xerr := r.packetExit(h.Tunnel)
+		if xerr != nil {
+			r.reject(s, c.Peer, "no_device", xerr, h)
+			return
+		}
+		if !r.acquire() {
+			r.flowError(h.Tunnel, "flow_limit")
+			resetStream(s, hop.CodeRejected)
+			return
+		}
+		defer r.release()
+		r.servePacketQUIC(c, s, x)
+		return
+	}
 	if err != nil {
 		r.reject(s, c.Peer, reason, err, h)
 		return
@@ -399,7 +436,7 @@ func (r *Relay) handleStream(c *rquic.Conn, s *quicgo.Stream) {
 		r.exitUDP(c, s, &h, t)
 	case h.Kind == hop.KindTCP:
 		r.middleTCP(newStreamEnd(s), &h, t)
-	default:
+	default: // a UDP or packet session: datagrams and frames
 		r.middle(c, s, &h)
 	}
 }
@@ -425,8 +462,24 @@ func (r *Relay) handleTLS(peer string, c *tls.Conn) {
 		return
 	}
 	t, reason, err := r.authorize(peer, &h)
-	if err == nil && h.Kind != hop.KindTCP {
+	if err == nil && h.Kind == hop.KindUDP {
 		reason, err = "wrong_protocol", fmt.Errorf("UDP sessions ride QUIC, not TLS")
+	}
+	if err == nil && h.Kind == hop.KindPacket && len(h.Route) == 1 {
+		x, xerr := r.packetExit(h.Tunnel)
+		if xerr != nil {
+			r.reject(nil, peer, "no_device", xerr, h)
+			in.abort()
+			return
+		}
+		if !r.acquire() {
+			r.flowError(h.Tunnel, "flow_limit")
+			in.abort()
+			return
+		}
+		defer r.release()
+		r.servePacketTLS(in, x)
+		return
 	}
 	if err != nil {
 		r.reject(nil, peer, reason, err, h)
@@ -455,14 +508,25 @@ func (r *Relay) authorize(peer string, h *hop.Header) (*v1alpha1.Tunnel, string,
 	if t == nil {
 		return nil, "unknown_tunnel", fmt.Errorf("no Tunnel %q", h.Tunnel)
 	}
-	if string(t.Spec.Protocol) != h.Kind.String() {
+	u := t.Spec.TUN
+	tunFlow := u != nil && u.Mode == v1alpha1.TunFlow && (h.Kind == hop.KindTCP || h.Kind == hop.KindUDP)
+	tunPacket := u != nil && u.Mode == v1alpha1.TunPacket && h.Kind == hop.KindPacket
+	if string(t.Spec.Protocol) != h.Kind.String() && !tunFlow && !tunPacket {
 		return nil, "wrong_protocol", fmt.Errorf("Tunnel %q is %s, stream is %s", h.Tunnel, t.Spec.Protocol, h.Kind)
 	}
 	chain := set.ChainOf(t)
 	if !manifest.AllowsHop(chain, peer, r.cfg.Name, h.Route) {
 		return nil, "bad_route", fmt.Errorf("route %v from %q is not a route of Chain %q", h.Route, peer, chain.Name)
 	}
-	if h.Target != t.Spec.Target {
+	if tunPacket {
+		return t, "", nil // its packets are checked one by one at the exit
+	}
+	if tunFlow {
+		// A tun Tunnel reaches the addresses of its routes, and no other.
+		if !manifest.TunReaches(t, h.Target) {
+			return nil, "bad_target", fmt.Errorf("target %q is outside Tunnel %q's routes %v", h.Target, h.Tunnel, t.Spec.TUN.Routes)
+		}
+	} else if h.Target != t.Spec.Target {
 		return nil, "bad_target", fmt.Errorf("target %q is not Tunnel %q's target", h.Target, h.Tunnel)
 	}
 	return t, "", nil

@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"errors"
 	"net"
 	"time"
 
@@ -42,56 +43,67 @@ func (r *Relay) serveTCP(ln *net.TCPListener, t *v1alpha1.Tunnel) {
 	}
 }
 
-// entryTCP carries one client connection into the chain.
+// entryTCP carries one client connection of a TCP Tunnel into the chain.
 func (r *Relay) entryTCP(c *net.TCPConn, t *v1alpha1.Tunnel, key string) {
+	a, err := newTCPEnd(c)
+	if err != nil {
+		c.Close()
+		return
+	}
+	r.entryFlow(a, t, key, t.Spec.Target)
+}
+
+// entryFlow carries one flow into the chain toward target: a TCP Tunnel's
+// client, or a TCP flow a tun Tunnel's stack terminated.
+func (r *Relay) entryFlow(in end, t *v1alpha1.Tunnel, key, target string) {
 	start := time.Now()
 	fm, done := r.begin(key, "entry")
 	defer done()
 	ctx, cancel := r.setupContext()
 	defer cancel()
+	var route []string
+	err := errors.New("the Tunnel's chain is gone")
 	chain := r.set.Load().ChainOf(t)
-	if chain == nil {
-		c.SetLinger(0)
-		c.Close()
-		return
+	if chain != nil {
+		route, err = r.routeOf(ctx, chain)
 	}
-	route, err := r.routeOf(ctx, chain)
 	if err != nil {
 		r.flowError(key, "no_route")
 		r.cfg.Log.Warn("no route for flow", "tunnel", key, "err", err)
-		c.SetLinger(0)
-		c.Close()
+		in.abort()
 		return
 	}
 	if len(route) == 1 {
-		// The entry is the exit: a plain port forward, spliced in the kernel.
-		tc, err := r.dialTarget(key, t.Spec.Target, "entry", start)
+		// The entry is the exit: a plain port forward, spliced in the
+		// kernel when both ends are sockets.
+		tc, err := r.dialTarget(key, target, "entry", start)
 		if err != nil {
-			c.SetLinger(0)
-			c.Close()
+			in.abort()
 			return
 		}
-		spliceTCP(c, tc, fm.up, fm.down)
+		if a, ok := in.(*tcpEnd); ok {
+			spliceTCP(a.c, tc, fm.up, fm.down)
+			return
+		}
+		b, err := newTCPEnd(tc)
+		if err != nil {
+			in.abort()
+			tc.Close()
+			return
+		}
+		pipe(in, b, fm.up, fm.down)
 		return
 	}
-	out, err := r.nextHopEnd(ctx, &hop.Header{Kind: hop.KindTCP, Tunnel: key, Route: route[1:], Target: t.Spec.Target},
-		chain.Spec.Transport)
+	out, err := r.nextHopEnd(ctx, &hop.Header{Kind: hop.KindTCP, Tunnel: key, Route: route[1:], Target: target}, chain.Spec.Transport)
 	cancel()
 	if err != nil {
 		r.flowError(key, "next_hop")
 		r.cfg.Log.Warn("next hop unavailable", "tunnel", key, "next", route[1], "err", err)
-		c.SetLinger(0)
-		c.Close()
+		in.abort()
 		return
 	}
 	r.cfg.Metrics.FlowSetup.WithLabelValues(r.cfg.Name, key, "entry").Observe(time.Since(start).Seconds())
-	a, err := newTCPEnd(c)
-	if err != nil {
-		out.abort()
-		c.Close()
-		return
-	}
-	pipe(a, out, fm.up, fm.down)
+	pipe(in, out, fm.up, fm.down)
 }
 
 // exitTCP connects a flow to its target.

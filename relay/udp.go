@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	quicgo "github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/quicvarint"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/relay/hop"
@@ -34,13 +35,32 @@ type packetSender struct {
 	c  *rquic.Conn
 	s  *quicgo.Stream
 	id uint64
+	// maxPayload is the largest datagram payload the connection takes, as
+	// its last refusal said (quic-go's ceiling until then).
+	maxPayload atomic.Int64
 
 	mu    sync.Mutex // serializes frame writes to s
 	frame []byte
 }
 
+// defaultMaxDatagram is quic-go's largest datagram payload on a path whose
+// MTU discovery reached its 1452-byte packets.
+const defaultMaxDatagram = 1424
+
 func newPacketSender(c *rquic.Conn, s *quicgo.Stream) *packetSender {
-	return &packetSender{c: c, s: s, id: uint64(s.StreamID())}
+	p := &packetSender{c: c, s: s, id: uint64(s.StreamID())}
+	p.maxPayload.Store(defaultMaxDatagram)
+	return p
+}
+
+// mss is the TCP MSS whose segments (of this IP packet's version) fit one
+// datagram of this hop.
+func (p *packetSender) mss(ipPacket []byte) uint16 {
+	hdr := 20
+	if len(ipPacket) > 0 && ipPacket[0]>>4 == 6 {
+		hdr = 40
+	}
+	return uint16(max(p.maxPayload.Load()-int64(quicvarint.Len(p.id))-int64(hdr)-20, 536))
 }
 
 func (p *packetSender) send(b []byte) error {
@@ -49,6 +69,7 @@ func (p *packetSender) send(b []byte) error {
 	if !errors.As(err, &tooLarge) {
 		return err
 	}
+	p.maxPayload.Store(tooLarge.MaxDatagramPayloadSize)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.frame == nil {
@@ -425,7 +446,7 @@ func (r *Relay) exitUDP(c *rquic.Conn, s *quicgo.Stream, h *hop.Header, t *v1alp
 	}()
 	// Replies from the target. The idle timeout also holds here, so an exit
 	// never keeps a session whose entry vanished.
-	idle := time.Duration(t.Spec.UDP.IdleTimeoutSeconds) * time.Second
+	idle := udpIdle(t)
 	buf := make([]byte, hop.MaxFrame)
 	for {
 		tc.SetReadDeadline(time.Now().Add(min(idle, time.Second)))
@@ -464,4 +485,13 @@ const udpSocketBuffer = 4 << 20
 func sizeUDP(c *net.UDPConn) {
 	_ = c.SetReadBuffer(udpSocketBuffer)
 	_ = c.SetWriteBuffer(udpSocketBuffer)
+}
+
+// udpIdle is how long a UDP session of the Tunnel lives without traffic:
+// its spec's, or the default for a tun Tunnel's UDP flows.
+func udpIdle(t *v1alpha1.Tunnel) time.Duration {
+	if t.Spec.UDP != nil && t.Spec.UDP.IdleTimeoutSeconds > 0 {
+		return time.Duration(t.Spec.UDP.IdleTimeoutSeconds) * time.Second
+	}
+	return v1alpha1.DefaultUDPIdleTimeout * time.Second
 }

@@ -60,7 +60,7 @@ func useSlog(log *slog.Logger) {
 	klog.SetLogger(l)
 }
 
-func runKubeRelay(log *slog.Logger, kf *kubeFlags, name, metricsAddr string, profiling bool, maxFlows int) error {
+func runKubeRelay(log *slog.Logger, kf *kubeFlags, name, metricsAddr string, profiling bool, o kube.Options) error {
 	if name == "" {
 		return fmt.Errorf("--relaynode: required: the RelayNode this process runs")
 	}
@@ -70,7 +70,8 @@ func runKubeRelay(log *slog.Logger, kf *kubeFlags, name, metricsAddr string, pro
 		return fmt.Errorf("kubernetes config: %w", err)
 	}
 	reg, m := newRegistry()
-	k, err := kube.New(kube.Options{Config: cfg, Namespace: kf.ns("default"), Name: name, Metrics: m, Log: log, MaxFlows: maxFlows})
+	o.Config, o.Namespace, o.Name, o.Metrics, o.Log = cfg, kf.ns("default"), name, m, log
+	k, err := kube.New(o)
 	if err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/hoplink/hoplink/relay"
 	"github.com/hoplink/hoplink/relay/admin"
+	"github.com/hoplink/hoplink/relay/kube"
 	"github.com/hoplink/hoplink/relay/local"
 	"github.com/hoplink/hoplink/relay/manifest"
 	"github.com/hoplink/hoplink/relay/metrics"
@@ -66,7 +67,7 @@ func serveUntilSignal(log *slog.Logger, metricsAddr string, profiling bool, reg 
 func newLocalCmd(lf *logFlags) *cobra.Command {
 	var files []string
 	var metricsAddr string
-	var profiling bool
+	var profiling, tunOffload bool
 	cmd := &cobra.Command{
 		Use:   "local -f FILE_OR_DIR",
 		Short: "Run every relay of the manifests in this process, with an in-memory CA",
@@ -81,7 +82,7 @@ func newLocalCmd(lf *logFlags) *cobra.Command {
 				return err
 			}
 			reg, m := newRegistry()
-			n, err := local.Start(set, m, log)
+			n, err := local.Start(set, relay.Config{Metrics: m, Log: log, NoTUNOffload: !tunOffload})
 			if err != nil {
 				return err
 			}
@@ -92,6 +93,7 @@ func newLocalCmd(lf *logFlags) *cobra.Command {
 	cmd.Flags().StringSliceVarP(&files, "file", "f", nil, "manifest file or directory (repeatable)")
 	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz here, e.g. 127.0.0.1:9090")
 	cmd.Flags().BoolVar(&profiling, "pprof", false, "also serve /debug/pprof on --metrics-addr")
+	cmd.Flags().BoolVar(&tunOffload, "tun-offload", true, "open tun Tunnels' devices with segmentation offload where the kernel has it")
 	return cmd
 }
 
@@ -101,7 +103,7 @@ func newRelayCmd(lf *logFlags) *cobra.Command {
 		name, metricsAddr, certDir string
 		caFile, certFile, keyFile  string
 		maxFlows                   int
-		profiling                  bool
+		profiling, tunOffload      bool
 		kubeMode                   bool
 		kf                         kubeFlags
 	)
@@ -126,7 +128,7 @@ Secret the operator issued, all watched and applied while the relay runs.`,
 				if len(files) > 0 || certDir != "" || caFile != "" || certFile != "" || keyFile != "" {
 					return fmt.Errorf("--kube reads manifests and certificates from the cluster: drop -f, --certs, --ca, --cert and --key")
 				}
-				return runKubeRelay(log, &kf, name, metricsAddr, profiling, maxFlows)
+				return runKubeRelay(log, &kf, name, metricsAddr, profiling, kube.Options{MaxFlows: maxFlows, NoTUNOffload: !tunOffload})
 			}
 			if name == "" {
 				return fmt.Errorf("--name: required: the RelayNode this process runs")
@@ -148,7 +150,7 @@ Secret the operator issued, all watched and applied while the relay runs.`,
 				return err
 			}
 			reg, m := newRegistry()
-			r, err := relay.New(relay.Config{Name: name, Manifests: set, Identity: id, Metrics: m, Log: log, MaxFlows: maxFlows, Route: true})
+			r, err := relay.New(relay.Config{Name: name, Manifests: set, Identity: id, Metrics: m, Log: log, MaxFlows: maxFlows, Route: true, NoTUNOffload: !tunOffload})
 			if err != nil {
 				return err
 			}
@@ -171,6 +173,7 @@ Secret the operator issued, all watched and applied while the relay runs.`,
 	f.StringVar(&metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz here, e.g. 127.0.0.1:9090")
 	f.BoolVar(&profiling, "pprof", false, "also serve /debug/pprof on --metrics-addr")
 	f.IntVar(&maxFlows, "max-flows", relay.DefaultMaxFlows, "most flows this relay carries at once")
+	f.BoolVar(&tunOffload, "tun-offload", true, "open tun Tunnels' devices with segmentation offload where the kernel has it")
 	return cmd
 }
 

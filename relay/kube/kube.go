@@ -42,6 +42,8 @@ type Options struct {
 	Metrics   *metrics.Metrics
 	Log       *slog.Logger
 	MaxFlows  int
+	// NoTUNOffload opens tun Tunnels' devices without offload.
+	NoTUNOffload bool
 }
 
 // Relay is a relay driven by the Kubernetes API.
@@ -183,7 +185,8 @@ func (k *Relay) start(set *manifest.Set, secret *corev1.Secret) error {
 	if err != nil {
 		return fmt.Errorf("certificate Secret %s: %w", secret.Name, err)
 	}
-	r, err := relay.New(relay.Config{Name: k.o.Name, Manifests: set, Identity: id, Metrics: k.o.Metrics, Log: k.o.Log, MaxFlows: k.o.MaxFlows})
+	r, err := relay.New(relay.Config{Name: k.o.Name, Manifests: set, Identity: id, Metrics: k.o.Metrics, Log: k.o.Log,
+		MaxFlows: k.o.MaxFlows, NoTUNOffload: k.o.NoTUNOffload})
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/hoplink/hoplink/relay"
 	"github.com/hoplink/hoplink/relay/manifest"
 	"github.com/hoplink/hoplink/relay/metrics"
 )
@@ -74,7 +75,7 @@ func networkOver(t *testing.T, transport string, nRelays int, route []string, tu
 		t.Fatalf("manifests: %v\n%s", err, b.String())
 	}
 	m := metrics.New(prometheus.NewRegistry())
-	n, err := Start(set, m, testLogger())
+	n, err := Start(set, relay.Config{Metrics: m, Log: testLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/hoplink/hoplink/relay"
 	"github.com/hoplink/hoplink/relay/manifest"
-	"github.com/hoplink/hoplink/relay/metrics"
 	"github.com/hoplink/hoplink/relay/pki"
 	"github.com/hoplink/hoplink/relay/routectl"
 )
@@ -22,9 +21,14 @@ type Network struct {
 	CA     *pki.CA
 }
 
-// Start starts every relay. All relays share this host, so listeners that
-// would collide are refused before anything binds.
-func Start(set *manifest.Set, m *metrics.Metrics, log *slog.Logger) (*Network, error) {
+// Start starts every relay, each configured as base says (metrics, log,
+// limits) with its own name and certificate. All relays share this host,
+// so listeners that would collide are refused before anything binds.
+func Start(set *manifest.Set, base relay.Config) (*Network, error) {
+	log := base.Log
+	if log == nil {
+		log = slog.Default()
+	}
 	if err := set.CheckSingleHost(); err != nil {
 		return nil, err
 	}
@@ -38,7 +42,9 @@ func Start(set *manifest.Set, m *metrics.Metrics, log *slog.Logger) (*Network, e
 		if err != nil {
 			return nil, err
 		}
-		r, err := relay.New(relay.Config{Name: rn.Name, Manifests: set, Identity: id, Metrics: m, Log: log, Route: true})
+		c := base
+		c.Name, c.Manifests, c.Identity, c.Route = rn.Name, set, id, true
+		r, err := relay.New(c)
 		if err == nil {
 			err = r.Start()
 		}

@@ -14,6 +14,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/hoplink/hoplink/hack/linkemu"
+	"github.com/hoplink/hoplink/relay"
 	"github.com/hoplink/hoplink/relay/manifest"
 	"github.com/hoplink/hoplink/relay/metrics"
 )
@@ -55,7 +56,7 @@ func startEmulated(t *testing.T, relays []string, links map[[2]string]time.Durat
 		t.Fatalf("manifests: %v\n%s", err, b.String())
 	}
 	e.reg = prometheus.NewRegistry()
-	e.n, err = Start(set, metrics.New(e.reg), testLogger())
+	e.n, err = Start(set, relay.Config{Metrics: metrics.New(e.reg), Log: testLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}

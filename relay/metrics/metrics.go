@@ -35,6 +35,13 @@ type Metrics struct {
 	ChainRoute *prometheus.GaugeVec
 	// Route is set by relays that route the chains they enter.
 	Route *Route
+
+	// TUN Tunnels: packets and bytes through the device (direction in is
+	// from the device), drops by reason, flows by protocol.
+	TUNPackets *prometheus.CounterVec
+	TUNBytes   *prometheus.CounterVec
+	TUNDropped *prometheus.CounterVec
+	TUNFlows   *prometheus.CounterVec
 }
 
 // New creates the metrics and registers them with reg.
@@ -123,11 +130,27 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "hoplink_chain_route_info",
 			Help: "1 for the route (relays joined by commas) a relay knows a chain's new flows to take.",
 		}, []string{"relay", "chain", "route"}),
+		TUNPackets: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hoplink_tun_packets_total",
+			Help: "Packets through a tun Tunnel's device; direction in is read from the device, out written to it. With offload a packet may be a 64 KiB super-packet.",
+		}, []string{"relay", "tunnel", "direction"}),
+		TUNBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hoplink_tun_bytes_total",
+			Help: "Bytes through a tun Tunnel's device, by direction.",
+		}, []string{"relay", "tunnel", "direction"}),
+		TUNDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hoplink_tun_dropped_packets_total",
+			Help: "Packets a tun Tunnel dropped, by reason (not_routed, not_source, malformed, not_ip, write_failed, send_failed, unsupported_gso, queue_full).",
+		}, []string{"relay", "tunnel", "reason"}),
+		TUNFlows: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hoplink_tun_flows_total",
+			Help: "Flows a tun Tunnel's stack terminated (flow mode), by protocol.",
+		}, []string{"relay", "tunnel", "protocol"}),
 	}
 	reg.MustRegister(m.Bytes, m.Flows, m.ActiveFlows, m.FlowSetup, m.FlowErrors, m.Rejected,
 		m.PeerUp, m.Handshakes, m.UDPSessions, m.UDPDropped,
 		m.LinkUp, m.LinkRTT, m.LinkRTTMin, m.LinkSmoothed, m.LinkJitter, m.LinkLoss, m.LinkProbes,
-		m.TargetRTT, m.TargetUp, m.ChainRoute)
+		m.TargetRTT, m.TargetUp, m.ChainRoute, m.TUNPackets, m.TUNBytes, m.TUNDropped, m.TUNFlows)
 	m.Route = NewRoute(reg)
 	return m
 }

@@ -1,0 +1,210 @@
+//go:build linux
+
+// Package netstack terminates the TCP and UDP flows that enter a tun
+// Tunnel's device in gvisor's userspace TCP/IP stack, and hands each one to
+// the relay as a connection with its original destination, as wireguard-go
+// and Tailscale do. The stack is promiscuous: it answers for every address
+// the device's routes send it, and only for those.
+package netstack
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv6"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/icmp"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
+	"gvisor.dev/gvisor/pkg/waiter"
+)
+
+// Options configure a Stack.
+type Options struct {
+	// Device is the TUN device's file; Offload says whether it carries
+	// virtio-net headers (with TCP segmentation offload only: the link
+	// hands packets to the stack whole).
+	Device  *os.File
+	Offload bool
+	MTU     int
+	// Allowed says whether a destination is one the tunnel reaches (its
+	// routes); flows to others are refused.
+	Allowed func(netip.Addr) bool
+	// TCP takes each new TCP connection, on its own goroutine, and owns it.
+	// Abort resets it.
+	TCP func(c *TCPConn, dst netip.AddrPort)
+	// UDP takes each new UDP flow (a source and destination pair), on its
+	// own goroutine, and owns it.
+	UDP func(c net.Conn, src, dst netip.AddrPort)
+	// MaxInFlight bounds TCP handshakes in progress.
+	MaxInFlight int
+	Stats       *Stats
+}
+
+// TCPConn is a terminated TCP flow.
+type TCPConn struct {
+	*gonet.TCPConn
+	ep tcpip.Endpoint
+}
+
+// Abort resets the connection, as a refused or failed flow must.
+func (c *TCPConn) Abort() { c.ep.Abort() }
+
+// Stack is a running stack on a device.
+type Stack struct {
+	s    *stack.Stack
+	link *link
+	wg   sync.WaitGroup
+}
+
+const nic = 1
+
+// TCP buffer bounds: enough for a few Gbit/s at LAN round trips, bounded
+// per connection.
+const (
+	tcpBufDefault = 1 << 20
+	tcpBufMax     = 8 << 20
+)
+
+// New starts a stack on the device.
+func New(o Options) (*Stack, error) {
+	if o.MaxInFlight <= 0 {
+		o.MaxInFlight = 1024
+	}
+	if o.Stats == nil {
+		o.Stats = &Stats{}
+	}
+	s := stack.New(stack.Options{
+		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol},
+		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol, icmp.NewProtocol4, icmp.NewProtocol6},
+	})
+	st := &Stack{s: s, link: newLink(o.Device, o.MTU, o.Offload, o.Allowed, o.Stats)}
+	for _, opt := range []tcpip.SettableTransportProtocolOption{
+		new(tcpip.TCPSACKEnabled),
+		&tcpip.TCPReceiveBufferSizeRangeOption{Min: 4096, Default: tcpBufDefault, Max: tcpBufMax},
+		&tcpip.TCPSendBufferSizeRangeOption{Min: 4096, Default: tcpBufDefault, Max: tcpBufMax},
+		new(tcpip.TCPModerateReceiveBufferOption),
+	} {
+		switch v := opt.(type) {
+		case *tcpip.TCPSACKEnabled:
+			*v = true
+		case *tcpip.TCPModerateReceiveBufferOption:
+			*v = true
+		}
+		if err := s.SetTransportProtocolOption(tcp.ProtocolNumber, opt); err != nil {
+			return nil, fmt.Errorf("TCP option %T: %v", opt, err)
+		}
+	}
+	if err := s.CreateNIC(nic, st.link); err != nil {
+		return nil, fmt.Errorf("create NIC: %v", err)
+	}
+	// Promiscuous and spoofing: the stack takes packets for any address
+	// and answers from it, as the destination the client meant.
+	s.SetPromiscuousMode(nic, true)
+	s.SetSpoofing(nic, true)
+	s.SetRouteTable([]tcpip.Route{
+		{Destination: header.IPv4EmptySubnet, NIC: nic},
+		{Destination: header.IPv6EmptySubnet, NIC: nic},
+	})
+
+	tcpFwd := tcp.NewForwarder(s, 0, o.MaxInFlight, func(r *tcp.ForwarderRequest) {
+		id := r.ID()
+		dst := netip.AddrPortFrom(addrOf(id.LocalAddress), id.LocalPort)
+		if !o.Allowed(dst.Addr()) {
+			o.Stats.drop("not_routed")
+			r.Complete(true) // RST: this tunnel does not reach it
+			return
+		}
+		var wq waiter.Queue
+		ep, err := r.CreateEndpoint(&wq)
+		if err != nil {
+			r.Complete(true)
+			return
+		}
+		r.Complete(false)
+		ep.SocketOptions().SetKeepAlive(true)
+		o.Stats.flow("tcp")
+		st.wg.Add(1)
+		go func() {
+			defer st.wg.Done()
+			o.TCP(&TCPConn{TCPConn: gonet.NewTCPConn(&wq, ep), ep: ep}, dst)
+		}()
+	})
+	s.SetTransportProtocolHandler(tcp.ProtocolNumber, tcpFwd.HandlePacket)
+
+	udpFwd := udp.NewForwarder(s, func(r *udp.ForwarderRequest) bool {
+		id := r.ID()
+		dst := netip.AddrPortFrom(addrOf(id.LocalAddress), id.LocalPort)
+		src := netip.AddrPortFrom(addrOf(id.RemoteAddress), id.RemotePort)
+		if !o.Allowed(dst.Addr()) {
+			o.Stats.drop("not_routed")
+			return true // handled: dropped
+		}
+		var wq waiter.Queue
+		ep, err := r.CreateEndpoint(&wq)
+		if err != nil {
+			return true
+		}
+		o.Stats.flow("udp")
+		st.wg.Add(1)
+		go func() {
+			defer st.wg.Done()
+			o.UDP(gonet.NewUDPConn(&wq, ep), src, dst)
+		}()
+		return true
+	})
+	s.SetTransportProtocolHandler(udp.ProtocolNumber, udpFwd.HandlePacket)
+	return st, nil
+}
+
+func addrOf(a tcpip.Address) netip.Addr {
+	ip, _ := netip.AddrFromSlice(a.AsSlice())
+	return ip.Unmap()
+}
+
+// Close stops the stack and waits for the flows' handlers. Close the
+// device after it, which ends the link's read.
+func (st *Stack) Close() {
+	st.s.Close()
+	st.s.Wait()
+	st.wg.Wait()
+}
+
+// Stats receives what a stack counts; the relay turns it into metrics. Any
+// field may be nil.
+type Stats struct {
+	In, Out func(bytes int)       // a packet from the device, or to it
+	Drop    func(reason string)   // a packet dropped
+	Flow    func(protocol string) // a flow terminated (tcp, udp)
+}
+
+func (s *Stats) drop(reason string) {
+	if s.Drop != nil {
+		s.Drop(reason)
+	}
+}
+
+func (s *Stats) flow(proto string) {
+	if s.Flow != nil {
+		s.Flow(proto)
+	}
+}
+
+func (s *Stats) in(n int) {
+	if s.In != nil {
+		s.In(n)
+	}
+}
+
+func (s *Stats) out(n int) {
+	if s.Out != nil {
+		s.Out(n)
+	}
+}
