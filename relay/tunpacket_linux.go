@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net/netip"
 	"os"
@@ -247,16 +248,20 @@ func gsoFlag(d *packetDevice) byte {
 	return 0
 }
 
+// errDeviceGone ends a packet entry whose device was deleted under it.
+var errDeviceGone = errors.New("the device is gone")
+
 // packetEntry keeps a packet-mode Tunnel's session to its exit, and pumps
 // the entry device into it.
 type packetEntry struct {
-	r      *Relay
-	t      *v1alpha1.Tunnel
-	key    string
-	dev    *packetDevice
-	ctx    context.Context
-	cancel context.CancelFunc
-	done   chan struct{}
+	failures tun.ReadFailures
+	r        *Relay
+	t        *v1alpha1.Tunnel
+	key      string
+	dev      *packetDevice
+	ctx      context.Context
+	cancel   context.CancelFunc
+	done     chan struct{}
 }
 
 func (r *Relay) startPacketEntry(t *v1alpha1.Tunnel, key string, dev *tun.Device, stats *netstack.Stats) (stop func()) {
@@ -278,6 +283,11 @@ func (p *packetEntry) run() {
 		start := time.Now()
 		err := p.session()
 		if p.ctx.Err() != nil {
+			return
+		}
+		if errors.Is(err, errDeviceGone) {
+			p.dev.stats.Drop("device_gone")
+			p.r.cfg.Log.Error("the device of a packet-mode Tunnel is gone; it carries nothing until the relay reopens it", "tunnel", p.key, "err", err)
 			return
 		}
 		if time.Since(start) > 10*time.Second {
@@ -362,8 +372,11 @@ func (p *packetEntry) session() error {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			continue
 		}
+		if p.failures.Gone(err) {
+			return fmt.Errorf("%w: %v", errDeviceGone, err)
+		}
 		if err != nil {
-			return err
+			continue
 		}
 		for i, pkt := range batch.pkts {
 			p.dev.stats.In(len(pkt))
@@ -420,6 +433,7 @@ func receiveFrames(r io.Reader, d *packetDevice) error {
 type packetExit struct {
 	t      *v1alpha1.Tunnel
 	key    string
+	log    *slog.Logger
 	dev    *packetDevice
 	prefix netip.Prefix // the device's
 	done   chan struct{}
@@ -457,7 +471,7 @@ func (r *Relay) openPacketExit(t *v1alpha1.Tunnel, key string) (*packetExit, err
 	if err != nil {
 		return nil, err
 	}
-	x := &packetExit{t: t, key: key, dev: &packetDevice{dev: dev, stats: r.tunStats(key)}, prefix: addr.Masked(),
+	x := &packetExit{t: t, key: key, log: r.cfg.Log, dev: &packetDevice{dev: dev, stats: r.tunStats(key)}, prefix: addr.Masked(),
 		done: make(chan struct{}), sources: map[netip.Addr]packetPeer{}}
 	go x.replies()
 	r.cfg.Log.Info("tun device up", "tunnel", key, "device", dev.Name, "address", addr, "sources", u.Sources, "offload", dev.Offload)
@@ -520,12 +534,18 @@ func (x *packetExit) replies() {
 	defer close(x.done)
 	batch := newPacketBatch()
 	touched := map[packetPeer]bool{}
+	var failures tun.ReadFailures
 	for {
-		if err := x.dev.read(batch); err != nil {
-			if x.dev.closed.Load() {
-				return
-			}
-			x.dev.stats.Drop("read_failed")
+		err := x.dev.read(batch)
+		if x.dev.closed.Load() {
+			return
+		}
+		if failures.Gone(err) {
+			x.dev.stats.Drop("device_gone")
+			x.log.Error("the exit device is gone; the Tunnel's sessions get no replies until the relay reopens it", "tunnel", x.key, "err", err)
+			return
+		}
+		if err != nil {
 			continue
 		}
 		for i, pkt := range batch.pkts {

@@ -4,7 +4,6 @@ package netstack
 
 import (
 	"encoding/binary"
-	"errors"
 	"net/netip"
 	"os"
 	"sync"
@@ -129,12 +128,16 @@ func (l *link) Close() {
 func (l *link) read() {
 	defer close(l.done)
 	buf := make([]byte, vnetHdrLen+maxSuperPacket)
+	var failures tun.ReadFailures
 	for {
 		n, err := l.f.Read(buf)
-		if err != nil {
-			if errors.Is(err, os.ErrClosed) || errors.Is(err, unix.EBADFD) || l.closed.Load() {
-				return
+		if failures.Gone(err) || err != nil && l.closed.Load() {
+			if !l.closed.Load() {
+				l.stats.drop("device_gone")
 			}
+			return
+		}
+		if err != nil {
 			continue // a packet the kernel failed to hand over
 		}
 		pkt := buf[:n]

@@ -152,3 +152,25 @@ func (d *Device) File() *os.File { return d.Dev.File() }
 // Close removes the device; the kernel removes its address and routes with
 // it.
 func (d *Device) Close() error { return d.Dev.Close() }
+
+// ReadFailures tells a read loop when its device is gone: a device that
+// was deleted (ip link del, its namespace removed) fails every read, with
+// errors that vary by kernel, where a live one fails a read now and then.
+type ReadFailures struct{ n int }
+
+// maxReadFailures in a row mean the device is gone.
+const maxReadFailures = 16
+
+// Gone records a read's error (nil for a good read) and reports whether
+// the loop should end.
+func (f *ReadFailures) Gone(err error) bool {
+	if err == nil {
+		f.n = 0
+		return false
+	}
+	if errors.Is(err, os.ErrClosed) || errors.Is(err, unix.EBADFD) {
+		return true
+	}
+	f.n++
+	return f.n >= maxReadFailures
+}

@@ -96,3 +96,50 @@ func TestHelperOpen(t *testing.T) {
 	_, err := Open(Config{Name: "hl0", Address: netip.MustParsePrefix("10.200.0.1/24"), MTU: 1420, Offload: true})
 	fmt.Println(err)
 }
+
+// A relay's read loop must end when its device is deleted under it (its
+// namespace removed, ip link del): a loop that retried forever spun a core.
+func TestReadFailuresSeeDeletedDevice(t *testing.T) {
+	node := inNamespace(t)
+	var d *Device
+	if err := node.Do(func() (err error) {
+		d, err = Open(Config{Name: "hl0", Address: netip.MustParsePrefix("10.200.0.1/24"), MTU: 1420, Offload: true})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if out, err := exec.Command("ip", "-n", node.NS, "link", "del", "hl0").CombinedOutput(); err != nil {
+		t.Fatalf("ip link del: %v\n%s", err, out)
+	}
+	buf := make([]byte, 65536)
+	var f ReadFailures
+	for i := 0; i <= maxReadFailures; i++ {
+		_, err := d.File().Read(buf)
+		if err == nil {
+			t.Fatal("a read of a deleted device succeeded")
+		}
+		if f.Gone(err) {
+			return
+		}
+	}
+	t.Fatalf("%d failed reads of a deleted device, still not gone", maxReadFailures+1)
+}
+
+func TestReadFailuresForgiveSporadicErrors(t *testing.T) {
+	var f ReadFailures
+	other := fmt.Errorf("a packet too big for the buffer")
+	for range 10 * maxReadFailures {
+		if f.Gone(other) || f.Gone(nil) {
+			t.Fatal("alternating failures and reads ended the loop")
+		}
+	}
+	for i := range maxReadFailures {
+		if gone := f.Gone(other); gone != (i == maxReadFailures-1) {
+			t.Fatalf("failure %d: gone=%v", i+1, gone)
+		}
+	}
+	if !new(ReadFailures).Gone(os.ErrClosed) {
+		t.Error("a closed file is not gone")
+	}
+}
