@@ -1,0 +1,222 @@
+#!/usr/bin/env bash
+# TUN benchmark, in one run so figures compare: iperf3 (one TCP stream)
+# between two network namespaces joined by a veth pair,
+#   directly over the veth;
+#   through wireguard-go (the Go module, configured with wg from Debian);
+#   through hoplink tun Tunnels, entry relay in the client's namespace and
+#     exit relay in the server's: flow mode and packet mode, over the TLS
+#     transport and over QUIC, with offload on and off.
+# Each figure is the median of REPEAT runs. Reported: Gbit/s, retransmits,
+# CPU of the forwarders (the two relays, or the two wireguard-go processes)
+# in cores, and the relays' peak RSS. It writes its table into
+# docs/benchmarks.md between the tun markers. Needs root.
+#
+#   hack/bench/tun.sh                         # DURATION=10 REPEAT=3, about 8 minutes
+#   DURATION=4 REPEAT=1 hack/bench/tun.sh     # a quick look
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$PWD
+
+DURATION=${DURATION:-10}
+REPEAT=${REPEAT:-3}
+OUT=${OUT:-docs/benchmarks.md}
+WG_VERSION=${WG_VERSION:-v0.0.0-20260522210424-ecfc5a8d5446} # the wireguard-go hoplink builds with
+
+log() { printf '\n== %s\n' "$*" >&2; }
+
+# --- tools -------------------------------------------------------------------
+missing=()
+for p in iperf3 wg ip python3; do command -v "$p" >/dev/null || missing+=("$p"); done
+if ((${#missing[@]})); then
+  pkgs=()
+  for p in "${missing[@]}"; do
+    case $p in wg) pkgs+=(wireguard-tools) ;; ip) pkgs+=(iproute2) ;; *) pkgs+=("$p") ;; esac
+  done
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${pkgs[@]}"
+fi
+WGGO=$root/bin/wireguard-go-$WG_VERSION
+if [[ ! -x $WGGO ]]; then
+  log "building wireguard-go $WG_VERSION (once; cached in bin/)"
+  GOBIN=$root/bin/wg-tmp go install "golang.zx2c4.com/wireguard@$WG_VERSION"
+  mv "$root/bin/wg-tmp/wireguard" "$WGGO" && rmdir "$root/bin/wg-tmp"
+fi
+make -s build
+HOPLINK=$root/bin/hoplink
+
+work=$(mktemp -d)
+A=hlb-a$$ B=hlb-b$$
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  ip netns del "$A" 2>/dev/null || true
+  ip netns del "$B" 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+start() { local name=$1; shift; (exec "$@") >"$work/$name.log" 2>&1 & last_pid=$!; pids+=("$last_pid"); }
+stop_all() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; pids=(); }
+
+# --- the two namespaces --------------------------------------------------------
+ip netns add "$A"; ip netns add "$B"
+ip -n "$A" link set lo up; ip -n "$B" link set lo up
+ip link add veth-a netns "$A" type veth peer name veth-b netns "$B"
+ip -n "$A" addr add 10.9.0.1/24 dev veth-a; ip -n "$B" addr add 10.9.0.2/24 dev veth-b
+ip -n "$A" link set veth-a up; ip -n "$B" link set veth-b up
+for i in 1 2 3 4; do ip -n "$B" addr add "10.77.$i.1/32" dev lo; done
+start iperf3 ip netns exec "$B" iperf3 -s
+
+cpu_ticks() { # summed utime+stime of pids, in clock ticks
+  local t=0 p
+  for p in "$@"; do t=$((t + $(awk '{print $14+$15}' "/proc/$p/stat"))); done
+  echo "$t"
+}
+peak_rss_mb() { # summed VmHWM of pids
+  local k=0 p
+  for p in "$@"; do k=$((k + $(awk '/VmHWM/{print $2}' "/proc/$p/status"))); done
+  python3 -c "print('%.1f' % ($k/1024))"
+}
+HZ=$(getconf CLK_TCK)
+
+# measure NAME ADDR PIDS...: REPEAT iperf3 runs; prints "gbps retransmits cores".
+measure() {
+  local name=$1 addr=$2; shift 2
+  local runs=()
+  for _ in $(seq "$REPEAT"); do
+    local t0 w0 t1 w1
+    t0=$(cpu_ticks "$@"); w0=$(date +%s.%N)
+    ip netns exec "$A" iperf3 -c "$addr" -t "$DURATION" -J >"$work/$name.json"
+    t1=$(cpu_ticks "$@"); w1=$(date +%s.%N)
+    runs+=("$(python3 - "$work/$name.json" "$t0" "$t1" "$w0" "$w1" "$HZ" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+s = j["end"]["sum_sent"]
+t0, t1, w0, w1, hz = map(float, sys.argv[2:])
+print("%.2f %d %.2f" % (j["end"]["sum_received"]["bits_per_second"] / 1e9, s.get("retransmits", 0), (t1 - t0) / hz / (w1 - w0)))
+PY
+)")
+    sleep 1
+  done
+  printf '%s\n' "${runs[@]}" | sort -n | sed -n "$(( (${#runs[@]} + 1) / 2 ))p"
+}
+
+declare -A RES MEM
+
+log "direct veth"
+RES[direct]=$(measure direct 10.9.0.2); echo "direct: ${RES[direct]}" >&2
+
+log "wireguard-go"
+ip netns exec "$A" wg genkey >"$work/ka"; ip netns exec "$A" wg pubkey <"$work/ka" >"$work/pa"
+ip netns exec "$B" wg genkey >"$work/kb"; ip netns exec "$B" wg pubkey <"$work/kb" >"$work/pb"
+start wga ip netns exec "$A" env WG_PROCESS_FOREGROUND=1 "$WGGO" wga0; wga=$last_pid
+start wgb ip netns exec "$B" env WG_PROCESS_FOREGROUND=1 "$WGGO" wgb0; wgb=$last_pid
+for _ in $(seq 50); do ip -n "$A" link show wga0 >/dev/null 2>&1 && ip -n "$B" link show wgb0 >/dev/null 2>&1 && break; sleep 0.1; done
+ip netns exec "$A" wg set wga0 private-key "$work/ka" listen-port 51820 peer "$(cat "$work/pb")" endpoint 10.9.0.2:51820 allowed-ips 10.10.0.2/32
+ip netns exec "$B" wg set wgb0 private-key "$work/kb" listen-port 51820 peer "$(cat "$work/pa")" endpoint 10.9.0.1:51820 allowed-ips 10.10.0.1/32
+ip -n "$A" addr add 10.10.0.1/24 dev wga0; ip -n "$B" addr add 10.10.0.2/24 dev wgb0
+ip -n "$A" link set wga0 up; ip -n "$B" link set wgb0 up
+# wireguard-go runs as "wireguard-go" children of ip netns exec: find their pids.
+wgpids=$(pgrep -f "$WGGO wg[ab]0" | tr '\n' ' ')
+RES[wireguard]=$(measure wireguard 10.10.0.2 $wgpids); echo "wireguard-go: ${RES[wireguard]}" >&2
+MEM[wireguard]=$(peak_rss_mb $wgpids)
+stop_all
+start iperf3 ip netns exec "$B" iperf3 -s
+
+# --- hoplink -------------------------------------------------------------------
+cat >"$work/tun.yaml" <<YAML
+apiVersion: hoplink.dev/v1alpha1
+kind: RelayNode
+metadata: {name: a}
+spec: {endpoints: ["10.9.0.1:7401"]}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: RelayNode
+metadata: {name: b}
+spec: {endpoints: ["10.9.0.2:7401"]}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: Chain
+metadata: {name: tls}
+spec: {entry: a, exit: b, route: [a, b], transport: tls}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: Chain
+metadata: {name: quic}
+spec: {entry: a, exit: b, route: [a, b]}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: Tunnel
+metadata: {name: flow-tls}
+spec: {chain: tls, protocol: tun, tun: {name: hl-ft, address: 10.201.0.1/24, routes: [10.77.1.0/24]}}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: Tunnel
+metadata: {name: pkt-tls}
+spec: {chain: tls, protocol: tun, tun: {name: hl-pt, address: 10.202.0.1/24, routes: [10.77.2.0/24], mode: packet}}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: Tunnel
+metadata: {name: flow-quic}
+spec: {chain: quic, protocol: tun, tun: {name: hl-fq, address: 10.203.0.1/24, routes: [10.77.3.0/24]}}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: Tunnel
+metadata: {name: pkt-quic}
+spec: {chain: quic, protocol: tun, tun: {name: hl-pq, address: 10.204.0.1/24, routes: [10.77.4.0/24], mode: packet}}
+YAML
+$HOPLINK cert ca --dir "$work/certs" >/dev/null
+$HOPLINK cert issue --dir "$work/certs" a b >/dev/null
+
+for offload in true false; do
+  log "hoplink relays, --tun-offload=$offload"
+  start "relay-b-$offload" ip netns exec "$B" "$HOPLINK" relay -f "$work/tun.yaml" --name b --certs "$work/certs" --tun-offload="$offload"
+  rb=$last_pid
+  start "relay-a-$offload" ip netns exec "$A" "$HOPLINK" relay -f "$work/tun.yaml" --name a --certs "$work/certs" --tun-offload="$offload"
+  ra=$last_pid
+  for _ in $(seq 100); do ip -n "$A" link show hl-pq >/dev/null 2>&1 && ip -n "$B" link show hl-pq >/dev/null 2>&1 && break; sleep 0.1; done
+  sleep 1
+  for t in flow-tls:1 pkt-tls:2 flow-quic:3 pkt-quic:4; do
+    name=${t%%:*}-$offload
+    RES[$name]=$(measure "$name" "10.77.${t#*:}.1" $ra $rb); echo "$name: ${RES[$name]}" >&2
+  done
+  MEM[hoplink-$offload]=$(peak_rss_mb $ra)/$(peak_rss_mb $rb)
+  stop_all
+  start iperf3 ip netns exec "$B" iperf3 -s
+done
+
+# --- table ---------------------------------------------------------------------
+f() { echo "${RES[$1]}" | cut -d' ' -f"$2"; }
+ratio() { python3 -c "print('%.2fx' % ($1/$2))"; }
+row() { # label key memory
+  printf '| %s | %s | %s | %s | %s | %s |\n' "$1" "$(f "$2" 1)" "$(ratio "$(f "$2" 1)" "$(f wireguard 1)")" "$(f "$2" 2)" "$(f "$2" 3)" "$3"
+}
+{
+  echo "<!-- tun:begin -->"
+  echo "Measured $(date -u +%Y-%m-%d) on this machine ($(nproc) cores, kernel $(uname -r)), hoplink $($HOPLINK version | cut -d' ' -f2-3 | tr -d '(,'), by"
+  echo '`hack/bench/tun.sh`'" (DURATION=$DURATION s, median of REPEAT=$REPEAT runs). iperf3, one TCP stream, client and entry in one namespace, server and exit in the other, one veth between."
+  echo
+  echo "| path | Gbit/s | of wireguard-go | retransmits | forwarder CPU (cores) | relay peak RSS MB (entry/exit) |"
+  echo "|---|---|---|---|---|---|"
+  row "direct veth" direct "-"
+  row "wireguard-go $WG_VERSION" wireguard "${MEM[wireguard]} (both)"
+  row "hoplink packet mode, TLS, offload" pkt-tls-true "${MEM[hoplink-true]}"
+  row "hoplink flow mode, TLS, offload" flow-tls-true "${MEM[hoplink-true]}"
+  row "hoplink packet mode, QUIC, offload" pkt-quic-true "${MEM[hoplink-true]}"
+  row "hoplink flow mode, QUIC, offload" flow-quic-true "${MEM[hoplink-true]}"
+  row "hoplink packet mode, TLS, no offload" pkt-tls-false "${MEM[hoplink-false]}"
+  row "hoplink flow mode, TLS, no offload" flow-tls-false "${MEM[hoplink-false]}"
+  row "hoplink packet mode, QUIC, no offload" pkt-quic-false "${MEM[hoplink-false]}"
+  row "hoplink flow mode, QUIC, no offload" flow-quic-false "${MEM[hoplink-false]}"
+  echo "<!-- tun:end -->"
+} >"$work/table.md"
+cat "$work/table.md"
+python3 - "$OUT" "$work/table.md" <<'PY'
+import re, sys
+out, table = sys.argv[1], open(sys.argv[2]).read().strip()
+doc = open(out).read()
+if '<!-- tun:begin -->' not in doc:
+    sys.exit(out + " has no <!-- tun:begin --> ... <!-- tun:end --> markers")
+doc = re.sub(r'<!-- tun:begin -->.*?<!-- tun:end -->', lambda m: table, doc, flags=re.S)
+open(out, 'w').write(doc)
+PY
+log "wrote $OUT"
