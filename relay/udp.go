@@ -35,32 +35,24 @@ type packetSender struct {
 	c  *rquic.Conn
 	s  *quicgo.Stream
 	id uint64
-	// maxPayload is the largest datagram payload the connection takes, as
-	// its last refusal said (quic-go's ceiling until then).
-	maxPayload atomic.Int64
 
 	mu    sync.Mutex // serializes frame writes to s
 	frame []byte
 }
 
-// defaultMaxDatagram is quic-go's largest datagram payload on a path whose
-// MTU discovery reached its 1452-byte packets.
-const defaultMaxDatagram = 1424
-
 func newPacketSender(c *rquic.Conn, s *quicgo.Stream) *packetSender {
-	p := &packetSender{c: c, s: s, id: uint64(s.StreamID())}
-	p.maxPayload.Store(defaultMaxDatagram)
-	return p
+	return &packetSender{c: c, s: s, id: uint64(s.StreamID())}
 }
 
-// mss is the TCP MSS whose segments (of this IP packet's version) fit one
-// datagram of this hop.
+// mss is the TCP MSS whose segments (of this IP packet's version) fill one
+// datagram of this hop: a full-size segment then makes a full-size QUIC
+// packet, which keeps quic-go's GSO batches going.
 func (p *packetSender) mss(ipPacket []byte) uint16 {
 	hdr := 20
 	if len(ipPacket) > 0 && ipPacket[0]>>4 == 6 {
 		hdr = 40
 	}
-	return uint16(max(p.maxPayload.Load()-int64(quicvarint.Len(p.id))-int64(hdr)-20, 536))
+	return uint16(max(p.c.MaxDatagram()-quicvarint.Len(p.id)-hdr-20, 536))
 }
 
 func (p *packetSender) send(b []byte) error {
@@ -69,7 +61,6 @@ func (p *packetSender) send(b []byte) error {
 	if !errors.As(err, &tooLarge) {
 		return err
 	}
-	p.maxPayload.Store(tooLarge.MaxDatagramPayloadSize)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.frame == nil {

@@ -5,9 +5,13 @@
 package quic
 
 import (
+	"context"
+	"os"
 	"time"
 
 	quicgo "github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/qlog"
+	"github.com/quic-go/quic-go/qlogwriter"
 )
 
 // Flow-control windows. A stream's window must cover the bandwidth-delay
@@ -46,7 +50,18 @@ func baseConfig() *quicgo.Config {
 		MaxConnectionReceiveWindow:     maxConnWindow,
 		MaxIncomingUniStreams:          -1,
 		EnableDatagrams:                true,
+		Tracer:                         qlogTracer(),
 	}
+}
+
+// qlogTracer writes quic-go's qlog traces into $QLOGDIR when it is set, as
+// quic-go's own tools do: where datagrams were dropped and why, packet by
+// packet. For debugging only; it costs CPU and disk.
+func qlogTracer() func(context.Context, bool, quicgo.ConnectionID) qlogwriter.Trace {
+	if os.Getenv("QLOGDIR") == "" {
+		return nil
+	}
+	return qlog.DefaultConnectionTracer
 }
 
 // listenConfig accepts streams from peers that dialed us.

@@ -2,6 +2,7 @@ package quic
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -66,6 +67,20 @@ func (c *Conn) Unregister(id uint64) {
 	c.mu.Lock()
 	delete(c.sinks, id)
 	c.mu.Unlock()
+}
+
+// oversize is larger than any datagram a connection takes: offered one,
+// quic-go reports its current limit and sends nothing.
+var oversize = make([]byte, 1<<16)
+
+// MaxDatagram is the largest datagram payload the connection takes now; it
+// grows as path MTU discovery does.
+func (c *Conn) MaxDatagram() int {
+	var tooLarge *quicgo.DatagramTooLargeError
+	if err := c.SendDatagram(oversize); errors.As(err, &tooLarge) {
+		return int(tooLarge.MaxDatagramPayloadSize)
+	}
+	return 0
 }
 
 // SendFlowDatagram sends one UDP packet of flow id.

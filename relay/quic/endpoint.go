@@ -71,9 +71,18 @@ func Listen(opts Options) (*Endpoint, error) {
 		return nil, err
 	}
 	e := &Endpoint{
-		opts:  opts,
-		udp:   udp,
-		tr:    &quicgo.Transport{Conn: udp, StatelessResetKey: (*quicgo.StatelessResetKey)(&resetKey)},
+		opts: opts,
+		udp:  udp,
+		tr: &quicgo.Transport{Conn: udp, StatelessResetKey: (*quicgo.StatelessResetKey)(&resetKey),
+			// quic-go takes datagrams of up to path MTU - 37 bytes. A
+			// packet carrying one (1 byte flags, the connection ID, a
+			// 2-byte packet number, 1 byte frame type, 16 bytes AEAD tag)
+			// is exactly full with 17-byte IDs: with the default 4 it is
+			// 13 bytes short, and a short packet ends a GSO batch, one
+			// sendmsg per datagram. Packet numbers stay 2 bytes while
+			// fewer than 32768 packets are unacknowledged, which quic-go's
+			// 10000-packet congestion window bounds.
+			ConnectionIDLength: datagramConnIDLen},
 		links: map[string]*Link{},
 		conns: map[*Conn]struct{}{},
 	}
@@ -91,6 +100,9 @@ func Listen(opts Options) (*Endpoint, error) {
 	go e.accept()
 	return e, nil
 }
+
+// datagramConnIDLen makes a packet with the largest datagram full-size.
+const datagramConnIDLen = 17
 
 // Addr is the bound UDP address.
 func (e *Endpoint) Addr() net.Addr { return e.udp.LocalAddr() }

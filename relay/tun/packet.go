@@ -219,6 +219,13 @@ func Complete(h VnetHdr, pkt []byte, out [][]byte) ([][]byte, error) {
 	return out, nil
 }
 
+// IsSYN reports whether pkt is a TCP segment with SYN set: the only kind
+// ClampMSS changes, so callers can skip working out the MSS for others.
+func IsSYN(pkt []byte) bool {
+	ip, err := parseIP(pkt)
+	return err == nil && ip.proto == protoTCP && len(pkt) >= ip.ipHdrLen+20 && pkt[ip.ipHdrLen+13]&0x02 != 0
+}
+
 // ClampMSS lowers the MSS option of a TCP SYN to at most mss and fixes the
 // checksum, so that the connection's segments fit where they must go. It
 // reports whether it changed the packet; packets that are not SYNs, or

@@ -115,6 +115,9 @@ func TestClampMSS(t *testing.T) {
 	o := syn[40:52]
 	copy(o, []byte{1, 1, 2, 4, 0x05, 0xb4, 1, 1, 1, 1, 1, 1})
 	transportChecksum(ipInfo{ipHdrLen: 20, proto: protoTCP}, syn)
+	if !IsSYN(syn) {
+		t.Fatal("a SYN not seen as one")
+	}
 	if !ClampMSS(syn, 1200) {
 		t.Fatal("MSS 1460 not clamped to 1200")
 	}
@@ -129,6 +132,9 @@ func TestClampMSS(t *testing.T) {
 		t.Fatal("an MSS already below the limit was raised")
 	}
 	ack := superPacket(false, nil, 0x10)
+	if IsSYN(ack) {
+		t.Fatal("an ACK seen as a SYN")
+	}
 	if ClampMSS(ack, 100) {
 		t.Fatal("a segment without SYN was changed")
 	}
