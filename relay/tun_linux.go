@@ -83,8 +83,8 @@ func (r *Relay) tunStats(key string) *netstack.Stats {
 	pin, pout := m.TUNPackets.WithLabelValues(name, key, "in"), m.TUNPackets.WithLabelValues(name, key, "out")
 	bin, bout := m.TUNBytes.WithLabelValues(name, key, "in"), m.TUNBytes.WithLabelValues(name, key, "out")
 	return &netstack.Stats{
-		In:   func(n int) { pin.Inc(); bin.Add(float64(n)) },
-		Out:  func(n int) { pout.Inc(); bout.Add(float64(n)) },
+		In:   func(p, n int) { pin.Add(float64(p)); bin.Add(float64(n)) },
+		Out:  func(p, n int) { pout.Add(float64(p)); bout.Add(float64(n)) },
 		Drop: func(reason string) { m.TUNDropped.WithLabelValues(name, key, reason).Inc() },
 		Flow: func(proto string) { m.TUNFlows.WithLabelValues(name, key, proto).Inc() },
 	}

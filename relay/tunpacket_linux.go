@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,47 +45,147 @@ type packetDevice struct {
 	stats  *netstack.Stats
 	mu     sync.Mutex // serializes writes
 	closed atomic.Bool
+	// queue holds plain packets (from QUIC datagrams, one each) for the
+	// writer, which hands the kernel what has gathered in one go.
+	queue chan []byte
+	stop  chan struct{}
+	done  chan struct{}
+}
+
+// Packets from datagrams arrive one at a time; the writer coalesces those
+// of a TCP flow into super-packets (GRO, as wireguard-go's tun does it)
+// when the device has offload. writeQueue bounds what waits for it,
+// groSlots the packets of one write, groSlotBytes the super-packet they may
+// become.
+const (
+	writeQueue   = 512
+	groSlots     = 32
+	groSlotBytes = 32 << 10
+)
+
+func newPacketDevice(dev *tun.Device, stats *netstack.Stats) *packetDevice {
+	d := &packetDevice{dev: dev, stats: stats, queue: make(chan []byte, writeQueue),
+		stop: make(chan struct{}), done: make(chan struct{})}
+	go d.writer()
+	return d
 }
 
 // close closes the device; reads in progress return an error, and closed
 // tells them it is final.
 func (d *packetDevice) close() {
-	d.closed.Store(true)
+	if d.closed.Swap(true) {
+		return
+	}
+	close(d.stop)
+	<-d.done
 	d.dev.Close()
 }
 
-// batchSize bounds the packets one read of the device gathers.
-const batchSize = 64
+// enqueue hands a plain packet, which it takes over, to the writer. A full
+// queue drops it, as a full NIC ring would: the flow's own congestion
+// control answers the loss.
+func (d *packetDevice) enqueue(pkt []byte) {
+	select {
+	case d.queue <- pkt:
+	default:
+		d.stats.Drop("queue_full")
+	}
+}
 
-// packetBatch holds packets read together: each with its virtio-net header
-// (a zero one when the device has none).
+// writer writes queued packets: the first that arrives, with every other
+// one waiting by then.
+func (d *packetDevice) writer() {
+	defer close(d.done)
+	const offset = tun.VnetHdrLen     // room for the header GRO writes
+	slots := make([][]byte, groSlots) // made when first needed: TLS sessions never do
+	batch := make([][]byte, 0, groSlots)
+	for {
+		var pkt []byte
+		select {
+		case pkt = <-d.queue:
+		case <-d.stop:
+			return
+		}
+		batch = batch[:0]
+		bytes := 0
+		for {
+			if offset+len(pkt) > groSlotBytes {
+				d.write(zeroVnetHdr[:], pkt) // a jumbo frame: by itself
+			} else {
+				if slots[len(batch)] == nil {
+					slots[len(batch)] = make([]byte, groSlotBytes)
+				}
+				b := slots[len(batch)][:offset+len(pkt)]
+				copy(b[offset:], pkt)
+				batch = append(batch, b)
+				bytes += len(pkt)
+			}
+			if len(batch) == groSlots {
+				break
+			}
+			select {
+			case pkt = <-d.queue:
+				continue
+			default:
+			}
+			break
+		}
+		if len(batch) == 0 {
+			continue
+		}
+		// GRO grows the first packet of a run in its slot and drops the
+		// rest from the write; the counts are of the packets as they came.
+		n := len(batch)
+		if _, err := d.dev.Dev.Write(batch, offset); err != nil {
+			d.stats.Drop("write_failed")
+			continue
+		}
+		d.stats.Out(n, bytes)
+	}
+}
+
+// batchSize bounds the packets one read of the device gathers, and
+// batchBytes the memory they share: room for a few super-packets, or for
+// batchSize MTU-sized packets, a quarter of what a buffer per packet
+// would pin for each Tunnel end.
+const (
+	batchSize  = 64
+	batchBytes = 4 * hop.MaxPacketFrame
+)
+
+// packetBatch holds packets read together, each with its virtio-net header
+// (a zero one when the device has none), packed into one arena.
 type packetBatch struct {
-	bufs [][]byte // hop.MaxPacketFrame each
-	hdrs [][]byte
-	pkts [][]byte
+	arena []byte
+	hdrs  [][]byte
+	pkts  [][]byte
 }
 
 func newPacketBatch() *packetBatch {
-	b := &packetBatch{}
-	for range batchSize {
-		b.bufs = append(b.bufs, make([]byte, hop.MaxPacketFrame))
-	}
-	return b
+	return &packetBatch{arena: make([]byte, batchBytes)}
 }
 
 // read waits for the device's next packet and takes every other one that
-// is ready too, up to batchSize: under load, one wake-up and one send move
-// many packets (most of a TCP flow's reverse direction is small ACKs).
+// is ready too, while the batch has room: under load, one wake-up and one
+// send move many packets (most of a TCP flow's reverse direction is small
+// ACKs).
 func (d *packetDevice) read(b *packetBatch) error {
 	sc, err := d.dev.File().SyscallConn()
 	if err != nil {
 		return err
 	}
 	b.hdrs, b.pkts = b.hdrs[:0], b.pkts[:0]
+	// A read must have room for the largest packet the device may hand
+	// over, or the kernel cuts it.
+	room := hop.MaxPacketFrame
+	if !d.dev.Offload && d.dev.MTU > 0 {
+		room = tun.VnetHdrLen + d.dev.MTU
+	}
+	used := 0
 	var rerr error
 	err = sc.Read(func(fd uintptr) bool {
-		for len(b.pkts) < batchSize {
-			buf := b.bufs[len(b.pkts)]
+		for len(b.pkts) < batchSize && len(b.arena)-used >= room {
+			buf := b.arena[used : used+room]
 			off := 0
 			if !d.dev.Offload {
 				off = tun.VnetHdrLen
@@ -102,8 +203,9 @@ func (d *packetDevice) read(b *packetBatch) error {
 				d.stats.Drop("malformed")
 				continue
 			}
-			b.hdrs = append(b.hdrs, buf[:tun.VnetHdrLen])
-			b.pkts = append(b.pkts, buf[tun.VnetHdrLen:off+n])
+			b.hdrs = append(b.hdrs, buf[:tun.VnetHdrLen:tun.VnetHdrLen])
+			b.pkts = append(b.pkts, buf[tun.VnetHdrLen:off+n:off+n])
+			used += off + n
 		}
 		return true
 	})
@@ -128,7 +230,7 @@ func (d *packetDevice) write(hdr, pkt []byte) {
 			d.stats.Drop("write_failed")
 			return
 		}
-		d.stats.Out(len(pkt))
+		d.stats.Out(1, len(pkt))
 		return
 	}
 	segs, err := tun.Complete(h, pkt, nil)
@@ -141,7 +243,7 @@ func (d *packetDevice) write(hdr, pkt []byte) {
 			d.stats.Drop("write_failed")
 			continue
 		}
-		d.stats.Out(len(s))
+		d.stats.Out(1, len(s))
 	}
 }
 
@@ -189,7 +291,9 @@ func (q *quicPeer) send(hdr, pkt []byte) error {
 	}
 	var errs []error
 	for _, s := range q.segs {
-		tun.ClampMSS(s, q.out.mss(s))
+		if tun.IsSYN(s) {
+			tun.ClampMSS(s, q.out.mss(s))
+		}
 		errs = append(errs, q.out.send(s))
 	}
 	return errors.Join(errs...)
@@ -265,7 +369,7 @@ type packetEntry struct {
 }
 
 func (r *Relay) startPacketEntry(t *v1alpha1.Tunnel, key string, dev *tun.Device, stats *netstack.Stats) (stop func()) {
-	p := &packetEntry{r: r, t: t, key: key, dev: &packetDevice{dev: dev, stats: stats}, done: make(chan struct{})}
+	p := &packetEntry{r: r, t: t, key: key, dev: newPacketDevice(dev, stats), done: make(chan struct{})}
 	p.ctx, p.cancel = context.WithCancel(r.ctx)
 	go p.run()
 	return func() {
@@ -344,13 +448,12 @@ func (p *packetEntry) session() error {
 		}
 		defer resetStream(st, hop.CodeReset)
 		out := newPacketSender(conn, st)
-		reply := func(pkt []byte) { p.dev.write(zeroVnetHdr[:], pkt) }
-		conn.Register(out.id, reply)
+		conn.Register(out.id, p.dev.enqueue)
 		defer conn.Unregister(out.id)
 		peer = &quicPeer{out: out}
 		go func() {
 			defer close(ended)
-			readFrames(st, reply)
+			readFrames(st, func(pkt []byte) { p.dev.enqueue(slices.Clone(pkt)) })
 		}()
 	}
 	cancel()
@@ -379,7 +482,7 @@ func (p *packetEntry) session() error {
 			continue
 		}
 		for i, pkt := range batch.pkts {
-			p.dev.stats.In(len(pkt))
+			p.dev.stats.In(1, len(pkt))
 			_, dst, err := tun.Addresses(pkt)
 			if err != nil {
 				p.dev.stats.Drop("not_ip")
@@ -471,7 +574,7 @@ func (r *Relay) openPacketExit(t *v1alpha1.Tunnel, key string) (*packetExit, err
 	if err != nil {
 		return nil, err
 	}
-	x := &packetExit{t: t, key: key, log: r.cfg.Log, dev: &packetDevice{dev: dev, stats: r.tunStats(key)}, prefix: addr.Masked(),
+	x := &packetExit{t: t, key: key, log: r.cfg.Log, dev: newPacketDevice(dev, r.tunStats(key)), prefix: addr.Masked(),
 		done: make(chan struct{}), sources: map[netip.Addr]packetPeer{}}
 	go x.replies()
 	r.cfg.Log.Info("tun device up", "tunnel", key, "device", dev.Name, "address", addr, "sources", u.Sources, "offload", dev.Offload)
@@ -491,20 +594,21 @@ func (x *packetExit) fromSource(a netip.Addr) bool {
 	return manifest.PrefixesHold(x.t.Spec.TUN.Sources, a)
 }
 
-// deliver writes a packet from a session to the device, if its source is
-// one of the Tunnel's and its destination one the Tunnel reaches.
-func (x *packetExit) deliver(from packetPeer, hdr, pkt []byte) {
+// admit says whether a packet from a session may go to the device: its
+// source one of the Tunnel's, its destination one the Tunnel reaches. It
+// learns which session the replies to that source go back on.
+func (x *packetExit) admit(from packetPeer, pkt []byte) bool {
 	src, dst, err := tun.Addresses(pkt)
 	switch {
 	case err != nil:
 		x.dev.stats.Drop("not_ip")
-		return
+		return false
 	case !x.fromSource(src):
 		x.dev.stats.Drop("not_source")
-		return
+		return false
 	case !x.prefix.Contains(dst) && !manifest.PrefixesHold(x.t.Spec.TUN.Routes, dst):
 		x.dev.stats.Drop("not_routed")
-		return
+		return false
 	}
 	x.mu.Lock()
 	if x.sources[src] != from {
@@ -514,7 +618,7 @@ func (x *packetExit) deliver(from packetPeer, hdr, pkt []byte) {
 		x.sources[src] = from
 	}
 	x.mu.Unlock()
-	x.dev.write(hdr, pkt)
+	return true
 }
 
 // forget drops a session that ended.
@@ -549,7 +653,7 @@ func (x *packetExit) replies() {
 			continue
 		}
 		for i, pkt := range batch.pkts {
-			x.dev.stats.In(len(pkt))
+			x.dev.stats.In(1, len(pkt))
 			_, dst, err := tun.Addresses(pkt)
 			if err != nil {
 				x.dev.stats.Drop("not_ip")
@@ -580,11 +684,18 @@ func (x *packetExit) replies() {
 func (r *Relay) servePacketQUIC(c *rquic.Conn, s *quicgo.Stream, x *packetExit) {
 	out := newPacketSender(c, s)
 	peer := &quicPeer{out: out}
-	deliver := func(pkt []byte) { x.deliver(peer, zeroVnetHdr[:], pkt) }
-	c.Register(out.id, deliver)
+	c.Register(out.id, func(pkt []byte) {
+		if x.admit(peer, pkt) {
+			x.dev.enqueue(pkt)
+		}
+	})
 	defer c.Unregister(out.id)
 	defer x.forget(peer)
-	readFrames(s, deliver) // until the entry ends the session
+	readFrames(s, func(pkt []byte) { // until the entry ends the session
+		if x.admit(peer, pkt) {
+			x.dev.enqueue(slices.Clone(pkt))
+		}
+	})
 	resetStream(s, hop.CodeReset)
 }
 
@@ -603,7 +714,9 @@ func (r *Relay) servePacketTLS(in end, x *packetExit) {
 		if err != nil {
 			return
 		}
-		x.deliver(peer, hdr, pkt)
+		if x.admit(peer, pkt) {
+			x.dev.write(hdr, pkt)
+		}
 	}
 }
 

@@ -125,9 +125,11 @@ func TestTunTunnels(t *testing.T) {
 	procs := map[string]*exec.Cmd{"la": relay(sv, "la"), "mid": relay(mid, "mid"), "hk": relay(cl, "hk")}
 	t.Cleanup(func() {
 		if t.Failed() {
+			nss := map[string]*netns{"la": sv, "mid": mid, "hk": cl}
 			for name := range procs {
 				b, _ := os.ReadFile(filepath.Join(dir, name+".log"))
 				t.Logf("%s log:\n%s", name, b)
+				t.Logf("%s drops:\n%s", name, grepLines(metricsIn(t, nss[name]), "dropped", "hoplink_tun_packets"))
 			}
 		}
 	})
@@ -227,6 +229,20 @@ func TestTunTunnels(t *testing.T) {
 			}
 		}
 	})
+}
+
+// grepLines keeps the lines of s holding any of words.
+func grepLines(s string, words ...string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		for _, w := range words {
+			if strings.Contains(l, w) && !strings.HasPrefix(l, "#") {
+				out = append(out, l)
+				break
+			}
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 // udpEcho sends packets of the given sizes from ns and checks each echo.

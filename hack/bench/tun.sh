@@ -71,19 +71,23 @@ cpu_ticks() { # summed utime+stime of pids, in clock ticks
   for p in "$@"; do t=$((t + $(awk '{print $14+$15}' "/proc/$p/stat"))); done
   echo "$t"
 }
-peak_rss_mb() { # summed VmHWM of pids
-  local k=0 p
-  for p in "$@"; do k=$((k + $(awk '/VmHWM/{print $2}' "/proc/$p/status"))); done
-  python3 -c "print('%.1f' % ($k/1024))"
+peak_rss_mb() { # VmHWM of each pid, in MB: "a/b"
+  local p out=()
+  for p in "$@"; do out+=("$(awk '/VmHWM/{printf "%.0f", $2/1024}' "/proc/$p/status")"); done
+  (IFS=/; echo "${out[*]}")
 }
+reset_peaks() { local p; for p in "$@"; do echo 5 >"/proc/$p/clear_refs"; done; }
 HZ=$(getconf CLK_TCK)
 
-# measure NAME ADDR PIDS...: REPEAT iperf3 runs; prints "gbps retransmits cores".
+# measure NAME ADDR PIDS...: REPEAT iperf3 runs; prints "gbps retransmits
+# cores peak-RSS" of the median run, the peak RSS (MB, each pid's) taken
+# over that run alone.
 measure() {
   local name=$1 addr=$2; shift 2
   local runs=()
   for _ in $(seq "$REPEAT"); do
     local t0 w0 t1 w1
+    reset_peaks "$@"
     t0=$(cpu_ticks "$@"); w0=$(date +%s.%N)
     ip netns exec "$A" iperf3 -c "$addr" -t "$DURATION" -J >"$work/$name.json"
     t1=$(cpu_ticks "$@"); w1=$(date +%s.%N)
@@ -92,15 +96,15 @@ import json, sys
 j = json.load(open(sys.argv[1]))
 s = j["end"]["sum_sent"]
 t0, t1, w0, w1, hz = map(float, sys.argv[2:])
-print("%.2f %d %.2f" % (j["end"]["sum_received"]["bits_per_second"] / 1e9, s.get("retransmits", 0), (t1 - t0) / hz / (w1 - w0)))
+print("%.2f %d %.2f" % (j["end"]["sum_received"]["bits_per_second"] / 1e9, s.get("retransmits", 0), (t1 - t0) / hz / (w1 - w0)), end=" ")
 PY
-)")
+)$(peak_rss_mb "$@")")
     sleep 1
   done
   printf '%s\n' "${runs[@]}" | sort -n | sed -n "$(( (${#runs[@]} + 1) / 2 ))p"
 }
 
-declare -A RES MEM
+declare -A RES
 
 log "direct veth"
 RES[direct]=$(measure direct 10.9.0.2); echo "direct: ${RES[direct]}" >&2
@@ -118,7 +122,6 @@ ip -n "$A" link set wga0 up; ip -n "$B" link set wgb0 up
 # wireguard-go runs as "wireguard-go" children of ip netns exec: find their pids.
 wgpids=$(pgrep -f "$WGGO wg[ab]0" | tr '\n' ' ')
 RES[wireguard]=$(measure wireguard 10.10.0.2 $wgpids); echo "wireguard-go: ${RES[wireguard]}" >&2
-MEM[wireguard]=$(peak_rss_mb $wgpids)
 stop_all
 start iperf3 ip netns exec "$B" iperf3 -s
 
@@ -179,7 +182,6 @@ for offload in true false; do
     name=${t%%:*}-$offload
     RES[$name]=$(measure "$name" "10.77.${t#*:}.1" $ra $rb); echo "$name: ${RES[$name]}" >&2
   done
-  MEM[hoplink-$offload]=$(peak_rss_mb $ra)/$(peak_rss_mb $rb)
   stop_all
   start iperf3 ip netns exec "$B" iperf3 -s
 done
@@ -187,26 +189,26 @@ done
 # --- table ---------------------------------------------------------------------
 f() { echo "${RES[$1]}" | cut -d' ' -f"$2"; }
 ratio() { python3 -c "print('%.2fx' % ($1/$2))"; }
-row() { # label key memory
-  printf '| %s | %s | %s | %s | %s | %s |\n' "$1" "$(f "$2" 1)" "$(ratio "$(f "$2" 1)" "$(f wireguard 1)")" "$(f "$2" 2)" "$(f "$2" 3)" "$3"
+row() { # label key
+  printf '| %s | %s | %s | %s | %s | %s |\n' "$1" "$(f "$2" 1)" "$(ratio "$(f "$2" 1)" "$(f wireguard 1)")" "$(f "$2" 2)" "$(f "$2" 3)" "$(f "$2" 4 | sed "s/^$/-/")"
 }
 {
   echo "<!-- tun:begin -->"
   echo "Measured $(date -u +%Y-%m-%d) on this machine ($(nproc) cores, kernel $(uname -r)), hoplink $($HOPLINK version | cut -d' ' -f2-3 | tr -d '(,'), by"
   echo '`hack/bench/tun.sh`'" (DURATION=$DURATION s, median of REPEAT=$REPEAT runs). iperf3, one TCP stream, client and entry in one namespace, server and exit in the other, one veth between."
   echo
-  echo "| path | Gbit/s | of wireguard-go | retransmits | forwarder CPU (cores) | relay peak RSS MB (entry/exit) |"
+  echo "| path | Gbit/s | of wireguard-go | retransmits | forwarder CPU (cores) | peak RSS MB (entry/exit) |"
   echo "|---|---|---|---|---|---|"
-  row "direct veth" direct "-"
-  row "wireguard-go $WG_VERSION" wireguard "${MEM[wireguard]} (both)"
-  row "hoplink packet mode, TLS, offload" pkt-tls-true "${MEM[hoplink-true]}"
-  row "hoplink flow mode, TLS, offload" flow-tls-true "${MEM[hoplink-true]}"
-  row "hoplink packet mode, QUIC, offload" pkt-quic-true "${MEM[hoplink-true]}"
-  row "hoplink flow mode, QUIC, offload" flow-quic-true "${MEM[hoplink-true]}"
-  row "hoplink packet mode, TLS, no offload" pkt-tls-false "${MEM[hoplink-false]}"
-  row "hoplink flow mode, TLS, no offload" flow-tls-false "${MEM[hoplink-false]}"
-  row "hoplink packet mode, QUIC, no offload" pkt-quic-false "${MEM[hoplink-false]}"
-  row "hoplink flow mode, QUIC, no offload" flow-quic-false "${MEM[hoplink-false]}"
+  row "direct veth" direct
+  row "wireguard-go $WG_VERSION" wireguard
+  row "hoplink packet mode, TLS, offload" pkt-tls-true
+  row "hoplink flow mode, TLS, offload" flow-tls-true
+  row "hoplink packet mode, QUIC, offload" pkt-quic-true
+  row "hoplink flow mode, QUIC, offload" flow-quic-true
+  row "hoplink packet mode, TLS, no offload" pkt-tls-false
+  row "hoplink flow mode, TLS, no offload" flow-tls-false
+  row "hoplink packet mode, QUIC, no offload" pkt-quic-false
+  row "hoplink flow mode, QUIC, no offload" flow-quic-false
   echo "<!-- tun:end -->"
 } >"$work/table.md"
 cat "$work/table.md"

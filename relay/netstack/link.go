@@ -169,7 +169,7 @@ func (l *link) read() {
 			l.stats.drop("not_ip")
 			continue
 		}
-		l.stats.in(len(pkt))
+		l.stats.in(1, len(pkt))
 		if reply := tun.EchoReply(pkt); reply != nil {
 			// Pings to the Tunnel's destinations are answered here; the
 			// stack would not answer for addresses it only borrows.
@@ -212,7 +212,7 @@ func (l *link) writeRaw(pkt []byte) {
 		l.stats.drop("write_failed")
 		return
 	}
-	l.stats.out(len(pkt))
+	l.stats.out(1, len(pkt))
 }
 
 // WritePackets hands the stack's packets to the device, one write each.
@@ -256,7 +256,7 @@ func (l *link) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
 			l.stats.drop("write_failed")
 			continue
 		}
-		l.stats.out(size)
+		l.stats.out(1, size)
 		n++
 	}
 	return n, nil

@@ -38,6 +38,8 @@ type Device struct {
 	Name string
 	// Offload reports whether the device has virtio-net headers.
 	Offload bool
+	// MTU bounds the packets of a device without offload.
+	MTU int
 }
 
 // Open creates and configures the device. The errors name what the relay
@@ -46,7 +48,7 @@ func Open(c Config) (*Device, error) {
 	if _, err := os.Stat("/dev/net/tun"); err != nil {
 		return nil, fmt.Errorf("TUN device %s: /dev/net/tun is missing: load the tun module (modprobe tun) and, in a container, mount the device: %w", c.Name, err)
 	}
-	d := &Device{Name: c.Name}
+	d := &Device{Name: c.Name, MTU: c.MTU}
 	var err error
 	if c.Offload {
 		if d.Dev, err = wgtun.CreateTUN(c.Name, c.MTU); err == nil {
