@@ -88,6 +88,13 @@ func tunnel(ns, name, chain string, port int32) *v1alpha1.Tunnel {
 	}}
 }
 
+func tunTunnel(ns, name, chain string, mode v1alpha1.TunMode) *v1alpha1.Tunnel {
+	return &v1alpha1.Tunnel{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: v1alpha1.TunnelSpec{
+		Chain: chain, Protocol: v1alpha1.ProtocolTUN,
+		TUN: &v1alpha1.TunOptions{Address: "10.200.0.1/24", Routes: []string{"10.77.0.0/16"}, Mode: mode},
+	}}
+}
+
 // readyCondition returns the object's Ready condition, or an error saying it has none.
 func readyCondition(o client.Object) (*metav1.Condition, error) {
 	if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(o), o); err != nil {
@@ -451,4 +458,89 @@ func apiWrites(t *testing.T) int {
 		}
 	}
 	return n
+}
+
+// A tun Tunnel needs its entry relay (and, in packet mode, its exit) to
+// open devices: RelayNode spec.tun grants the pods that, and nothing else,
+// and the Tunnel names the relays that lack it.
+func TestTunTunnelsNeedRelaysWithTUN(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	hk := relayNode(ns, "tun-hk", func(r *v1alpha1.RelayNode) { r.Spec.Listen.Port = 7600 })
+	la := relayNode(ns, "tun-la", func(r *v1alpha1.RelayNode) { r.Spec.Listen.Port = 7610 })
+	create(t, hk)
+	create(t, la)
+	runRelayPod(t, hk, "192.0.2.30")
+	runRelayPod(t, la, "192.0.2.31")
+	create(t, chain(ns, "c", "tun-hk", "tun-la"))
+	flow, packet := tunTunnel(ns, "flow", "c", v1alpha1.TunFlow), tunTunnel(ns, "packet", "c", v1alpha1.TunPacket)
+	create(t, flow)
+	create(t, packet)
+	if c := waitReason(t, flow, "TUNNotAllowed"); !strings.Contains(c.Message, `RelayNode "tun-hk" may not open TUN devices: set spec.tun: true`) {
+		t.Errorf("flow mode: %s", c.Message)
+	}
+	if c := waitReason(t, packet, "TUNNotAllowed"); !strings.Contains(c.Message, `"tun-hk", "tun-la"`) {
+		t.Errorf("packet mode must name entry and exit: %s", c.Message)
+	}
+
+	dsKey := types.NamespacedName{Namespace: ns, Name: RelayObjectName("tun-hk")}
+	podOf := func() (corev1.PodSpec, error) {
+		var ds appsv1.DaemonSet
+		err := k8s.Get(ctx, dsKey, &ds)
+		return ds.Spec.Template.Spec, err
+	}
+	unprivileged := func(p corev1.PodSpec) error {
+		sc := p.Containers[0].SecurityContext
+		if !*sc.RunAsNonRoot || len(sc.Capabilities.Add) != 0 || len(p.Volumes) != 0 || len(p.Containers[0].VolumeMounts) != 0 {
+			return fmt.Errorf("privileges without spec.tun: %+v, volumes %v", sc, p.Volumes)
+		}
+		return nil
+	}
+	if p, err := podOf(); err != nil || unprivileged(p) != nil {
+		t.Fatalf("relay without spec.tun: %v %v", err, unprivileged(p))
+	}
+
+	setTUN := func(rn *v1alpha1.RelayNode, on bool) {
+		t.Helper()
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(rn), rn); err != nil {
+			t.Fatal(err)
+		}
+		rn.Spec.TUN = on
+		if err := k8s.Update(ctx, rn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setTUN(hk, true)
+	eventually(t, "relay pods with CAP_NET_ADMIN and /dev/net/tun", func() error {
+		p, err := podOf()
+		if err != nil {
+			return err
+		}
+		sc := p.Containers[0].SecurityContext
+		if *sc.RunAsUser != 0 || len(sc.Capabilities.Add) != 1 || sc.Capabilities.Add[0] != "NET_ADMIN" || len(sc.Capabilities.Drop) != 1 || *sc.AllowPrivilegeEscalation {
+			return fmt.Errorf("security context %+v", sc)
+		}
+		if len(p.Volumes) != 1 || p.Volumes[0].HostPath == nil || p.Volumes[0].HostPath.Path != "/dev/net/tun" ||
+			*p.Volumes[0].HostPath.Type != corev1.HostPathCharDev || p.Containers[0].VolumeMounts[0].MountPath != "/dev/net/tun" {
+			return fmt.Errorf("volumes %+v mounts %+v", p.Volumes, p.Containers[0].VolumeMounts)
+		}
+		return nil
+	})
+	waitReason(t, flow, "Ready")
+	if c := waitReason(t, packet, "TUNNotAllowed"); strings.Contains(c.Message, "tun-hk") || !strings.Contains(c.Message, "tun-la") {
+		t.Errorf("packet mode with only the entry allowed: %s", c.Message)
+	}
+	setTUN(la, true)
+	waitReason(t, packet, "Ready")
+
+	// Turned off again: the pods lose the privileges.
+	setTUN(hk, false)
+	eventually(t, "relay pods unprivileged again", func() error {
+		p, err := podOf()
+		if err != nil {
+			return err
+		}
+		return unprivileged(p)
+	})
+	waitReason(t, flow, "TUNNotAllowed")
 }

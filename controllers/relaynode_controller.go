@@ -271,6 +271,19 @@ func (r *RelayNodeReconciler) daemonSetSpec(rn *v1alpha1.RelayNode) appsv1.Daemo
 	if rn.Spec.Resources != nil {
 		c.Resources = *rn.Spec.Resources
 	}
+	var volumes []corev1.Volume
+	if rn.Spec.TUN {
+		// Root, because Kubernetes grants added capabilities to root only
+		// (a non-root process would get none in its effective set), and
+		// CAP_NET_ADMIN alone: creating a TUN device and setting its
+		// address and routes need nothing more.
+		sc := c.SecurityContext
+		sc.RunAsNonRoot, sc.RunAsUser = ptr.To(false), ptr.To[int64](0)
+		sc.Capabilities.Add = []corev1.Capability{"NET_ADMIN"}
+		volumes = []corev1.Volume{{Name: "dev-net-tun", VolumeSource: corev1.VolumeSource{
+			HostPath: &corev1.HostPathVolumeSource{Path: "/dev/net/tun", Type: ptr.To(corev1.HostPathCharDev)}}}}
+		c.VolumeMounts = []corev1.VolumeMount{{Name: "dev-net-tun", MountPath: "/dev/net/tun"}}
+	}
 	if hostNet { // what the API server would default; said here so comparisons match
 		for i := range c.Ports {
 			c.Ports[i].HostPort = c.Ports[i].ContainerPort
@@ -290,6 +303,7 @@ func (r *RelayNodeReconciler) daemonSetSpec(rn *v1alpha1.RelayNode) appsv1.Daemo
 		NodeSelector:       rn.Spec.NodeSelector,
 		Tolerations:        rn.Spec.Tolerations,
 		Containers:         []corev1.Container{c},
+		Volumes:            volumes,
 		// Let open flows finish when a relay is replaced.
 		TerminationGracePeriodSeconds: ptr.To[int64](30),
 	}

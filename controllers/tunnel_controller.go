@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -16,6 +18,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
 )
@@ -107,8 +111,40 @@ func (r *TunnelReconciler) reconcileTUN(ctx context.Context, t *v1alpha1.Tunnel,
 	if c := chainNotReady(ch); c != nil {
 		return *c, nil
 	}
+	if c, err := r.tunNotAllowed(ctx, t, ch); c != nil || err != nil {
+		return *c, err
+	}
 	return metav1.Condition{Status: metav1.ConditionTrue, Reason: "Ready",
 		Message: fmt.Sprintf("entry relay %q routes %v into its device (%s mode)", ch.Spec.Entry, t.Spec.TUN.Routes, t.Spec.TUN.Mode)}, nil
+}
+
+// tunNotAllowed names the relays that must open a device for the Tunnel
+// (its entry; in packet mode its exit too) but whose pods may not: a
+// RelayNode without spec.tun. External relays run elsewhere, with whatever
+// privileges they were given, so they are taken at their word.
+func (r *TunnelReconciler) tunNotAllowed(ctx context.Context, t *v1alpha1.Tunnel, ch *v1alpha1.Chain) (*metav1.Condition, error) {
+	need := []string{ch.Spec.Entry}
+	if t.Spec.TUN.Mode == v1alpha1.TunPacket && ch.Spec.Exit != ch.Spec.Entry {
+		need = append(need, ch.Spec.Exit)
+	}
+	var missing []string
+	for _, name := range need {
+		var rn v1alpha1.RelayNode
+		if err := r.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: name}, &rn); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue // the Chain's condition says so
+			}
+			return &metav1.Condition{}, err
+		}
+		if !rn.Spec.TUN && !rn.Spec.External {
+			missing = append(missing, strconv.Quote(name))
+		}
+	}
+	if len(missing) == 0 {
+		return nil, nil
+	}
+	return &metav1.Condition{Status: metav1.ConditionFalse, Reason: "TUNNotAllowed",
+		Message: fmt.Sprintf("RelayNode %s may not open TUN devices: set spec.tun: true on it (its pods then run with CAP_NET_ADMIN and /dev/net/tun)", strings.Join(missing, ", "))}, nil
 }
 
 func chainNotReady(ch *v1alpha1.Chain) *metav1.Condition {
@@ -149,5 +185,21 @@ func (r *TunnelReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&v1alpha1.Tunnel{}).
 		Owns(&corev1.Service{}).
 		Watches(&v1alpha1.Chain{}, enqueueReferrers(mgr.GetClient(), &v1alpha1.TunnelList{}, indexTunnelChain)).
+		// A RelayNode's spec.tun decides whether tun Tunnels through it
+		// can work; there are few of them, so all of the namespace's are
+		// looked at again.
+		Watches(&v1alpha1.RelayNode{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			var list v1alpha1.TunnelList
+			if err := mgr.GetClient().List(ctx, &list, client.InNamespace(o.GetNamespace())); err != nil {
+				return nil
+			}
+			var reqs []reconcile.Request
+			for _, t := range list.Items {
+				if t.Spec.Protocol == v1alpha1.ProtocolTUN {
+					reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&t)})
+				}
+			}
+			return reqs
+		})).
 		Complete(r)
 }

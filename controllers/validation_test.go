@@ -95,6 +95,60 @@ func TestCRDValidationRejectsBadSpecs(t *testing.T) {
 			tn.Spec.UDP = &v1alpha1.UDPOptions{MaxSessions: 5}
 			return tn
 		}, "spec.udp applies only to protocol udp"},
+		{"tun without its section", func() client.Object {
+			tn := tunTunnel(ns, "t", "c", v1alpha1.TunFlow)
+			tn.Spec.TUN = nil
+			return tn
+		}, "spec.tun is required for protocol tun"},
+		{"tun with listen and target", func() client.Object {
+			tn := tunTunnel(ns, "t", "c", v1alpha1.TunFlow)
+			tn.Spec.Listen, tn.Spec.Target = &v1alpha1.TunnelListen{Port: 80}, "web:80"
+			return tn
+		}, "protocol tun takes no spec.listen or spec.target"},
+		{"tun section on tcp", func() client.Object {
+			tn := tunnel(ns, "t", "c", 80)
+			tn.Spec.TUN = tunTunnel(ns, "x", "c", v1alpha1.TunFlow).Spec.TUN
+			return tn
+		}, "spec.tun is required for protocol tun, and applies to it only"},
+		{"tun address without prefix", func() client.Object {
+			tn := tunTunnel(ns, "t", "c", v1alpha1.TunFlow)
+			tn.Spec.TUN.Address = "10.200.0.1"
+			return tn
+		}, "spec.tun.address must be an address with its prefix"},
+		{"tun route not a prefix", func() client.Object {
+			tn := tunTunnel(ns, "t", "c", v1alpha1.TunFlow)
+			tn.Spec.TUN.Routes = []string{"10.77.0.0/16", "east"}
+			return tn
+		}, "spec.tun.routes must be prefixes"},
+		{"tun without routes", func() client.Object {
+			tn := tunTunnel(ns, "t", "c", v1alpha1.TunFlow)
+			tn.Spec.TUN.Routes = nil
+			return tn
+		}, "spec.tun.routes: Required value"},
+		{"tun mtu too small", func() client.Object {
+			tn := tunTunnel(ns, "t", "c", v1alpha1.TunFlow)
+			tn.Spec.TUN.MTU = 576
+			return tn
+		}, "spec.tun.mtu: Invalid value: 576"},
+		{"tun device name too long", func() client.Object {
+			tn := tunTunnel(ns, "t", "c", v1alpha1.TunFlow)
+			tn.Spec.TUN.Name = "a-very-long-device"
+			return tn
+		}, "spec.tun.name: Too long"},
+		{"tun mode", func() client.Object {
+			tn := tunTunnel(ns, "t", "c", "bridge")
+			return tn
+		}, `spec.tun.mode: Unsupported value: "bridge"`},
+		{"exitAddress in flow mode", func() client.Object {
+			tn := tunTunnel(ns, "t", "c", v1alpha1.TunFlow)
+			tn.Spec.TUN.ExitAddress = "10.200.0.2/24"
+			return tn
+		}, "spec.tun.exitAddress applies only to mode packet"},
+		{"sources in flow mode", func() client.Object {
+			tn := tunTunnel(ns, "t", "c", v1alpha1.TunFlow)
+			tn.Spec.TUN.Sources = []string{"10.200.0.0/24"}
+			return tn
+		}, "spec.tun.sources applies only to mode packet"},
 		{"relay port out of range", func() client.Object {
 			return relayNode(ns, "hk", func(r *v1alpha1.RelayNode) { r.Spec.Listen.Port = 65535 })
 		}, "spec.listen.port: Invalid value: 65535"},

@@ -66,6 +66,13 @@ type RelayNodeSpec struct {
 	// Image overrides the relay image the operator runs.
 	// +optional
 	Image string `json:"image,omitempty"`
+	// TUN lets the relay open TUN devices, for the tun Tunnels it enters
+	// and the packet-mode ones it exits: its pods then run as root with
+	// CAP_NET_ADMIN (every other capability still dropped) and the node's
+	// /dev/net/tun. With host networking the devices and their routes are
+	// the node's. Off by default: a relay needs no privileges otherwise.
+	// +optional
+	TUN bool `json:"tun,omitempty"`
 }
 
 // RelayNodeStatus is what the operator observed of a RelayNode.
