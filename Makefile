@@ -58,6 +58,10 @@ verify-manifests: $(CONTROLLER_GEN)
 fuzz:
 	$(GO) test ./relay/hop -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./relay/hop -run '^$$' -fuzz '^FuzzParseDatagram$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./relay/hop -run '^$$' -fuzz '^FuzzReadPacketFrame$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./relay/tun -run '^$$' -fuzz '^FuzzComplete$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./relay/tun -run '^$$' -fuzz '^FuzzClampMSS$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./relay/tun -run '^$$' -fuzz '^FuzzEchoReply$$' -fuzztime $(FUZZTIME)
 
 bench: build
 	hack/bench/forward.sh

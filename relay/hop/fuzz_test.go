@@ -14,6 +14,7 @@ func FuzzParse(f *testing.F) {
 		{Kind: KindUDP, Tunnel: "x/y", Route: []string{"la"}, Target: "[::1]:53"},
 		{Kind: KindProbe, Tunnel: "default/to-east", Route: []string{"la", "useast"}},
 		{Kind: KindLinks, Tunnel: "default/to-east", Route: []string{"hk", "useast"}},
+		{Kind: KindPacket, Tunnel: "default/site", Route: []string{"la"}},
 	} {
 		b, _ := h.Append(nil)
 		f.Add(b)
@@ -52,6 +53,27 @@ func FuzzParseDatagram(f *testing.F) {
 		}
 		if len(p) > len(b) {
 			t.Fatal("payload longer than datagram")
+		}
+	})
+}
+
+// FuzzReadPacketFrame reads frames from arbitrary bytes: it must never
+// panic or read past a frame, and what it accepts must re-encode to the
+// bytes it consumed.
+func FuzzReadPacketFrame(f *testing.F) {
+	f.Add(AppendPacketFrame(nil, make([]byte, VnetHdrLen), []byte{0x45, 0, 0, 20}))
+	f.Add([]byte{0, 1, 0, 10})
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff})
+	buf := make([]byte, MaxPacketFrame)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r := bytes.NewReader(b)
+		hdr, pkt, err := ReadPacketFrame(r, buf)
+		if err != nil {
+			return
+		}
+		used := len(b) - r.Len()
+		if again := AppendPacketFrame(nil, hdr, pkt); !bytes.Equal(again, b[:used]) {
+			t.Fatalf("re-encoding differs:\n in %x\nout %x", b[:used], again)
 		}
 	})
 }

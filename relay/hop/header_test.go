@@ -14,6 +14,7 @@ func TestHeaderRoundTrip(t *testing.T) {
 		{Kind: KindTCP, Tunnel: "a/b", Route: make16("r"), Target: "example.internal:443"},
 		{Kind: KindProbe, Tunnel: "default/to-east", Route: []string{"la", "useast"}},
 		{Kind: KindLinks, Tunnel: "default/to-east", Route: []string{"hk", "la", "useast"}},
+		{Kind: KindPacket, Tunnel: "default/site", Route: []string{"mid", "la"}},
 	} {
 		b, err := h.Append([]byte("x"))
 		if err != nil {
