@@ -172,7 +172,7 @@ func addrOf(a tcpip.Address) netip.Addr {
 }
 
 // Close stops the stack and waits for the flows' handlers. Close the
-// device after it, which ends the link's read.
+// device first: that ends the link's read, which Close waits for.
 func (st *Stack) Close() {
 	st.s.Close()
 	st.s.Wait()
