@@ -577,7 +577,11 @@ func (r *Relay) openPacketExit(t *v1alpha1.Tunnel, key string) (*packetExit, err
 	x := &packetExit{t: t, key: key, log: r.cfg.Log, dev: newPacketDevice(dev, r.tunStats(key)), prefix: addr.Masked(),
 		done: make(chan struct{}), sources: map[netip.Addr]packetPeer{}}
 	go x.replies()
-	r.cfg.Log.Info("tun device up", "tunnel", key, "device", dev.Name, "address", addr, "sources", u.Sources, "offload", dev.Offload)
+	sources := u.Sources
+	if len(sources) == 0 {
+		sources = []string{x.prefix.String()} // the device's own prefix: see fromSource
+	}
+	r.cfg.Log.Info("tun device up", "tunnel", key, "device", dev.Name, "address", addr, "sources", sources, "offload", dev.Offload)
 	return x, nil
 }
 

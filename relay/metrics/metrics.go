@@ -140,7 +140,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"relay", "tunnel", "direction"}),
 		TUNDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hoplink_tun_dropped_packets_total",
-			Help: "Packets a tun Tunnel dropped, by reason (not_routed, not_source, malformed, not_ip, write_failed, send_failed, unsupported_gso, queue_full).",
+			Help: "Packets a tun Tunnel dropped, by reason (not_ip, not_routed, not_source, no_session, session_limit, send_failed, queue_full, write_failed, malformed, unsupported_gso, device_gone).",
 		}, []string{"relay", "tunnel", "reason"}),
 		TUNFlows: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hoplink_tun_flows_total",
