@@ -349,3 +349,18 @@ func TestTunTunnel(t *testing.T) {
 		t.Errorf("CheckSingleHost = %v", err)
 	}
 }
+
+// The examples the README points at must load: a renamed field would
+// otherwise break them unnoticed.
+func TestExamplesLoad(t *testing.T) {
+	for _, dir := range []string{"../../examples/local", "../../examples/tun"} {
+		s, err := Load(dir)
+		if err != nil {
+			t.Errorf("%s: %v", dir, err)
+			continue
+		}
+		if len(s.Tunnels) == 0 {
+			t.Errorf("%s: no Tunnels", dir)
+		}
+	}
+}
