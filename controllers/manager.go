@@ -30,6 +30,9 @@ import (
 type Options struct {
 	// Image is the relay image (this binary) for RelayNodes without spec.image.
 	Image string
+	// RelayResources are the requests and limits of relay containers whose
+	// RelayNode sets none.
+	RelayResources *corev1.ResourceRequirements
 	// CASecret holds the relay CA. CreateCA makes one there when it is missing.
 	CASecret types.NamespacedName
 	CreateCA bool
@@ -108,7 +111,7 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
 		return nil, err
 	}
-	rn := &RelayNodeReconciler{Client: mgr.GetClient(), Scheme: scheme, CA: ca, Image: o.Image, RenewBefore: o.RenewBefore}
+	rn := &RelayNodeReconciler{Client: mgr.GetClient(), Scheme: scheme, CA: ca, Image: o.Image, RenewBefore: o.RenewBefore, Resources: o.RelayResources}
 	if err := rn.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("RelayNode controller: %w", err)
 	}

@@ -45,6 +45,9 @@ type RelayNodeReconciler struct {
 	Image string
 	// RenewBefore renews a relay certificate this long before it expires.
 	RenewBefore time.Duration
+	// Resources are relay containers' requests and limits unless a
+	// RelayNode sets its own (nil: none).
+	Resources *corev1.ResourceRequirements
 }
 
 // +kubebuilder:rbac:groups=hoplink.dev,resources=relaynodes,verbs=get;list;watch
@@ -268,8 +271,11 @@ func (r *RelayNodeReconciler) daemonSetSpec(rn *v1alpha1.RelayNode) appsv1.Daemo
 			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 		},
 	}
-	if rn.Spec.Resources != nil {
+	switch {
+	case rn.Spec.Resources != nil:
 		c.Resources = *rn.Spec.Resources
+	case r.Resources != nil:
+		c.Resources = *r.Resources.DeepCopy()
 	}
 	var volumes []corev1.Volume
 	if rn.Spec.TUN {

@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -96,6 +98,7 @@ func newOperatorCmd(lf *logFlags) *cobra.Command {
 		caSecret               string
 		metricsAddr, probeAddr string
 		renewBefore            time.Duration
+		relayResources         string
 	)
 	cmd := &cobra.Command{
 		Use:   "operator",
@@ -107,6 +110,9 @@ func newOperatorCmd(lf *logFlags) *cobra.Command {
 				return err
 			}
 			useSlog(log)
+			if o.RelayResources, err = parseResources(relayResources); err != nil {
+				return err
+			}
 			cfg, err := kf.config()
 			if err != nil {
 				return fmt.Errorf("kubernetes config: %w", err)
@@ -143,6 +149,7 @@ func newOperatorCmd(lf *logFlags) *cobra.Command {
 	f.StringVar(&o.PprofAddr, "pprof-bind-address", "", "serve /debug/pprof here (off by default)")
 	f.BoolVar(&o.LeaderElection, "leader-elect", false, "elect a leader, so that replicas can stand by")
 	f.Float32Var(&o.QPS, "kube-api-qps", controllers.DefaultQPS, "most requests a second to the API server per resource type (twice as many in a burst)")
+	f.StringVar(&relayResources, "relay-resources", "", `requests and limits of relay containers whose RelayNode sets none, as JSON: {"requests":{"cpu":"100m","memory":"64Mi"},"limits":{"memory":"256Mi"}}`)
 	f.DurationVar(&renewBefore, "renew-before", 0, "renew relay certificates this long before expiry (default: a third of their validity)")
 	return cmd
 }
@@ -163,4 +170,18 @@ func ownImage(ctx context.Context, cfg *rest.Config) (string, error) {
 		return "", err
 	}
 	return pod.Spec.Containers[0].Image, nil
+}
+
+// parseResources reads --relay-resources; empty means none.
+func parseResources(s string) (*corev1.ResourceRequirements, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	var r corev1.ResourceRequirements
+	dec := json.NewDecoder(strings.NewReader(s))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&r); err != nil {
+		return nil, fmt.Errorf(`--relay-resources: %w; want JSON such as {"requests":{"cpu":"100m","memory":"64Mi"},"limits":{"memory":"256Mi"}}`, err)
+	}
+	return &r, nil
 }

@@ -44,6 +44,8 @@ func TestRelayFlagErrors(t *testing.T) {
 		{[]string{"local"}, "-f: name at least one manifest"},
 		{[]string{"local", "-f", "does-not-exist"}, "does-not-exist"},
 		{[]string{"local", "-f", "../../examples/local", "--log-level", "loud"}, `--log-level "loud"`},
+		{[]string{"operator", "--relay-resources", `{"requests":{"cpu":"lots"}}`}, "--relay-resources"},
+		{[]string{"operator", "--relay-resources", `{"request":{"cpu":"1"}}`}, `unknown field "request"`},
 	} {
 		_, err := execute(tc.args...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
