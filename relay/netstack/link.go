@@ -94,13 +94,14 @@ func (l *link) IsAttached() bool {
 
 func (l *link) Attach(d stack.NetworkDispatcher) {
 	l.mu.Lock()
-	start := l.dispatcher == nil && d != nil
 	l.dispatcher = d
 	l.mu.Unlock()
-	if start {
-		go l.read()
-	}
 }
+
+// start begins reading the device. The stack calls Attach as the NIC is
+// created, before its transport handlers are set; reading from then on
+// would hand packets to a stack still being built.
+func (l *link) start() { go l.read() }
 
 func (l *link) Wait() { <-l.done }
 

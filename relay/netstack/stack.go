@@ -163,6 +163,7 @@ func New(o Options) (*Stack, error) {
 		return true
 	})
 	s.SetTransportProtocolHandler(udp.ProtocolNumber, udpFwd.HandlePacket)
+	st.link.start()
 	return st, nil
 }
 
