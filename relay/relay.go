@@ -182,6 +182,7 @@ func (r *Relay) Start() error {
 	}
 	r.startRouting()
 	r.ready.Store(true)
+	r.cfg.Metrics.Ready.WithLabelValues(r.cfg.Name).Set(1)
 	r.cfg.Log.Info("relay started", "listen", ep.Addr().String(), "peers", set.NextHops(r.cfg.Name))
 	return nil
 }
@@ -320,6 +321,7 @@ func (r *Relay) openTunnel(t *v1alpha1.Tunnel) error {
 // the relay's goroutines.
 func (r *Relay) Close() error {
 	r.ready.Store(false)
+	r.cfg.Metrics.Ready.WithLabelValues(r.cfg.Name).Set(0)
 	r.mu.Lock()
 	tunnels := r.tunnels
 	r.tunnels = map[string]*entryTunnel{}

@@ -16,6 +16,7 @@ type Metrics struct {
 	FlowErrors  *prometheus.CounterVec
 	Rejected    *prometheus.CounterVec
 	PeerUp      *prometheus.GaugeVec
+	Ready       *prometheus.GaugeVec
 	Handshakes  *prometheus.CounterVec
 	UDPSessions *prometheus.GaugeVec
 	UDPDropped  *prometheus.CounterVec
@@ -74,6 +75,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "hoplink_rejected_streams_total",
 			Help: "Streams from peers that a relay reset without forwarding, by reason (bad_header, unknown_tunnel, unknown_chain, bad_route, bad_target, wrong_protocol).",
 		}, []string{"relay", "reason"}),
+		Ready: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "hoplink_relay_ready",
+			Help: "1 while a relay runs and is ready (its tunnels open, its listener up), 0 once it stops.",
+		}, []string{"relay"}),
 		PeerUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "hoplink_peer_up",
 			Help: "1 while a relay holds an established QUIC connection to a peer it forwards to.",
@@ -148,7 +153,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"relay", "tunnel", "protocol"}),
 	}
 	reg.MustRegister(m.Bytes, m.Flows, m.ActiveFlows, m.FlowSetup, m.FlowErrors, m.Rejected,
-		m.PeerUp, m.Handshakes, m.UDPSessions, m.UDPDropped,
+		m.Ready, m.PeerUp, m.Handshakes, m.UDPSessions, m.UDPDropped,
 		m.LinkUp, m.LinkRTT, m.LinkRTTMin, m.LinkSmoothed, m.LinkJitter, m.LinkLoss, m.LinkProbes,
 		m.TargetRTT, m.TargetUp, m.ChainRoute, m.TUNPackets, m.TUNBytes, m.TUNDropped, m.TUNFlows)
 	m.Route = NewRoute(reg)

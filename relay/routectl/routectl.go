@@ -150,6 +150,11 @@ func (c *Controller) Upsert(ch *v1alpha1.Chain, current func(*v1alpha1.Chain) []
 	if r := current(ch); len(r) > 0 && manifest.ValidRoute(ch, r) == nil {
 		l.sel.Start(r)
 	}
+	if mt := c.o.Metrics; mt != nil {
+		// At 0 from the start, so that the first route counts as a change
+		// in increase() and changes(), and quiet chains have a series.
+		mt.Changes.WithLabelValues(key).Add(0)
+	}
 	var ctx context.Context
 	ctx, l.cancel = context.WithCancel(c.ctx)
 	c.loops[key] = l

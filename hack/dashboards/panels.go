@@ -1,0 +1,163 @@
+package main
+
+// The panels. Each query names only metrics that relays or the operator
+// export (docs/architecture.md#metrics); $__rate_interval is Grafana's.
+
+var ds = map[string]string{"type": "prometheus", "uid": "${datasource}"}
+
+type target struct {
+	Expr         string `json:"expr"`
+	LegendFormat string `json:"legendFormat,omitempty"`
+	RefID        string `json:"refId"`
+	Format       string `json:"format,omitempty"`
+	Instant      bool   `json:"instant,omitempty"`
+}
+
+type panel struct {
+	Type        string            `json:"type"`
+	Title       string            `json:"title"`
+	Description string            `json:"description,omitempty"`
+	GridPos     map[string]int    `json:"gridPos"`
+	Datasource  map[string]string `json:"datasource,omitempty"`
+	Targets     []target          `json:"targets,omitempty"`
+	FieldConfig map[string]any    `json:"fieldConfig,omitempty"`
+	Options     map[string]any    `json:"options,omitempty"`
+	Collapsed   *bool             `json:"collapsed,omitempty"`
+	Panels      []panel           `json:"panels,omitempty"`
+	ID          int               `json:"id"`
+}
+
+// layout places panels in rows of 24 columns.
+type layout struct {
+	y, x, id int
+	panels   []panel
+}
+
+func (l *layout) row(title string) {
+	if l.x > 0 {
+		l.y += 8
+		l.x = 0
+	}
+	f := false
+	l.id++
+	l.panels = append(l.panels, panel{Type: "row", Title: title, Collapsed: &f, ID: l.id,
+		GridPos: map[string]int{"h": 1, "w": 24, "x": 0, "y": l.y}})
+	l.y++
+}
+
+func (l *layout) add(w int, p panel) {
+	if l.x+w > 24 {
+		l.y += 8
+		l.x = 0
+	}
+	l.id++
+	p.ID = l.id
+	p.GridPos = map[string]int{"h": 8, "w": w, "x": l.x, "y": l.y}
+	p.Datasource = ds
+	for i := range p.Targets {
+		p.Targets[i].RefID = string(rune('A' + i))
+	}
+	l.panels = append(l.panels, p)
+	l.x += w
+}
+
+func timeseries(title, unit, desc string, t ...target) panel {
+	return panel{Type: "timeseries", Title: title, Description: desc, Targets: t,
+		FieldConfig: map[string]any{"defaults": map[string]any{"unit": unit}, "overrides": []any{}}}
+}
+
+func q(expr, legend string) target { return target{Expr: expr, LegendFormat: legend} }
+
+func panels() []panel {
+	l := &layout{}
+
+	l.row("Links")
+	l.add(12, timeseries("Link round trip", "s",
+		"Median probe round trip of each link's last round: what sum-mode routes are priced by.",
+		q(`hoplink_link_rtt_seconds`, "{{from}} → {{to}}")))
+	l.add(12, panel{Type: "heatmap", Title: "Link round trip, distribution",
+		Description: "How the round trips of all links spread over time.",
+		Targets:     []target{q(`hoplink_link_rtt_seconds`, "{{from}} → {{to}}")},
+		Options: map[string]any{"calculate": true, "yAxis": map[string]any{"unit": "s"},
+			"color": map[string]any{"scheme": "Oranges", "mode": "scheme"}}})
+	l.add(8, timeseries("Link jitter", "s", "Mean variation between successive probe round trips.",
+		q(`hoplink_link_jitter_seconds`, "{{from}} → {{to}}")))
+	l.add(8, timeseries("Link loss", "percentunit", "Share of probes lost over the last 10 rounds.",
+		q(`hoplink_link_loss_ratio`, "{{from}} → {{to}}")))
+	l.add(8, timeseries("QUIC smoothed RTT", "s", "QUIC's own estimate, on the link's connection.",
+		q(`hoplink_link_rtt_smoothed_seconds`, "{{from}} → {{to}}")))
+
+	l.row("Chains")
+	l.add(16, timeseries("Chain latency: estimated vs measured", "s",
+		"Estimated: summed link round trips of the current route. Measured: end to end through it. Route changes are annotations.",
+		q(`hoplink_chain_latency_seconds`, "{{chain}} {{kind}}")))
+	l.add(8, panel{Type: "table", Title: "Current routes",
+		Description: "The route each relay knows a chain's new flows to take.",
+		Targets:     []target{{Expr: `max by (chain, route) (hoplink_chain_route_info)`, Format: "table", Instant: true}}})
+	l.add(12, timeseries("Route changes", "short", "Route changes per chain over the last 10 minutes.",
+		q(`sum by (chain) (increase(hoplink_chain_route_changes_total[10m]))`, "{{chain}}")))
+	l.add(12, timeseries("Routing rounds", "ops", "Measurement rounds per second, by result.",
+		q(`sum by (chain, result) (rate(hoplink_chain_route_rounds_total[$__rate_interval]))`, "{{chain}} {{result}}")))
+
+	l.row("Tunnels")
+	// Every relay of a chain counts a flow's bytes; the entry's count once.
+	l.add(12, timeseries("Tunnel throughput", "bps", "Payload through each Tunnel, counted at its entry relays, by direction (up = client → target).",
+		q(`sum by (tunnel, direction) (rate(hoplink_tunnel_bytes_total[$__rate_interval]) and on (relay, tunnel) hoplink_tunnel_flows_total{role="entry"}) * 8`, "{{tunnel}} {{direction}}")))
+	l.add(12, timeseries("Flows", "short", "Flows open now, and started per second, at each Tunnel's entry.",
+		q(`sum by (tunnel) (hoplink_tunnel_active_flows{role="entry"})`, "{{tunnel}} open"),
+		q(`sum by (tunnel) (rate(hoplink_tunnel_flows_total{role="entry"}[$__rate_interval]))`, "{{tunnel}} new/s")))
+	l.add(12, timeseries("Flow setup latency", "s",
+		"Entry: accept to header sent on the first hop. Percentiles over all entry relays.",
+		q(`histogram_quantile(0.5, sum by (le, tunnel) (rate(hoplink_flow_setup_seconds_bucket{role="entry"}[$__rate_interval])))`, "{{tunnel}} p50"),
+		q(`histogram_quantile(0.9, sum by (le, tunnel) (rate(hoplink_flow_setup_seconds_bucket{role="entry"}[$__rate_interval])))`, "{{tunnel}} p90"),
+		q(`histogram_quantile(0.99, sum by (le, tunnel) (rate(hoplink_flow_setup_seconds_bucket{role="entry"}[$__rate_interval])))`, "{{tunnel}} p99")))
+	l.add(12, timeseries("Target connect time", "s", "The exit's TCP connect to a routed chain's target.",
+		q(`hoplink_target_rtt_seconds`, "{{tunnel}} {{target}}")))
+
+	l.row("Relays")
+	l.add(8, timeseries("Relays ready and peers up", "short", "Whether each relay runs and is ready, and how many connections it has to its next hops.",
+		q(`max by (relay) (hoplink_relay_ready)`, "{{relay}} ready"),
+		q(`sum by (relay) (hoplink_peer_up)`, "{{relay}} peers up")))
+	l.add(8, timeseries("Flow errors", "ops", "Flows that failed, by reason.",
+		q(`sum by (relay, reason) (rate(hoplink_flow_errors_total[$__rate_interval]))`, "{{relay}} {{reason}}")))
+	l.add(8, timeseries("Handshakes", "ops", "Relay-to-relay handshakes, by direction and result.",
+		q(`sum by (relay, direction, result) (rate(hoplink_peer_handshakes_total[$__rate_interval]))`, "{{relay}} {{direction}} {{result}}")))
+	l.add(12, timeseries("Relay memory", "bytes", "Resident memory of each relay process.",
+		q(`process_resident_memory_bytes and on (instance) hoplink_relay_ready`, "{{instance}}")))
+	l.add(12, timeseries("Relay CPU", "percentunit", "CPU of each relay process, in cores.",
+		q(`rate(process_cpu_seconds_total[$__rate_interval]) and on (instance) hoplink_relay_ready`, "{{instance}}")))
+	return l.panels
+}
+
+// annotations mark route changes on every panel.
+func annotations() []map[string]any {
+	return []map[string]any{{
+		"name":        "Route changes",
+		"datasource":  ds,
+		"enable":      true,
+		"iconColor":   "orange",
+		"expr":        `changes(hoplink_chain_route_changes_total[1m]) > 0`,
+		"step":        "30s",
+		"titleFormat": "route changed: {{chain}}",
+		"tagKeys":     "chain",
+	}}
+}
+
+func dashboard() map[string]any {
+	return map[string]any{
+		"title":         "hoplink",
+		"uid":           "hoplink",
+		"description":   "Latency per link, chain and tunnel; routes and their changes; relay health.",
+		"tags":          []string{"hoplink"},
+		"schemaVersion": 39,
+		"version":       1,
+		"editable":      true,
+		"refresh":       "30s",
+		"time":          map[string]string{"from": "now-1h", "to": "now"},
+		"annotations":   map[string]any{"list": annotations()},
+		"templating": map[string]any{"list": []map[string]any{{
+			"name": "datasource", "label": "Prometheus", "type": "datasource", "query": "prometheus",
+		}}},
+		"panels": panels(),
+	}
+}
