@@ -1,0 +1,211 @@
+// Package charts holds the Helm chart; its tests lint and render the chart
+// with helm (built from its Go module by hack/helm.sh) and apply what it
+// renders to a real kube-apiserver (envtest) as a server-side dry run.
+package charts
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+const chart = "hoplink"
+
+// promOperator is where the PodMonitor and ServiceMonitor CRDs come from:
+// the Prometheus Operator's Go module, which carries them.
+const promOperator = "github.com/prometheus-operator/prometheus-operator@v0.85.0"
+
+func helm(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("../hack/helm.sh").Output()
+	if err != nil {
+		t.Fatalf("hack/helm.sh: %v", err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func run(t *testing.T, argv ...string) ([]byte, error) {
+	t.Helper()
+	var stderr bytes.Buffer
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return out, errors.New(strings.TrimSpace(stderr.String()))
+	}
+	return out, nil
+}
+
+// The chart's CRDs are the generated ones, and its operator rules too.
+func TestChartMatchesGeneratedManifests(t *testing.T) {
+	pairs := map[string]string{filepath.Join(chart, "files", "operator-role.yaml"): filepath.Join("..", "config", "rbac", "role.yaml")}
+	gen, err := filepath.Glob(filepath.Join("..", "config", "crd", "bases", "*.yaml"))
+	if err != nil || len(gen) == 0 {
+		t.Fatalf("no generated CRDs: %v", err)
+	}
+	for _, g := range gen {
+		pairs[filepath.Join(chart, "crds", filepath.Base(g))] = g
+	}
+	inChart, _ := filepath.Glob(filepath.Join(chart, "crds", "*.yaml"))
+	if len(inChart) != len(gen) {
+		t.Errorf("the chart has %d CRDs, config/crd/bases %d: run make manifests", len(inChart), len(gen))
+	}
+	for c, g := range pairs {
+		a, err1 := os.ReadFile(c)
+		b, err2 := os.ReadFile(g)
+		if err := errors.Join(err1, err2); err != nil {
+			t.Error(err)
+			continue
+		}
+		if !bytes.Equal(a, b) {
+			t.Errorf("%s differs from %s: run make manifests", c, g)
+		}
+	}
+}
+
+func TestLint(t *testing.T) {
+	if out, err := run(t, helm(t), "lint", "--strict", chart); err != nil {
+		t.Fatalf("helm lint: %v\n%s", err, out)
+	}
+}
+
+// Bad values fail at render time, naming the value.
+func TestValuesRejected(t *testing.T) {
+	h := helm(t)
+	for _, tc := range []struct{ set, want string }{
+		{"operator.replicas=0", "/operator/replicas"},
+		{"operator.logFormat=xml", "/operator/logFormat"},
+		{"relay.resources.requests.cpu=fast", "/relay/resources/requests/cpu"},
+		{"ca.existingSecret=Not_A_Name", "/ca/existingSecret"},
+		{"operator.replicas=2,operator.leaderElection=false", "operator.leaderElection"},
+		{"operator.replica=2", "replica"},
+	} {
+		_, err := run(t, h, "template", "t", chart, "--set", tc.set)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("--set %s: %v; want an error naming %s", tc.set, err, tc.want)
+		}
+	}
+}
+
+// What the chart renders, with its defaults and with every option on, is
+// accepted by a real API server.
+func TestTemplateAppliesToAPIServer(t *testing.T) {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		t.Skip("KUBEBUILDER_ASSETS is not set: run make test, or export KUBEBUILDER_ASSETS=$(hack/setup-envtest.sh)")
+	}
+	h := helm(t)
+	mod, err := exec.Command("go", "mod", "download", "-json", promOperator).Output()
+	if err != nil {
+		t.Fatalf("go mod download %s: %v", promOperator, err)
+	}
+	var dl struct{ Dir string }
+	if err := json.Unmarshal(mod, &dl); err != nil || dl.Dir == "" {
+		t.Fatalf("go mod download %s: %v", promOperator, err)
+	}
+	crdDir := filepath.Join(dl.Dir, "example", "prometheus-operator-crd")
+	env := &envtest.Environment{
+		CRDInstallOptions: envtest.CRDInstallOptions{Paths: []string{
+			filepath.Join(crdDir, "monitoring.coreos.com_podmonitors.yaml"),
+			filepath.Join(crdDir, "monitoring.coreos.com_servicemonitors.yaml"),
+		}},
+		ErrorIfCRDPathMissing: true,
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Stop()
+	scheme := runtime.NewScheme()
+	clientgoscheme.AddToScheme(scheme)
+	apiextensionsv1.AddToScheme(scheme)
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	for _, tc := range []struct {
+		name string
+		args []string
+		want []string // kinds that must be rendered
+	}{
+		{"defaults", nil, []string{"Deployment", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ServiceAccount", "Service", "CustomResourceDefinition"}},
+		{"everything on", []string{"--set", "metrics.podMonitor.enabled=true,metrics.serviceMonitor.enabled=true,grafana.dashboard.enabled=true,ca.existingSecret=my-ca,operator.replicas=2,relay.image=relay:1"},
+			[]string{"PodMonitor", "ServiceMonitor", "ConfigMap", "Deployment"}},
+		{"no leader election", []string{"--set", "operator.leaderElection=false"}, []string{"Deployment"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := "hl-" + strings.ReplaceAll(tc.name, " ", "-")
+			args := append([]string{"template", "rel", chart, "--namespace", ns, "--include-crds"}, tc.args...)
+			out, err := run(t, append([]string{h}, args...)...)
+			if err != nil {
+				t.Fatalf("helm template: %v", err)
+			}
+			objs := decode(t, out)
+			seen := map[string]bool{}
+			for _, o := range objs {
+				seen[o.GetKind()] = true
+			}
+			for _, k := range tc.want {
+				if !seen[k] {
+					t.Errorf("no %s rendered", k)
+				}
+			}
+			nsObj := &unstructured.Unstructured{}
+			nsObj.SetAPIVersion("v1")
+			nsObj.SetKind("Namespace")
+			nsObj.SetName(ns)
+			if err := c.Create(ctx, nsObj); err != nil {
+				t.Fatal(err)
+			}
+			for _, o := range objs {
+				opts := []client.PatchOption{client.FieldOwner("chart-test"), client.ForceOwnership}
+				// CRDs for real (as helm installs them first), the rest as
+				// a dry run.
+				if o.GetKind() != "CustomResourceDefinition" {
+					opts = append(opts, client.DryRunAll)
+				}
+				if err := c.Patch(ctx, o, client.Apply, opts...); err != nil {
+					t.Errorf("%s %s: %v", o.GetKind(), o.GetName(), err)
+				}
+			}
+		})
+	}
+}
+
+func decode(t *testing.T, b []byte) []*unstructured.Unstructured {
+	t.Helper()
+	var objs []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
+	for {
+		var m map[string]any
+		if err := dec.Decode(&m); err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			t.Fatalf("rendered YAML: %v", err)
+		}
+		if len(m) == 0 {
+			continue
+		}
+		objs = append(objs, &unstructured.Unstructured{Object: m})
+	}
+	return objs
+}
