@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 IMAGE=${IMAGE:-hoplink:dev}
 if ! command -v docker >/dev/null || ! docker info >/dev/null 2>&1; then
-  echo "docker-build: no Docker engine answers here; start dockerd (see docs) and run again" >&2
+  echo "docker-build: no Docker engine answers here; hack/dockerd.sh starts one (as root), then run again" >&2
   exit 2
 fi
 mkdir -p bin/image
