@@ -9,6 +9,12 @@
 #   hack/dockerd.sh && hack/docker-build.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The shim is (re)installed each time: an engine may already use it.
+if [[ $(id -u) == 0 ]]; then
+  mkdir -p bin/kind
+  CGO_ENABLED=0 go build -trimpath -o bin/kind/runcshim ./hack/kind/runcshim
+  install -m 0755 bin/kind/runcshim /usr/local/bin/hoplink-runcshim
+fi
 if docker info >/dev/null 2>&1; then
   exit 0
 fi
@@ -16,9 +22,6 @@ if ! command -v dockerd >/dev/null; then
   echo "dockerd.sh: no Docker engine here: apt-get install docker.io, then run again" >&2
   exit 2
 fi
-mkdir -p bin/kind
-CGO_ENABLED=0 go build -trimpath -o bin/kind/runcshim ./hack/kind/runcshim
-install -m 0755 bin/kind/runcshim /usr/local/bin/hoplink-runcshim
 runtime=runc
 if ! grep -q '^CapBnd:.*' /proc/self/status || (( (0x$(awk '/^CapBnd/{print $2}' /proc/self/status) >> 24) & 1 )); then
   : # CAP_SYS_RESOURCE is there: plain runc works

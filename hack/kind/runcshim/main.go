@@ -25,11 +25,15 @@ func main() {
 	if p := os.Getenv("RUNCSHIM_RUNC"); p != "" {
 		realRunc = p
 	}
+	var err error
 	if bundle := bundleOf(os.Args[1:]); bundle != "" {
-		if err := fix(filepath.Join(bundle, "config.json")); err != nil {
-			fmt.Fprintf(os.Stderr, "runcshim: %v\n", err)
-			os.Exit(1)
-		}
+		err = fix(filepath.Join(bundle, "config.json"), true)
+	} else if proc := processOf(os.Args[1:]); proc != "" {
+		err = fix(proc, false)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "runcshim: %v\n", err)
+		os.Exit(1)
 	}
 	args := append([]string{realRunc}, os.Args[1:]...)
 	if err := syscall.Exec(realRunc, args, os.Environ()); err != nil {
@@ -58,7 +62,27 @@ func bundleOf(args []string) string {
 	return ""
 }
 
-func fix(path string) error {
+// processOf returns the process file of an exec command (docker exec and
+// kubectl exec pass the new process's spec so), which asks for the same
+// capabilities.
+func processOf(args []string) string {
+	exec := false
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case !exec && a == "exec":
+			exec = true
+		case exec && (a == "--process" || a == "-p") && i+1 < len(args):
+			return args[i+1]
+		case exec && len(a) > 10 && a[:10] == "--process=":
+			return a[10:]
+		}
+	}
+	return ""
+}
+
+// fix edits a container's config.json (bundle) or an exec's process.json.
+func fix(path string, bundle bool) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return err
@@ -67,7 +91,10 @@ func fix(path string) error {
 	if err := json.Unmarshal(b, &spec); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	proc, _ := spec["process"].(map[string]any)
+	proc := spec
+	if bundle {
+		proc, _ = spec["process"].(map[string]any)
+	}
 	if proc == nil {
 		return nil
 	}
