@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -543,4 +544,38 @@ func TestTunTunnelsNeedRelaysWithTUN(t *testing.T) {
 		return unprivileged(p)
 	})
 	waitReason(t, flow, "TUNNotAllowed")
+}
+
+// A relay pod that runs but is not ready yet has its address published: the
+// relay becomes ready only once its peers' RelayNodes, endpoints included,
+// are valid, so publishing only ready relays deadlocked chains whose relays
+// started together (seen in the kind e2e).
+func TestEndpointsOfRunningRelayBeforeReady(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	rn := relayNode(ns, "la", func(r *v1alpha1.RelayNode) { r.Spec.Listen.Port = 7600 })
+	create(t, rn)
+	ds := &appsv1.DaemonSet{}
+	eventually(t, "DaemonSet exists", func() error {
+		return k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: RelayObjectName("la")}, ds)
+	})
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: RelayObjectName("la") + "-y", Labels: ds.Spec.Template.Labels},
+		Spec:       *ds.Spec.Template.Spec.DeepCopy(),
+	}
+	create(t, pod)
+	pod.Status = corev1.PodStatus{HostIP: "172.18.0.7", PodIP: "172.18.0.7", Phase: corev1.PodRunning,
+		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}}}
+	if err := k8s.Status().Update(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "endpoint of the running relay", func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(rn), rn); err != nil {
+			return err
+		}
+		if !slices.Equal(rn.Status.Endpoints, []string{"172.18.0.7:7600"}) {
+			return fmt.Errorf("status.endpoints %v", rn.Status.Endpoints)
+		}
+		return nil
+	})
 }

@@ -337,8 +337,11 @@ func (r *RelayNodeReconciler) deleteWorkload(ctx context.Context, rn *v1alpha1.R
 	return nil
 }
 
-// endpoints are spec.endpoints when given, else the address of every ready
-// relay pod: the node's for host-network relays, the pod's otherwise.
+// endpoints are spec.endpoints when given, else the address of every running
+// relay pod: the node's for host-network relays, the pod's otherwise. Running,
+// not ready: a relay is ready once it has applied its RelayNode, whose
+// relays need endpoints to be valid, so waiting for readiness deadlocked
+// every relay that started after a Chain named it.
 func (r *RelayNodeReconciler) endpoints(ctx context.Context, rn *v1alpha1.RelayNode) ([]string, error) {
 	if len(rn.Spec.Endpoints) > 0 {
 		return slices.Clone(rn.Spec.Endpoints), nil
@@ -353,7 +356,7 @@ func (r *RelayNodeReconciler) endpoints(ctx context.Context, rn *v1alpha1.RelayN
 	}
 	var out []string
 	for _, p := range pods.Items {
-		if !podReady(&p) || !p.DeletionTimestamp.IsZero() {
+		if p.Status.Phase != corev1.PodRunning || !p.DeletionTimestamp.IsZero() {
 			continue
 		}
 		ip := p.Status.PodIP
@@ -366,15 +369,6 @@ func (r *RelayNodeReconciler) endpoints(ctx context.Context, rn *v1alpha1.RelayN
 	}
 	sort.Strings(out)
 	return slices.Compact(out), nil
-}
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // indexName indexes RelayNodes by name across namespaces, for the name check.
