@@ -26,6 +26,7 @@ func FromObjects(relays []v1alpha1.RelayNode, chains []v1alpha1.Chain, tunnels [
 	// Each round drops at least one object or ends, so it is bounded.
 	for range len(rs) + len(cs) + len(ts) + 1 {
 		s := newSet()
+		s.endpointsMayLack = true
 		for _, o := range rs {
 			s.add(apiSource(), o)
 		}

@@ -14,12 +14,17 @@ func TestFromObjectsLeavesOutBadObjectsAndDependents(t *testing.T) {
 	relays := []v1alpha1.RelayNode{
 		{ObjectMeta: meta("hk"), Spec: v1alpha1.RelayNodeSpec{Endpoints: []string{"10.0.0.1:7401"}}},
 		{ObjectMeta: meta("la"), Spec: v1alpha1.RelayNodeSpec{Endpoints: []string{"10.0.0.2:7401"}}},
-		// No endpoints yet (its pods are not ready): a chain cannot route to it.
-		{ObjectMeta: meta("sea")},
+		// A bad endpoint: left out, and what depends on it.
+		{ObjectMeta: meta("sea"), Spec: v1alpha1.RelayNodeSpec{Endpoints: []string{"no-port"}}},
+		// No endpoints while none of its pods runs: unreachable for now,
+		// but neither it nor its chains are mistakes.
+		{ObjectMeta: meta("tokyo")},
 	}
 	chains := []v1alpha1.Chain{
 		{ObjectMeta: meta("good"), Spec: v1alpha1.ChainSpec{Entry: "hk", Exit: "la", Route: []string{"hk", "la"}}},
 		{ObjectMeta: meta("via-sea"), Spec: v1alpha1.ChainSpec{Entry: "hk", Exit: "sea", Route: []string{"hk", "sea"}}},
+		{ObjectMeta: meta("to-tokyo"), Spec: v1alpha1.ChainSpec{Entry: "hk", Exit: "tokyo", Route: []string{"hk", "tokyo"}}},
+		{ObjectMeta: meta("routed"), Spec: v1alpha1.ChainSpec{Entry: "hk", Exit: "la", Via: []string{"tokyo"}, Mode: v1alpha1.ModeSum}},
 	}
 	tunnels := []v1alpha1.Tunnel{
 		{ObjectMeta: meta("web"), Spec: v1alpha1.TunnelSpec{Chain: "good", Listen: &v1alpha1.TunnelListen{Port: 8080}, Target: "web:80"}},
@@ -27,7 +32,8 @@ func TestFromObjectsLeavesOutBadObjectsAndDependents(t *testing.T) {
 		{ObjectMeta: meta("clash"), Spec: v1alpha1.TunnelSpec{Chain: "good", Listen: &v1alpha1.TunnelListen{Port: 8080}, Target: "x:1"}},
 	}
 	set, problems := FromObjects(relays, chains, tunnels)
-	if set.Tunnel("net/web") == nil || set.Chain("net/good") == nil || set.Relay("hk") == nil {
+	if set.Tunnel("net/web") == nil || set.Chain("net/good") == nil || set.Relay("hk") == nil ||
+		set.Relay("tokyo") == nil || set.Chain("net/to-tokyo") == nil || set.Chain("net/routed") == nil {
 		t.Fatalf("good objects left out: %v", problems)
 	}
 	for _, gone := range []bool{set.Relay("sea") != nil, set.Chain("net/via-sea") != nil, set.Tunnel("net/db") != nil, set.Tunnel("net/clash") != nil} {
@@ -46,7 +52,7 @@ func TestFromObjectsLeavesOutBadObjectsAndDependents(t *testing.T) {
 			t.Errorf("problems do not mention %s:\n%s", want, all)
 		}
 	}
-	if relays[2].Namespace != "net" || len(relays[2].Spec.Endpoints) != 0 || relays[0].Spec.Listen.Port != 0 {
+	if relays[3].Namespace != "net" || len(relays[3].Spec.Endpoints) != 0 || relays[0].Spec.Listen.Port != 0 {
 		t.Error("FromObjects changed its input")
 	}
 }

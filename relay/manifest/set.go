@@ -17,6 +17,12 @@ type Set struct {
 	Tunnels []*v1alpha1.Tunnel
 	// Skipped lists objects of other API groups that were read and ignored.
 	Skipped []string
+	// endpointsMayLack: the set comes from a cluster, where a relay's
+	// endpoints are its running pods' addresses and none while no pod runs.
+	// Such a relay is unreachable for now (a hop toward it fails, route
+	// controllers avoid it), not a mistake in the objects; in files, a
+	// missing endpoint is one.
+	endpointsMayLack bool
 
 	src     map[any]Source
 	relays  map[string]*v1alpha1.RelayNode

@@ -46,7 +46,9 @@ func (s *Set) validate() *problems {
 	for _, t := range s.Tunnels {
 		s.validateTunnel(p, t)
 	}
-	s.validateEndpoints(p)
+	if !s.endpointsMayLack {
+		s.validateEndpoints(p)
+	}
 	s.validateTunnelListeners(p)
 	return p
 }
