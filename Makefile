@@ -9,7 +9,7 @@ FUZZTIME ?= 20s
 CONTROLLER_GEN_VERSION ?= v0.23.0
 CONTROLLER_GEN := bin/controller-gen-$(CONTROLLER_GEN_VERSION)
 
-.PHONY: all build demo test fuzz bench vet fmt clean manifests generate verify-manifests
+.PHONY: all build demo test e2e fuzz bench vet fmt clean manifests generate verify-manifests
 
 all: build
 
@@ -30,6 +30,11 @@ vet:
 test: vet verify-manifests
 	@# envtest's kube-apiserver and etcd, built from Go modules once and cached in bin/k8s.
 	assets=$$(hack/setup-envtest.sh) && KUBEBUILDER_ASSETS=$$assets $(GO) test -race -count=1 -p 1 -timeout 30m ./...
+
+# Two kind clusters, the chart, the samples and traffic (as root, with a Docker
+# engine; the first run builds the kind node image here, about 20 minutes).
+e2e:
+	$(GO) test -tags e2e -v -count=1 -timeout 60m ./e2e
 
 $(CONTROLLER_GEN):
 	GOBIN=$(CURDIR)/bin/cg-tmp $(GO) install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)

@@ -112,13 +112,40 @@ version = 2
     bin_dir = "/usr/lib/cni"
     conf_dir = "/etc/cni/net.d"
 TOML
-# One node per cluster: a bridge with a host-local range is all pods need.
-cat >"$node/etc/cni/net.d/10-bridge.conflist" <<'JSON'
+# Pod network without a CNI DaemonSet (no image of one exists here): at boot,
+# before containerd, each node takes 10.244.N.0/24 for its pods, N the last
+# byte of its address on the kind network, and routes every other N's range
+# to the node with that last byte. Nodes of every cluster on that network
+# get distinct ranges.
+cat >"$node/usr/local/bin/hoplink-pod-network" <<'SH'
+#!/bin/bash
+set -eu
+addr=$(ip -4 -o addr show dev eth0 | awk '{print $4}' | cut -d/ -f1)
+net=${addr%.*} me=${addr##*.}
+mkdir -p /etc/cni/net.d
+cat >/etc/cni/net.d/10-bridge.conflist <<JSON
 {"cniVersion": "0.4.0", "name": "hoplink-kind", "plugins": [
   {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": true, "hairpinMode": true,
-   "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.244.0.0/24"}]], "routes": [{"dst": "0.0.0.0/0"}]}},
+   "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.244.$me.0/24"}]], "routes": [{"dst": "0.0.0.0/0"}]}},
   {"type": "portmap", "capabilities": {"portMappings": true}}]}
 JSON
+for n in $(seq 1 254); do
+  [ "$n" = "$me" ] || ip route replace "10.244.$n.0/24" via "$net.$n" dev eth0 onlink
+done
+SH
+chmod 0755 "$node/usr/local/bin/hoplink-pod-network"
+cat >"$node/etc/systemd/system/hoplink-pod-network.service" <<'UNIT'
+[Unit]
+Description=hoplink pod network (bridge range and routes to the other nodes)
+Before=containerd.service kubelet.service
+After=network.target
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/usr/local/bin/hoplink-pod-network
+[Install]
+WantedBy=multi-user.target
+UNIT
 cat >"$node/kind/manifests/default-storage.yaml" <<'YAML'
 apiVersion: storage.k8s.io/v1
 kind: StorageClass
@@ -140,7 +167,7 @@ RUN find /lib/systemd/system/sysinit.target.wants/ -name systemd-tmpfiles-setup.
       /lib/systemd/system/local-fs.target.wants/* /lib/systemd/system/sockets.target.wants/*udev* \
       /lib/systemd/system/sockets.target.wants/*initctl* /lib/systemd/system/basic.target.wants/*; \
     echo ReadKMsg=no >>/etc/systemd/journald.conf; \
-    systemctl enable kubelet.service containerd.service undo-mount-hacks.service; \
+    systemctl enable kubelet.service containerd.service undo-mount-hacks.service hoplink-pod-network.service; \
     systemctl mask systemd-binfmt.service; \
     ln -sf /usr/lib/systemd/systemd /sbin/init
 ENV container=docker

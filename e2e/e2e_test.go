@@ -1,0 +1,482 @@
+//go:build e2e
+
+// Package e2e runs hoplink as users meet it: kind clusters (node image built
+// here from Debian packages and Go modules, hack/kind/node-image.sh), the
+// hoplink image, the Helm chart, config/samples, then traffic.
+//
+//	make e2e            # or: go test -tags e2e -v -timeout 40m ./e2e
+//
+// E2E_KEEP=1 keeps the clusters for a look afterwards.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+var (
+	root      string // the repository
+	kindBin   string
+	kubectl   string
+	helmBin   string
+	nodeImage string
+	work      string
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	wd, _ := os.Getwd()
+	root = filepath.Dir(wd)
+	if os.Getuid() != 0 {
+		fmt.Println("e2e: skipped: needs root (a Docker engine and kind clusters)")
+		return 0
+	}
+	if out, err := command(root, "hack/dockerd.sh"); err != nil {
+		fmt.Printf("e2e: skipped: no Docker engine here (%s)\n", strings.TrimSpace(out))
+		return 0
+	}
+	var err error
+	step := func(what string, f func() error) bool {
+		start := time.Now()
+		if err = f(); err != nil {
+			fmt.Printf("e2e: %s: %v\n", what, err)
+			return false
+		}
+		fmt.Printf("e2e: %s (%s)\n", what, time.Since(start).Round(time.Second))
+		return true
+	}
+	if !step("node image", func() error {
+		out, err := command(root, "hack/kind/node-image.sh")
+		nodeImage = lastLine(out)
+		return wrap(err, out)
+	}) || !step("hoplink image", func() error {
+		out, err := command(root, "hack/docker-build.sh")
+		return wrap(err, out)
+	}) || !step("helm", func() error {
+		out, err := command(root, "hack/helm.sh")
+		helmBin = lastLine(out)
+		return wrap(err, out)
+	}) {
+		return 1
+	}
+	kindBin = filepath.Join(root, "bin/kind/kind-v0.33.0/kind")
+	kubectl = filepath.Join(root, "bin/kind/k8s-1.37.1/kubectl")
+	if work, err = os.MkdirTemp("", "hoplink-e2e"); err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	defer os.RemoveAll(work)
+	return m.Run()
+}
+
+func wrap(err error, out string) error {
+	if err != nil {
+		return fmt.Errorf("%w\n%s", err, out)
+	}
+	return nil
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
+}
+
+// command runs a command in dir and returns its combined output.
+func command(dir string, argv ...string) (string, error) {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+func sh(t *testing.T, argv ...string) string {
+	t.Helper()
+	out, err := command(root, argv...)
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", strings.Join(argv, " "), err, out)
+	}
+	return out
+}
+
+// eventually retries f until it succeeds or d passes.
+func eventually(t *testing.T, d time.Duration, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s: %v", what, d, err)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// cluster is one kind cluster.
+type cluster struct {
+	name, kubeconfig string
+}
+
+// newCluster creates a kind cluster of one control-plane node and a worker
+// per extra site; each node is labelled hoplink.dev/site.
+func newCluster(t *testing.T, name string, sites ...string) *cluster {
+	t.Helper()
+	c := &cluster{name: name, kubeconfig: filepath.Join(work, name+".kubeconfig")}
+	var cfg strings.Builder
+	fmt.Fprintf(&cfg, `kind: Cluster
+apiVersion: kind.x-k8s.io/v1alpha4
+networking: {disableDefaultCNI: true}
+kubeadmConfigPatches:
+- |
+  kind: ClusterConfiguration
+  imageRepository: hoplink.local
+- |
+  kind: KubeletConfiguration
+  failCgroupV1: false
+nodes:
+`)
+	for i, s := range sites {
+		role := "worker"
+		if i == 0 {
+			role = "control-plane"
+		}
+		fmt.Fprintf(&cfg, "- role: %s\n  image: %s\n  labels: {hoplink.dev/site: %s}\n", role, nodeImage, s)
+	}
+	path := filepath.Join(work, name+".kind.yaml")
+	os.WriteFile(path, []byte(cfg.String()), 0o644)
+	deleteCluster(name) // a leftover of an interrupted run
+	start := time.Now()
+	sh(t, kindBin, "create", "cluster", "--name", name, "--config", path, "--kubeconfig", c.kubeconfig, "--wait", "180s")
+	t.Logf("cluster %s with %d nodes up in %s", name, len(sites), time.Since(start).Round(time.Second))
+	t.Cleanup(func() {
+		if os.Getenv("E2E_KEEP") != "" {
+			t.Logf("keeping cluster %s (kubeconfig %s)", name, c.kubeconfig)
+			return
+		}
+		if err := deleteCluster(name); err != nil {
+			t.Errorf("delete cluster %s: %v", name, err)
+		}
+	})
+	// Relays run on every node, the control plane's included.
+	if out, err := c.try("taint", "nodes", "-l", "node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/control-plane-"); err != nil && !strings.Contains(out, "not found") {
+		t.Fatalf("untaint the control plane: %v: %s", err, out)
+	}
+	sh(t, kindBin, "load", "docker-image", "hoplink:dev", "--name", name)
+	return c
+}
+
+// deleteCluster deletes a kind cluster. On cgroup v1 a node killed while its
+// runc was starting a pod leaves that pod's cgroup frozen, and a frozen
+// process cannot die, so Docker cannot remove the node: thaw first.
+func deleteCluster(name string) error {
+	var err error
+	for range 3 {
+		ids, _ := command(root, "docker", "ps", "-aq", "--no-trunc", "--filter", "label=io.x-k8s.kind.cluster="+name)
+		for _, id := range strings.Fields(ids) {
+			filepath.WalkDir(filepath.Join("/sys/fs/cgroup/freezer/docker", id), func(p string, d os.DirEntry, err error) error {
+				if err == nil && d.Name() == "freezer.state" {
+					if b, _ := os.ReadFile(p); strings.TrimSpace(string(b)) == "FROZEN" {
+						os.WriteFile(p, []byte("THAWED"), 0o644)
+					}
+				}
+				return nil
+			})
+		}
+		var out string
+		if out, err = command(root, kindBin, "delete", "cluster", "--name", name); err == nil {
+			return nil
+		}
+		err = fmt.Errorf("%w: %s", err, out)
+	}
+	return err
+}
+
+func (c *cluster) kubectl(t *testing.T, args ...string) string {
+	t.Helper()
+	return sh(t, append([]string{kubectl, "--kubeconfig", c.kubeconfig}, args...)...)
+}
+
+func (c *cluster) try(args ...string) (string, error) {
+	return command(root, append([]string{kubectl, "--kubeconfig", c.kubeconfig}, args...)...)
+}
+
+func (c *cluster) apply(t *testing.T, ns, yaml string) {
+	t.Helper()
+	cmd := exec.Command(kubectl, "--kubeconfig", c.kubeconfig, "-n", ns, "apply", "-f", "-")
+	cmd.Stdin = strings.NewReader(yaml)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("apply: %v\n%s\n%s", err, out, yaml)
+	}
+}
+
+func (c *cluster) helmInstall(t *testing.T, args ...string) {
+	t.Helper()
+	sh(t, append([]string{helmBin, "--kubeconfig", c.kubeconfig, "install", "hoplink", "charts/hoplink",
+		"-n", "hoplink-system", "--create-namespace", "--set", "image.tag=dev,image.pullPolicy=Never", "--wait", "--timeout", "3m"}, args...)...)
+}
+
+// nodeIP is the address of the node of a site on the kind network.
+func (c *cluster) nodeIP(t *testing.T, site string) string {
+	t.Helper()
+	return strings.TrimSpace(c.kubectl(t, "get", "nodes", "-l", "hoplink.dev/site="+site,
+		"-o", `jsonpath={.items[0].status.addresses[?(@.type=="InternalIP")].address}`))
+}
+
+func (c *cluster) nodeContainer(t *testing.T, site string) string {
+	t.Helper()
+	return strings.TrimSpace(c.kubectl(t, "get", "nodes", "-l", "hoplink.dev/site="+site, "-o", "jsonpath={.items[0].metadata.name}"))
+}
+
+// onNode runs a bash script on a node (the node containers have bash and
+// coreutils, which is all the clients below need).
+func onNode(node, script string) (string, error) {
+	return command(root, "docker", "exec", node, "bash", "-c", script)
+}
+
+// httpToTLS sends a plain HTTP request to addr from node and returns the
+// answer: through a Tunnel whose target is a Kubernetes API server, that
+// server's "Client sent an HTTP request to an HTTPS server" proves the bytes
+// crossed the chain both ways.
+func httpToTLS(node, host string, port int) (string, error) {
+	return onNode(node, fmt.Sprintf(`exec 3<>/dev/tcp/%s/%d && printf 'GET / HTTP/1.0\r\n\r\n' >&3 && timeout 5 cat <&3`, host, port))
+}
+
+const httpsAnswer = "Client sent an HTTP request to an HTTPS server"
+
+// dnsQuery sends a DNS query for kubernetes.default.svc.cluster.local (A)
+// over UDP from node and returns the answer's bytes, hex.
+func dnsQuery(node, host string, port int) (string, error) {
+	q := `\x4e\x21\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x0akubernetes\x07default\x03svc\x07cluster\x05local\x00\x00\x01\x00\x01`
+	// printf would write the query in pieces (bash flushes at NUL bytes),
+	// each its own datagram: cat sends the file in one write.
+	return onNode(node, fmt.Sprintf(`printf '%s' >/tmp/dnsq && exec 3<>/dev/udp/%s/%d && cat /tmp/dnsq >&3 && timeout 5 dd bs=512 count=1 <&3 2>/dev/null | od -An -tx1 | tr -d ' \n'`, q, host, port))
+}
+
+// chainStatus reads a Chain's status.
+type chainStatus struct {
+	Route []string `json:"route"`
+}
+
+func (c *cluster) chain(t *testing.T, ns, name string) chainStatus {
+	t.Helper()
+	var ch struct {
+		Status chainStatus `json:"status"`
+	}
+	json.Unmarshal([]byte(c.kubectl(t, "-n", ns, "get", "chain", name, "-o", "json")), &ch)
+	return ch.Status
+}
+
+func TestClusters(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	_ = ctx
+
+	// Cluster A carries the samples' four sites; cluster B one more relay.
+	a := newCluster(t, "hoplink-a", "hk", "seattle", "la", "useast")
+	b := newCluster(t, "hoplink-b", "east2")
+
+	a.helmInstall(t)
+	a.kubectl(t, "create", "namespace", "edge")
+	a.kubectl(t, "apply", "-n", "edge", "-k", "config/samples")
+
+	t.Run("relays ready on every node", func(t *testing.T) {
+		eventually(t, 3*time.Minute, "every RelayNode ready", func() error {
+			out, err := a.try("-n", "edge", "get", "relaynodes", "-o", `jsonpath={range .items[*]}{.metadata.name}={.status.ready}/{.status.desired} {end}`)
+			if err != nil {
+				return fmt.Errorf("%v: %s", err, out)
+			}
+			for _, f := range strings.Fields(out) {
+				if !strings.HasSuffix(f, "=1/1") {
+					return fmt.Errorf("%s", out)
+				}
+			}
+			if len(strings.Fields(out)) != 4 {
+				return fmt.Errorf("%s", out)
+			}
+			return nil
+		})
+	})
+
+	hkNode := a.nodeContainer(t, "hk")
+	t.Run("TCP through the Tunnel's Service", func(t *testing.T) {
+		ip := strings.TrimSpace(a.kubectl(t, "-n", "edge", "get", "service", "web", "-o", "jsonpath={.spec.clusterIP}"))
+		eventually(t, time.Minute, "an answer from the API server through hk -> seattle -> la -> useast", func() error {
+			out, err := httpToTLS(hkNode, ip, 8080)
+			if !strings.Contains(out, httpsAnswer) {
+				return fmt.Errorf("%v: %q", err, out)
+			}
+			return nil
+		})
+	})
+
+	t.Run("UDP through a Tunnel's Service", func(t *testing.T) {
+		a.apply(t, "edge", `apiVersion: hoplink.dev/v1alpha1
+kind: Tunnel
+metadata: {name: dns}
+spec: {chain: to-east, protocol: udp, listen: {port: 5353}, target: "kube-dns.kube-system.svc.cluster.local:53"}
+`)
+		eventually(t, time.Minute, "the Service dns", func() error {
+			_, err := a.try("-n", "edge", "get", "service", "dns")
+			return err
+		})
+		ip := strings.TrimSpace(a.kubectl(t, "-n", "edge", "get", "service", "dns", "-o", "jsonpath={.spec.clusterIP}"))
+		eventually(t, time.Minute, "a DNS answer through the chain", func() error {
+			out, err := dnsQuery(hkNode, ip, 5353)
+			// The answer keeps the query's id, is a response without error,
+			// and carries an answer record.
+			b, _ := hex.DecodeString(out)
+			if len(b) < 12 || b[0] != 0x4e || b[1] != 0x21 || b[2]&0x80 == 0 || b[3]&0x0f != 0 || int(b[6])<<8|int(b[7]) == 0 {
+				return fmt.Errorf("%v: %q", err, out)
+			}
+			return nil
+		})
+	})
+
+	t.Run("a chain across two clusters", func(t *testing.T) {
+		// One CA: B's operator takes a copy of A's.
+		crt := a.kubectl(t, "-n", "hoplink-system", "get", "secret", "hoplink-ca", "-o", `go-template={{index .data "tls.crt" | base64decode}}`)
+		key := a.kubectl(t, "-n", "hoplink-system", "get", "secret", "hoplink-ca", "-o", `go-template={{index .data "tls.key" | base64decode}}`)
+		os.WriteFile(filepath.Join(work, "ca.crt"), []byte(crt), 0o600)
+		os.WriteFile(filepath.Join(work, "ca.key"), []byte(key), 0o600)
+		b.kubectl(t, "create", "namespace", "hoplink-system")
+		b.kubectl(t, "-n", "hoplink-system", "create", "secret", "tls", "hoplink-ca-from-a",
+			"--cert", filepath.Join(work, "ca.crt"), "--key", filepath.Join(work, "ca.key"))
+		b.helmInstall(t, "--set", "ca.existingSecret=hoplink-ca-from-a")
+		b.kubectl(t, "create", "namespace", "edge")
+
+		hkIP, east2IP := a.nodeIP(t, "hk"), b.nodeIP(t, "east2")
+		shared := `---
+apiVersion: hoplink.dev/v1alpha1
+kind: Chain
+metadata: {name: to-b}
+spec: {entry: hk, exit: east2, route: [hk, east2]}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: Tunnel
+metadata: {name: far}
+spec: {chain: to-b, protocol: tcp, listen: {port: 8081}, target: "kubernetes.default.svc.cluster.local:443"}
+`
+		a.apply(t, "edge", fmt.Sprintf(`apiVersion: hoplink.dev/v1alpha1
+kind: RelayNode
+metadata: {name: east2}
+spec: {external: true, endpoints: ["%s:7401"]}
+`, east2IP)+shared)
+		b.apply(t, "edge", fmt.Sprintf(`apiVersion: hoplink.dev/v1alpha1
+kind: RelayNode
+metadata: {name: east2}
+spec: {listen: {port: 7401}, endpoints: ["%s:7401"]}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: RelayNode
+metadata: {name: hk}
+spec: {external: true, endpoints: ["%s:7401"]}
+`, east2IP, hkIP)+shared)
+		eventually(t, 2*time.Minute, "an answer from cluster B's API server through hk (A) -> east2 (B)", func() error {
+			out, err := httpToTLS(hkNode, hkIP, 8081)
+			if !strings.Contains(out, httpsAnswer) {
+				return fmt.Errorf("%v: %q", err, out)
+			}
+			return nil
+		})
+		// The flow left by B's relay.
+		metrics, err := onNode(b.nodeContainer(t, "east2"), `exec 3<>/dev/tcp/127.0.0.1/7402 && printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3 && timeout 5 cat <&3`)
+		if !strings.Contains(metrics, `hoplink_tunnel_flows_total{relay="east2",role="exit",tunnel="edge/far"}`) {
+			t.Errorf("east2 counted no exit flow of edge/far (%v):\n%s", err, grep(metrics, "hoplink_tunnel_flows_total"))
+		}
+	})
+
+	t.Run("reroute when a relay is deleted", func(t *testing.T) {
+		a.apply(t, "edge", `apiVersion: hoplink.dev/v1alpha1
+kind: Chain
+metadata: {name: fast}
+spec: {entry: hk, exit: useast, via: [seattle, la], mode: sum, probe: {interval: 1s}}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: Tunnel
+metadata: {name: fastweb}
+spec: {chain: fast, protocol: tcp, listen: {port: 8082}, target: "kubernetes.default.svc.cluster.local:443"}
+`)
+		// Cut hk's direct link to useast, so the route must pass a relay.
+		useastIP := a.nodeIP(t, "useast")
+		if out, err := onNode(hkNode, fmt.Sprintf("iptables -I OUTPUT -d %s -p udp --dport 7401 -j DROP && iptables -I OUTPUT -d %s -p tcp --dport 7401 -j DROP", useastIP, useastIP)); err != nil {
+			t.Fatalf("iptables on hk: %v: %s", err, out)
+		}
+		var via string
+		eventually(t, 2*time.Minute, "a route through seattle or la", func() error {
+			r := a.chain(t, "edge", "fast").Route
+			if len(r) != 3 {
+				return fmt.Errorf("route %v", r)
+			}
+			via = r[1]
+			return nil
+		})
+		// The relay leaves its node for good: the node loses the label its
+		// DaemonSet selects, so the pod is deleted and not recreated.
+		t.Logf("route hk -> %s -> useast; deleting %s's relay", via, via)
+		a.kubectl(t, "label", "node", a.nodeContainer(t, via), "hoplink.dev/site-")
+		eventually(t, time.Minute, "a route around "+via, func() error {
+			r := a.chain(t, "edge", "fast").Route
+			if len(r) != 3 || r[1] == via {
+				return fmt.Errorf("route %v", r)
+			}
+			return nil
+		})
+		eventually(t, time.Minute, "traffic on the new route", func() error {
+			out, err := httpToTLS(hkNode, a.nodeIP(t, "hk"), 8082)
+			if !strings.Contains(out, httpsAnswer) {
+				return fmt.Errorf("%v: %q", err, out)
+			}
+			return nil
+		})
+	})
+
+	t.Run("cleanup on uninstall", func(t *testing.T) {
+		a.kubectl(t, "delete", "namespace", "edge", "--wait=true", "--timeout=2m")
+		sh(t, helmBin, "--kubeconfig", a.kubeconfig, "uninstall", "hoplink", "-n", "hoplink-system", "--wait", "--timeout", "2m")
+		eventually(t, 2*time.Minute, "nothing of hoplink left but its CRDs", func() error {
+			var left []string
+			for _, q := range [][]string{
+				{"get", "daemonsets,deployments,pods", "-A", "-l", "app.kubernetes.io/name=hoplink", "-o", "name"},
+				{"get", "clusterroles,clusterrolebindings", "-o", "name"},
+			} {
+				out, err := a.try(q...)
+				if err != nil {
+					return fmt.Errorf("%v: %s", err, out)
+				}
+				for _, l := range strings.Fields(out) {
+					if !strings.HasPrefix(l, "clusterrole") || strings.Contains(l, "hoplink") {
+						left = append(left, l)
+					}
+				}
+			}
+			if len(left) > 0 {
+				return fmt.Errorf("left: %v", left)
+			}
+			return nil
+		})
+	})
+}
+
+func grep(s, substr string) string {
+	var b bytes.Buffer
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, substr) {
+			b.WriteString(l + "\n")
+		}
+	}
+	return b.String()
+}
