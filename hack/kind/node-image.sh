@@ -23,6 +23,7 @@ log() { printf 'kind/node-image: %s\n' "$*" >&2; }
 trap 'log "failed at line $LINENO: $BASH_COMMAND"' ERR
 
 hack/dockerd.sh
+command -v debootstrap >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap; }
 K8S_VERSION=$K8S_VERSION ETCD_VERSION=$ETCD_VERSION COREDNS_VERSION=$COREDNS_VERSION KIND_VERSION=$KIND_VERSION hack/kind/binaries.sh
 k8s=$out/k8s-$K8S_VERSION
 stamp=$(cat hack/kind/node-image.sh hack/kind/runcshim/*.go hack/kind/pause/*.go | sha256sum | cut -c1-16)
