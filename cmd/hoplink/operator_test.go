@@ -27,11 +27,9 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
-	"github.com/hoplink/hoplink/controllers"
 )
 
 // TestOperatorAndKubeRelays runs `hoplink operator` and four `hoplink relay
@@ -43,58 +41,13 @@ func TestOperatorAndKubeRelays(t *testing.T) {
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		t.Fatal("KUBEBUILDER_ASSETS is not set: run `make test`, or export KUBEBUILDER_ASSETS=$(hack/setup-envtest.sh)")
 	}
-	env := &envtest.Environment{CRDDirectoryPaths: []string{"../../config/crd/bases"}, ErrorIfCRDPathMissing: true}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { env.Stop() })
-	user, err := env.AddUser(envtest.User{Name: "hoplink-test", Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kc, err := user.KubeConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	k8s, err := client.New(cfg, client.Options{Scheme: controllers.Scheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := startCluster(t, "a")
+	cfg, k8s, dir := c.cfg, c.k8s, c.dir
 	ctx := context.Background()
 	const ns = "edge"
-	for _, n := range []string{"hoplink-system", ns} {
-		if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-
 	bin := buildHoplink(t)
-	start := func(name string, args ...string) {
-		cmd := startProcess(t, filepath.Join(dir, name+".log"), bin, args...)
-		t.Cleanup(func() {
-			cmd.Process.Signal(syscall.SIGTERM)
-			done := make(chan struct{})
-			go func() { cmd.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(10 * time.Second):
-				cmd.Process.Kill()
-				<-done
-			}
-			if t.Failed() {
-				log, _ := os.ReadFile(filepath.Join(dir, name+".log"))
-				t.Logf("--- %s log:\n%s", name, log)
-			}
-		})
-	}
-	start("operator", "operator", "--kubeconfig", kubeconfig, "--namespace", "hoplink-system",
-		"--relay-image", "hoplink:test", "--metrics-bind-address", "0", "--health-probe-bind-address", "0", "--log-level", "debug")
+	start := func(name string, args ...string) { c.run(t, bin, name, args...) }
+	c.operator(t, bin, "--log-level", "debug")
 
 	// The samples as a user would apply them, made to run on one host: each
 	// relay on its own loopback port, published as spec.endpoints.
