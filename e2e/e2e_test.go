@@ -11,7 +11,6 @@ package e2e
 
 import (
 	"bytes"
-	"context"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -157,7 +156,9 @@ nodes:
 		fmt.Fprintf(&cfg, "- role: %s\n  image: %s\n  labels: {hoplink.dev/site: %s}\n", role, nodeImage, s)
 	}
 	path := filepath.Join(work, name+".kind.yaml")
-	os.WriteFile(path, []byte(cfg.String()), 0o644)
+	if err := os.WriteFile(path, []byte(cfg.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	deleteCluster(name) // a leftover of an interrupted run
 	start := time.Now()
 	sh(t, kindBin, "create", "cluster", "--name", name, "--config", path, "--kubeconfig", c.kubeconfig, "--wait", "180s")
@@ -281,10 +282,6 @@ func (c *cluster) chain(t *testing.T, ns, name string) chainStatus {
 }
 
 func TestClusters(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
-	defer cancel()
-	_ = ctx
-
 	// Cluster A carries the samples' four sites; cluster B one more relay.
 	a := newCluster(t, "hoplink-a", "hk", "seattle", "la", "useast")
 	b := newCluster(t, "hoplink-b", "east2")
