@@ -467,22 +467,6 @@ func (r *Relay) handleTLS(peer string, c *tls.Conn) {
 	if err == nil && h.Kind == hop.KindUDP {
 		reason, err = "wrong_protocol", fmt.Errorf("UDP sessions ride QUIC, not TLS")
 	}
-	if err == nil && h.Kind == hop.KindPacket && len(h.Route) == 1 {
-		x, xerr := r.packetExit(h.Tunnel)
-		if xerr != nil {
-			r.reject(nil, peer, "no_device", xerr, h)
-			in.abort()
-			return
-		}
-		if !r.acquire() {
-			r.flowError(h.Tunnel, "flow_limit")
-			in.abort()
-			return
-		}
-		defer r.release()
-		r.servePacketTLS(in, x)
-		return
-	}
 	if err != nil {
 		r.reject(nil, peer, reason, err, h)
 		in.abort()
@@ -494,6 +478,16 @@ func (r *Relay) handleTLS(peer string, c *tls.Conn) {
 		return
 	}
 	defer r.release()
+	if h.Kind == hop.KindPacket && len(h.Route) == 1 {
+		x, xerr := r.packetExit(h.Tunnel)
+		if xerr != nil {
+			r.reject(nil, peer, "no_device", xerr, h)
+			in.abort()
+			return
+		}
+		r.servePacketTLS(in, x)
+		return
+	}
 	if len(h.Route) == 1 {
 		r.exitTCP(in, &h)
 		return
