@@ -163,12 +163,7 @@ func TestNamespaces(t *testing.T) {
 	_, laAddr := link(t, sea, la, 2, "to-la", "to-sea")
 	_ = hkAddr
 	m := strings.NewReplacer("HK", hkAddr, "SEATTLE", seaAddrA, "LA", laAddr).Replace(nsManifests)
-	if err := os.WriteFile(filepath.Join(dir, "chain.yaml"), []byte(m), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	certs := filepath.Join(dir, "certs")
-	run(t, bin, "cert", "ca", "--dir", certs)
-	run(t, bin, "cert", "issue", "--dir", certs, "hk", "seattle", "la")
+	certs := relayFiles(t, bin, dir, "chain.yaml", m, "hk", "seattle", "la")
 
 	// Targets live in la's namespace, on its loopback: only la can reach them.
 	var tcpTarget net.Listener
@@ -288,6 +283,20 @@ func TestNamespaces(t *testing.T) {
 			t.Fatal("hk did not exit within 10 s of SIGTERM")
 		}
 	})
+}
+
+// relayFiles writes a manifest into dir and makes a CA with certificates for
+// the named relays, as a user would before starting relay processes; it
+// returns the certificate directory.
+func relayFiles(t *testing.T, bin, dir, file, manifest string, relays ...string) string {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, file), []byte(manifest), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	certs := filepath.Join(dir, "certs")
+	run(t, bin, "cert", "ca", "--dir", certs)
+	run(t, append([]string{bin, "cert", "issue", "--dir", certs}, relays...)...)
+	return certs
 }
 
 func waitFor(t *testing.T, what string, f func() error) {

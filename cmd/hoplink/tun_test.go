@@ -77,15 +77,8 @@ func TestTunTunnels(t *testing.T) {
 	for i := 1; i <= 3; i++ {
 		run(t, "ip", "-n", sv.name, "addr", "add", fmt.Sprintf("10.77.%d.1/32", i), "dev", "lo")
 	}
-	// A prefix routed into the flow Tunnel's device that the Tunnel does not
-	// reach, to see the refusal.
 	m := strings.NewReplacer("CL", clAddr, "MID", midA, "SV", svAddr).Replace(tunManifests)
-	if err := os.WriteFile(filepath.Join(dir, "tun.yaml"), []byte(m), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	certs := filepath.Join(dir, "certs")
-	run(t, bin, "cert", "ca", "--dir", certs)
-	run(t, bin, "cert", "issue", "--dir", certs, "hk", "mid", "la")
+	certs := relayFiles(t, bin, dir, "tun.yaml", m, "hk", "mid", "la")
 
 	// Servers in sv: a sink-then-source TCP server and a UDP echo, on every
 	// address.
