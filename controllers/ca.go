@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/hoplink/hoplink/relay/pki"
+	"github.com/hoplink/hoplink/pki"
 )
 
 // Keys of the Secrets the operator writes. Relay Secrets use the layout of

@@ -13,8 +13,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
-	"github.com/hoplink/hoplink/relay/manifest"
-	"github.com/hoplink/hoplink/relay/routectl"
+	"github.com/hoplink/hoplink/manifest"
+	"github.com/hoplink/hoplink/routectl"
 )
 
 // ChainReconciler checks a Chain against the RelayNodes it names and

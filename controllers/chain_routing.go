@@ -17,8 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
-	"github.com/hoplink/hoplink/relay/route"
-	"github.com/hoplink/hoplink/relay/routectl"
+	"github.com/hoplink/hoplink/route"
+	"github.com/hoplink/hoplink/routectl"
 )
 
 // routeWriter publishes the route controller's decisions: the route,

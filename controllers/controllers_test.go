@@ -20,7 +20,7 @@ import (
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
-	"github.com/hoplink/hoplink/relay/pki"
+	"github.com/hoplink/hoplink/pki"
 )
 
 var nsSeq atomic.Int32

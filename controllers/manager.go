@@ -22,8 +22,8 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
-	"github.com/hoplink/hoplink/relay/metrics"
-	"github.com/hoplink/hoplink/relay/routectl"
+	"github.com/hoplink/hoplink/metrics"
+	"github.com/hoplink/hoplink/routectl"
 )
 
 // Options configure the operator.

@@ -20,10 +20,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
-	"github.com/hoplink/hoplink/relay/manifest"
-	"github.com/hoplink/hoplink/relay/pki"
+	"github.com/hoplink/hoplink/manifest"
+	"github.com/hoplink/hoplink/pki"
 	"github.com/hoplink/hoplink/relay/probe"
-	"github.com/hoplink/hoplink/relay/routectl"
+	"github.com/hoplink/hoplink/routectl"
 )
 
 // relayAdmin is the operator's route controller's Measurer: it reads the

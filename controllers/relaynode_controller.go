@@ -28,7 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
-	"github.com/hoplink/hoplink/relay/pki"
+	"github.com/hoplink/hoplink/pki"
 )
 
 // relayUID is the unprivileged user relay containers run as.

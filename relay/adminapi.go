@@ -8,7 +8,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/hoplink/hoplink/relay/routectl"
+	"github.com/hoplink/hoplink/routectl"
 )
 
 // The admin API is how the operator's route controller measures: HTTP on

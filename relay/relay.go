@@ -26,12 +26,12 @@ import (
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/relay/hop"
-	"github.com/hoplink/hoplink/relay/manifest"
-	"github.com/hoplink/hoplink/relay/metrics"
-	"github.com/hoplink/hoplink/relay/pki"
+	"github.com/hoplink/hoplink/manifest"
+	"github.com/hoplink/hoplink/metrics"
+	"github.com/hoplink/hoplink/pki"
 	"github.com/hoplink/hoplink/relay/probe"
 	rquic "github.com/hoplink/hoplink/relay/quic"
-	"github.com/hoplink/hoplink/relay/routectl"
+	"github.com/hoplink/hoplink/routectl"
 	"github.com/hoplink/hoplink/relay/tlslink"
 )
 

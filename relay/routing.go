@@ -16,11 +16,11 @@ import (
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/relay/hop"
-	"github.com/hoplink/hoplink/relay/manifest"
+	"github.com/hoplink/hoplink/manifest"
 	"github.com/hoplink/hoplink/relay/probe"
 	rquic "github.com/hoplink/hoplink/relay/quic"
-	"github.com/hoplink/hoplink/relay/route"
-	"github.com/hoplink/hoplink/relay/routectl"
+	"github.com/hoplink/hoplink/route"
+	"github.com/hoplink/hoplink/routectl"
 )
 
 // Routing in a relay. Every relay probes the links it may forward on (in

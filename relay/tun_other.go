@@ -8,7 +8,7 @@ import (
 	quicgo "github.com/quic-go/quic-go"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
-	"github.com/hoplink/hoplink/relay/manifest"
+	"github.com/hoplink/hoplink/manifest"
 	rquic "github.com/hoplink/hoplink/relay/quic"
 )
 

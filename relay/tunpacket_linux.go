@@ -22,7 +22,7 @@ import (
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/relay/hop"
-	"github.com/hoplink/hoplink/relay/manifest"
+	"github.com/hoplink/hoplink/manifest"
 	"github.com/hoplink/hoplink/relay/netstack"
 	rquic "github.com/hoplink/hoplink/relay/quic"
 	"github.com/hoplink/hoplink/relay/tun"

@@ -23,7 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hoplink/hoplink/controllers"
-	"github.com/hoplink/hoplink/relay/admin"
+	"github.com/hoplink/hoplink/relay/metricsrv"
 	"github.com/hoplink/hoplink/relay/kube"
 )
 
@@ -79,9 +79,9 @@ func runKubeRelay(log *slog.Logger, kf *kubeFlags, name, metricsAddr string, pro
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
-	var srv *admin.Server
+	var srv *metricsrv.Server
 	if metricsAddr != "" {
-		if srv, err = admin.Serve(metricsAddr, reg, k.Ready, profiling, log); err != nil {
+		if srv, err = metricsrv.Serve(metricsAddr, reg, k.Ready, profiling, log); err != nil {
 			return fmt.Errorf("--metrics-addr: %w", err)
 		}
 		defer srv.Close()

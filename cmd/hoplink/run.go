@@ -16,12 +16,12 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/hoplink/hoplink/relay"
-	"github.com/hoplink/hoplink/relay/admin"
+	"github.com/hoplink/hoplink/relay/metricsrv"
 	"github.com/hoplink/hoplink/relay/kube"
 	"github.com/hoplink/hoplink/relay/local"
-	"github.com/hoplink/hoplink/relay/manifest"
-	"github.com/hoplink/hoplink/relay/metrics"
-	"github.com/hoplink/hoplink/relay/pki"
+	"github.com/hoplink/hoplink/manifest"
+	"github.com/hoplink/hoplink/metrics"
+	"github.com/hoplink/hoplink/pki"
 )
 
 func newRegistry() (*prometheus.Registry, *metrics.Metrics) {
@@ -49,10 +49,10 @@ func loadManifests(paths []string, log *slog.Logger) (*manifest.Set, error) {
 func serveUntilSignal(log *slog.Logger, metricsAddr string, profiling bool, reg *prometheus.Registry, ready func() bool, stop func() error) error {
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
-	var srv *admin.Server
+	var srv *metricsrv.Server
 	if metricsAddr != "" {
 		var err error
-		if srv, err = admin.Serve(metricsAddr, reg, ready, profiling, log); err != nil {
+		if srv, err = metricsrv.Serve(metricsAddr, reg, ready, profiling, log); err != nil {
 			stop()
 			return fmt.Errorf("--metrics-addr: %w", err)
 		}

@@ -15,8 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hoplink/hoplink/relay"
-	"github.com/hoplink/hoplink/relay/manifest"
-	"github.com/hoplink/hoplink/relay/metrics"
+	"github.com/hoplink/hoplink/manifest"
+	"github.com/hoplink/hoplink/metrics"
 )
 
 // freePort finds a port free for both TCP and UDP on loopback.

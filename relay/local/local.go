@@ -10,9 +10,9 @@ import (
 	"strings"
 
 	"github.com/hoplink/hoplink/relay"
-	"github.com/hoplink/hoplink/relay/manifest"
-	"github.com/hoplink/hoplink/relay/pki"
-	"github.com/hoplink/hoplink/relay/routectl"
+	"github.com/hoplink/hoplink/manifest"
+	"github.com/hoplink/hoplink/pki"
+	"github.com/hoplink/hoplink/routectl"
 )
 
 // Network is the running relays of one manifest set.

@@ -15,8 +15,8 @@ import (
 
 	"github.com/hoplink/hoplink/hack/linkemu"
 	"github.com/hoplink/hoplink/relay"
-	"github.com/hoplink/hoplink/relay/manifest"
-	"github.com/hoplink/hoplink/relay/metrics"
+	"github.com/hoplink/hoplink/manifest"
+	"github.com/hoplink/hoplink/metrics"
 )
 
 // emulated is a local network whose relays reach each other only over

@@ -17,8 +17,8 @@ import (
 
 	"github.com/hoplink/hoplink/relay"
 	"github.com/hoplink/hoplink/relay/hop"
-	"github.com/hoplink/hoplink/relay/metrics"
-	"github.com/hoplink/hoplink/relay/pki"
+	"github.com/hoplink/hoplink/metrics"
+	"github.com/hoplink/hoplink/pki"
 )
 
 func dialRelay(ctx context.Context, id *pki.Identity, peer string, addr net.Addr) (*quicgo.Conn, error) {

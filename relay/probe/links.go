@@ -10,7 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/hoplink/hoplink/relay/metrics"
+	"github.com/hoplink/hoplink/metrics"
 )
 
 // Sender is a live connection to a peer that probes can be sent on.

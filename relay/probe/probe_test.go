@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/hoplink/hoplink/relay/metrics"
+	"github.com/hoplink/hoplink/metrics"
 )
 
 // echoer answers probes after a delay, dropping every dropEvery-th one; it

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hoplink/hoplink/relay/metrics"
+	"github.com/hoplink/hoplink/metrics"
 )
 
 // TargetSpec names a TCP target an exit relay measures for a Tunnel.

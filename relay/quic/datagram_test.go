@@ -11,8 +11,8 @@ import (
 	quicgo "github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/quicvarint"
 
-	"github.com/hoplink/hoplink/relay/metrics"
-	"github.com/hoplink/hoplink/relay/pki"
+	"github.com/hoplink/hoplink/metrics"
+	"github.com/hoplink/hoplink/pki"
 )
 
 func testEndpoint(t *testing.T, ca *pki.CA, name string, accepted chan<- *Conn) *Endpoint {

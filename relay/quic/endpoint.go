@@ -10,8 +10,8 @@ import (
 
 	quicgo "github.com/quic-go/quic-go"
 
-	"github.com/hoplink/hoplink/relay/metrics"
-	"github.com/hoplink/hoplink/relay/pki"
+	"github.com/hoplink/hoplink/metrics"
+	"github.com/hoplink/hoplink/pki"
 )
 
 // Options configure an Endpoint.

@@ -21,8 +21,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/hoplink/hoplink/relay/metrics"
-	"github.com/hoplink/hoplink/relay/pki"
+	"github.com/hoplink/hoplink/metrics"
+	"github.com/hoplink/hoplink/pki"
 )
 
 const (

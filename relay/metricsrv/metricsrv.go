@@ -1,6 +1,6 @@
-// Package admin serves a relay process's operational HTTP endpoints:
+// Package metricsrv serves a relay process's operational HTTP endpoints:
 // Prometheus metrics, liveness and readiness.
-package admin
+package metricsrv
 
 import (
 	"context"

@@ -20,10 +20,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
-	"github.com/hoplink/hoplink/relay/manifest"
-	"github.com/hoplink/hoplink/relay/metrics"
+	"github.com/hoplink/hoplink/manifest"
+	"github.com/hoplink/hoplink/metrics"
 	"github.com/hoplink/hoplink/relay/probe"
-	"github.com/hoplink/hoplink/relay/route"
+	"github.com/hoplink/hoplink/route"
 )
 
 // Measurer gathers what a round needs from the relays of a chain.

@@ -13,7 +13,7 @@ import (
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/relay/probe"
-	"github.com/hoplink/hoplink/relay/route"
+	"github.com/hoplink/hoplink/route"
 )
 
 const ms = time.Millisecond
