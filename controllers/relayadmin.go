@@ -1,17 +1,12 @@
 package controllers
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
-	"net/url"
 	"slices"
 	"sync"
 	"time"
@@ -19,27 +14,27 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/hoplink/hoplink/adminapi"
 	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/manifest"
+	"github.com/hoplink/hoplink/measure"
 	"github.com/hoplink/hoplink/pki"
-	"github.com/hoplink/hoplink/relay/probe"
 	"github.com/hoplink/hoplink/routectl"
 )
 
 // relayAdmin is the operator's route controller's Measurer: it reads the
-// relays' measurements over their admin API, HTTPS on each relay's own
-// port, authenticated both ways by the relay CA (the operator presents a
-// certificate for pki.OperatorName). A RelayNode with several relays (a
-// DaemonSet on several nodes) is asked at every endpoint, and their answers
-// are merged by the median.
+// relays' measurements over their admin API (adminapi), HTTPS on each
+// relay's own port, authenticated both ways by the relay CA (the operator
+// presents a certificate for pki.OperatorName). A RelayNode with several
+// relays (a DaemonSet on several nodes) is asked at every endpoint, and
+// their answers are merged by the median.
 type relayAdmin struct {
 	client client.Reader
-	roots  *x509.CertPool
+	api    *adminapi.Client
 	ca     *pki.CA
 
-	mu        sync.Mutex
-	cert      tls.Certificate
-	transport map[string]*http.Transport // by relay name: each verifies its own
+	mu   sync.Mutex
+	cert tls.Certificate
 }
 
 // operatorCertValidity is how long the operator's client certificate is
@@ -49,7 +44,9 @@ const operatorCertValidity = 30 * 24 * time.Hour
 func newRelayAdmin(c client.Reader, ca *pki.CA) *relayAdmin {
 	roots := x509.NewCertPool()
 	roots.AddCert(ca.Cert)
-	return &relayAdmin{client: c, roots: roots, ca: ca, transport: map[string]*http.Transport{}}
+	a := &relayAdmin{client: c, ca: ca}
+	a.api = adminapi.NewClient(roots, a.certificate)
+	return a
 }
 
 // certificate is the operator's client certificate, renewed when a third of
@@ -66,23 +63,6 @@ func (a *relayAdmin) certificate() (*tls.Certificate, error) {
 	}
 	c := a.cert
 	return &c, nil
-}
-
-// httpClient talks to the relays of one RelayNode: the TLS config checks
-// that the relay is the one named.
-func (a *relayAdmin) httpClient(relay string) *http.Client {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	t := a.transport[relay]
-	if t == nil {
-		t = &http.Transport{
-			TLSClientConfig:     pki.AdminClientConfig(a.roots, a.certificate, relay),
-			MaxIdleConnsPerHost: 2,
-			IdleConnTimeout:     time.Minute,
-		}
-		a.transport[relay] = t
-	}
-	return &http.Client{Transport: t}
 }
 
 // endpoints are the addresses of a RelayNode's relays, as published in its
@@ -102,14 +82,9 @@ func (a *relayAdmin) endpoints(ctx context.Context, namespace, relay string) ([]
 	return eps, nil
 }
 
-// each calls f on every endpoint of a relay at once and returns the answers
+// eachEndpoint calls f on every endpoint at once and returns the answers
 // that came, or why none did.
-func each[T any](ctx context.Context, a *relayAdmin, namespace, relay string, f func(c *http.Client, ep string) (T, error)) ([]T, error) {
-	eps, err := a.endpoints(ctx, namespace, relay)
-	if err != nil {
-		return nil, err
-	}
-	c := a.httpClient(relay)
+func eachEndpoint[T any](relay string, eps []string, f func(ep string) (T, error)) ([]T, error) {
 	results := make([]T, len(eps))
 	errs := make([]error, len(eps))
 	var wg sync.WaitGroup
@@ -117,7 +92,7 @@ func each[T any](ctx context.Context, a *relayAdmin, namespace, relay string, f 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i], errs[i] = f(c, ep)
+			results[i], errs[i] = f(ep)
 		}()
 	}
 	wg.Wait()
@@ -133,15 +108,14 @@ func each[T any](ctx context.Context, a *relayAdmin, namespace, relay string, f 
 	return out, nil
 }
 
-func (a *relayAdmin) Links(ctx context.Context, req routectl.LinksRequest) (*probe.Table, error) {
-	q := url.Values{"chain": {manifest.Key(req.Chain.Namespace, req.Chain.Name)}, "fresh": {req.Fresh.String()}}
-	tables, err := each(ctx, a, req.Chain.Namespace, req.Relay, func(c *http.Client, ep string) (*probe.Table, error) {
-		var t probe.Table
-		err := call(ctx, c, http.MethodGet, "https://"+ep+"/v1/links?"+q.Encode(), nil, &t)
-		if err == nil && t.Relay != req.Relay {
-			err = fmt.Errorf("%s answered as relay %q", ep, t.Relay)
-		}
-		return &t, err
+func (a *relayAdmin) Links(ctx context.Context, req routectl.LinksRequest) (*measure.Table, error) {
+	eps, err := a.endpoints(ctx, req.Chain.Namespace, req.Relay)
+	if err != nil {
+		return nil, err
+	}
+	chain := manifest.Key(req.Chain.Namespace, req.Chain.Name)
+	tables, err := eachEndpoint(req.Relay, eps, func(ep string) (*measure.Table, error) {
+		return a.api.Links(ctx, req.Relay, ep, chain, req.Fresh)
 	})
 	if err != nil {
 		return nil, err
@@ -149,21 +123,25 @@ func (a *relayAdmin) Links(ctx context.Context, req routectl.LinksRequest) (*pro
 	return mergeTables(tables), nil
 }
 
-func (a *relayAdmin) Pipe(ctx context.Context, ch *v1alpha1.Chain, routes [][]string) ([]probe.PipeResult, error) {
-	q := url.Values{"chain": {manifest.Key(ch.Namespace, ch.Name)}}
-	body, _ := json.Marshal(map[string][][]string{"routes": routes})
-	answers, err := each(ctx, a, ch.Namespace, ch.Spec.Entry, func(c *http.Client, ep string) ([]probe.PipeResult, error) {
-		var r []probe.PipeResult
-		err := call(ctx, c, http.MethodPost, "https://"+ep+"/v1/pipe?"+q.Encode(), body, &r)
-		if err == nil && len(r) != len(routes) {
-			err = fmt.Errorf("%s answered %d results for %d routes", ep, len(r), len(routes))
-		}
-		return r, err
+func (a *relayAdmin) Trace(ctx context.Context, ch *v1alpha1.Chain, routes [][]string) ([]measure.Trace, error) {
+	eps, err := a.endpoints(ctx, ch.Namespace, ch.Spec.Entry)
+	if err != nil {
+		return nil, err
+	}
+	chain := manifest.Key(ch.Namespace, ch.Name)
+	answers, err := eachEndpoint(ch.Spec.Entry, eps, func(ep string) ([]measure.Trace, error) {
+		return a.api.Trace(ctx, ch.Spec.Entry, ep, chain, routes)
 	})
 	if err != nil {
 		return nil, err
 	}
-	out := make([]probe.PipeResult, len(routes))
+	return mergeTraces(routes, answers), nil
+}
+
+// mergeTraces merges the traces of one entry RelayNode's relays: for each
+// route, the median of the round trips measured, or every relay's error.
+func mergeTraces(routes [][]string, answers [][]measure.Trace) []measure.Trace {
+	out := make([]measure.Trace, len(routes))
 	for i, rt := range routes {
 		var ok []time.Duration
 		var errs []string
@@ -174,48 +152,27 @@ func (a *relayAdmin) Pipe(ctx context.Context, ch *v1alpha1.Chain, routes [][]st
 				errs = append(errs, ans[i].Err)
 			}
 		}
-		out[i] = probe.PipeResult{Route: rt}
+		out[i] = measure.Trace{Route: rt}
 		if len(ok) == 0 {
 			out[i].Err = fmt.Sprint(errs)
 			continue
 		}
-		out[i].RTT = probe.Duration(median(ok))
+		out[i].RTT = measure.Duration(median(ok))
 	}
-	return out, nil
-}
-
-// call does one admin request and decodes its JSON answer.
-func call(ctx context.Context, c *http.Client, method, u string, body []byte, v any) error {
-	req, err := http.NewRequestWithContext(ctx, method, u, bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, probe.MaxTableSize+1))
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s %s: %s: %s", method, u, resp.Status, bytes.TrimSpace(b))
-	}
-	return json.Unmarshal(b, v)
+	return out
 }
 
 // mergeTables merges the tables of one RelayNode's relays: for each link and
 // target, the measurement of the relay whose round trip is the median of
 // those that got an answer.
-func mergeTables(ts []*probe.Table) *probe.Table {
+func mergeTables(ts []*measure.Table) *measure.Table {
 	if len(ts) == 1 {
 		return ts[0]
 	}
-	out := &probe.Table{Relay: ts[0].Relay}
-	links := map[string][]probe.Link{}
+	out := &measure.Table{Relay: ts[0].Relay}
+	links := map[string][]measure.Link{}
 	var order []string
-	targets := map[string][]probe.Target{}
+	targets := map[string][]measure.Target{}
 	var torder []string
 	for _, t := range ts {
 		for _, l := range t.Links {
@@ -232,15 +189,15 @@ func mergeTables(ts []*probe.Table) *probe.Table {
 		}
 	}
 	for _, to := range order {
-		out.Links = append(out.Links, medianOf(links[to], func(l probe.Link) (bool, probe.Duration) { return l.Up, l.RTT }))
+		out.Links = append(out.Links, medianOf(links[to], func(l measure.Link) (bool, measure.Duration) { return l.Up, l.RTT }))
 	}
 	for _, tn := range torder {
-		out.Targets = append(out.Targets, medianOf(targets[tn], func(x probe.Target) (bool, probe.Duration) { return x.Up, x.RTT }))
+		out.Targets = append(out.Targets, medianOf(targets[tn], func(x measure.Target) (bool, measure.Duration) { return x.Up, x.RTT }))
 	}
 	return out
 }
 
-func medianOf[T any](xs []T, key func(T) (bool, probe.Duration)) T {
+func medianOf[T any](xs []T, key func(T) (bool, measure.Duration)) T {
 	var up []T
 	for _, x := range xs {
 		if ok, _ := key(x); ok {

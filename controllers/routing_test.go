@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"log/slog"
@@ -21,10 +22,10 @@ import (
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/hack/linkemu"
-	"github.com/hoplink/hoplink/relay"
 	"github.com/hoplink/hoplink/manifest"
 	"github.com/hoplink/hoplink/metrics"
 	"github.com/hoplink/hoplink/pki"
+	"github.com/hoplink/hoplink/relay"
 )
 
 // emulatedRelay is a relay of this process behind a link emulator: its
@@ -261,6 +262,8 @@ func TestAdminAPIIsTheOperatorsAlone(t *testing.T) {
 	}
 	defer r.Close()
 	admin := newRelayAdmin(nil, ca)
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.Cert)
 	get := func(c *tls.Config) (string, error) {
 		conn, err := tls.Dial("tcp", listen, c)
 		if err != nil {
@@ -271,12 +274,12 @@ func TestAdminAPIIsTheOperatorsAlone(t *testing.T) {
 		b, err := io.ReadAll(conn)
 		return string(b), err
 	}
-	out, err := get(pki.AdminClientConfig(admin.roots, admin.certificate, "la"))
+	out, err := get(pki.AdminClientConfig(roots, admin.certificate, "la"))
 	if err != nil || !strings.Contains(out, `"relay":"la"`) {
 		t.Fatalf("operator: %v\n%s", err, out)
 	}
 	hk, _ := ca.Identity("hk")
-	impostor := pki.AdminClientConfig(admin.roots, func() (*tls.Certificate, error) { return hk.Certificate(), nil }, "la")
+	impostor := pki.AdminClientConfig(roots, func() (*tls.Certificate, error) { return hk.Certificate(), nil }, "la")
 	if out, err := get(impostor); err == nil && strings.Contains(out, "200 OK") {
 		t.Fatalf("a relay's certificate read the admin API:\n%s", out)
 	}

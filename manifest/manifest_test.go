@@ -353,7 +353,7 @@ func TestTunTunnel(t *testing.T) {
 // The examples the README points at must load: a renamed field would
 // otherwise break them unnoticed.
 func TestExamplesLoad(t *testing.T) {
-	for _, dir := range []string{"../../examples/local", "../../examples/tun"} {
+	for _, dir := range []string{"../examples/local", "../examples/tun"} {
 		s, err := Load(dir)
 		if err != nil {
 			t.Errorf("%s: %v", dir, err)

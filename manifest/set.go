@@ -172,6 +172,19 @@ func Members(c *v1alpha1.Chain) []string {
 	return m
 }
 
+// Measured lists the relays a route round asks for tables: the entry, the
+// via relays (unless maxHops allows only entry -> exit) and the exit.
+func Measured(c *v1alpha1.Chain) []string {
+	out := []string{c.Spec.Entry}
+	if c.Spec.MaxHops != 1 {
+		out = append(out, c.Spec.Via...)
+	}
+	if c.Spec.Exit != c.Spec.Entry {
+		out = append(out, c.Spec.Exit)
+	}
+	return out
+}
+
 // Receivers lists the relays that peers may send flows of chain c to, so
 // that they must have endpoints.
 func Receivers(c *v1alpha1.Chain) []string {
@@ -251,7 +264,7 @@ func ValidRoute(c *v1alpha1.Chain, route []string) error {
 // relay self from peer prev may go on along rest (self first). Link requests
 // reach relays the entry has no link to of its own through relays that do,
 // so unlike flows they may end anywhere after the entry; the path must
-// still be a part of some route the spec allows.
+// still be a part of some route the spec allows, maxHops included.
 func AllowsPath(c *v1alpha1.Chain, prev, self string, rest []string) bool {
 	if !c.Spec.Mode.Routed() || len(rest) == 0 || rest[0] != self || slices.Contains(rest, prev) {
 		return false
@@ -269,8 +282,13 @@ func AllowsPath(c *v1alpha1.Chain, prev, self string, rest []string) bool {
 			return false
 		}
 	}
+	// The shortest route the path can be part of: entry, prev (when it is
+	// a via relay), rest, and the exit when rest does not end there.
 	links := len(rest)
 	if prev != c.Spec.Entry {
+		links++
+	}
+	if rest[len(rest)-1] != c.Spec.Exit {
 		links++
 	}
 	return links <= int(max(c.Spec.MaxHops, 1))

@@ -1,18 +1,40 @@
 package relay
 
 import (
-	"errors"
+	"context"
 	"net"
 	"time"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
-	"github.com/hoplink/hoplink/relay/hop"
 	"github.com/hoplink/hoplink/manifest"
+	"github.com/hoplink/hoplink/relay/flow"
+	"github.com/hoplink/hoplink/relay/hop"
+	"github.com/hoplink/hoplink/relay/nexthop"
 	"github.com/hoplink/hoplink/relay/probe"
 )
 
-// serveTCP accepts the clients of a TCP Tunnel on its entry relay.
-func (r *Relay) serveTCP(ln *net.TCPListener, t *v1alpha1.Tunnel) {
+// tcpFlows carries TCP flows in every role: the entry accepts a Tunnel's
+// clients and opens the chain, a middle relay passes a flow one hop on, the
+// exit dials the target. A tun Tunnel's TCP flows enter here too.
+type tcpFlows struct {
+	*env
+	hops *nexthop.Peers
+	// targets learns the target's round trip from every real connect.
+	targets *probe.Targets
+}
+
+// listen opens a TCP Tunnel's listener on its entry relay; stop closes it
+// (open flows go on).
+func (f *tcpFlows) listen(t *v1alpha1.Tunnel, addr string) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	f.spawn(func() { f.serve(ln.(*net.TCPListener), t) })
+	return func() { ln.Close() }, nil
+}
+
+func (f *tcpFlows) serve(ln *net.TCPListener, t *v1alpha1.Tunnel) {
 	key := manifest.Key(t.Namespace, t.Name)
 	var backoff time.Duration
 	for {
@@ -23,121 +45,126 @@ func (r *Relay) serveTCP(ln *net.TCPListener, t *v1alpha1.Tunnel) {
 			}
 			// Out of file descriptors and the like: slow down, keep serving.
 			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			r.cfg.Log.Warn("accept failed", "tunnel", key, "err", err)
+			f.log.Warn("accept failed", "tunnel", key, "err", err)
 			time.Sleep(backoff)
 			continue
 		}
 		backoff = 0
-		if !r.acquire() {
-			r.flowError(key, "flow_limit")
+		if !f.acquire() {
+			f.flowError(key, "flow_limit")
 			c.SetLinger(0)
 			c.Close()
 			continue
 		}
-		r.wg.Add(1)
-		go func() {
-			defer r.wg.Done()
-			defer r.release()
-			r.entryTCP(c, t, key)
-		}()
+		f.spawn(func() {
+			defer f.release()
+			in, err := flow.TCP(c)
+			if err != nil {
+				c.Close()
+				return
+			}
+			f.entry(in, t, key, t.Spec.Target)
+		})
 	}
 }
 
-// entryTCP carries one client connection of a TCP Tunnel into the chain.
-func (r *Relay) entryTCP(c *net.TCPConn, t *v1alpha1.Tunnel, key string) {
-	a, err := newTCPEnd(c)
-	if err != nil {
-		c.Close()
-		return
-	}
-	r.entryFlow(a, t, key, t.Spec.Target)
-}
-
-// entryFlow carries one flow into the chain toward target: a TCP Tunnel's
+// entry carries one flow into the chain toward target: a TCP Tunnel's
 // client, or a TCP flow a tun Tunnel's stack terminated.
-func (r *Relay) entryFlow(in end, t *v1alpha1.Tunnel, key, target string) {
+func (f *tcpFlows) entry(in flow.End, t *v1alpha1.Tunnel, key, target string) {
 	start := time.Now()
-	fm, done := r.begin(key, "entry")
+	fc, done := f.begin(key, "entry")
 	defer done()
-	ctx, cancel := r.setupContext()
+	ctx, cancel := f.setupContext()
 	defer cancel()
-	var route []string
-	err := errors.New("the Tunnel's chain is gone")
-	chain := r.set.Load().ChainOf(t)
-	if chain != nil {
-		route, err = r.routeOf(ctx, chain)
-	}
+	chain, route, err := f.hops.Route(ctx, t)
 	if err != nil {
-		r.flowError(key, "no_route")
-		r.cfg.Log.Warn("no route for flow", "tunnel", key, "err", err)
-		in.abort()
+		f.hopFailed(key, err)
+		in.Abort()
 		return
 	}
 	if len(route) == 1 {
-		// The entry is the exit: a plain port forward, spliced in the
-		// kernel when both ends are sockets.
-		tc, err := r.dialTarget(key, target, "entry", start)
-		if err != nil {
-			in.abort()
-			return
-		}
-		if a, ok := in.(*tcpEnd); ok {
-			spliceTCP(a.c, tc, fm.up, fm.down)
-			return
-		}
-		b, err := newTCPEnd(tc)
-		if err != nil {
-			in.abort()
-			tc.Close()
-			return
-		}
-		pipe(in, b, fm.up, fm.down)
+		f.forward(ctx, in, key, target, start, fc)
 		return
 	}
-	out, err := r.nextHopEnd(ctx, &hop.Header{Kind: hop.KindTCP, Tunnel: key, Route: route[1:], Target: target}, chain.Spec.Transport)
+	out, err := f.hops.Open(ctx, &hop.Header{Kind: hop.KindTCP, Tunnel: key, Route: route[1:], Target: target}, chain.Spec.Transport)
 	cancel()
 	if err != nil {
-		r.flowError(key, "next_hop")
-		r.cfg.Log.Warn("next hop unavailable", "tunnel", key, "next", route[1], "err", err)
-		in.abort()
+		f.hopFailed(key, err)
+		in.Abort()
 		return
 	}
-	r.cfg.Metrics.FlowSetup.WithLabelValues(r.cfg.Name, key, "entry").Observe(time.Since(start).Seconds())
-	pipe(in, out, fm.up, fm.down)
+	f.m.FlowSetup.WithLabelValues(f.name, key, "entry").Observe(time.Since(start).Seconds())
+	flow.Join(in, out, fc.up, fc.down)
 }
 
-// exitTCP connects a flow to its target.
-func (r *Relay) exitTCP(in end, h *hop.Header) {
-	start := time.Now()
-	fm, done := r.begin(h.Tunnel, "exit")
-	defer done()
-	tc, err := r.dialTarget(h.Tunnel, h.Target, "exit", start)
+// forward is a flow whose entry is its exit: a plain port forward, spliced
+// in the kernel when both ends are sockets.
+func (f *tcpFlows) forward(ctx context.Context, in flow.End, key, target string, start time.Time, fc flowCounters) {
+	tc, err := f.dial(ctx, key, target, "entry", start)
 	if err != nil {
-		in.fail(hop.CodeDialFailed)
+		in.Abort()
 		return
 	}
-	b, err := newTCPEnd(tc)
+	if a, ok := in.(*flow.TCPEnd); ok {
+		flow.Splice(a.Conn(), tc, fc.up, fc.down)
+		return
+	}
+	out, err := flow.TCP(tc)
 	if err != nil {
-		in.abort()
+		in.Abort()
 		tc.Close()
 		return
 	}
-	pipe(in, b, fm.up, fm.down)
+	flow.Join(in, out, fc.up, fc.down)
 }
 
-func (r *Relay) dialTarget(tunnel, target, role string, start time.Time) (*net.TCPConn, error) {
-	ctx, cancel := r.setupContext()
+// middle carries a flow one hop further, over the chain's transport.
+func (f *tcpFlows) middle(in flow.End, h *hop.Header, chain *v1alpha1.Chain) {
+	fc, done := f.begin(h.Tunnel, "middle")
+	defer done()
+	ctx, cancel := f.setupContext()
+	out, err := f.hops.Open(ctx, nexthop.Onward(h), chain.Spec.Transport)
+	cancel()
+	if err != nil {
+		f.hopFailed(h.Tunnel, err)
+		in.Fail(hop.CodeNextHop)
+		return
+	}
+	flow.Join(in, out, fc.up, fc.down)
+}
+
+// exit connects a flow to its target.
+func (f *tcpFlows) exit(in flow.End, h *hop.Header) {
+	start := time.Now()
+	fc, done := f.begin(h.Tunnel, "exit")
+	defer done()
+	ctx, cancel := f.setupContext()
 	defer cancel()
+	tc, err := f.dial(ctx, h.Tunnel, h.Target, "exit", start)
+	if err != nil {
+		in.Fail(hop.CodeDialFailed)
+		return
+	}
+	out, err := flow.TCP(tc)
+	if err != nil {
+		in.Abort()
+		tc.Close()
+		return
+	}
+	flow.Join(in, out, fc.up, fc.down)
+}
+
+func (f *tcpFlows) dial(ctx context.Context, tunnel, target, role string, start time.Time) (*net.TCPConn, error) {
 	var d net.Dialer
 	dialStart := time.Now()
 	c, err := d.DialContext(ctx, "tcp", target)
 	if err != nil {
-		r.flowError(tunnel, "dial_target")
-		r.cfg.Log.Warn("cannot connect to target", "tunnel", tunnel, "target", target, "err", err)
+		f.flowError(tunnel, "dial_target")
+		f.log.Warn("cannot connect to target", "tunnel", tunnel, "target", target, "err", err)
 		return nil, err
 	}
 	// A real connect is a measurement of the target too.
-	r.targets.Observe(probe.TargetSpec{Tunnel: tunnel, Target: target}, time.Since(dialStart))
-	r.cfg.Metrics.FlowSetup.WithLabelValues(r.cfg.Name, tunnel, role).Observe(time.Since(start).Seconds())
+	f.targets.Observe(probe.TargetSpec{Tunnel: tunnel, Target: target}, time.Since(dialStart))
+	f.m.FlowSetup.WithLabelValues(f.name, tunnel, role).Observe(time.Since(start).Seconds())
 	return c.(*net.TCPConn), nil
 }

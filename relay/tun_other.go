@@ -4,25 +4,47 @@ package relay
 
 import (
 	"errors"
+	"net/netip"
+	"sync"
 
 	quicgo "github.com/quic-go/quic-go"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/manifest"
+	"github.com/hoplink/hoplink/relay/flow"
+	"github.com/hoplink/hoplink/relay/nexthop"
 	rquic "github.com/hoplink/hoplink/relay/quic"
 )
 
-func (r *Relay) openTUN(*v1alpha1.Tunnel, string) (func(), error) {
-	return nil, errors.New("protocol tun needs a Linux relay")
+var errNoTUN = errors.New("protocol tun needs a Linux relay")
+
+type tunFlows struct {
+	*env
+	tcp       *tcpFlows
+	udp       *udpFlows
+	noOffload bool
+}
+
+func (f *tunFlows) open(*v1alpha1.Tunnel, string, netip.Prefix, []netip.Prefix) (func(), error) {
+	return nil, errNoTUN
+}
+
+type packetTunnels struct {
+	*env
+	hops      *nexthop.Peers
+	noOffload bool
+
+	mu    sync.Mutex
+	exits map[string]*packetExit
 }
 
 type packetExit struct{}
 
-func (r *Relay) packetExit(string) (*packetExit, error) {
-	return nil, errors.New("protocol tun needs a Linux relay")
+func (p *packetTunnels) openEntry(*v1alpha1.Tunnel, string, netip.Prefix, []netip.Prefix) (func(), error) {
+	return nil, errNoTUN
 }
-
-func (r *Relay) syncPacketExits(*manifest.Set)                            {}
-func (r *Relay) closePacketExits()                                        {}
-func (r *Relay) servePacketQUIC(*rquic.Conn, *quicgo.Stream, *packetExit) {}
-func (r *Relay) servePacketTLS(end, *packetExit)                          {}
+func (p *packetTunnels) exitFor(string) (*packetExit, error)                { return nil, errNoTUN }
+func (p *packetTunnels) serveQUIC(*rquic.Conn, *quicgo.Stream, *packetExit) {}
+func (p *packetTunnels) serveTLS(flow.End, *packetExit)                     {}
+func (p *packetTunnels) sync(*manifest.Set)                                 {}
+func (p *packetTunnels) close()                                             {}

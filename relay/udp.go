@@ -8,81 +8,50 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	quicgo "github.com/quic-go/quic-go"
-	"github.com/quic-go/quic-go/quicvarint"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
-	"github.com/hoplink/hoplink/relay/hop"
 	"github.com/hoplink/hoplink/manifest"
+	"github.com/hoplink/hoplink/relay/flow"
+	"github.com/hoplink/hoplink/relay/hop"
+	"github.com/hoplink/hoplink/relay/nexthop"
 	rquic "github.com/hoplink/hoplink/relay/quic"
 )
 
-// A UDP session is one client address of a UDP Tunnel. Its packets ride
-// QUIC datagrams keyed by the session stream's id; the stream itself marks
-// the session's life (closing it ends the session at every hop) and carries
-// packets too large for a datagram, as length-prefixed frames, so nothing
-// is dropped for size.
+// udpFlows carries UDP sessions in every role. A session is one client
+// address of a UDP Tunnel (or one source and destination of a tun
+// Tunnel's stack); over each hop it is an rquic.Session: datagrams, and
+// the stream that marks its life and carries packets too large for one.
+type udpFlows struct {
+	*env
+	hops *nexthop.Peers
+}
 
 // pendingPackets bounds what a session queues while its stream is opening.
 const pendingPackets = 32
 
-// packetSender sends a session's packets over one hop: as datagrams when
-// they fit the connection's current datagram size, else as frames on the
-// session's stream. Datagram limits differ per connection (path MTU
-// discovery runs on each), so every hop decides again.
-type packetSender struct {
-	c  *rquic.Conn
-	s  *quicgo.Stream
-	id uint64
-
-	mu    sync.Mutex // serializes frame writes to s
-	frame []byte
-}
-
-func newPacketSender(c *rquic.Conn, s *quicgo.Stream) *packetSender {
-	return &packetSender{c: c, s: s, id: uint64(s.StreamID())}
-}
-
-// mss is the TCP MSS whose segments (of this IP packet's version) fill one
-// datagram of this hop: a full-size segment then makes a full-size QUIC
-// packet, which keeps quic-go's GSO batches going.
-func (p *packetSender) mss(ipPacket []byte) uint16 {
-	hdr := 20
-	if len(ipPacket) > 0 && ipPacket[0]>>4 == 6 {
-		hdr = 40
+// listen opens a UDP Tunnel's socket on its entry relay; stop closes it and
+// ends its sessions.
+func (f *udpFlows) listen(t *v1alpha1.Tunnel, addr string) (stop func(), err error) {
+	pc, err := net.ListenPacket("udp", addr)
+	if err != nil {
+		return nil, err
 	}
-	return uint16(max(p.c.MaxDatagram()-quicvarint.Len(p.id)-hdr-20, 536))
+	sizeUDP(pc.(*net.UDPConn))
+	u := &udpEntry{
+		f: f, t: t, key: manifest.Key(t.Namespace, t.Name), ln: pc.(*net.UDPConn),
+		idle:     time.Duration(t.Spec.UDP.IdleTimeoutSeconds) * time.Second,
+		max:      int(t.Spec.UDP.MaxSessions),
+		sessions: map[netip.AddrPort]*udpSession{},
+		stop:     make(chan struct{}),
+	}
+	f.spawn(u.serve)
+	return u.close, nil
 }
 
-func (p *packetSender) send(b []byte) error {
-	err := p.c.SendFlowDatagram(p.id, b)
-	var tooLarge *quicgo.DatagramTooLargeError
-	if !errors.As(err, &tooLarge) {
-		return err
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.frame == nil {
-		p.frame = make([]byte, 0, 2+hop.MaxFrame)
-	}
-	return hop.WriteFrame(p.s, p.frame, b)
-}
-
-// readFrames hands every packet framed on s to deliver until s ends.
-func readFrames(s *quicgo.Stream, deliver func([]byte)) error {
-	buf := make([]byte, hop.MaxFrame)
-	for {
-		p, err := hop.ReadFrame(s, buf)
-		if err != nil {
-			return err
-		}
-		deliver(p)
-	}
-}
-
+// udpEntry is a UDP Tunnel's socket on its entry relay, and its sessions.
 type udpEntry struct {
-	r    *Relay
+	f    *udpFlows
 	t    *v1alpha1.Tunnel
 	key  string
 	ln   *net.UDPConn
@@ -99,26 +68,16 @@ type udpSession struct {
 	u      *udpEntry
 	client netip.AddrPort
 	last   atomic.Int64 // unix nanos of the last packet either way
-	fm     flowMetrics
+	fc     flowCounters
 
 	// Set once the session is connected; until then packets queue.
 	ready atomic.Bool
 	queue chan []byte
-	out   *packetSender
+	out   *rquic.Session
 	local *net.UDPConn // the target, when the entry is also the exit
 
 	once sync.Once
 	done func()
-}
-
-func newUDPEntry(r *Relay, t *v1alpha1.Tunnel, ln *net.UDPConn) *udpEntry {
-	return &udpEntry{
-		r: r, t: t, key: manifest.Key(t.Namespace, t.Name), ln: ln,
-		idle:     time.Duration(t.Spec.UDP.IdleTimeoutSeconds) * time.Second,
-		max:      int(t.Spec.UDP.MaxSessions),
-		sessions: map[netip.AddrPort]*udpSession{},
-		stop:     make(chan struct{}),
-	}
 }
 
 func (u *udpEntry) close() {
@@ -145,7 +104,7 @@ func (u *udpEntry) serve() {
 			if errorsIsClosed(err) {
 				return
 			}
-			u.r.cfg.Log.Warn("udp read failed", "tunnel", u.key, "err", err)
+			u.f.log.Warn("udp read failed", "tunnel", u.key, "err", err)
 			continue
 		}
 		s := u.session(from)
@@ -158,7 +117,7 @@ func (u *udpEntry) serve() {
 }
 
 func (u *udpEntry) dropped(reason string) {
-	u.r.cfg.Metrics.UDPDropped.WithLabelValues(u.r.cfg.Name, u.key, reason).Inc()
+	u.f.m.UDPDropped.WithLabelValues(u.f.name, u.key, reason).Inc()
 }
 
 // session finds or starts the session of a client address.
@@ -171,26 +130,23 @@ func (u *udpEntry) session(from netip.AddrPort) *udpSession {
 	if u.closed {
 		return nil
 	}
-	if len(u.sessions) >= u.max || !u.r.acquire() {
+	f := u.f
+	if len(u.sessions) >= u.max || !f.acquire() {
 		u.dropped("session_limit")
 		return nil
 	}
-	fm, done := u.r.begin(u.key, "entry")
-	gauge := u.r.cfg.Metrics.UDPSessions.WithLabelValues(u.r.cfg.Name, u.key, "entry")
+	fc, done := f.begin(u.key, "entry")
+	gauge := f.m.UDPSessions.WithLabelValues(f.name, u.key, "entry")
 	gauge.Inc()
-	s := &udpSession{u: u, client: from, fm: fm, queue: make(chan []byte, pendingPackets)}
+	s := &udpSession{u: u, client: from, fc: fc, queue: make(chan []byte, pendingPackets)}
 	s.done = func() {
 		done()
 		gauge.Dec()
-		u.r.release()
+		f.release()
 	}
 	s.touch()
 	u.sessions[from] = s
-	u.r.wg.Add(1)
-	go func() {
-		defer u.r.wg.Done()
-		s.connect()
-	}()
+	f.spawn(s.connect)
 	return s
 }
 
@@ -214,50 +170,37 @@ func (s *udpSession) forward(p []byte) {
 	if s.local != nil {
 		_, err = s.local.Write(p)
 	} else {
-		err = s.out.send(p)
+		err = s.out.Send(p)
 	}
 	if err != nil {
 		s.u.dropped("send_failed")
 		return
 	}
-	s.fm.up.Add(float64(len(p)))
+	s.fc.up.Add(float64(len(p)))
 }
 
 // reply hands a packet from the chain back to the client.
 func (s *udpSession) reply(p []byte) {
 	s.touch()
 	if _, err := s.u.ln.WriteToUDPAddrPort(p, s.client); err == nil {
-		s.fm.down.Add(float64(len(p)))
+		s.fc.down.Add(float64(len(p)))
 	}
 }
 
 func (s *udpSession) connect() {
-	u := s.u
-	ctx, cancel := u.r.setupContext()
+	u, f := s.u, s.u.f
+	ctx, cancel := f.setupContext()
 	defer cancel()
-	var route []string
-	chain := u.r.set.Load().ChainOf(u.t)
-	err := errors.New("the Tunnel's chain is gone")
-	if chain != nil {
-		route, err = u.r.routeOf(ctx, chain)
-	}
+	_, route, err := f.hops.Route(ctx, u.t)
 	if err != nil {
-		u.r.flowError(u.key, "no_route")
-		u.r.cfg.Log.Warn("no route for session", "tunnel", u.key, "err", err)
+		f.hopFailed(u.key, err)
 		s.end(hop.CodeNextHop)
 		return
 	}
 	if len(route) == 1 {
-		raddr, err := net.ResolveUDPAddr("udp", u.t.Spec.Target)
-		var c *net.UDPConn
-		if err == nil {
-			c, err = net.DialUDP("udp", nil, raddr)
-		}
-		if err == nil {
-			sizeUDP(c)
-		}
+		c, err := dialUDP(u.t.Spec.Target)
 		if err != nil {
-			u.r.flowError(u.key, "dial_target")
+			f.flowError(u.key, "dial_target")
 			s.end(hop.CodeDialFailed)
 			return
 		}
@@ -273,19 +216,18 @@ func (s *udpSession) connect() {
 			s.reply(buf[:n])
 		}
 	}
-	conn, st, err := u.r.nextHop(ctx, &hop.Header{Kind: hop.KindUDP, Tunnel: u.key, Route: route[1:], Target: u.t.Spec.Target})
+	conn, st, err := f.hops.Session(ctx, &hop.Header{Kind: hop.KindUDP, Tunnel: u.key, Route: route[1:], Target: u.t.Spec.Target})
 	cancel()
 	if err != nil {
-		u.r.flowError(u.key, "next_hop")
-		u.r.cfg.Log.Warn("next hop unavailable", "tunnel", u.key, "next", route[1], "err", err)
+		f.hopFailed(u.key, err)
 		s.end(hop.CodeNextHop)
 		return
 	}
-	s.out = newPacketSender(conn, st)
-	conn.Register(s.out.id, s.reply)
+	s.out = rquic.NewSession(conn, st)
+	s.out.Receive(s.reply)
 	s.markReady()
 	// The stream carries oversize replies; its end is the session's end.
-	readFrames(st, s.reply)
+	s.out.ReadFrames(s.reply)
 	s.end(hop.CodeReset)
 }
 
@@ -327,8 +269,8 @@ func (s *udpSession) end(code quicgo.StreamErrorCode) {
 			s.local.Close()
 		}
 		if s.out != nil {
-			s.out.c.Unregister(s.out.id)
-			resetStream(s.out.s, code)
+			s.out.Stop()
+			flow.Reset(s.out.Stream, code)
 		}
 		s.done()
 	})
@@ -359,81 +301,80 @@ func (u *udpEntry) reap() {
 	}
 }
 
-// middleUDP joins a session's two hops. Packets are re-keyed to the next
+// middle joins a session's two hops. Packets are re-keyed to the next
 // connection's flow id and re-sent as datagram or frame as that hop allows.
-func (r *Relay) middleUDP(c *rquic.Conn, s *quicgo.Stream, nc *rquic.Conn, ns *quicgo.Stream, tunnel string, fm flowMetrics) {
-	gauge := r.cfg.Metrics.UDPSessions.WithLabelValues(r.cfg.Name, tunnel, "middle")
+func (f *udpFlows) middle(c *rquic.Conn, s *quicgo.Stream, h *hop.Header) {
+	fc, done := f.begin(h.Tunnel, "middle")
+	defer done()
+	ctx, cancel := f.setupContext()
+	nc, ns, err := f.hops.Session(ctx, nexthop.Onward(h))
+	cancel()
+	if err != nil {
+		f.hopFailed(h.Tunnel, err)
+		flow.Reset(s, hop.CodeNextHop)
+		return
+	}
+	gauge := f.m.UDPSessions.WithLabelValues(f.name, h.Tunnel, "middle")
 	gauge.Inc()
 	defer gauge.Dec()
-	back, onward := newPacketSender(c, s), newPacketSender(nc, ns)
-	relay := func(out *packetSender, n prometheus.Counter) func([]byte) {
+	back, onward := rquic.NewSession(c, s), rquic.NewSession(nc, ns)
+	relay := func(out *rquic.Session, n flow.Counter) func([]byte) {
 		return func(p []byte) {
-			if err := out.send(p); err != nil {
-				r.cfg.Metrics.UDPDropped.WithLabelValues(r.cfg.Name, tunnel, "send_failed").Inc()
+			if err := out.Send(p); err != nil {
+				f.m.UDPDropped.WithLabelValues(f.name, h.Tunnel, "send_failed").Inc()
 				return
 			}
 			n.Add(float64(len(p)))
 		}
 	}
-	up, down := relay(onward, fm.up), relay(back, fm.down)
-	nc.Register(onward.id, down)
-	c.Register(back.id, up)
-	defer nc.Unregister(onward.id)
-	defer c.Unregister(back.id)
-	done := make(chan struct{}, 2)
-	go func() { readFrames(s, up); done <- struct{}{} }()
-	go func() { readFrames(ns, down); done <- struct{}{} }()
-	<-done // either side's end ends the session on both
-	resetStream(s, hop.CodeReset)
-	resetStream(ns, hop.CodeReset)
-	<-done
+	up, down := relay(onward, fc.up), relay(back, fc.down)
+	onward.Receive(down)
+	back.Receive(up)
+	defer onward.Stop()
+	defer back.Stop()
+	ended := make(chan struct{}, 2)
+	go func() { back.ReadFrames(up); ended <- struct{}{} }()
+	go func() { onward.ReadFrames(down); ended <- struct{}{} }()
+	<-ended // either side's end ends the session on both
+	flow.Reset(s, hop.CodeReset)
+	flow.Reset(ns, hop.CodeReset)
+	<-ended
 }
 
-// exitUDP ends a session at its target: a connected UDP socket per session.
-func (r *Relay) exitUDP(c *rquic.Conn, s *quicgo.Stream, h *hop.Header, t *v1alpha1.Tunnel) {
-	fm, done := r.begin(h.Tunnel, "exit")
+// exit ends a session at its target: a connected UDP socket per session.
+func (f *udpFlows) exit(c *rquic.Conn, s *quicgo.Stream, h *hop.Header, t *v1alpha1.Tunnel) {
+	fc, done := f.begin(h.Tunnel, "exit")
 	defer done()
 	start := time.Now()
-	raddr, err := net.ResolveUDPAddr("udp", h.Target)
-	var tc *net.UDPConn
-	if err == nil {
-		tc, err = net.DialUDP("udp", nil, raddr)
-	}
-	if err == nil {
-		sizeUDP(tc)
-	}
+	tc, err := dialUDP(h.Target)
 	if err != nil {
-		r.flowError(h.Tunnel, "dial_target")
-		r.cfg.Log.Warn("cannot reach target", "tunnel", h.Tunnel, "target", h.Target, "err", err)
-		resetStream(s, hop.CodeDialFailed)
+		f.flowError(h.Tunnel, "dial_target")
+		f.log.Warn("cannot reach target", "tunnel", h.Tunnel, "target", h.Target, "err", err)
+		flow.Reset(s, hop.CodeDialFailed)
 		return
 	}
-	r.cfg.Metrics.FlowSetup.WithLabelValues(r.cfg.Name, h.Tunnel, "exit").Observe(time.Since(start).Seconds())
-	gauge := r.cfg.Metrics.UDPSessions.WithLabelValues(r.cfg.Name, h.Tunnel, "exit")
+	f.m.FlowSetup.WithLabelValues(f.name, h.Tunnel, "exit").Observe(time.Since(start).Seconds())
+	gauge := f.m.UDPSessions.WithLabelValues(f.name, h.Tunnel, "exit")
 	gauge.Inc()
 	defer gauge.Dec()
 	var last atomic.Int64
 	last.Store(time.Now().UnixNano())
-	out := newPacketSender(c, s)
-	c.Register(out.id, func(p []byte) {
+	toTarget := func(p []byte) {
 		last.Store(time.Now().UnixNano())
 		if _, err := tc.Write(p); err == nil {
-			fm.up.Add(float64(len(p)))
+			fc.up.Add(float64(len(p)))
 		}
-	})
-	defer c.Unregister(out.id)
+	}
+	out := rquic.NewSession(c, s)
+	out.Receive(toTarget)
+	defer out.Stop()
 
 	// Stream frames (oversize packets) toward the target; the stream's end
 	// ends the session.
 	streamDone := make(chan struct{})
 	go func() {
 		defer close(streamDone)
-		readFrames(s, func(p []byte) {
-			last.Store(time.Now().UnixNano())
-			if _, err := tc.Write(p); err == nil {
-				fm.up.Add(float64(len(p)))
-			}
-		})
+		out.ReadFrames(toTarget)
 	}()
 	// Replies from the target. The idle timeout also holds here, so an exit
 	// never keeps a session whose entry vanished.
@@ -444,14 +385,14 @@ func (r *Relay) exitUDP(c *rquic.Conn, s *quicgo.Stream, h *hop.Header, t *v1alp
 		n, err := tc.Read(buf)
 		if n > 0 {
 			last.Store(time.Now().UnixNano())
-			if out.send(buf[:n]) == nil {
-				fm.down.Add(float64(n))
+			if out.Send(buf[:n]) == nil {
+				fc.down.Add(float64(n))
 			}
 		}
 		select {
 		case <-streamDone:
 			tc.Close()
-			resetStream(s, hop.CodeReset)
+			flow.Reset(s, hop.CodeReset)
 			return
 		default:
 		}
@@ -464,8 +405,22 @@ func (r *Relay) exitUDP(c *rquic.Conn, s *quicgo.Stream, h *hop.Header, t *v1alp
 		}
 	}
 	tc.Close()
-	resetStream(s, hop.CodeIdle)
+	flow.Reset(s, hop.CodeIdle)
 	<-streamDone
+}
+
+// dialUDP connects a socket to a UDP target.
+func dialUDP(target string) (*net.UDPConn, error) {
+	raddr, err := net.ResolveUDPAddr("udp", target)
+	if err != nil {
+		return nil, err
+	}
+	c, err := net.DialUDP("udp", nil, raddr)
+	if err != nil {
+		return nil, err
+	}
+	sizeUDP(c)
+	return c, nil
 }
 
 // udpSocketBuffer is the kernel buffer of every tunnel socket. A client that sends in bursts
@@ -486,3 +441,6 @@ func udpIdle(t *v1alpha1.Tunnel) time.Duration {
 	}
 	return v1alpha1.DefaultUDPIdleTimeout * time.Second
 }
+
+// errorsIsClosed reports errors that only say a socket was closed under us.
+func errorsIsClosed(err error) bool { return errors.Is(err, net.ErrClosed) }

@@ -21,18 +21,18 @@ import (
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/manifest"
+	"github.com/hoplink/hoplink/measure"
 	"github.com/hoplink/hoplink/metrics"
-	"github.com/hoplink/hoplink/relay/probe"
 	"github.com/hoplink/hoplink/route"
 )
 
 // Measurer gathers what a round needs from the relays of a chain.
 type Measurer interface {
 	// Links returns one relay's measurements for a chain.
-	Links(ctx context.Context, req LinksRequest) (*probe.Table, error)
-	// Pipe measures routes of c end to end, from its entry to its exit and
+	Links(ctx context.Context, req LinksRequest) (*measure.Table, error)
+	// Trace measures routes of c end to end, from its entry to its exit and
 	// back, through the relays themselves.
-	Pipe(ctx context.Context, c *v1alpha1.Chain, routes [][]string) ([]probe.PipeResult, error)
+	Trace(ctx context.Context, c *v1alpha1.Chain, routes [][]string) ([]measure.Trace, error)
 }
 
 // LinksRequest asks a relay of a chain for its table: its links to the
@@ -280,19 +280,6 @@ const quietFailures = 3
 func tablesWait(interval time.Duration) time.Duration { return interval * 60 / 100 }
 func pipeWait(interval time.Duration) time.Duration   { return interval * 35 / 100 }
 
-// Asked lists the relays a round asks for tables: the entry, the via
-// relays when a route may cross them, and the exit, for its targets.
-func Asked(ch *v1alpha1.Chain) []string {
-	out := []string{ch.Spec.Entry}
-	if ch.Spec.MaxHops != 1 {
-		out = append(out, ch.Spec.Via...)
-	}
-	if ch.Spec.Exit != ch.Spec.Entry {
-		out = append(out, ch.Spec.Exit)
-	}
-	return out
-}
-
 func hysteresis(ch *v1alpha1.Chain) route.Hysteresis {
 	h := route.DefaultHysteresis
 	if s := ch.Spec.Hysteresis; s != nil {
@@ -340,7 +327,7 @@ func (l *loop) round(ctx context.Context, ch *v1alpha1.Chain) Decision {
 		}
 		pctx, cancel := context.WithTimeout(ctx, pipeWait(interval))
 		defer cancel()
-		results, err := m.Pipe(pctx, ch, routes)
+		results, err := m.Trace(pctx, ch, routes)
 		if err != nil {
 			return
 		}
@@ -425,7 +412,7 @@ func (l *loop) probeMissed(md route.Mode, g *route.Graph, measured map[string]ti
 // peers' probes find down.
 func (l *loop) gather(ctx context.Context, ch *v1alpha1.Chain, current []string, fresh time.Duration) (*route.Graph, []string, error) {
 	g := &route.Graph{}
-	add := func(relay string, t *probe.Table) {
+	add := func(relay string, t *measure.Table) {
 		for _, link := range t.Links {
 			if link.Up {
 				g.SetLink(relay, link.To, link.RTT.D())
@@ -436,7 +423,7 @@ func (l *loop) gather(ctx context.Context, ch *v1alpha1.Chain, current []string,
 		}
 	}
 	ask := func(relays []string, through func(string) []string) (failed []string, errs []error) {
-		tables := make([]*probe.Table, len(relays))
+		tables := make([]*measure.Table, len(relays))
 		errs = make([]error, len(relays))
 		var wg sync.WaitGroup
 		for i, r := range relays {
@@ -456,7 +443,7 @@ func (l *loop) gather(ctx context.Context, ch *v1alpha1.Chain, current []string,
 		}
 		return failed, errs
 	}
-	failed, errs := ask(Asked(ch), func(string) []string { return nil })
+	failed, errs := ask(manifest.Measured(ch), func(string) []string { return nil })
 	if slices.Contains(failed, ch.Spec.Entry) {
 		return g, failed, errors.Join(errs...)
 	}
@@ -513,7 +500,7 @@ func candidates(ch *v1alpha1.Chain) int32 {
 // targetRTT is the chain's round trip from the exit to its targets: the mean
 // over the targets that answered. It is the same for every route of the
 // chain, so it moves the figures, not the choice.
-func targetRTT(ts []probe.Target) time.Duration {
+func targetRTT(ts []measure.Target) time.Duration {
 	var sum time.Duration
 	n := 0
 	for _, t := range ts {

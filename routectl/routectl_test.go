@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
-	"github.com/hoplink/hoplink/relay/probe"
+	"github.com/hoplink/hoplink/measure"
 	"github.com/hoplink/hoplink/route"
 )
 
@@ -29,26 +29,26 @@ type script struct {
 	asked   []string                    // "relay via a,b"
 }
 
-func (s *script) Links(_ context.Context, req LinksRequest) (*probe.Table, error) {
+func (s *script) Links(_ context.Context, req LinksRequest) (*measure.Table, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.asked = append(s.asked, req.Relay+" via "+strings.Join(req.Through, ","))
 	if len(req.Through) == 0 && !s.direct[req.Relay] && req.Relay != req.Chain.Spec.Entry {
 		return nil, fmt.Errorf("no link from the entry to %s", req.Relay)
 	}
-	t := &probe.Table{Relay: req.Relay}
+	t := &measure.Table{Relay: req.Relay}
 	for l, rtt := range s.links {
 		if l[0] == req.Relay {
-			t.Links = append(t.Links, probe.Link{To: l[1], Up: true, RTT: probe.Duration(rtt)})
+			t.Links = append(t.Links, measure.Link{To: l[1], Up: true, RTT: measure.Duration(rtt)})
 		}
 	}
 	return t, nil
 }
 
-func (s *script) Pipe(_ context.Context, c *v1alpha1.Chain, routes [][]string) ([]probe.PipeResult, error) {
+func (s *script) Trace(_ context.Context, c *v1alpha1.Chain, routes [][]string) ([]measure.Trace, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]probe.PipeResult, len(routes))
+	out := make([]measure.Trace, len(routes))
 	for i, r := range routes {
 		out[i].Route = r
 		if s.pipeErr[route.Key(r)] {
@@ -59,7 +59,7 @@ func (s *script) Pipe(_ context.Context, c *v1alpha1.Chain, routes [][]string) (
 		for j := 1; j < len(r); j++ {
 			sum += s.links[[2]string{r[j-1], r[j]}]
 		}
-		out[i].RTT = probe.Duration(sum + ms) // a relay's processing
+		out[i].RTT = measure.Duration(sum + ms) // a relay's processing
 	}
 	return out, nil
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/controllers"
+	"github.com/hoplink/hoplink/internal/testutil"
 )
 
 // cluster is one API server with its operator.
@@ -126,7 +127,7 @@ func TestTwoClusters(t *testing.T) {
 	defer echoLn.Close()
 	go serveSinkThenSource(echoLn)
 
-	ports := map[string]int{"hk": freePortPair(t), "seattle": freePortPair(t), "useast": freePortPair(t)}
+	ports := map[string]int{"hk": testutil.FreePort(t), "seattle": testutil.FreePort(t), "useast": testutil.FreePort(t)}
 	home := map[string]*cluster{"hk": a, "seattle": a, "useast": b}
 	for _, c := range []*cluster{a, b} {
 		for _, name := range []string{"hk", "seattle", "useast"} {
@@ -140,7 +141,7 @@ func TestTwoClusters(t *testing.T) {
 		create(t, c.k8s, &v1alpha1.Chain{ObjectMeta: metav1.ObjectMeta{Namespace: "edge", Name: "to-east"}, Spec: v1alpha1.ChainSpec{
 			Entry: "hk", Exit: "useast", Via: []string{"seattle"}, Route: []string{"hk", "seattle", "useast"}}})
 	}
-	webPort := freePortPair(t)
+	webPort := testutil.FreePort(t)
 	for _, c := range []*cluster{a, b} {
 		create(t, c.k8s, &v1alpha1.Tunnel{ObjectMeta: metav1.ObjectMeta{Namespace: "edge", Name: "web"}, Spec: v1alpha1.TunnelSpec{
 			Chain: "to-east", Listen: &v1alpha1.TunnelListen{Address: "127.0.0.1", Port: int32(webPort)}, Target: echoLn.Addr().String()}})

@@ -23,8 +23,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hoplink/hoplink/controllers"
-	"github.com/hoplink/hoplink/relay/metricsrv"
 	"github.com/hoplink/hoplink/relay/kube"
+	"github.com/hoplink/hoplink/relay/metricsrv"
 )
 
 // kubeFlags say how to reach the API server and which namespace to use.

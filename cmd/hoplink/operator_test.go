@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
+	"github.com/hoplink/hoplink/internal/testutil"
 )
 
 // TestOperatorAndKubeRelays runs `hoplink operator` and four `hoplink relay
@@ -59,7 +60,7 @@ func TestOperatorAndKubeRelays(t *testing.T) {
 	defer echoLn.Close()
 	go serveSinkThenSource(echoLn)
 	for _, rn := range set.Relays {
-		port := freePortPair(t)
+		port := testutil.FreePort(t)
 		rn.Namespace, rn.Spec.Listen.Address, rn.Spec.Listen.Port = ns, "127.0.0.1", int32(port)
 		rn.Spec.Endpoints = []string{fmt.Sprintf("127.0.0.1:%d", port)}
 		create(t, k8s, rn)
@@ -70,7 +71,7 @@ func TestOperatorAndKubeRelays(t *testing.T) {
 	}
 	web := set.Tunnels[0]
 	web.Namespace, web.Spec.Listen.Address, web.Spec.Target = ns, "127.0.0.1", echoLn.Addr().String()
-	web.Spec.Listen.Port = int32(freePortPair(t))
+	web.Spec.Listen.Port = int32(testutil.FreePort(t))
 	create(t, k8s, web)
 	// Each relay runs as its own ServiceAccount, so the Role the operator
 	// wrote is what it gets, as in a pod.
@@ -112,7 +113,7 @@ func TestOperatorAndKubeRelays(t *testing.T) {
 
 	// A new Tunnel opens on the running relays.
 	api := &v1alpha1.Tunnel{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "api"}, Spec: v1alpha1.TunnelSpec{
-		Chain: "to-east", Listen: &v1alpha1.TunnelListen{Address: "127.0.0.1", Port: int32(freePortPair(t))}, Target: echoLn.Addr().String(),
+		Chain: "to-east", Listen: &v1alpha1.TunnelListen{Address: "127.0.0.1", Port: int32(testutil.FreePort(t))}, Target: echoLn.Addr().String(),
 	}}
 	create(t, k8s, api)
 	apiAddr := fmt.Sprintf("127.0.0.1:%d", api.Spec.Listen.Port)
@@ -129,7 +130,7 @@ func TestOperatorAndKubeRelays(t *testing.T) {
 	}}
 	create(t, k8s, fast)
 	routed := &v1alpha1.Tunnel{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "routed"}, Spec: v1alpha1.TunnelSpec{
-		Chain: "fast", Listen: &v1alpha1.TunnelListen{Address: "127.0.0.1", Port: int32(freePortPair(t))}, Target: echoLn.Addr().String(),
+		Chain: "fast", Listen: &v1alpha1.TunnelListen{Address: "127.0.0.1", Port: int32(testutil.FreePort(t))}, Target: echoLn.Addr().String(),
 	}}
 	create(t, k8s, routed)
 	waitFor(t, "the route controller routes the sum chain", func() error {
@@ -154,27 +155,6 @@ func create(t *testing.T, c client.Client, o client.Object) {
 	if err := c.Create(context.Background(), o); err != nil {
 		t.Fatalf("create %T %s: %v", o, o.GetName(), err)
 	}
-}
-
-// freePortPair returns a loopback port free on both TCP and UDP, since a
-// relay listens on both with one number.
-func freePortPair(t *testing.T) int {
-	t.Helper()
-	for range 50 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := ln.Addr().(*net.TCPAddr).Port
-		pc, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
-		ln.Close()
-		if err == nil {
-			pc.Close()
-			return port
-		}
-	}
-	t.Fatal("no free port pair")
-	return 0
 }
 
 func startProcess(t *testing.T, logf, bin string, args ...string) *exec.Cmd {

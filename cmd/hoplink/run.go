@@ -15,13 +15,13 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/hoplink/hoplink/relay"
-	"github.com/hoplink/hoplink/relay/metricsrv"
-	"github.com/hoplink/hoplink/relay/kube"
-	"github.com/hoplink/hoplink/relay/local"
 	"github.com/hoplink/hoplink/manifest"
 	"github.com/hoplink/hoplink/metrics"
 	"github.com/hoplink/hoplink/pki"
+	"github.com/hoplink/hoplink/relay"
+	"github.com/hoplink/hoplink/relay/kube"
+	"github.com/hoplink/hoplink/relay/local"
+	"github.com/hoplink/hoplink/relay/metricsrv"
 )
 
 func newRegistry() (*prometheus.Registry, *metrics.Metrics) {

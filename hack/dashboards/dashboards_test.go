@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/hoplink/hoplink/hack/linkemu"
+	"github.com/hoplink/hoplink/internal/testutil"
 )
 
 const committed = "../../charts/hoplink/dashboards/hoplink.json"
@@ -93,9 +94,9 @@ func TestDashboardQueriesReturnData(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/hoplink").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
-	echo := echoServer(t)
-	metricsAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	ports := []int{freePort(t), freePort(t), freePort(t)}
+	echo := testutil.EchoServer(t)
+	metricsAddr := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
+	ports := []int{testutil.FreePort(t), testutil.FreePort(t), testutil.FreePort(t)}
 	// Peers reach la through a link emulator, so that the test can make
 	// the routed chain change its route: hk -> la starts 40 ms slower
 	// than hk -> seattle -> la, and turns faster once Prometheus has seen
@@ -108,7 +109,7 @@ func TestDashboardQueriesReturnData(t *testing.T) {
 	hk, seattle := fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])
 	slow := linkemu.Params{Delay: 20 * time.Millisecond}
 	toLA.SetFrom(hk, slow, slow)
-	tunnelPorts := []int{freePort(t), freePort(t), freePort(t)}
+	tunnelPorts := []int{testutil.FreePort(t), testutil.FreePort(t), testutil.FreePort(t)}
 	manifests := fmt.Sprintf(`
 apiVersion: hoplink.dev/v1alpha1
 kind: RelayNode
@@ -156,7 +157,7 @@ spec: {chain: static, protocol: tcp, listen: {address: 127.0.0.1, port: %[6]d}, 
 
 	// Prometheus first, so that it sees the routed chain's first route
 	// as a change.
-	promAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	promAddr := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
 	cfg := fmt.Sprintf("global: {scrape_interval: 1s, evaluation_interval: 1s}\nscrape_configs:\n- job_name: hoplink\n  static_configs: [{targets: [%q]}]\n", metricsAddr)
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
@@ -295,44 +296,6 @@ func waitFor(t *testing.T, d time.Duration, what string, f func() error) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	// A port free for TCP and UDP alike (relays listen on both).
-	for range 20 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := l.Addr().(*net.TCPAddr).Port
-		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", p))
-		l.Close()
-		if err == nil {
-			u.Close()
-			return p
-		}
-	}
-	t.Fatal("no port free for both TCP and UDP")
-	return 0
-}
-
-func echoServer(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() { defer c.Close(); io.Copy(c, c) }()
-		}
-	}()
-	return l.Addr().String()
 }
 
 // exchange sends a line through a tunnel and reads what comes back, if

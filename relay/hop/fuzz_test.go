@@ -12,7 +12,7 @@ func FuzzParse(f *testing.F) {
 	for _, h := range []Header{
 		{Kind: KindTCP, Tunnel: "default/iperf", Route: []string{"seattle", "la"}, Target: "127.0.0.1:5201"},
 		{Kind: KindUDP, Tunnel: "x/y", Route: []string{"la"}, Target: "[::1]:53"},
-		{Kind: KindProbe, Tunnel: "default/to-east", Route: []string{"la", "useast"}},
+		{Kind: KindTrace, Tunnel: "default/to-east", Route: []string{"la", "useast"}},
 		{Kind: KindLinks, Tunnel: "default/to-east", Route: []string{"hk", "useast"}},
 		{Kind: KindPacket, Tunnel: "default/site", Route: []string{"la"}},
 	} {

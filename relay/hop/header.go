@@ -25,15 +25,14 @@ const (
 	// KindUDP: the stream controls one UDP session; datagrams carry its
 	// packets, and packets too large for a datagram ride the stream as frames.
 	KindUDP Kind = 2
-	// KindProbe: an in-band probe of a routed chain's route. It travels the
-	// route as a TCP flow would, and the exit answers it at once, so the
-	// entry measures the route end to end. Tunnel names the Chain; there is
-	// no target.
-	KindProbe Kind = 3
-	// KindLinks: a request to the receiving relay alone for its link
-	// measurements on a routed chain. Tunnel names the Chain and Route is the
-	// chain's whole current route, as the entry that asks uses it; there is
-	// no target.
+	// KindTrace: a trace of a routed chain's route, measured end to end.
+	// It travels the route as a TCP flow would, and the exit answers it at
+	// once. Tunnel names the Chain; there is no target.
+	KindTrace Kind = 3
+	// KindLinks: a request for one relay's link measurements on a routed
+	// chain. Tunnel names the Chain and Route is the path to the relay that
+	// answers, the receiver first; the body that follows carries the
+	// chain's current route as the asking entry uses it. There is no target.
 	KindLinks Kind = 4
 	// KindPacket: the session of a packet-mode tun Tunnel. Over QUIC its
 	// IP packets ride datagrams, as a UDP session's do; over TLS the stream
@@ -48,8 +47,8 @@ func (k Kind) String() string {
 		return "tcp"
 	case KindUDP:
 		return "udp"
-	case KindProbe:
-		return "probe"
+	case KindTrace:
+		return "trace"
 	case KindLinks:
 		return "links"
 	case KindPacket:

@@ -12,7 +12,7 @@ func TestHeaderRoundTrip(t *testing.T) {
 		{Kind: KindTCP, Tunnel: "default/iperf", Route: []string{"seattle", "la"}, Target: "127.0.0.1:5201"},
 		{Kind: KindUDP, Tunnel: "ns-1/dns", Route: []string{"la"}, Target: "[::1]:53"},
 		{Kind: KindTCP, Tunnel: "a/b", Route: make16("r"), Target: "example.internal:443"},
-		{Kind: KindProbe, Tunnel: "default/to-east", Route: []string{"la", "useast"}},
+		{Kind: KindTrace, Tunnel: "default/to-east", Route: []string{"la", "useast"}},
 		{Kind: KindLinks, Tunnel: "default/to-east", Route: []string{"hk", "la", "useast"}},
 		{Kind: KindPacket, Tunnel: "default/site", Route: []string{"mid", "la"}},
 	} {
@@ -68,7 +68,7 @@ func TestParseRejects(t *testing.T) {
 		{"target with space", encodeRaw("default/t", []string{"la"}, "1.2.3.4:80 x"), ErrField},
 		{"empty target", encodeRaw("default/t", []string{"la"}, ""), ErrField},
 		{"route count past body", []byte{1, 1, 0, 4, 0, 1, 'a', 5}, ErrTruncated},
-		{"probe with a target", withKind(KindProbe, encodeRaw("default/c", []string{"la"}, "1.2.3.4:80")), ErrField},
+		{"probe with a target", withKind(KindTrace, encodeRaw("default/c", []string{"la"}, "1.2.3.4:80")), ErrField},
 		{"links with a target", withKind(KindLinks, encodeRaw("default/c", []string{"la"}, "1.2.3.4:80")), ErrField},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,43 +1,19 @@
 package local
 
 import (
-	"crypto/sha256"
 	"fmt"
-	"io"
-	"log/slog"
-	"math/rand/v2"
 	"net"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/hoplink/hoplink/relay"
+	"github.com/hoplink/hoplink/internal/testutil"
 	"github.com/hoplink/hoplink/manifest"
 	"github.com/hoplink/hoplink/metrics"
+	"github.com/hoplink/hoplink/relay"
 )
-
-// freePort finds a port free for both TCP and UDP on loopback.
-func freePort(t *testing.T) int {
-	t.Helper()
-	for range 50 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
-		l.Close()
-		if err == nil {
-			u.Close()
-			return port
-		}
-	}
-	t.Fatal("no free port")
-	return 0
-}
 
 type tunnelSpec struct {
 	name, protocol, target string
@@ -57,7 +33,7 @@ func networkOver(t *testing.T, transport string, nRelays int, route []string, tu
 	t.Helper()
 	var b strings.Builder
 	for i := range nRelays {
-		p := freePort(t)
+		p := testutil.FreePort(t)
 		fmt.Fprintf(&b, "---\napiVersion: hoplink.dev/v1alpha1\nkind: RelayNode\nmetadata: {name: r%d}\nspec: {listen: {address: 127.0.0.1, port: %d}, endpoints: [\"127.0.0.1:%d\"]}\n", i, p, p)
 	}
 	via := ""
@@ -75,48 +51,12 @@ func networkOver(t *testing.T, transport string, nRelays int, route []string, tu
 		t.Fatalf("manifests: %v\n%s", err, b.String())
 	}
 	m := metrics.New(prometheus.NewRegistry())
-	n, err := Start(set, relay.Config{Metrics: m, Log: testLogger()})
+	n, err := Start(set, relay.Config{Metrics: m, Log: testutil.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { n.Close() })
 	return n, m, set
-}
-
-func testLogger() *slog.Logger {
-	lvl := slog.LevelWarn
-	if os.Getenv("HOPLINK_TEST_DEBUG") != "" {
-		lvl = slog.LevelDebug
-	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
-}
-
-// tcpServer accepts connections and runs handle on each until the test ends.
-func tcpServer(t *testing.T, handle func(c *net.TCPConn)) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				handle(c.(*net.TCPConn))
-			}()
-		}
-	}()
-	return ln.Addr().String()
-}
-
-func echo(c *net.TCPConn) {
-	io.Copy(c, c)
-	c.CloseWrite()
 }
 
 // dialTunnel connects to a tunnel's listener, retrying while peer
@@ -129,26 +69,4 @@ func dialTunnel(t *testing.T, port int) *net.TCPConn {
 	}
 	c.SetDeadline(time.Now().Add(60 * time.Second))
 	return c.(*net.TCPConn)
-}
-
-// randReader is a deterministic stream of n pseudo-random bytes.
-func randReader(seed uint64, n int64) io.Reader {
-	return io.LimitReader(&prng{r: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}, n)
-}
-
-type prng struct{ r *rand.Rand }
-
-func (p *prng) Read(b []byte) (int, error) {
-	for i := range b {
-		b[i] = byte(p.r.Uint32())
-	}
-	return len(b), nil
-}
-
-func digest(r io.Reader) ([32]byte, int64, error) {
-	h := sha256.New()
-	n, err := io.Copy(h, r)
-	var d [32]byte
-	copy(d[:], h.Sum(nil))
-	return d, n, err
 }

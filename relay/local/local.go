@@ -9,9 +9,9 @@ import (
 	"log/slog"
 	"strings"
 
-	"github.com/hoplink/hoplink/relay"
 	"github.com/hoplink/hoplink/manifest"
 	"github.com/hoplink/hoplink/pki"
+	"github.com/hoplink/hoplink/relay"
 	"github.com/hoplink/hoplink/routectl"
 )
 

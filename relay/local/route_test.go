@@ -14,9 +14,10 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/hoplink/hoplink/hack/linkemu"
-	"github.com/hoplink/hoplink/relay"
+	"github.com/hoplink/hoplink/internal/testutil"
 	"github.com/hoplink/hoplink/manifest"
 	"github.com/hoplink/hoplink/metrics"
+	"github.com/hoplink/hoplink/relay"
 )
 
 // emulated is a local network whose relays reach each other only over
@@ -36,7 +37,7 @@ func startEmulated(t *testing.T, relays []string, links map[[2]string]time.Durat
 	e := &emulated{proxies: map[string]*linkemu.UDPProxy{}, addrs: map[string]string{}}
 	var b strings.Builder
 	for _, name := range relays {
-		port := freePort(t)
+		port := testutil.FreePort(t)
 		e.addrs[name] = fmt.Sprintf("127.0.0.1:%d", port)
 		p, err := linkemu.NewUDPProxy("127.0.0.1:0", e.addrs[name], linkemu.Params{Loss: 1})
 		if err != nil {
@@ -56,7 +57,7 @@ func startEmulated(t *testing.T, relays []string, links map[[2]string]time.Durat
 		t.Fatalf("manifests: %v\n%s", err, b.String())
 	}
 	e.reg = prometheus.NewRegistry()
-	e.n, err = Start(set, relay.Config{Metrics: metrics.New(e.reg), Log: testLogger()})
+	e.n, err = Start(set, relay.Config{Metrics: metrics.New(e.reg), Log: testutil.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,8 +167,8 @@ const ms = time.Millisecond
 // useast (63 ms) when hk-la degrades, without failing a flow that was open,
 // and leave a route at once when a relay on it goes down.
 func TestRoutedChains(t *testing.T) {
-	target := tcpServer(t, echo)
-	sumPort, pipePort := freePort(t), freePort(t)
+	target := testutil.TCPServer(t, testutil.Echo)
+	sumPort, pipePort := testutil.FreePort(t), testutil.FreePort(t)
 	const interval = 800 * ms
 	chains := ""
 	for _, c := range []struct {
@@ -288,8 +289,8 @@ spec: {chain: %s, listen: {address: 127.0.0.1, port: %d}, target: %q}
 // seattle (and la), and still routes the chain, along the only route there
 // is; the relays on it learn the route.
 func TestRoutedChainReachesRelaysThroughOthers(t *testing.T) {
-	target := tcpServer(t, echo)
-	port := freePort(t)
+	target := testutil.TCPServer(t, testutil.Echo)
+	port := testutil.FreePort(t)
 	e := startEmulated(t, []string{"hk", "seattle", "la", "useast"}, map[[2]string]time.Duration{
 		{"hk", "seattle"}: 5 * ms, {"seattle", "la"}: 5 * ms, {"la", "useast"}: 5 * ms,
 	}, fmt.Sprintf(`---

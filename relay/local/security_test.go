@@ -12,13 +12,14 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	quicgo "github.com/quic-go/quic-go"
 
-	"github.com/hoplink/hoplink/relay"
-	"github.com/hoplink/hoplink/relay/hop"
+	"github.com/hoplink/hoplink/internal/testutil"
 	"github.com/hoplink/hoplink/metrics"
 	"github.com/hoplink/hoplink/pki"
+	"github.com/hoplink/hoplink/relay"
+	"github.com/hoplink/hoplink/relay/hop"
 )
 
 func dialRelay(ctx context.Context, id *pki.Identity, peer string, addr net.Addr) (*quicgo.Conn, error) {
@@ -46,18 +47,18 @@ func TestForeignCertificateRejected(t *testing.T) {
 			t.Fatal("connection with a foreign certificate stayed usable")
 		}
 	}
-	if v := testutil.ToFloat64(m.Handshakes.WithLabelValues("r1", "accept", "rejected")); v < 1 {
+	if v := promtest.ToFloat64(m.Handshakes.WithLabelValues("r1", "accept", "rejected")); v < 1 {
 		t.Fatalf("rejected handshakes = %v, want >= 1", v)
 	}
 
 	stranger, _ := n.CA.Identity("mallory")
-	before := testutil.ToFloat64(m.Handshakes.WithLabelValues("r1", "accept", "rejected"))
+	before := promtest.ToFloat64(m.Handshakes.WithLabelValues("r1", "accept", "rejected"))
 	if c, err := dialRelay(ctx, stranger, "r1", exit.Addr()); err == nil {
 		if _, err := c.AcceptStream(ctx); err == nil {
 			t.Fatal("connection from an unknown relay stayed usable")
 		}
 	}
-	if v := testutil.ToFloat64(m.Handshakes.WithLabelValues("r1", "accept", "rejected")); v != before+1 {
+	if v := promtest.ToFloat64(m.Handshakes.WithLabelValues("r1", "accept", "rejected")); v != before+1 {
 		t.Fatalf("unknown relay: rejected handshakes %v -> %v", before, v)
 	}
 }
@@ -66,7 +67,7 @@ func TestForeignCertificateRejected(t *testing.T) {
 // for things the manifests do not allow. Each stream must be reset and
 // counted, nothing may be dialed, and the relay must keep serving.
 func TestForgedHeaders(t *testing.T) {
-	target := tcpServer(t, echo)
+	target := testutil.TCPServer(t, testutil.Echo)
 	decoy, _ := net.Listen("tcp", "127.0.0.1:0")
 	defer decoy.Close()
 	dialed := make(chan struct{}, 10)
@@ -80,7 +81,7 @@ func TestForgedHeaders(t *testing.T) {
 			c.Close()
 		}
 	}()
-	port := freePort(t)
+	port := testutil.FreePort(t)
 	n, m, _ := network(t, 3, []string{"r0", "r1", "r2"}, tunnelSpec{name: "t", protocol: "tcp", target: target, port: port})
 	exit := n.Relays[2]
 	mid, _ := n.CA.Identity("r1") // a legitimate peer of the exit, turned hostile
@@ -118,7 +119,7 @@ func TestForgedHeaders(t *testing.T) {
 			if !errors.As(err, &se) || se.ErrorCode != hop.CodeRejected {
 				t.Fatalf("stream ended with %v, want a reset with code %d", err, hop.CodeRejected)
 			}
-			if v := testutil.ToFloat64(m.Rejected.WithLabelValues("r2", tc.reason)); v < 1 {
+			if v := promtest.ToFloat64(m.Rejected.WithLabelValues("r2", tc.reason)); v < 1 {
 				t.Fatalf("rejected{reason=%s} = %v", tc.reason, v)
 			}
 		})
@@ -137,7 +138,7 @@ func TestForgedHeaders(t *testing.T) {
 	c0.CloseWithError(0, "")
 
 	// The same forgery over the TLS transport.
-	before := testutil.ToFloat64(m.Rejected.WithLabelValues("r2", "bad_target"))
+	before := promtest.ToFloat64(m.Rejected.WithLabelValues("r2", "bad_target"))
 	tc, err := tls.Dial("tcp", exit.Addr().String(), mid.ClientConfig("r2"))
 	if err != nil {
 		t.Fatal(err)
@@ -148,7 +149,7 @@ func TestForgedHeaders(t *testing.T) {
 		t.Fatal("TLS flow with a forged target ended cleanly, want a reset")
 	}
 	tc.Close()
-	if v := testutil.ToFloat64(m.Rejected.WithLabelValues("r2", "bad_target")); v != before+1 {
+	if v := promtest.ToFloat64(m.Rejected.WithLabelValues("r2", "bad_target")); v != before+1 {
 		t.Fatalf("TLS forged target: rejected{bad_target} %v -> %v", before, v)
 	}
 	select {
@@ -177,8 +178,8 @@ func encode(t *testing.T, h hop.Header) []byte {
 // TestPeerRestart stops the middle relay, checks flows fail fast rather
 // than hang, starts it again and checks the chain recovers by itself.
 func TestPeerRestart(t *testing.T) {
-	target := tcpServer(t, echo)
-	port := freePort(t)
+	target := testutil.TCPServer(t, testutil.Echo)
+	port := testutil.FreePort(t)
 	n, _, set := network(t, 3, []string{"r0", "r1", "r2"}, tunnelSpec{name: "t", protocol: "tcp", target: target, port: port})
 	try := func() error {
 		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 2*time.Second)
@@ -207,7 +208,7 @@ func TestPeerRestart(t *testing.T) {
 		t.Fatalf("flow with a dead middle relay took %v to fail", d)
 	}
 	id, _ := n.CA.Identity("r1")
-	r1, err := relay.New(relay.Config{Name: "r1", Manifests: set, Identity: id, Metrics: metrics.New(prometheus.NewRegistry()), Log: testLogger()})
+	r1, err := relay.New(relay.Config{Name: "r1", Manifests: set, Identity: id, Metrics: metrics.New(prometheus.NewRegistry()), Log: testutil.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/hoplink/hoplink/internal/testutil"
 )
 
 var routes = map[string]struct {
@@ -41,25 +43,25 @@ func TestTCPIntegrityAndHalfClose(t *testing.T) {
 				n   int64
 			}
 			got := make(chan result, 1)
-			target := tcpServer(t, func(c *net.TCPConn) {
-				sum, n, _ := digest(c) // until the client's EOF
+			target := testutil.TCPServer(t, func(c *net.TCPConn) {
+				sum, n, _ := testutil.Digest(c) // until the client's EOF
 				got <- result{sum, n}
-				io.Copy(c, randReader(2, size))
+				io.Copy(c, testutil.RandReader(2, size))
 				c.CloseWrite()
 			})
-			port := freePort(t)
+			port := testutil.FreePort(t)
 			_, m, _ := networkOver(t, rt.transport, rt.relays, rt.route, tunnelSpec{name: "bulk", protocol: "tcp", target: target, port: port})
 			c := dialTunnel(t, port)
 			defer c.Close()
-			wantUp, _, _ := digest(randReader(1, size))
-			wantDown, _, _ := digest(randReader(2, size))
-			if _, err := io.Copy(c, randReader(1, size)); err != nil {
+			wantUp, _, _ := testutil.Digest(testutil.RandReader(1, size))
+			wantDown, _, _ := testutil.Digest(testutil.RandReader(2, size))
+			if _, err := io.Copy(c, testutil.RandReader(1, size)); err != nil {
 				t.Fatal(err)
 			}
 			if err := c.CloseWrite(); err != nil {
 				t.Fatal(err)
 			}
-			down, n, err := digest(c)
+			down, n, err := testutil.Digest(c)
 			if err != nil || n != size || down != wantDown {
 				t.Fatalf("down: %d bytes, err %v, digest match %v", n, err, down == wantDown)
 			}
@@ -67,7 +69,7 @@ func TestTCPIntegrityAndHalfClose(t *testing.T) {
 			if up.n != size || up.sum != wantUp {
 				t.Fatalf("up: target got %d bytes, digest match %v", up.n, up.sum == wantUp)
 			}
-			if v := testutil.ToFloat64(m.Bytes.WithLabelValues("r0", "default/bulk", "up")); v != size {
+			if v := promtest.ToFloat64(m.Bytes.WithLabelValues("r0", "default/bulk", "up")); v != size {
 				t.Errorf("entry up bytes metric = %v, want %d", v, size)
 			}
 		})
@@ -82,8 +84,8 @@ func TestTCPManyFlows(t *testing.T) {
 }
 
 func testTCPManyFlows(t *testing.T, transport string) {
-	target := tcpServer(t, echo)
-	port := freePort(t)
+	target := testutil.TCPServer(t, testutil.Echo)
+	port := testutil.FreePort(t)
 	networkOver(t, transport, 4, routes["3hop"].route, tunnelSpec{name: "echo", protocol: "tcp", target: target, port: port})
 	const flows, size = 200, 64 << 10
 	var wg sync.WaitGroup
@@ -100,7 +102,7 @@ func testTCPManyFlows(t *testing.T, transport string) {
 			defer c.Close()
 			c.SetDeadline(time.Now().Add(30 * time.Second))
 			want := make([]byte, size)
-			randReader(uint64(i), size).Read(want)
+			testutil.RandReader(uint64(i), size).Read(want)
 			go func() {
 				c.Write(want)
 				c.(*net.TCPConn).CloseWrite()
@@ -127,7 +129,7 @@ func TestTCPResets(t *testing.T) {
 }
 
 func testTCPResets(t *testing.T, transport string) {
-	resetter := tcpServer(t, func(c *net.TCPConn) {
+	resetter := testutil.TCPServer(t, func(c *net.TCPConn) {
 		buf := make([]byte, 5)
 		io.ReadFull(c, buf)
 		c.SetLinger(0)
@@ -135,7 +137,7 @@ func testTCPResets(t *testing.T, transport string) {
 	closed, _ := net.Listen("tcp", "127.0.0.1:0")
 	refused := closed.Addr().String()
 	closed.Close()
-	p1, p2 := freePort(t), freePort(t)
+	p1, p2 := testutil.FreePort(t), testutil.FreePort(t)
 	_, m, _ := networkOver(t, transport, 3, []string{"r0", "r1", "r2"},
 		tunnelSpec{name: "rst", protocol: "tcp", target: resetter, port: p1},
 		tunnelSpec{name: "refused", protocol: "tcp", target: refused, port: p2})
@@ -153,7 +155,7 @@ func testTCPResets(t *testing.T, transport string) {
 			}
 		})
 	}
-	if v := testutil.ToFloat64(m.FlowErrors.WithLabelValues("r2", "default/refused", "dial_target")); v != 1 {
+	if v := promtest.ToFloat64(m.FlowErrors.WithLabelValues("r2", "default/refused", "dial_target")); v != 1 {
 		t.Errorf("dial_target errors at exit = %v, want 1", v)
 	}
 }
@@ -169,7 +171,7 @@ func TestTCPClientResetReachesTarget(t *testing.T) {
 func testTCPClientReset(t *testing.T, transport string) {
 	started := make(chan struct{})
 	ended := make(chan error, 1)
-	target := tcpServer(t, func(c *net.TCPConn) {
+	target := testutil.TCPServer(t, func(c *net.TCPConn) {
 		buf := make([]byte, 10)
 		if _, err := io.ReadFull(c, buf); err != nil {
 			ended <- err
@@ -179,7 +181,7 @@ func testTCPClientReset(t *testing.T, transport string) {
 		_, err := io.Copy(io.Discard, c)
 		ended <- err
 	})
-	port := freePort(t)
+	port := testutil.FreePort(t)
 	networkOver(t, transport, 3, []string{"r0", "r1", "r2"}, tunnelSpec{name: "t", protocol: "tcp", target: target, port: port})
 	c := dialTunnel(t, port)
 	c.Write([]byte("some bytes"))

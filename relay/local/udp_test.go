@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/hoplink/hoplink/internal/testutil"
 )
 
 func udpEcho(t *testing.T) string {
@@ -65,12 +67,12 @@ func TestUDP(t *testing.T) {
 	for name, rt := range routes {
 		t.Run(name, func(t *testing.T) {
 			target := udpEcho(t)
-			port := freePort(t)
+			port := testutil.FreePort(t)
 			_, m, _ := networkOver(t, rt.transport, rt.relays, rt.route, tunnelSpec{name: "u", protocol: "udp", target: target, port: port})
 			c := udpClient(t, port)
 			for i, size := range []int{1, 100, 1000, 1200, 1400, 4000, 16000, 65000} {
 				p := make([]byte, size)
-				randReader(uint64(i), int64(size)).Read(p)
+				testutil.RandReader(uint64(i), int64(size)).Read(p)
 				if err := roundTrip(c, p); err != nil {
 					t.Fatal(err)
 				}
@@ -101,7 +103,7 @@ func TestUDP(t *testing.T) {
 			if got < 450 {
 				t.Fatalf("burst: %d of 500 packets echoed", got)
 			}
-			if v := testutil.ToFloat64(m.UDPSessions.WithLabelValues("r0", "default/u", "entry")); v != 1 {
+			if v := promtest.ToFloat64(m.UDPSessions.WithLabelValues("r0", "default/u", "entry")); v != 1 {
 				t.Fatalf("entry sessions = %v, want 1", v)
 			}
 		})
@@ -113,7 +115,7 @@ func TestUDP(t *testing.T) {
 // every hop and the table has room again.
 func TestUDPSessionLimitAndIdle(t *testing.T) {
 	target := udpEcho(t)
-	port := freePort(t)
+	port := testutil.FreePort(t)
 	_, m, _ := network(t, 3, []string{"r0", "r1", "r2"},
 		tunnelSpec{name: "u", protocol: "udp", target: target, port: port, extra: ", udp: {idleTimeoutSeconds: 1, maxSessions: 2}"})
 	a, b, c := udpClient(t, port), udpClient(t, port), udpClient(t, port)
@@ -127,20 +129,20 @@ func TestUDPSessionLimitAndIdle(t *testing.T) {
 	if _, err := c.Read(make([]byte, 10)); err == nil {
 		t.Fatal("third session was served past maxSessions")
 	}
-	if v := testutil.ToFloat64(m.UDPDropped.WithLabelValues("r0", "default/u", "session_limit")); v < 1 {
+	if v := promtest.ToFloat64(m.UDPDropped.WithLabelValues("r0", "default/u", "session_limit")); v < 1 {
 		t.Fatalf("session_limit drops = %v", v)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		if testutil.ToFloat64(m.UDPSessions.WithLabelValues("r0", "default/u", "entry")) == 0 &&
-			testutil.ToFloat64(m.UDPSessions.WithLabelValues("r1", "default/u", "middle")) == 0 &&
-			testutil.ToFloat64(m.UDPSessions.WithLabelValues("r2", "default/u", "exit")) == 0 {
+		if promtest.ToFloat64(m.UDPSessions.WithLabelValues("r0", "default/u", "entry")) == 0 &&
+			promtest.ToFloat64(m.UDPSessions.WithLabelValues("r1", "default/u", "middle")) == 0 &&
+			promtest.ToFloat64(m.UDPSessions.WithLabelValues("r2", "default/u", "exit")) == 0 {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	for _, role := range [][2]string{{"r0", "entry"}, {"r1", "middle"}, {"r2", "exit"}} {
-		if v := testutil.ToFloat64(m.UDPSessions.WithLabelValues(role[0], "default/u", role[1])); v != 0 {
+		if v := promtest.ToFloat64(m.UDPSessions.WithLabelValues(role[0], "default/u", role[1])); v != 0 {
 			t.Errorf("%s sessions after idle timeout = %v, want 0", role[1], v)
 		}
 	}

@@ -3,13 +3,10 @@
 package netstack
 
 import (
-	"encoding/binary"
 	"net/netip"
-	"os"
 	"sync"
 	"sync/atomic"
 
-	"golang.org/x/sys/unix"
 	"gvisor.dev/gvisor/pkg/buffer"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
@@ -18,18 +15,9 @@ import (
 	"github.com/hoplink/hoplink/relay/tun"
 )
 
-// virtio-net header (struct virtio_net_hdr), which precedes every packet on
-// a TUN device opened with IFF_VNET_HDR.
-const (
-	vnetHdrLen          = 10
-	vnetFlagNeedsCsum   = 1
-	vnetGSONone         = 0
-	vnetGSOTCPv4        = 1
-	vnetGSOUDPL4        = 5
-	vnetGSOTCPv6        = 4
-	maxSuperPacket      = 65535
-	linkEndpointGSOSize = 1 << 16
-)
+// linkEndpointGSOSize is the largest segment the stack builds for the
+// kernel to cut.
+const linkEndpointGSOSize = 1 << 16
 
 // link is the stack's link endpoint on the device. With offload, it moves
 // super-packets both ways: the kernel's 64 KiB TCP segments go to the stack
@@ -38,10 +26,9 @@ const (
 // segments go out with a virtio-net GSO header for the kernel to cut. That
 // is where offload is handled, once.
 type link struct {
-	f       *os.File
+	dev     *tun.Device
 	mtu     uint32
 	offload bool
-	stats   *Stats
 	allowed func(netip.Addr) bool
 
 	mu         sync.Mutex
@@ -51,8 +38,8 @@ type link struct {
 	closed     atomic.Bool
 }
 
-func newLink(f *os.File, mtu int, offload bool, allowed func(netip.Addr) bool, stats *Stats) *link {
-	return &link{f: f, mtu: uint32(mtu), offload: offload, allowed: allowed, stats: stats, done: make(chan struct{})}
+func newLink(dev *tun.Device, mtu int, allowed func(netip.Addr) bool) *link {
+	return &link{dev: dev, mtu: uint32(mtu), offload: dev.Offload, allowed: allowed, done: make(chan struct{})}
 }
 
 func (l *link) MTU() uint32                      { return l.mtu }
@@ -128,36 +115,25 @@ func (l *link) Close() {
 // read delivers the device's packets to the stack until the device closes.
 func (l *link) read() {
 	defer close(l.done)
-	buf := make([]byte, vnetHdrLen+maxSuperPacket)
+	buf := make([]byte, tun.MaxRead)
+	stats := l.dev.Stats
 	var failures tun.ReadFailures
 	for {
-		n, err := l.f.Read(buf)
+		gso, pkt, err := l.dev.ReadPacket(buf)
 		if failures.Gone(err) || err != nil && l.closed.Load() {
 			if !l.closed.Load() {
-				l.stats.drop("device_gone")
+				stats.Dropped("device_gone")
 			}
 			return
 		}
-		if err != nil {
-			continue // a packet the kernel failed to hand over
+		if err != nil || len(pkt) == 0 {
+			continue // a packet the kernel failed to hand over, or a malformed one
 		}
-		pkt := buf[:n]
-		if l.offload {
-			if n < vnetHdrLen {
-				l.stats.drop("malformed")
-				continue
-			}
-			gso := pkt[1]
-			pkt = pkt[vnetHdrLen:]
-			if gso == vnetGSOUDPL4 {
-				// The device offers no UDP segmentation (see Stack), so
-				// this cannot happen; a UDP super-packet must not reach
-				// the stack as one datagram.
-				l.stats.drop("unsupported_gso")
-				continue
-			}
-		}
-		if len(pkt) == 0 {
+		if gso == tun.GSOUDPL4 {
+			// The device offers no UDP segmentation (see Stack), so this
+			// cannot happen; a UDP super-packet must not reach the stack
+			// as one datagram.
+			stats.Dropped("unsupported_gso")
 			continue
 		}
 		var proto tcpip.NetworkProtocolNumber
@@ -167,18 +143,18 @@ func (l *link) read() {
 		case 6:
 			proto = header.IPv6ProtocolNumber
 		default:
-			l.stats.drop("not_ip")
+			stats.Dropped("not_ip")
 			continue
 		}
-		l.stats.in(1, len(pkt))
+		stats.Read(1, len(pkt))
 		if reply := tun.EchoReply(pkt); reply != nil {
 			// Pings to the Tunnel's destinations are answered here; the
 			// stack would not answer for addresses it only borrows.
 			if _, dst, err := tun.Addresses(pkt); err == nil && l.allowed(dst) {
-				l.stats.flow("icmp")
-				l.writeRaw(reply)
+				stats.Flowed("icmp")
+				l.dev.WritePacket(nil, reply)
 			} else {
-				l.stats.drop("not_routed")
+				stats.Dropped("not_routed")
 			}
 			continue
 		}
@@ -193,72 +169,29 @@ func (l *link) read() {
 	}
 }
 
-// writeRaw writes one packet with complete checksums.
-func (l *link) writeRaw(pkt []byte) {
-	var hdr [vnetHdrLen]byte
-	parts := [][]byte{pkt}
-	if l.offload {
-		parts = [][]byte{hdr[:], pkt}
-	}
-	sc, err := l.f.SyscallConn()
-	if err != nil {
-		return
-	}
-	var werr error
-	sc.Write(func(fd uintptr) bool {
-		_, werr = unix.Writev(int(fd), parts)
-		return werr != unix.EAGAIN
-	})
-	if werr != nil {
-		l.stats.drop("write_failed")
-		return
-	}
-	l.stats.out(1, len(pkt))
-}
-
-// WritePackets hands the stack's packets to the device, one write each.
+// WritePackets hands the stack's packets to the device, one write each; a
+// super-segment carries the GSO header that tells the kernel to cut it.
 func (l *link) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
-	sc, err := l.f.SyscallConn()
-	if err != nil {
-		return 0, &tcpip.ErrClosedForSend{}
-	}
 	n := 0
 	for _, pkt := range pkts.AsSlice() {
-		var hdr [vnetHdrLen]byte
-		iovs := make([][]byte, 0, 4)
-		if l.offload {
-			if g := pkt.GSOOptions; g.Type != stack.GSONone {
-				binary.LittleEndian.PutUint16(hdr[2:], uint16(pkt.HeaderSize()))
-				if g.NeedsCsum {
-					hdr[0] = vnetFlagNeedsCsum
-					binary.LittleEndian.PutUint16(hdr[6:], g.L3HdrLen)
-					binary.LittleEndian.PutUint16(hdr[8:], g.CsumOffset)
-				}
-				if uint16(pkt.Data().Size()) > g.MSS {
-					hdr[1] = vnetGSOTCPv4
-					if g.Type == stack.GSOTCPv6 {
-						hdr[1] = vnetGSOTCPv6
-					}
-					binary.LittleEndian.PutUint16(hdr[4:], g.MSS)
+		var hdr []byte
+		if g := pkt.GSOOptions; l.offload && g.Type != stack.GSONone {
+			h := tun.VnetHdr{HdrLen: uint16(pkt.HeaderSize())}
+			if g.NeedsCsum {
+				h.Flags, h.CsumStart, h.CsumOffset = tun.VnetFlagNeedsCsum, g.L3HdrLen, g.CsumOffset
+			}
+			if uint16(pkt.Data().Size()) > g.MSS {
+				h.GSOType, h.GSOSize = tun.GSOTCPv4, g.MSS
+				if g.Type == stack.GSOTCPv6 {
+					h.GSOType = tun.GSOTCPv6
 				}
 			}
-			iovs = append(iovs, hdr[:])
+			var b [tun.VnetHdrLen]byte
+			hdr = h.Encode(b[:])
 		}
-		size := 0
-		for _, v := range pkt.AsSlices() {
-			iovs = append(iovs, v)
-			size += len(v)
+		if l.dev.WritePacket(hdr, pkt.AsSlices()...) == nil {
+			n++
 		}
-		var werr error
-		if err := sc.Write(func(fd uintptr) bool {
-			_, werr = unix.Writev(int(fd), iovs)
-			return werr != unix.EAGAIN
-		}); err != nil || werr != nil {
-			l.stats.drop("write_failed")
-			continue
-		}
-		l.stats.out(1, size)
-		n++
 	}
 	return n, nil
 }

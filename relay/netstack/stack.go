@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 	"sync"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
@@ -24,16 +23,17 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
 	"gvisor.dev/gvisor/pkg/waiter"
+
+	"github.com/hoplink/hoplink/relay/tun"
 )
 
 // Options configure a Stack.
 type Options struct {
-	// Device is the TUN device's file; Offload says whether it carries
-	// virtio-net headers (with TCP segmentation offload only: the link
-	// hands packets to the stack whole).
-	Device  *os.File
-	Offload bool
-	MTU     int
+	// Device is the TUN device the stack attaches to, which counts its
+	// packets and the stack's flows in its Stats. With offload (TCP
+	// segmentation only), the link hands super-packets to the stack whole.
+	Device *tun.Device
+	MTU    int
 	// Allowed says whether a destination is one the tunnel reaches (its
 	// routes); flows to others are refused.
 	Allowed func(netip.Addr) bool
@@ -45,7 +45,6 @@ type Options struct {
 	UDP func(c net.Conn, src, dst netip.AddrPort)
 	// MaxInFlight bounds TCP handshakes in progress.
 	MaxInFlight int
-	Stats       *Stats
 }
 
 // TCPConn is a terminated TCP flow.
@@ -80,14 +79,11 @@ func New(o Options) (*Stack, error) {
 	if o.MaxInFlight <= 0 {
 		o.MaxInFlight = 1024
 	}
-	if o.Stats == nil {
-		o.Stats = &Stats{}
-	}
 	s := stack.New(stack.Options{
 		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol},
 		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol, icmp.NewProtocol4, icmp.NewProtocol6},
 	})
-	st := &Stack{s: s, link: newLink(o.Device, o.MTU, o.Offload, o.Allowed, o.Stats)}
+	st := &Stack{s: s, link: newLink(o.Device, o.MTU, o.Allowed)}
 	for _, opt := range []tcpip.SettableTransportProtocolOption{
 		new(tcpip.TCPSACKEnabled),
 		&tcpip.TCPReceiveBufferSizeRangeOption{Min: 4096, Default: tcpBufDefault, Max: tcpBufMax},
@@ -120,7 +116,7 @@ func New(o Options) (*Stack, error) {
 		id := r.ID()
 		dst := netip.AddrPortFrom(addrOf(id.LocalAddress), id.LocalPort)
 		if !o.Allowed(dst.Addr()) {
-			o.Stats.drop("not_routed")
+			o.Device.Stats.Dropped("not_routed")
 			r.Complete(true) // RST: this tunnel does not reach it
 			return
 		}
@@ -132,7 +128,7 @@ func New(o Options) (*Stack, error) {
 		}
 		r.Complete(false)
 		ep.SocketOptions().SetKeepAlive(true)
-		o.Stats.flow("tcp")
+		o.Device.Stats.Flowed("tcp")
 		st.wg.Add(1)
 		go func() {
 			defer st.wg.Done()
@@ -146,7 +142,7 @@ func New(o Options) (*Stack, error) {
 		dst := netip.AddrPortFrom(addrOf(id.LocalAddress), id.LocalPort)
 		src := netip.AddrPortFrom(addrOf(id.RemoteAddress), id.RemotePort)
 		if !o.Allowed(dst.Addr()) {
-			o.Stats.drop("not_routed")
+			o.Device.Stats.Dropped("not_routed")
 			return true // handled: dropped
 		}
 		var wq waiter.Queue
@@ -154,7 +150,7 @@ func New(o Options) (*Stack, error) {
 		if err != nil {
 			return true
 		}
-		o.Stats.flow("udp")
+		o.Device.Stats.Flowed("udp")
 		st.wg.Add(1)
 		go func() {
 			defer st.wg.Done()
@@ -178,36 +174,4 @@ func (st *Stack) Close() {
 	st.s.Close()
 	st.s.Wait()
 	st.wg.Wait()
-}
-
-// Stats receives what a stack counts; the relay turns it into metrics. Any
-// field may be nil.
-type Stats struct {
-	In, Out func(packets, bytes int) // packets from the device, or to it
-	Drop    func(reason string)      // a packet dropped
-	Flow    func(protocol string)    // a flow terminated (tcp, udp)
-}
-
-func (s *Stats) drop(reason string) {
-	if s.Drop != nil {
-		s.Drop(reason)
-	}
-}
-
-func (s *Stats) flow(proto string) {
-	if s.Flow != nil {
-		s.Flow(proto)
-	}
-}
-
-func (s *Stats) in(packets, bytes int) {
-	if s.In != nil {
-		s.In(packets, bytes)
-	}
-}
-
-func (s *Stats) out(packets, bytes int) {
-	if s.Out != nil {
-		s.Out(packets, bytes)
-	}
 }

@@ -10,13 +10,13 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	"os"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/hoplink/hoplink/hack/linkemu"
+	"github.com/hoplink/hoplink/internal/testutil"
 	"github.com/hoplink/hoplink/relay/tun"
 )
 
@@ -25,26 +25,24 @@ import (
 // (and only those) are echoed.
 func stackOnDevice(t *testing.T, offload bool) (*linkemu.Node, *counts) {
 	t.Helper()
-	n, err := linkemu.NewNet(fmt.Sprintf("ns%d", os.Getpid()%100000))
-	if err != nil {
-		t.Skip(err)
-	}
-	t.Cleanup(func() { n.Close() })
-	node, err := n.AddNode("a")
-	if err != nil {
-		t.Fatal(err)
+	node := testutil.Namespace(t, "ns")
+	c := &counts{}
+	stats := &tun.Stats{
+		In:   func(p, _ int) { c.in.Add(int64(p)) },
+		Out:  func(p, _ int) { c.out.Add(int64(p)) },
+		Drop: func(string) { c.drop.Add(1) },
+		Flow: func(proto string) { c.flows.Add(1) },
 	}
 	var dev *tun.Device
 	if err := node.Do(func() (err error) {
 		dev, err = tun.Open(tun.Config{Name: "hs0", Address: netip.MustParsePrefix("10.210.0.1/24"), MTU: 1420,
-			Routes: []netip.Prefix{netip.MustParsePrefix("10.88.0.0/16")}, Offload: offload})
+			Routes: []netip.Prefix{netip.MustParsePrefix("10.88.0.0/16")}, Offload: offload, Stats: stats})
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
-	c := &counts{}
 	allowed := netip.MustParsePrefix("10.88.1.0/24")
-	st, err := New(Options{Device: dev.File(), Offload: dev.Offload, MTU: 1420,
+	st, err := New(Options{Device: dev, MTU: 1420,
 		Allowed: allowed.Contains,
 		TCP: func(conn *TCPConn, dst netip.AddrPort) {
 			defer conn.Close()
@@ -59,13 +57,7 @@ func stackOnDevice(t *testing.T, offload bool) (*linkemu.Node, *counts) {
 				conn.Write(buf[:n])
 			}
 		},
-		MaxInFlight: 16,
-		Stats: &Stats{
-			In:   func(p, _ int) { c.in.Add(int64(p)) },
-			Out:  func(p, _ int) { c.out.Add(int64(p)) },
-			Drop: func(string) { c.drop.Add(1) },
-			Flow: func(proto string) { c.flows.Add(1) },
-		}})
+		MaxInFlight: 16})
 	if err != nil {
 		dev.Close()
 		t.Fatal(err)

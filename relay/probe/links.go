@@ -3,6 +3,7 @@ package probe
 import (
 	"context"
 	"encoding/binary"
+	"github.com/hoplink/hoplink/measure"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -49,7 +50,7 @@ type LinkOptions struct {
 type Links struct {
 	o    LinkOptions
 	seq  atomic.Uint64
-	last coalescer[string, Link]
+	last coalescer[string, measure.Link]
 
 	mu      sync.Mutex
 	stats   map[string]*linkStats
@@ -111,15 +112,15 @@ func (l *Links) Echo(peer string, payload []byte) {
 // Measure returns the links to peers, probing those not measured within
 // fresh. A round waits for answers until ctx ends or every probe is
 // answered; probes unanswered by then count as lost.
-func (l *Links) Measure(ctx context.Context, peers []string, fresh time.Duration) []Link {
-	out := make([]Link, len(peers))
+func (l *Links) Measure(ctx context.Context, peers []string, fresh time.Duration) []measure.Link {
+	out := make([]measure.Link, len(peers))
 	var wg sync.WaitGroup
 	for i, peer := range peers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			link, age, _ := l.last.do(ctx, peer, fresh, func(l Link) bool { return l.Up }, func() Link { return l.round(ctx, peer) })
-			link.To, link.Age = peer, Duration(age)
+			link, age, _ := l.last.do(ctx, peer, fresh, func(l measure.Link) bool { return l.Up }, func() measure.Link { return l.round(ctx, peer) })
+			link.To, link.Age = peer, measure.Duration(age)
 			out[i] = link
 		}()
 	}
@@ -128,7 +129,7 @@ func (l *Links) Measure(ctx context.Context, peers []string, fresh time.Duration
 }
 
 // round probes one peer and folds the result into its state.
-func (l *Links) round(ctx context.Context, peer string) Link {
+func (l *Links) round(ctx context.Context, peer string) measure.Link {
 	var samples []time.Duration
 	sent := 0
 	var smoothed time.Duration
@@ -188,11 +189,11 @@ func (l *Links) round(ctx context.Context, peer string) Link {
 		}
 		st.prev = s
 	}
-	link := Link{To: peer, Up: len(samples) > 0, Smoothed: Duration(smoothed)}
+	link := measure.Link{To: peer, Up: len(samples) > 0, Smoothed: measure.Duration(smoothed)}
 	if link.Up {
 		sorted := slices.Clone(samples)
 		slices.Sort(sorted)
-		link.RTT = Duration(sorted[len(sorted)/2])
+		link.RTT = measure.Duration(sorted[len(sorted)/2])
 		rs.min = sorted[0]
 	}
 	st.rounds = append(st.rounds, rs)
@@ -211,12 +212,12 @@ func (l *Links) round(ctx context.Context, peer string) Link {
 	if allSent > 0 {
 		link.Loss = float64(allSent-allAnswered) / float64(allSent)
 	}
-	link.Min, link.Jitter = Duration(minRTT), Duration(st.jitter)
+	link.Min, link.Jitter = measure.Duration(minRTT), measure.Duration(st.jitter)
 	l.export(link, sent, len(samples))
 	return link
 }
 
-func (l *Links) export(link Link, sent, answered int) {
+func (l *Links) export(link measure.Link, sent, answered int) {
 	m := l.o.Metrics
 	if m == nil {
 		return

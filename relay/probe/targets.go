@@ -2,6 +2,7 @@ package probe
 
 import (
 	"context"
+	"github.com/hoplink/hoplink/measure"
 	"net"
 	"slices"
 	"sync"
@@ -22,7 +23,7 @@ type TargetSpec struct {
 type Targets struct {
 	relay   string
 	metrics *metrics.Metrics
-	last    coalescer[TargetSpec, Target]
+	last    coalescer[TargetSpec, measure.Target]
 }
 
 // NewTargets makes a target prober for the named exit relay.
@@ -33,7 +34,7 @@ func NewTargets(relay string, m *metrics.Metrics) *Targets {
 // Observe records the connect time of a real flow to a target that routing
 // measures.
 func (t *Targets) Observe(spec TargetSpec, d time.Duration) {
-	r := Target{Tunnel: spec.Tunnel, Target: spec.Target, Up: true, RTT: Duration(d)}
+	r := measure.Target{Tunnel: spec.Tunnel, Target: spec.Target, Up: true, RTT: measure.Duration(d)}
 	if t.last.set(spec, r) {
 		t.export(spec, r)
 	}
@@ -41,15 +42,15 @@ func (t *Targets) Observe(spec TargetSpec, d time.Duration) {
 
 // Measure returns the targets' connect times, connecting to those not
 // measured within fresh, for at most as long as ctx lasts.
-func (t *Targets) Measure(ctx context.Context, specs []TargetSpec, fresh time.Duration) []Target {
-	out := make([]Target, len(specs))
+func (t *Targets) Measure(ctx context.Context, specs []TargetSpec, fresh time.Duration) []measure.Target {
+	out := make([]measure.Target, len(specs))
 	var wg sync.WaitGroup
 	for i, spec := range specs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r, age, _ := t.last.do(ctx, spec, fresh, func(r Target) bool { return r.Up }, func() Target { return t.connect(ctx, spec) })
-			r.Tunnel, r.Target, r.Age = spec.Tunnel, spec.Target, Duration(age)
+			r, age, _ := t.last.do(ctx, spec, fresh, func(r measure.Target) bool { return r.Up }, func() measure.Target { return t.connect(ctx, spec) })
+			r.Tunnel, r.Target, r.Age = spec.Tunnel, spec.Target, measure.Duration(age)
 			out[i] = r
 		}()
 	}
@@ -57,19 +58,19 @@ func (t *Targets) Measure(ctx context.Context, specs []TargetSpec, fresh time.Du
 	return out
 }
 
-func (t *Targets) connect(ctx context.Context, spec TargetSpec) Target {
-	r := Target{Tunnel: spec.Tunnel, Target: spec.Target}
+func (t *Targets) connect(ctx context.Context, spec TargetSpec) measure.Target {
+	r := measure.Target{Tunnel: spec.Tunnel, Target: spec.Target}
 	start := time.Now()
 	var d net.Dialer
 	if c, err := d.DialContext(ctx, "tcp", spec.Target); err == nil {
-		r.Up, r.RTT = true, Duration(time.Since(start))
+		r.Up, r.RTT = true, measure.Duration(time.Since(start))
 		c.Close()
 	}
 	t.export(spec, r)
 	return r
 }
 
-func (t *Targets) export(spec TargetSpec, r Target) {
+func (t *Targets) export(spec TargetSpec, r measure.Target) {
 	if t.metrics == nil {
 		return
 	}

@@ -21,6 +21,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hoplink/hoplink/adminapi"
 	"github.com/hoplink/hoplink/metrics"
 	"github.com/hoplink/hoplink/pki"
 )
@@ -85,7 +86,14 @@ func Listen(opts Options) (*Endpoint, error) {
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	if opts.Admin != nil {
 		e.adminL = &connListener{addr: ln.Addr(), conns: make(chan net.Conn), done: make(chan struct{})}
-		e.admin = &http.Server{Handler: opts.Admin, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute}
+		e.admin = &http.Server{Handler: opts.Admin, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute,
+			// The handler admits each call by the name the client proved.
+			ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+				if ac, ok := c.(adminConn); ok {
+					return adminapi.WithClient(ctx, ac.client)
+				}
+				return ctx
+			}}
 		go e.admin.Serve(e.adminL)
 	}
 	e.wg.Add(1)
@@ -135,13 +143,16 @@ func (e *Endpoint) serveAdmin(c *tls.Conn) {
 	select {
 	// Wrapped, because net/http closes a *tls.Conn whose protocol (ours)
 	// it has no TLSNextProto handler for; as a plain conn it speaks HTTP/1.1.
-	case e.adminL.conns <- adminConn{c}:
+	case e.adminL.conns <- adminConn{Conn: c, client: peer}:
 	case <-e.adminL.done:
 		c.Close()
 	}
 }
 
-type adminConn struct{ net.Conn }
+type adminConn struct {
+	net.Conn
+	client string
+}
 
 // Addr is the bound TCP address.
 func (e *Endpoint) Addr() net.Addr { return e.ln.Addr() }

@@ -1,9 +1,13 @@
 //go:build linux
 
-// Package tun owns the device of a tun Tunnel: it creates it with
-// wireguard-go's tun package (virtio-net headers with TCP and UDP
+// Package tun owns the device of a tun Tunnel, as the one owner of its I/O:
+// it creates it with wireguard-go's tun package (virtio-net headers with TCP
 // segmentation offload, where the kernel allows it), gives it its address
-// and routes over netlink, and on Close removes it, and its routes with it.
+// and routes over netlink, reads and writes it for both modes (packets one
+// at a time for a stack, batches for packet mode, super-packets coalesced
+// from single packets by a GRO writer), counts it in one Stats, and on Close
+// removes it, and its routes with it. It also parses and completes the raw
+// packets that cross a chain in packet mode.
 package tun
 
 import (
@@ -28,6 +32,8 @@ type Config struct {
 	// the kernel hands over and takes 64 KiB super-packets. When it is off,
 	// or the kernel refuses it, the device moves MTU-sized packets.
 	Offload bool
+	// Stats counts what the device reads, writes and drops.
+	Stats *Stats
 }
 
 // Device is an open TUN device with its address and routes.
@@ -40,6 +46,10 @@ type Device struct {
 	Offload bool
 	// MTU bounds the packets of a device without offload.
 	MTU int
+	// Stats counts what the device reads, writes and drops.
+	Stats *Stats
+
+	io deviceIO
 }
 
 // Open creates and configures the device. The errors name what the relay
@@ -48,7 +58,7 @@ func Open(c Config) (*Device, error) {
 	if _, err := os.Stat("/dev/net/tun"); err != nil {
 		return nil, fmt.Errorf("TUN device %s: /dev/net/tun is missing: load the tun module (modprobe tun) and, in a container, mount the device: %w", c.Name, err)
 	}
-	d := &Device{Name: c.Name, MTU: c.MTU}
+	d := &Device{Name: c.Name, MTU: c.MTU, Stats: c.Stats}
 	var err error
 	if c.Offload {
 		if d.Dev, err = wgtun.CreateTUN(c.Name, c.MTU); err == nil {
@@ -148,12 +158,8 @@ func privileges(name string, err error) error {
 	return fmt.Errorf("TUN device %s: %w", name, err)
 }
 
-// File is the device's file, for a stack that reads and writes it itself.
+// File is the device's file.
 func (d *Device) File() *os.File { return d.Dev.File() }
-
-// Close removes the device; the kernel removes its address and routes with
-// it.
-func (d *Device) Close() error { return d.Dev.Close() }
 
 // ReadFailures tells a read loop when its device is gone: a device that
 // was deleted (ip link del, its namespace removed) fails every read, with

@@ -11,23 +11,8 @@ import (
 	"testing"
 
 	"github.com/hoplink/hoplink/hack/linkemu"
+	"github.com/hoplink/hoplink/internal/testutil"
 )
-
-// inNamespace gives the test a network namespace of its own, so devices and
-// routes never touch the host's.
-func inNamespace(t *testing.T) *linkemu.Node {
-	t.Helper()
-	n, err := linkemu.NewNet(fmt.Sprintf("td%d", os.Getpid()%100000))
-	if err != nil {
-		t.Skip(err)
-	}
-	t.Cleanup(func() { n.Close() })
-	node, err := n.AddNode("a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return node
-}
 
 func ipOut(t *testing.T, node *linkemu.Node, args ...string) string {
 	t.Helper()
@@ -38,7 +23,7 @@ func ipOut(t *testing.T, node *linkemu.Node, args ...string) string {
 func TestOpenConfiguresAndCloseRemoves(t *testing.T) {
 	for _, offload := range []bool{true, false} {
 		t.Run(fmt.Sprintf("offload=%v", offload), func(t *testing.T) {
-			node := inNamespace(t)
+			node := testutil.Namespace(t, "td")
 			var d *Device
 			err := node.Do(func() (err error) {
 				d, err = Open(Config{Name: "hl0", Address: netip.MustParsePrefix("10.200.0.1/24"), MTU: 1420,
@@ -71,7 +56,7 @@ func TestOpenConfiguresAndCloseRemoves(t *testing.T) {
 }
 
 func TestOpenExplainsMissingPrivileges(t *testing.T) {
-	node := inNamespace(t)
+	node := testutil.Namespace(t, "td")
 	// Drop CAP_NET_ADMIN the way an unprivileged relay runs: as another user.
 	if _, err := exec.LookPath("setpriv"); err != nil {
 		t.Skip("setpriv (util-linux) is missing")
@@ -100,7 +85,7 @@ func TestHelperOpen(t *testing.T) {
 // A relay's read loop must end when its device is deleted under it (its
 // namespace removed, ip link del): a loop that retried forever spun a core.
 func TestReadFailuresSeeDeletedDevice(t *testing.T) {
-	node := inNamespace(t)
+	node := testutil.Namespace(t, "td")
 	var d *Device
 	if err := node.Do(func() (err error) {
 		d, err = Open(Config{Name: "hl0", Address: netip.MustParsePrefix("10.200.0.1/24"), MTU: 1420, Offload: true})

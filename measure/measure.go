@@ -1,10 +1,10 @@
-// Package probe measures what routes are chosen by: the round trip, jitter
-// and loss of a relay's links to its peers (QUIC's own RTT estimate, plus
-// small probe datagrams that the peer echoes), and an exit relay's connect
-// time to its targets. A relay measures on a timer and whenever a route
-// controller asks; the results become metrics and the Table that route
-// controllers read.
-package probe
+// Package measure holds what relays measure and route controllers read: a
+// relay's Table for a chain (its links' round trip, jitter and loss, and at
+// the exit its targets' connect time) and the end-to-end Trace of a route.
+// Relays fill them in (relay/probe, relay traces); the route loop
+// (routectl) and the operator read them, over the admin API or in process.
+// Plain data: no I/O.
+package measure
 
 import (
 	"encoding/json"
@@ -69,10 +69,11 @@ type Table struct {
 	Targets []Target `json:"targets,omitempty"`
 }
 
-// PipeResult is a route measured end to end by in-band probes.
-type PipeResult struct {
+// Trace is a route measured end to end: a few trace streams sent through
+// the real relays, to the exit and back, as a TCP flow would travel.
+type Trace struct {
 	Route []string `json:"route"`
-	// RTT is the median of the probes' round trips, entry to exit and back.
+	// RTT is the median of the traces' round trips, entry to exit and back.
 	RTT Duration `json:"rtt,omitempty"`
 	// Err says why the route could not be measured.
 	Err string `json:"error,omitempty"`

@@ -1,0 +1,74 @@
+// Package adminapi is the API a relay serves to the operator: HTTP/1.1 on
+// the relay's TLS port, for a client that negotiates pki.AdminALPN with a
+// certificate of the relay CA for pki.OperatorName. It holds both sides
+// (Handler for relays, Client for the operator), the request and answer
+// types, the paths and the size limits, so the two cannot drift apart.
+//
+//	GET  /v1/links?chain=NS/NAME&fresh=DURATION       this relay's measure.Table for the chain
+//	POST /v1/pipe?chain=NS/NAME  {"routes": [[...]]}   from the entry: a measure.Trace per route
+package adminapi
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+
+	"github.com/hoplink/hoplink/measure"
+)
+
+// Paths. The trace endpoint serves pipe mode and kept its first name, so
+// operators and relays one version apart still understand each other.
+const (
+	PathLinks = "/v1/links"
+	PathTrace = "/v1/pipe"
+)
+
+// Limits.
+const (
+	// MaxTraceRoutes bounds the routes one trace request may measure: the
+	// most candidates a chain may ask for, and its current route.
+	MaxTraceRoutes = 9
+	// MaxRequestBody bounds a request's body.
+	MaxRequestBody = 16 << 10
+	// MaxAnswer bounds an answer's body, so that a client can refuse more.
+	MaxAnswer = measure.MaxTableSize
+)
+
+// TraceRequest is the body of a trace request.
+type TraceRequest struct {
+	Routes [][]string `json:"routes"`
+}
+
+// Error is an answer that refuses a request: its HTTP status, and the body
+// {"reason": ..., "error": ...}.
+type Error struct {
+	Status int    `json:"-"`
+	Reason string `json:"reason"`
+	Msg    string `json:"error"`
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("%s (%s)", e.Msg, e.Reason) }
+
+// NotFound refuses a request about something this relay does not serve.
+func NotFound(reason string, err error) *Error {
+	return &Error{Status: http.StatusNotFound, Reason: reason, Msg: err.Error()}
+}
+
+// BadRequest refuses a malformed request.
+func BadRequest(reason string, err error) *Error {
+	return &Error{Status: http.StatusBadRequest, Reason: reason, Msg: err.Error()}
+}
+
+type clientKey struct{}
+
+// WithClient records the name the client's certificate proved, for the
+// handler: the TLS endpoint that accepted the connection knows it.
+func WithClient(ctx context.Context, name string) context.Context {
+	return context.WithValue(ctx, clientKey{}, name)
+}
+
+// ClientOf is the name WithClient recorded, or "".
+func ClientOf(ctx context.Context) string {
+	s, _ := ctx.Value(clientKey{}).(string)
+	return s
+}

@@ -1,0 +1,110 @@
+package adminapi
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/hoplink/hoplink/measure"
+	"github.com/hoplink/hoplink/pki"
+)
+
+// Client calls relays' admin APIs as the operator.
+type Client struct {
+	roots *x509.CertPool
+	cert  func() (*tls.Certificate, error)
+
+	mu         sync.Mutex
+	transports map[string]*http.Transport // by relay name: each verifies its own
+}
+
+// NewClient makes a client that trusts roots and presents cert's answer,
+// asked at each handshake so that a renewed certificate is used at once.
+func NewClient(roots *x509.CertPool, cert func() (*tls.Certificate, error)) *Client {
+	return &Client{roots: roots, cert: cert, transports: map[string]*http.Transport{}}
+}
+
+// http talks to the relays of one RelayNode: the TLS config checks that the
+// relay answering is the one named.
+func (c *Client) http(relay string) *http.Client {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := c.transports[relay]
+	if t == nil {
+		t = &http.Transport{
+			TLSClientConfig:     pki.AdminClientConfig(c.roots, c.cert, relay),
+			MaxIdleConnsPerHost: 2,
+			IdleConnTimeout:     time.Minute,
+		}
+		c.transports[relay] = t
+	}
+	return &http.Client{Transport: t}
+}
+
+// Links asks relay, at endpoint (host:port), for its table of chain
+// (namespace/name), measured within fresh.
+func (c *Client) Links(ctx context.Context, relay, endpoint, chain string, fresh time.Duration) (*measure.Table, error) {
+	q := url.Values{"chain": {chain}, "fresh": {fresh.String()}}
+	var t measure.Table
+	if err := c.call(ctx, relay, http.MethodGet, endpoint, PathLinks, q, nil, &t); err != nil {
+		return nil, err
+	}
+	if t.Relay != relay {
+		return nil, fmt.Errorf("%s answered as relay %q, not %q", endpoint, t.Relay, relay)
+	}
+	return &t, nil
+}
+
+// Trace asks the entry relay of chain, at endpoint, to trace routes.
+func (c *Client) Trace(ctx context.Context, relay, endpoint, chain string, routes [][]string) ([]measure.Trace, error) {
+	body, err := json.Marshal(TraceRequest{Routes: routes})
+	if err != nil {
+		return nil, err
+	}
+	var res []measure.Trace
+	if err := c.call(ctx, relay, http.MethodPost, endpoint, PathTrace, url.Values{"chain": {chain}}, body, &res); err != nil {
+		return nil, err
+	}
+	if len(res) != len(routes) {
+		return nil, fmt.Errorf("%s answered %d traces for %d routes", endpoint, len(res), len(routes))
+	}
+	return res, nil
+}
+
+// call does one request and decodes its JSON answer; a refusal comes back
+// as an *Error.
+func (c *Client) call(ctx context.Context, relay, method, endpoint, path string, q url.Values, body []byte, v any) error {
+	u := "https://" + endpoint + path + "?" + q.Encode()
+	req, err := http.NewRequestWithContext(ctx, method, u, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	resp, err := c.http(relay).Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, MaxAnswer+1))
+	if err != nil {
+		return err
+	}
+	if len(b) > MaxAnswer {
+		return fmt.Errorf("%s %s: answer larger than %d bytes", method, u, MaxAnswer)
+	}
+	if resp.StatusCode != http.StatusOK {
+		e := &Error{Status: resp.StatusCode}
+		if json.Unmarshal(b, e) != nil || e.Reason == "" {
+			return fmt.Errorf("%s %s: %s: %s", method, u, resp.Status, bytes.TrimSpace(b))
+		}
+		return fmt.Errorf("%s %s: %s: %w", method, u, resp.Status, e)
+	}
+	return json.Unmarshal(b, v)
+}

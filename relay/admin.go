@@ -1,0 +1,52 @@
+package relay
+
+import (
+	"context"
+	"time"
+
+	"github.com/hoplink/hoplink/adminapi"
+	"github.com/hoplink/hoplink/api/v1alpha1"
+	"github.com/hoplink/hoplink/measure"
+	"github.com/hoplink/hoplink/relay/admit"
+	"github.com/hoplink/hoplink/routectl"
+)
+
+// adminBackend answers the operator's admin API calls (adminapi) from the
+// relay's measurer, after admit.Admin let them through.
+type adminBackend struct{ m *measurer }
+
+func (a adminBackend) admit(client string, call admit.AdminCall, chain string) (*admitted, error) {
+	c, ref := admit.Admin(a.m.manifests(), a.m.name, client, call, chain)
+	if ref != nil {
+		return nil, adminapi.NotFound(ref.Reason, ref)
+	}
+	return &admitted{c.DeepCopy(), routectl.Interval(c)}, nil
+}
+
+type admitted struct {
+	chain    *v1alpha1.Chain
+	interval time.Duration
+}
+
+func (a adminBackend) Links(ctx context.Context, client, chain string, fresh time.Duration) (*measure.Table, error) {
+	ad, err := a.admit(client, admit.AdminLinks, chain)
+	if err != nil {
+		return nil, err
+	}
+	if fresh < 0 {
+		fresh = ad.interval / 4
+	}
+	ctx, cancel := context.WithTimeout(ctx, routectl.ProbeWait(ad.interval))
+	defer cancel()
+	return a.m.table(ctx, ad.chain, min(fresh, ad.interval)), nil
+}
+
+func (a adminBackend) Trace(ctx context.Context, client, chain string, routes [][]string) ([]measure.Trace, error) {
+	ad, err := a.admit(client, admit.AdminTrace, chain)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, ad.interval)
+	defer cancel()
+	return a.m.Trace(ctx, ad.chain, routes)
+}

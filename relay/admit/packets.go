@@ -1,0 +1,131 @@
+package admit
+
+import (
+	"fmt"
+	"net/netip"
+
+	"github.com/hoplink/hoplink/api/v1alpha1"
+	"github.com/hoplink/hoplink/relay/tun"
+)
+
+// Reasons a packet of a packet-mode Tunnel is dropped: the reason label of
+// hoplink_tun_dropped_packets_total.
+const (
+	NotIP      = "not_ip"
+	NotRouted  = "not_routed"
+	NotSource  = "not_source"
+	packetPass = ""
+)
+
+// Packets checks the IP packets of a packet-mode tun Tunnel, at both ends
+// of its session. Made once per Tunnel spec, so that no packet parses a
+// prefix.
+type Packets struct {
+	entry   netip.Prefix // the entry device's address
+	exit    netip.Prefix // the exit device's address
+	routes  []netip.Prefix
+	sources []netip.Prefix // the entry side's addresses, as the exit admits them
+	// sourceRoutes are spec.tun.sources, which the exit routes back into
+	// its device (the default, its own prefix, is routed there already).
+	sourceRoutes []netip.Prefix
+}
+
+// NewPackets reads a Tunnel's packet rules from its spec.tun.
+func NewPackets(t *v1alpha1.Tunnel) (*Packets, error) {
+	u := t.Spec.TUN
+	if u == nil {
+		return nil, fmt.Errorf("Tunnel %s/%s has no spec.tun", t.Namespace, t.Name)
+	}
+	p := &Packets{}
+	var err error
+	if p.entry, err = netip.ParsePrefix(u.Address); err != nil {
+		return nil, fmt.Errorf("spec.tun.address: %w", err)
+	}
+	p.exit = netip.PrefixFrom(p.entry.Addr().Next(), p.entry.Bits())
+	if u.ExitAddress != "" {
+		if p.exit, err = netip.ParsePrefix(u.ExitAddress); err != nil {
+			return nil, fmt.Errorf("spec.tun.exitAddress: %w", err)
+		}
+	}
+	if p.routes, err = prefixes(u.Routes, "spec.tun.routes"); err != nil {
+		return nil, err
+	}
+	if p.sources, err = prefixes(u.Sources, "spec.tun.sources"); err != nil {
+		return nil, err
+	}
+	p.sourceRoutes = p.sources
+	if len(p.sources) == 0 {
+		// By default the entry side is the device's prefix: the entry's
+		// own address, and what the kernel routes into it from there.
+		p.sources = []netip.Prefix{p.exit.Masked()}
+	}
+	return p, nil
+}
+
+func prefixes(ss []string, field string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range ss {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", field, err)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// EntryAddress is the entry device's address with its prefix.
+func (p *Packets) EntryAddress() netip.Prefix { return p.entry }
+
+// ExitAddress is the exit device's address with its prefix.
+func (p *Packets) ExitAddress() netip.Prefix { return p.exit }
+
+// Routes are the networks the Tunnel reaches.
+func (p *Packets) Routes() []netip.Prefix { return p.routes }
+
+// Sources are the entry side's networks, as the exit admits them.
+func (p *Packets) Sources() []netip.Prefix { return p.sources }
+
+// SourceRoutes are the networks the exit routes back into its device.
+func (p *Packets) SourceRoutes() []netip.Prefix { return p.sourceRoutes }
+
+// IntoSession says whether a packet the entry read from its device may go
+// into the session: the kernel routes only the Tunnel's routes and the
+// device's prefix there, and nothing else is sent. It returns the drop
+// reason, or "".
+func (p *Packets) IntoSession(pkt []byte) string {
+	_, dst, err := tun.Addresses(pkt)
+	switch {
+	case err != nil:
+		return NotIP
+	case !p.entry.Masked().Contains(dst) && !holds(p.routes, dst):
+		return NotRouted
+	}
+	return packetPass
+}
+
+// IntoExit says whether a packet that came over the session may enter the
+// exit's network: from the entry side, to a network the Tunnel reaches. It
+// returns the packet's source, and the drop reason or "".
+func (p *Packets) IntoExit(pkt []byte) (netip.Addr, string) {
+	src, dst, err := tun.Addresses(pkt)
+	switch {
+	case err != nil:
+		return src, NotIP
+	case !holds(p.sources, src):
+		return src, NotSource
+	case !p.exit.Masked().Contains(dst) && !holds(p.routes, dst):
+		return src, NotRouted
+	}
+	return src, packetPass
+}
+
+func holds(ps []netip.Prefix, a netip.Addr) bool {
+	a = a.Unmap()
+	for _, p := range ps {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}

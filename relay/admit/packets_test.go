@@ -1,0 +1,66 @@
+package admit
+
+import (
+	"encoding/binary"
+	"net/netip"
+	"testing"
+)
+
+// ipv4 makes a minimal IPv4 header from src to dst.
+func ipv4(src, dst string) []byte {
+	p := make([]byte, 28)
+	p[0] = 0x45
+	binary.BigEndian.PutUint16(p[2:], uint16(len(p)))
+	p[9] = 17
+	s, d := netip.MustParseAddr(src).As4(), netip.MustParseAddr(dst).As4()
+	copy(p[12:], s[:])
+	copy(p[16:], d[:])
+	return p
+}
+
+func TestPackets(t *testing.T) {
+	set := fixture(t)
+	rules, err := NewPackets(set.Tunnel("default/site"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rules.ExitAddress().String(); got != "10.201.0.2/24" {
+		t.Fatalf("exit address %s, want the entry's + 1", got)
+	}
+	if len(rules.SourceRoutes()) != 0 {
+		t.Fatalf("default sources are routed already: %v", rules.SourceRoutes())
+	}
+	into := []struct {
+		pkt    []byte
+		reason string
+	}{
+		{ipv4("10.201.0.1", "10.77.2.9"), ""},
+		{ipv4("10.201.0.1", "10.201.0.2"), ""},
+		{ipv4("10.201.0.1", "10.50.0.2"), NotRouted},
+		{[]byte{0x60, 0}, NotIP},
+		{nil, NotIP},
+	}
+	for _, c := range into {
+		if got := rules.IntoSession(c.pkt); got != c.reason {
+			t.Errorf("IntoSession(% x) = %q, want %q", c.pkt, got, c.reason)
+		}
+	}
+	exit := []struct {
+		pkt    []byte
+		reason string
+	}{
+		{ipv4("10.201.0.1", "10.77.2.9"), ""},
+		{ipv4("10.201.0.7", "10.201.0.2"), ""},
+		{ipv4("10.50.0.2", "10.77.2.9"), NotSource},
+		{ipv4("10.201.0.1", "10.50.0.2"), NotRouted},
+		{[]byte{0x45}, NotIP},
+	}
+	for _, c := range exit {
+		if _, got := rules.IntoExit(c.pkt); got != c.reason {
+			t.Errorf("IntoExit(% x) = %q, want %q", c.pkt, got, c.reason)
+		}
+	}
+	if _, err := NewPackets(set.Tunnel("default/web")); err == nil {
+		t.Error("rules for a Tunnel without spec.tun")
+	}
+}

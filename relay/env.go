@@ -1,0 +1,98 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hoplink/hoplink/manifest"
+	"github.com/hoplink/hoplink/metrics"
+	"github.com/hoplink/hoplink/relay/flow"
+	"github.com/hoplink/hoplink/relay/nexthop"
+)
+
+// env is what every role of a relay shares: its name, logger and metrics,
+// the manifests in force, the flow quota, and the relay's lifetime. Roles
+// get it and the few other parts they use, named in their own types.
+type env struct {
+	name         string
+	log          *slog.Logger
+	m            *metrics.Metrics
+	set          *atomic.Pointer[manifest.Set]
+	setupTimeout time.Duration
+	flows        chan struct{} // a token per flow in progress
+
+	ctx context.Context // ends when the relay closes
+	wg  *sync.WaitGroup // the relay's goroutines, waited for by Close
+}
+
+func (e *env) manifests() *manifest.Set { return e.set.Load() }
+
+// acquire takes a flow token, or reports that the relay is full.
+func (e *env) acquire() bool {
+	select {
+	case e.flows <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+func (e *env) release() { <-e.flows }
+
+// spawn runs f on a goroutine that Close waits for.
+func (e *env) spawn(f func()) {
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		f()
+	}()
+}
+
+func (e *env) setupContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(e.ctx, e.setupTimeout)
+}
+
+// flowCounters are one flow's byte counters, resolved once.
+type flowCounters struct {
+	up, down flow.Counter
+}
+
+// begin counts a flow of a Tunnel in a role; end it with the func returned.
+func (e *env) begin(tunnel, role string) (flowCounters, func()) {
+	e.m.Flows.WithLabelValues(e.name, tunnel, role).Inc()
+	active := e.m.ActiveFlows.WithLabelValues(e.name, tunnel, role)
+	active.Inc()
+	return flowCounters{
+		up:   e.m.Bytes.WithLabelValues(e.name, tunnel, "up"),
+		down: e.m.Bytes.WithLabelValues(e.name, tunnel, "down"),
+	}, active.Dec
+}
+
+func (e *env) flowError(tunnel, reason string) {
+	e.m.FlowErrors.WithLabelValues(e.name, tunnel, reason).Inc()
+}
+
+// hopFailed counts and logs a flow that could not reach its next hop.
+func (e *env) hopFailed(tunnel string, err error) {
+	reason := nexthop.NextHop
+	var he *nexthop.Error
+	if errors.As(err, &he) {
+		reason = he.Reason
+	}
+	e.flowError(tunnel, reason)
+	if reason == nexthop.NoRoute {
+		e.log.Warn("no route for flow", "tunnel", tunnel, "err", err)
+		return
+	}
+	e.log.Warn("next hop unavailable", "tunnel", tunnel, "err", err)
+}
+
+// rejected counts and logs a stream refused for reason.
+func (e *env) rejected(peer, reason string, err error, tunnel string) {
+	e.m.Rejected.WithLabelValues(e.name, reason).Inc()
+	e.log.Warn("rejected stream", "peer", peer, "reason", reason, "tunnel", tunnel, "err", err)
+}

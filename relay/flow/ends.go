@@ -1,0 +1,158 @@
+// Package flow moves one flow's bytes between its two ends: a TCP socket,
+// a QUIC stream, a TLS connection to a peer relay, or a connection of a tun
+// Tunnel's stack. Both directions are copied independently; EOF in one
+// half-closes the far end, and an error resets both ends, so a reset
+// travels the whole chain.
+package flow
+
+import (
+	"crypto/tls"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	quicgo "github.com/quic-go/quic-go"
+	"golang.org/x/sys/unix"
+
+	"github.com/hoplink/hoplink/relay/hop"
+)
+
+// End is one side of a flow.
+type End interface {
+	io.Writer
+	Read([]byte) (int, error)
+	// Wait blocks until a Read would not block, without holding a buffer.
+	Wait() error
+	// CloseWrite sends EOF, keeping the other direction open (half-close).
+	CloseWrite() error
+	// Abort resets both directions, so the reset reaches the far end.
+	Abort()
+	// Fail resets with a reason the previous hop can read (QUIC only).
+	Fail(code quicgo.StreamErrorCode)
+	// Close releases the end after both directions finished cleanly.
+	Close()
+}
+
+// TCPEnd is a flow's TCP connection: a Tunnel's client, or a target.
+type TCPEnd struct {
+	c   *net.TCPConn
+	rc  syscall.RawConn
+	one [1]byte
+}
+
+// TCP makes c an End.
+func TCP(c *net.TCPConn) (*TCPEnd, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	return &TCPEnd{c: c, rc: rc}, nil
+}
+
+// Conn is the connection, for splicing.
+func (t *TCPEnd) Conn() *net.TCPConn { return t.c }
+
+func (t *TCPEnd) Read(b []byte) (int, error)  { return t.c.Read(b) }
+func (t *TCPEnd) Write(b []byte) (int, error) { return t.c.Write(b) }
+func (t *TCPEnd) CloseWrite() error           { return t.c.CloseWrite() }
+func (t *TCPEnd) Close()                      { t.c.Close() }
+func (t *TCPEnd) Fail(quicgo.StreamErrorCode) { t.Abort() }
+
+// Abort closes with RST, not FIN.
+func (t *TCPEnd) Abort() {
+	t.c.SetLinger(0)
+	t.c.Close()
+}
+
+// Wait parks on the poller until the socket has data, EOF or an error. It
+// peeks rather than trusting readiness edges, which a previous read may have
+// consumed. A pending socket error (a reset) is reported by the peek and
+// cleared by the kernel, so Wait must return it: the next read would see a
+// clean EOF and turn a reset into a graceful close.
+func (t *TCPEnd) Wait() error {
+	var perr error
+	err := t.rc.Read(func(fd uintptr) bool {
+		_, _, e := unix.Recvfrom(int(fd), t.one[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		if e == unix.EAGAIN || e == unix.EINTR {
+			return false
+		}
+		perr = e
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	if perr != nil {
+		return os.NewSyscallError("recvfrom", perr)
+	}
+	return nil
+}
+
+// StreamEnd is a flow's QUIC stream to or from a peer relay.
+type StreamEnd struct {
+	s   *quicgo.Stream
+	one [1]byte
+}
+
+// Stream makes s an End.
+func Stream(s *quicgo.Stream) *StreamEnd { return &StreamEnd{s: s} }
+
+func (e *StreamEnd) Read(b []byte) (int, error)       { return e.s.Read(b) }
+func (e *StreamEnd) Write(b []byte) (int, error)      { return e.s.Write(b) }
+func (e *StreamEnd) CloseWrite() error                { return e.s.Close() }
+func (e *StreamEnd) Close()                           {}
+func (e *StreamEnd) Abort()                           { e.Fail(hop.CodeReset) }
+func (e *StreamEnd) Fail(code quicgo.StreamErrorCode) { Reset(e.s, code) }
+
+// Wait peeks, which quic-go does without a buffer of ours.
+func (e *StreamEnd) Wait() error {
+	_, err := e.s.Peek(e.one[:])
+	return err
+}
+
+// Reset ends both directions of a stream with code, which the peer reads.
+func Reset(s *quicgo.Stream, code quicgo.StreamErrorCode) {
+	s.CancelRead(code)
+	s.CancelWrite(code)
+}
+
+// TLSEnd is a flow's TLS connection to or from a peer relay.
+type TLSEnd struct {
+	c    *tls.Conn
+	done func() // tells the TLS endpoint the connection is finished
+	once sync.Once
+}
+
+// TLS makes c an End; done runs once, when it is closed or aborted.
+func TLS(c *tls.Conn, done func()) *TLSEnd { return &TLSEnd{c: c, done: done} }
+
+func (t *TLSEnd) Read(b []byte) (int, error)  { return t.c.Read(b) }
+func (t *TLSEnd) Write(b []byte) (int, error) { return t.c.Write(b) }
+func (t *TLSEnd) Fail(quicgo.StreamErrorCode) { t.Abort() }
+
+// CloseWrite sends TLS close_notify: the peer reads EOF, and can still send.
+func (t *TLSEnd) CloseWrite() error { return t.c.CloseWrite() }
+
+// Wait cannot tell whether crypto/tls holds decrypted or undecrypted
+// records, so a TLS source reads straight away and holds a (small) buffer
+// while idle; TLS is the bulk transport.
+func (t *TLSEnd) Wait() error { return nil }
+
+// SetReadDeadline bounds the reads that follow.
+func (t *TLSEnd) SetReadDeadline(d time.Time) error { return t.c.SetReadDeadline(d) }
+
+func (t *TLSEnd) Close() {
+	t.c.Close()
+	t.once.Do(t.done)
+}
+
+func (t *TLSEnd) Abort() {
+	if tc, ok := t.c.NetConn().(*net.TCPConn); ok {
+		tc.SetLinger(0)
+	}
+	t.c.NetConn().Close()
+	t.once.Do(t.done)
+}

@@ -1,0 +1,137 @@
+package flow
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+type count struct{ n atomic.Int64 }
+
+func (c *count) Add(v float64) { c.n.Add(int64(v)) }
+
+// pair returns both ends of a loopback TCP connection.
+func pair(t *testing.T) (*net.TCPConn, *net.TCPConn) {
+	t.Helper()
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	a, err := net.DialTCP("tcp", nil, ln.Addr().(*net.TCPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := ln.AcceptTCP()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close(); b.Close() })
+	return a, b
+}
+
+// joined makes client <-> [relay: in | out] <-> target and joins the
+// relay's two ends, as a relay joins a client and its next hop.
+func joined(t *testing.T, join func(in, out *net.TCPConn, up, down Counter) error) (client, target *net.TCPConn, up, down *count, done chan error) {
+	client, in := pair(t)
+	out, target := pair(t)
+	up, down, done = &count{}, &count{}, make(chan error, 1)
+	go func() { done <- join(in, out, up, down) }()
+	return client, target, up, down, done
+}
+
+func viaJoin(in, out *net.TCPConn, up, down Counter) error {
+	a, err := TCP(in)
+	if err != nil {
+		return err
+	}
+	b, err := TCP(out)
+	if err != nil {
+		return err
+	}
+	return Join(a, b, up, down)
+}
+
+func TestJoinCarriesBothWaysAndHalfCloses(t *testing.T) {
+	for name, join := range map[string]func(in, out *net.TCPConn, up, down Counter) error{"join": viaJoin, "splice": Splice} {
+		t.Run(name, func(t *testing.T) {
+			client, target, up, down, done := joined(t, join)
+			request := bytes.Repeat([]byte("q"), 300<<10) // more than one copy buffer
+			go func() {
+				client.Write(request)
+				client.CloseWrite() // the client is done sending, still reading
+			}()
+			got, err := io.ReadAll(target)
+			if err != nil || !bytes.Equal(got, request) {
+				t.Fatalf("target read %d bytes (%v), want %d", len(got), err, len(request))
+			}
+			// The half-close reached the target; it still answers.
+			if _, err := target.Write([]byte("answer")); err != nil {
+				t.Fatal(err)
+			}
+			target.CloseWrite()
+			answer, err := io.ReadAll(client)
+			if err != nil || string(answer) != "answer" {
+				t.Fatalf("client read %q (%v)", answer, err)
+			}
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatalf("clean end reported %v", err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("join did not end after both directions closed")
+			}
+			if up.n.Load() != int64(len(request)) || down.n.Load() != 6 {
+				t.Fatalf("counted up %d, down %d", up.n.Load(), down.n.Load())
+			}
+		})
+	}
+}
+
+// TestResetTravels: a target that resets its connection resets the
+// client's too, rather than closing it cleanly.
+func TestResetTravels(t *testing.T) {
+	client, target, _, _, done := joined(t, viaJoin)
+	client.Write([]byte("hello"))
+	buf := make([]byte, 5)
+	if _, err := io.ReadFull(target, buf); err != nil {
+		t.Fatal(err)
+	}
+	target.SetLinger(0)
+	target.Close()
+	client.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, err := io.ReadAll(client)
+	if !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("client saw %v, want a reset", err)
+	}
+	if err := <-done; err == nil {
+		t.Fatal("join reported a reset as a clean end")
+	}
+}
+
+// TestWaitParksUntilReadable: Wait, which lets an idle flow hold no copy
+// buffer, blocks while the socket has nothing to read.
+func TestWaitParksUntilReadable(t *testing.T) {
+	_, in := pair(t)
+	a, err := TCP(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- a.Wait() }()
+	select {
+	case err := <-waited:
+		t.Fatalf("Wait returned %v with no data", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	in.SetReadDeadline(time.Now())
+	if err := <-waited; err == nil {
+		t.Fatal("Wait missed the deadline")
+	}
+}

@@ -1,0 +1,227 @@
+package relay
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+	"time"
+
+	quicgo "github.com/quic-go/quic-go"
+
+	"github.com/hoplink/hoplink/api/v1alpha1"
+	"github.com/hoplink/hoplink/manifest"
+	"github.com/hoplink/hoplink/measure"
+	"github.com/hoplink/hoplink/relay/flow"
+	"github.com/hoplink/hoplink/relay/hop"
+	"github.com/hoplink/hoplink/relay/nexthop"
+	"github.com/hoplink/hoplink/relay/probe"
+	"github.com/hoplink/hoplink/routectl"
+)
+
+// measurer is a relay's part in routing. It probes the links the relay may
+// forward on (in the background, and whenever a route controller asks)
+// and, as the exit of a routed chain, its Tunnels' targets; it answers
+// link requests and traces from peers; and it is the Measurer of the route
+// controller an entry relay runs for its chains: its own table directly,
+// its peers' by link requests over QUIC (through other relays to those it
+// has no link to), routes by traces.
+type measurer struct {
+	*env
+	hops    *nexthop.Peers
+	links   *probe.Links
+	targets *probe.Targets
+	routes  *routeBook
+}
+
+// probeInterval is how often this relay probes in the background: the
+// shortest probe interval of the routed chains it is part of.
+func (m *measurer) probeInterval(set *manifest.Set) time.Duration {
+	every := v1alpha1.DefaultProbeInterval
+	for _, c := range set.Chains {
+		if c.Spec.Mode.Routed() && slices.Contains(manifest.Members(c), m.name) {
+			every = min(every, routectl.Interval(c))
+		}
+	}
+	return every
+}
+
+// probeLoop keeps the measurements of every link the relay may forward on,
+// and of the targets of the routed chains it ends, at most an interval old,
+// so metrics stay current when no route controller asks.
+func (m *measurer) probeLoop() {
+	for {
+		set := m.manifests()
+		every := m.probeInterval(set)
+		peers := set.NextHops(m.name)
+		var targets []probe.TargetSpec
+		for _, c := range set.Chains {
+			if c.Spec.Mode.Routed() && c.Spec.Exit == m.name {
+				targets = append(targets, targetSpecs(set, c)...)
+			}
+		}
+		m.links.Retain(peers)
+		m.targets.Retain(targets)
+		ctx, cancel := context.WithTimeout(m.ctx, routectl.ProbeWait(every))
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); m.links.Measure(ctx, peers, every/2) }()
+		go func() { defer wg.Done(); m.targets.Measure(ctx, targets, every/2) }()
+		wg.Wait()
+		cancel()
+		select {
+		case <-time.After(every):
+		case <-m.ctx.Done():
+			return
+		}
+	}
+}
+
+// targetSpecs lists the TCP targets of a chain's Tunnels; UDP targets have
+// no connect to time.
+func targetSpecs(set *manifest.Set, c *v1alpha1.Chain) []probe.TargetSpec {
+	var out []probe.TargetSpec
+	for _, t := range set.Tunnels {
+		if t.Namespace == c.Namespace && t.Spec.Chain == c.Name && t.Spec.Protocol == v1alpha1.ProtocolTCP {
+			out = append(out, probe.TargetSpec{Tunnel: manifest.Key(t.Namespace, t.Name), Target: t.Spec.Target})
+		}
+	}
+	return out
+}
+
+// table measures this relay's part of a routed chain: its links to the
+// relays it may forward the chain's flows to and, at the exit, the
+// targets. Measurements younger than fresh are reused.
+func (m *measurer) table(ctx context.Context, c *v1alpha1.Chain, fresh time.Duration) *measure.Table {
+	t := &measure.Table{Relay: m.name}
+	var wg sync.WaitGroup
+	if peers := manifest.NextHopsOf(c, m.name); len(peers) > 0 {
+		wg.Add(1)
+		go func() { defer wg.Done(); t.Links = m.links.Measure(ctx, peers, fresh) }()
+	}
+	if c.Spec.Exit == m.name {
+		wg.Add(1)
+		go func() { defer wg.Done(); t.Targets = m.targets.Measure(ctx, targetSpecs(m.manifests(), c), fresh) }()
+	}
+	wg.Wait()
+	return t
+}
+
+// A link request's header names the chain and the path to the relay that
+// answers (the receiver first); a small body follows: the chain's current
+// route as the entry uses it, which relays learn and export. The answer is
+// the relay's table, length-prefixed JSON.
+type linksBody struct {
+	Route []string `json:"route,omitempty"`
+}
+
+// maxLinksBody bounds a link request's body.
+const maxLinksBody = 4 << 10
+
+// serveLinks answers an admitted link request, or passes it on toward the
+// relay it is for.
+func (m *measurer) serveLinks(peer string, s *quicgo.Stream, h *hop.Header, c *v1alpha1.Chain) {
+	if len(h.Route) > 1 {
+		ctx, cancel := m.setupContext()
+		out, err := m.hops.Open(ctx, nexthop.Onward(h), v1alpha1.TransportQUIC)
+		cancel()
+		if err != nil {
+			flow.Reset(s, hop.CodeNextHop)
+			return
+		}
+		flow.Join(flow.Stream(s), out, noCount{}, noCount{})
+		return
+	}
+	s.SetReadDeadline(time.Now().Add(headerTimeout))
+	var body linksBody
+	if err := readFramed(s, maxLinksBody, &body); err != nil {
+		m.rejected(peer, "bad_header", fmt.Errorf("link request body: %w", err), h.Tunnel)
+		flow.Reset(s, hop.CodeRejected)
+		return
+	}
+	if len(body.Route) > 0 && manifest.ValidRoute(c, body.Route) == nil {
+		m.routes.learn(h.Tunnel, body.Route)
+	}
+	interval := routectl.Interval(c)
+	ctx, cancel := context.WithTimeout(m.ctx, routectl.ProbeWait(interval))
+	table := m.table(ctx, c, interval/4)
+	cancel()
+	s.SetWriteDeadline(time.Now().Add(headerTimeout))
+	if err := writeFramed(s, measure.MaxTableSize, table); err != nil {
+		flow.Reset(s, hop.CodeReset)
+		return
+	}
+	s.Close()
+}
+
+// Links is the route controller asking one relay of a chain for its table:
+// this relay's directly, a peer's with a link request.
+func (m *measurer) Links(ctx context.Context, req routectl.LinksRequest) (*measure.Table, error) {
+	if req.Relay == m.name {
+		return m.table(ctx, req.Chain, req.Fresh), nil
+	}
+	path := append(slices.Clone(req.Through), req.Relay)
+	// A relay without a live connection is not waited for: the round asks
+	// it through another relay instead, while the link keeps redialing.
+	s, err := m.hops.OpenLive(ctx, &hop.Header{Kind: hop.KindLinks, Tunnel: manifest.Key(req.Chain.Namespace, req.Chain.Name), Route: path})
+	if err != nil {
+		return nil, err
+	}
+	stop := context.AfterFunc(ctx, func() { flow.Reset(s, hop.CodeReset) })
+	defer stop()
+	err = writeFramed(s, maxLinksBody, linksBody{Route: req.Current})
+	if err == nil {
+		err = s.Close()
+	}
+	if err != nil {
+		flow.Reset(s, hop.CodeReset)
+		return nil, err
+	}
+	var t measure.Table
+	if err := readFramed(s, measure.MaxTableSize, &t); err != nil {
+		flow.Reset(s, hop.CodeReset)
+		return nil, fmt.Errorf("link table of %s: %w", req.Relay, err)
+	}
+	if t.Relay != req.Relay {
+		return nil, fmt.Errorf("link table of %s names relay %q", req.Relay, t.Relay)
+	}
+	return &t, nil
+}
+
+// writeFramed writes v as JSON after its 4-byte length.
+func writeFramed(w io.Writer, limit int, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if len(b) > limit {
+		return fmt.Errorf("%d bytes, more than %d", len(b), limit)
+	}
+	_, err = w.Write(append(binary.BigEndian.AppendUint32(nil, uint32(len(b))), b...))
+	return err
+}
+
+// readFramed reads what writeFramed wrote, refusing more than limit bytes.
+func readFramed(rd io.Reader, limit int, v any) error {
+	var n [4]byte
+	if _, err := io.ReadFull(rd, n[:]); err != nil {
+		return err
+	}
+	size := binary.BigEndian.Uint32(n[:])
+	if size > uint32(limit) {
+		return fmt.Errorf("%d bytes, more than %d", size, limit)
+	}
+	b := make([]byte, size)
+	if _, err := io.ReadFull(rd, b); err != nil {
+		return err
+	}
+	return json.Unmarshal(b, v)
+}
+
+// noCount counts nothing: traces and link requests are not tunnel traffic.
+type noCount struct{}
+
+func (noCount) Add(float64) {}

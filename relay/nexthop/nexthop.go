@@ -1,0 +1,247 @@
+// Package nexthop is how a relay reaches the next relay of a route. Peers
+// owns the relay's QUIC and TLS endpoints: it accepts its peers' streams
+// (handing them to the relay's dispatcher), keeps its links up, and opens a
+// hop for a header, over the chain's transport, with one set of errors. The
+// entries of every protocol, middle relays, traces and link requests all
+// open hops here.
+package nexthop
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+
+	quicgo "github.com/quic-go/quic-go"
+
+	"github.com/hoplink/hoplink/api/v1alpha1"
+	"github.com/hoplink/hoplink/manifest"
+	"github.com/hoplink/hoplink/metrics"
+	"github.com/hoplink/hoplink/pki"
+	"github.com/hoplink/hoplink/relay/flow"
+	"github.com/hoplink/hoplink/relay/hop"
+	rquic "github.com/hoplink/hoplink/relay/quic"
+	"github.com/hoplink/hoplink/relay/tlslink"
+)
+
+// Router knows the routes of chains.
+type Router interface {
+	// Route returns the route new flows of chain c take; a routed chain
+	// without one yet is waited for until ctx ends.
+	Route(ctx context.Context, c *v1alpha1.Chain) ([]string, error)
+}
+
+// Options configure Peers.
+type Options struct {
+	Name     string
+	Identity *pki.Identity
+	// Listen is the relay's host:port, for QUIC on UDP and TLS on TCP.
+	Listen string
+	// Manifests returns the manifests in force now.
+	Manifests func() *manifest.Set
+	Router    Router
+	// Stream serves a stream a peer opened over QUIC; TLS one a TLS
+	// connection (whose read deadline bounds the wait for its header).
+	Stream func(c *rquic.Conn, s *quicgo.Stream)
+	TLS    func(peer string, c *tls.Conn)
+	// Admin serves the admin API on the TLS port.
+	Admin       http.Handler
+	OnProbeEcho func(peer string, payload []byte)
+	Metrics     *metrics.Metrics
+	Log         *slog.Logger
+}
+
+// Peers is a relay's side of its links to other relays.
+type Peers struct {
+	o    Options
+	quic *rquic.Endpoint
+	tls  *tlslink.Endpoint
+}
+
+// Listen binds the relay's QUIC and TLS listeners on the same port number.
+func Listen(o Options) (*Peers, error) {
+	known := func(name string) bool { return o.Manifests().Relay(name) != nil }
+	q, err := rquic.Listen(rquic.Options{Name: o.Name, Identity: o.Identity, Listen: o.Listen, KnownPeer: known,
+		Handler: o.Stream, OnProbeEcho: o.OnProbeEcho, Metrics: o.Metrics, Log: o.Log})
+	if err != nil {
+		return nil, err
+	}
+	t, err := tlslink.Listen(tlslink.Options{Name: o.Name, Identity: o.Identity, Listen: o.Listen, KnownPeer: known,
+		Handler: o.TLS, Admin: o.Admin, Metrics: o.Metrics, Log: o.Log})
+	if err != nil {
+		q.Close()
+		return nil, err
+	}
+	return &Peers{o: o, quic: q, tls: t}, nil
+}
+
+// Addr is the bound QUIC address.
+func (p *Peers) Addr() net.Addr { return p.quic.Addr() }
+
+// Close ends every connection, in and out.
+func (p *Peers) Close() error { return errors.Join(p.tls.Close(), p.quic.Close()) }
+
+// TLSDone tells the TLS endpoint that a connection it accepted is closed.
+func (p *Peers) TLSDone(c *tls.Conn) { p.tls.Done(c) }
+
+// Connect starts the links (and warms the TLS pools) of every peer the
+// manifests route this relay's flows to, and gives existing links their
+// peers' current endpoints.
+func (p *Peers) Connect(set *manifest.Set) {
+	for _, peer := range set.NextHops(p.o.Name) {
+		p.link(set, peer).SetAddrs(set.Relay(peer).Spec.Endpoints)
+	}
+	for _, c := range set.Chains {
+		if c.Spec.Transport != v1alpha1.TransportTLS {
+			continue
+		}
+		var next []string
+		route := manifest.Route(c)
+		if i := slices.Index(route, p.o.Name); i >= 0 && i+1 < len(route) {
+			next = append(next, route[i+1])
+		}
+		if c.Spec.Mode.Routed() {
+			next = append(next, manifest.NextHopsOf(c, p.o.Name)...)
+		}
+		for _, peer := range next {
+			p.tls.Pool(peer, set.Relay(peer).Spec.Endpoints) // warm it now
+		}
+	}
+}
+
+func (p *Peers) link(set *manifest.Set, peer string) *rquic.Link {
+	return p.quic.Link(peer, set.Relay(peer).Spec.Endpoints)
+}
+
+// Live returns the connection to a peer if it is up now, without waiting.
+func (p *Peers) Live(peer string) *rquic.Conn { return p.quic.Live(peer) }
+
+// Reasons of an Error: the reason label of hoplink_flow_errors_total.
+const (
+	NoRoute = "no_route"
+	NextHop = "next_hop"
+)
+
+// Error is a flow that could not reach its next hop.
+type Error struct {
+	Reason string
+	// Next is the relay that could not be reached, when one was chosen.
+	Next string
+	Err  error
+}
+
+func (e *Error) Error() string {
+	if e.Next != "" {
+		return fmt.Sprintf("next hop %s: %v", e.Next, e.Err)
+	}
+	return e.Err.Error()
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// ErrChainGone is a flow whose Tunnel's Chain left the manifests.
+var ErrChainGone = errors.New("the Tunnel's chain is gone")
+
+// Route returns the chain and route a new flow of Tunnel t takes.
+func (p *Peers) Route(ctx context.Context, t *v1alpha1.Tunnel) (*v1alpha1.Chain, []string, error) {
+	chain := p.o.Manifests().ChainOf(t)
+	if chain == nil {
+		return nil, nil, &Error{Reason: NoRoute, Err: ErrChainGone}
+	}
+	route, err := p.o.Router.Route(ctx, chain)
+	if err != nil {
+		return nil, nil, &Error{Reason: NoRoute, Err: err}
+	}
+	return chain, route, nil
+}
+
+// Onward is the header a relay sends on: h for the rest of the route.
+func Onward(h *hop.Header) *hop.Header {
+	next := *h
+	next.Route = h.Route[1:]
+	return &next
+}
+
+// Open opens a hop to h.Route[0] over transport and sends it h: a TCP
+// flow, a trace, or a packet session over TLS.
+func (p *Peers) Open(ctx context.Context, h *hop.Header, transport v1alpha1.Transport) (flow.End, error) {
+	if transport != v1alpha1.TransportTLS {
+		_, s, err := p.Session(ctx, h)
+		if err != nil {
+			return nil, err
+		}
+		return flow.Stream(s), nil
+	}
+	next := h.Route[0]
+	peer := p.o.Manifests().Relay(next)
+	if peer == nil {
+		return nil, unknown(next)
+	}
+	c, err := p.tls.Pool(peer.Name, peer.Spec.Endpoints).Get(ctx)
+	if err != nil {
+		return nil, &Error{Reason: NextHop, Next: next, Err: err}
+	}
+	out := flow.TLS(c, func() { p.tls.Done(c) })
+	if err := writeHeader(out, h); err != nil {
+		out.Abort()
+		return nil, &Error{Reason: NextHop, Next: next, Err: err}
+	}
+	return out, nil
+}
+
+// Session opens a QUIC stream to h.Route[0] and sends it h: a datagram
+// session (UDP, packets), or a TCP flow or trace over QUIC.
+func (p *Peers) Session(ctx context.Context, h *hop.Header) (*rquic.Conn, *quicgo.Stream, error) {
+	next := h.Route[0]
+	set := p.o.Manifests()
+	if set.Relay(next) == nil {
+		return nil, nil, unknown(next)
+	}
+	c, err := p.link(set, next).Conn(ctx)
+	if err != nil {
+		return nil, nil, &Error{Reason: NextHop, Next: next, Err: err}
+	}
+	s, err := p.openOn(ctx, c, h)
+	return c, s, err
+}
+
+// OpenLive opens a stream to h.Route[0] only if its connection is up now: a
+// link request, which a round sends another way rather than wait.
+func (p *Peers) OpenLive(ctx context.Context, h *hop.Header) (*quicgo.Stream, error) {
+	c := p.quic.Live(h.Route[0])
+	if c == nil {
+		return nil, &Error{Reason: NextHop, Next: h.Route[0], Err: rquic.ErrPeerDown}
+	}
+	return p.openOn(ctx, c, h)
+}
+
+func (p *Peers) openOn(ctx context.Context, c *rquic.Conn, h *hop.Header) (*quicgo.Stream, error) {
+	s, err := c.OpenFlow(ctx)
+	if err != nil {
+		return nil, &Error{Reason: NextHop, Next: h.Route[0], Err: fmt.Errorf("open stream: %w", err)}
+	}
+	if err := writeHeader(s, h); err != nil {
+		flow.Reset(s, hop.CodeNextHop)
+		return nil, &Error{Reason: NextHop, Next: h.Route[0], Err: err}
+	}
+	return s, nil
+}
+
+func unknown(next string) error {
+	return &Error{Reason: NextHop, Next: next, Err: fmt.Errorf("%q is not a known relay", next)}
+}
+
+// writeHeader sends a header in one write, so that it leaves with the
+// flow's first bytes.
+func writeHeader(w interface{ Write([]byte) (int, error) }, h *hop.Header) error {
+	var buf [hop.PrefixLen + hop.MaxBodyLen]byte
+	b, err := h.Append(buf[:0])
+	if err == nil {
+		_, err = w.Write(b)
+	}
+	return err
+}

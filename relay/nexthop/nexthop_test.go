@@ -1,0 +1,155 @@
+package nexthop
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	quicgo "github.com/quic-go/quic-go"
+
+	"github.com/hoplink/hoplink/api/v1alpha1"
+	"github.com/hoplink/hoplink/internal/testutil"
+	"github.com/hoplink/hoplink/manifest"
+	"github.com/hoplink/hoplink/metrics"
+	"github.com/hoplink/hoplink/pki"
+	"github.com/hoplink/hoplink/relay/hop"
+	rquic "github.com/hoplink/hoplink/relay/quic"
+)
+
+type staticRouter struct{}
+
+func (staticRouter) Route(_ context.Context, c *v1alpha1.Chain) ([]string, error) {
+	return manifest.Route(c), nil
+}
+
+// received is what the far relay got: the header it read and the first
+// bytes after it.
+type received struct {
+	peer string
+	h    hop.Header
+	data string
+}
+
+// two starts relays a and b; b reports what each stream or TLS connection
+// carried. a's manifests route chain c (a -> b) over transport.
+func two(t *testing.T, transport string) (a *Peers, got chan received, set *manifest.Set) {
+	t.Helper()
+	pa, pb := testutil.FreePort(t), testutil.FreePort(t)
+	set, err := manifest.Parse("two.yaml", fmt.Appendf(nil, `
+apiVersion: hoplink.dev/v1alpha1
+kind: RelayNode
+metadata: {name: a}
+spec: {listen: {address: 127.0.0.1, port: %d}, endpoints: ["127.0.0.1:%d"]}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: RelayNode
+metadata: {name: b}
+spec: {listen: {address: 127.0.0.1, port: %d}, endpoints: ["127.0.0.1:%d"]}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: Chain
+metadata: {name: c}
+spec: {entry: a, exit: b, route: [a, b], transport: %s}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: Tunnel
+metadata: {name: t}
+spec: {chain: c, listen: {port: 15999}, target: "127.0.0.1:1"}
+`, pa, pa, pb, pb, transport))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := pki.NewCA("test")
+	m := metrics.New(prometheus.NewRegistry())
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	got = make(chan received, 4)
+	report := func(peer string, r io.Reader) {
+		h, err := hop.Read(r)
+		if err != nil {
+			got <- received{peer: peer, data: "bad header: " + err.Error()}
+			return
+		}
+		buf := make([]byte, 5)
+		n, _ := io.ReadFull(r, buf)
+		got <- received{peer: peer, h: h, data: string(buf[:n])}
+	}
+	start := func(name string, port int) *Peers {
+		id, err := ca.Identity(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := Listen(Options{Name: name, Identity: id, Listen: fmt.Sprintf("127.0.0.1:%d", port),
+			Manifests: func() *manifest.Set { return set }, Router: staticRouter{},
+			Stream:  func(c *rquic.Conn, s *quicgo.Stream) { report(c.Peer, s) },
+			TLS:     func(peer string, c *tls.Conn) { report(peer, c) },
+			Metrics: m, Log: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close() })
+		return p
+	}
+	start("b", pb)
+	a = start("a", pa)
+	a.Connect(set)
+	return a, got, set
+}
+
+func TestOpenSendsTheHeaderWithTheFirstBytes(t *testing.T) {
+	for _, transport := range []string{"quic", "tls"} {
+		t.Run(transport, func(t *testing.T) {
+			a, got, set := two(t, transport)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			chain, route, err := a.Route(ctx, set.Tunnel("default/t"))
+			if err != nil || chain.Name != "c" || len(route) != 2 {
+				t.Fatalf("route %v of %v (%v)", route, chain, err)
+			}
+			h := &hop.Header{Kind: hop.KindTCP, Tunnel: "default/t", Route: route[1:], Target: "127.0.0.1:1"}
+			out, err := a.Open(ctx, h, chain.Spec.Transport)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer out.Abort()
+			out.Write([]byte("hello"))
+			select {
+			case r := <-got:
+				if r.peer != "a" || r.h.Tunnel != "default/t" || r.h.Route[0] != "b" || r.data != "hello" {
+					t.Fatalf("b received %+v", r)
+				}
+			case <-ctx.Done():
+				t.Fatal("nothing arrived")
+			}
+		})
+	}
+}
+
+func TestErrorsSayWhy(t *testing.T) {
+	a, _, set := two(t, "quic")
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	var he *Error
+
+	_, err := a.Open(ctx, &hop.Header{Kind: hop.KindTCP, Tunnel: "default/t", Route: []string{"mallory"}, Target: "x:1"}, v1alpha1.TransportQUIC)
+	if !errors.As(err, &he) || he.Reason != NextHop || he.Next != "mallory" {
+		t.Fatalf("unknown relay: %v", err)
+	}
+	gone := set.Tunnel("default/t").DeepCopy()
+	gone.Spec.Chain = "nope"
+	if _, _, err := a.Route(ctx, gone); !errors.As(err, &he) || he.Reason != NoRoute || !errors.Is(err, ErrChainGone) {
+		t.Fatalf("chain gone: %v", err)
+	}
+	// A peer that is not connected now is not waited for by OpenLive.
+	if _, err := a.OpenLive(ctx, &hop.Header{Kind: hop.KindLinks, Tunnel: "default/c", Route: []string{"a"}}); !errors.As(err, &he) || !errors.Is(err, rquic.ErrPeerDown) {
+		t.Fatalf("OpenLive to a relay without a link: %v", err)
+	}
+	if got := Onward(&hop.Header{Route: []string{"x", "y", "z"}}).Route; len(got) != 2 || got[0] != "y" {
+		t.Fatalf("Onward: %v", got)
+	}
+}

@@ -1,0 +1,180 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/hoplink/hoplink/api/v1alpha1"
+	"github.com/hoplink/hoplink/manifest"
+	"github.com/hoplink/hoplink/route"
+	"github.com/hoplink/hoplink/routectl"
+)
+
+// routeBook is what a relay knows of its chains' routes, and the one
+// answer to "which route do new flows of this chain take". Flows carry
+// their route in their header and every relay accepts any route the
+// chain's spec allows, so a new route needs no coordination: new flows
+// take it, open ones finish where they started.
+type routeBook struct {
+	*env
+	// self: this relay routes the routed chains it enters (standalone and
+	// local mode); else it follows the routes in the Chains' status.
+	self bool
+
+	mu sync.Mutex
+	// decided holds the routes this relay chose for the chains it enters.
+	decided map[string][]string
+	// learned holds the routes entry relays announced with their link
+	// requests, for the chains this relay serves but does not enter.
+	learned map[string][]string
+	// exported is the route label each chain has in hoplink_chain_route_info.
+	exported map[string]string
+	// changed is closed and replaced whenever a route may have changed.
+	changed chan struct{}
+}
+
+func newRouteBook(e *env, self bool) *routeBook {
+	return &routeBook{env: e, self: self, decided: map[string][]string{}, learned: map[string][]string{},
+		exported: map[string]string{}, changed: make(chan struct{})}
+}
+
+func (b *routeBook) notifyLocked() {
+	close(b.changed)
+	b.changed = make(chan struct{})
+}
+
+// errNoRoute is a flow of a routed chain that found no route in time.
+var errNoRoute = errors.New("the chain has no route yet")
+
+// Route returns the route new flows of chain c take. A routed chain
+// without one yet (its first round is under way) is waited for until ctx
+// ends.
+func (b *routeBook) Route(ctx context.Context, c *v1alpha1.Chain) ([]string, error) {
+	key := manifest.Key(c.Namespace, c.Name)
+	for {
+		b.mu.Lock()
+		var rt []string
+		if b.self && c.Spec.Mode.Routed() {
+			rt = b.decided[key]
+		} else {
+			rt = manifest.Route(c)
+		}
+		changed := b.changed
+		b.mu.Unlock()
+		if len(rt) > 0 {
+			return rt, nil
+		}
+		select {
+		case <-changed:
+			c = b.manifests().Chain(key)
+			if c == nil {
+				return nil, fmt.Errorf("chain %q is gone", key)
+			}
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: %v", errNoRoute, context.Cause(ctx))
+		}
+	}
+}
+
+// update applies a new manifest set: routes the changed specs no longer
+// allow are forgotten (new flows wait for the round the change starts).
+func (b *routeBook) update(set *manifest.Set) {
+	b.mu.Lock()
+	for key := range b.learned {
+		if c := set.Chain(key); c == nil || !c.Spec.Mode.Routed() {
+			delete(b.learned, key)
+		}
+	}
+	for key, rt := range b.decided {
+		if c := set.Chain(key); c == nil || !c.Spec.Mode.Routed() || c.Spec.Entry != b.name || manifest.ValidRoute(c, rt) != nil {
+			delete(b.decided, key)
+		}
+	}
+	b.notifyLocked()
+	b.mu.Unlock()
+	b.export(set)
+}
+
+// current is the route a chain this relay routes starts from: its last
+// decision, else the route the user wrote, which serves until the first.
+func (b *routeBook) current(c *v1alpha1.Chain) []string {
+	key := manifest.Key(c.Namespace, c.Name)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if d := b.decided[key]; len(d) > 0 {
+		return d
+	}
+	if len(c.Spec.Route) > 0 {
+		b.decided[key] = c.Spec.Route
+		b.notifyLocked()
+	}
+	return c.Spec.Route
+}
+
+// decide takes the route controller's decision for a chain this relay enters.
+func (b *routeBook) decide(d routectl.Decision) {
+	if len(d.Route) == 0 {
+		return
+	}
+	b.mu.Lock()
+	if !slices.Equal(b.decided[d.Chain], d.Route) {
+		b.decided[d.Chain] = d.Route
+		b.notifyLocked()
+	}
+	b.mu.Unlock()
+	b.export(b.manifests())
+}
+
+// learn takes the route an entry announced with its link request.
+func (b *routeBook) learn(chain string, rt []string) {
+	b.mu.Lock()
+	old := b.learned[chain]
+	b.learned[chain] = rt
+	b.mu.Unlock()
+	if !slices.Equal(old, rt) {
+		b.export(b.manifests())
+	}
+}
+
+// export sets hoplink_chain_route_info for every chain this relay is a
+// member of, to the route it knows new flows take.
+func (b *routeBook) export(set *manifest.Set) {
+	g := b.m.ChainRoute
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	seen := map[string]bool{}
+	for _, c := range set.Chains {
+		if !slices.Contains(manifest.Members(c), b.name) {
+			continue
+		}
+		key := manifest.Key(c.Namespace, c.Name)
+		var cur []string
+		switch {
+		case b.self && c.Spec.Mode.Routed() && c.Spec.Entry == b.name:
+			cur = b.decided[key]
+		case b.self && c.Spec.Mode.Routed():
+			cur = b.learned[key]
+		default:
+			cur = manifest.Route(c)
+		}
+		if len(cur) == 0 {
+			continue
+		}
+		seen[key] = true
+		label := route.Key(cur)
+		if old, ok := b.exported[key]; ok && old != label {
+			g.DeleteLabelValues(b.name, key, old)
+		}
+		b.exported[key] = label
+		g.WithLabelValues(b.name, key, label).Set(1)
+	}
+	for key, label := range b.exported {
+		if !seen[key] {
+			g.DeleteLabelValues(b.name, key, label)
+			delete(b.exported, key)
+		}
+	}
+}

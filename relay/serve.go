@@ -1,0 +1,139 @@
+package relay
+
+import (
+	"bytes"
+	"crypto/tls"
+	"errors"
+	"io"
+	"time"
+
+	quicgo "github.com/quic-go/quic-go"
+
+	"github.com/hoplink/hoplink/relay/admit"
+	"github.com/hoplink/hoplink/relay/flow"
+	"github.com/hoplink/hoplink/relay/hop"
+	"github.com/hoplink/hoplink/relay/nexthop"
+	rquic "github.com/hoplink/hoplink/relay/quic"
+)
+
+// headerTimeout bounds how long a peer may take to send a stream's header.
+const headerTimeout = 10 * time.Second
+
+// dispatcher serves what peers open: it reads a stream's header (bounded
+// in size and time), admits it (admit.Stream, against the manifests in
+// force), takes a flow token, and hands it to the role it asks for.
+type dispatcher struct {
+	*env
+	hops    *nexthop.Peers
+	tcp     *tcpFlows
+	udp     *udpFlows
+	packets *packetTunnels
+	measure *measurer
+}
+
+// serveQUIC serves a stream a peer opened on its QUIC connection.
+func (d *dispatcher) serveQUIC(c *rquic.Conn, s *quicgo.Stream) {
+	s.SetReadDeadline(time.Now().Add(headerTimeout))
+	h, err := hop.Read(s)
+	var peerReset *quicgo.StreamError
+	if errors.As(err, &peerReset) {
+		// The flow ended before its header arrived (a client that gave up
+		// at once): nothing hostile, nothing to count.
+		flow.Reset(s, hop.CodeReset)
+		return
+	}
+	if err != nil {
+		d.rejected(c.Peer, "bad_header", err, "")
+		flow.Reset(s, hop.CodeRejected)
+		return
+	}
+	s.SetReadDeadline(time.Time{})
+	g, ref := admit.Stream(d.manifests(), d.name, c.Peer, &h, admit.QUIC)
+	if ref != nil {
+		d.rejected(c.Peer, ref.Reason, ref, h.Tunnel)
+		flow.Reset(s, hop.CodeRejected)
+		return
+	}
+	switch h.Kind {
+	case hop.KindLinks:
+		d.measure.serveLinks(c.Peer, s, &h, g.Chain)
+		return
+	case hop.KindTrace:
+		d.measure.serveTrace(flow.Stream(s), &h, g.Chain)
+		return
+	}
+	var x *packetExit
+	if h.Kind == hop.KindPacket && g.Last {
+		if x, err = d.packets.exitFor(h.Tunnel); err != nil {
+			d.rejected(c.Peer, "no_device", err, h.Tunnel)
+			flow.Reset(s, hop.CodeRejected)
+			return
+		}
+	}
+	if !d.acquire() {
+		d.flowError(h.Tunnel, "flow_limit")
+		flow.Reset(s, hop.CodeRejected)
+		return
+	}
+	defer d.release()
+	switch {
+	case x != nil:
+		d.packets.serveQUIC(c, s, x)
+	case h.Kind == hop.KindTCP && g.Last:
+		d.tcp.exit(flow.Stream(s), &h)
+	case h.Kind == hop.KindTCP:
+		d.tcp.middle(flow.Stream(s), &h, g.Chain)
+	case g.Last:
+		d.udp.exit(c, s, &h, g.Tunnel)
+	default: // a UDP or packet session: datagrams and frames
+		d.udp.middle(c, s, &h)
+	}
+}
+
+// serveTLS serves a flow a peer sent over a TLS connection: the same
+// header, the same checks; TCP flows, traces and packet sessions.
+func (d *dispatcher) serveTLS(peer string, c *tls.Conn) {
+	in := flow.TLS(c, func() { d.hops.TLSDone(c) })
+	var first [1]byte
+	if _, err := io.ReadFull(c, first[:]); err != nil {
+		in.Abort() // a spare the peer retired unused, or a peer gone
+		return
+	}
+	h, err := hop.Read(io.MultiReader(bytes.NewReader(first[:]), c))
+	if err != nil {
+		d.rejected(peer, "bad_header", err, "")
+		in.Abort()
+		return
+	}
+	c.SetReadDeadline(time.Time{})
+	g, ref := admit.Stream(d.manifests(), d.name, peer, &h, admit.TLS)
+	if ref != nil {
+		d.rejected(peer, ref.Reason, ref, h.Tunnel)
+		in.Abort()
+		return
+	}
+	if h.Kind == hop.KindTrace {
+		d.measure.serveTrace(in, &h, g.Chain)
+		return
+	}
+	if !d.acquire() {
+		d.flowError(h.Tunnel, "flow_limit")
+		in.Abort()
+		return
+	}
+	defer d.release()
+	switch {
+	case h.Kind == hop.KindPacket && g.Last:
+		x, err := d.packets.exitFor(h.Tunnel)
+		if err != nil {
+			d.rejected(peer, "no_device", err, h.Tunnel)
+			in.Abort()
+			return
+		}
+		d.packets.serveTLS(in, x)
+	case g.Last:
+		d.tcp.exit(in, &h)
+	default:
+		d.tcp.middle(in, &h, g.Chain)
+	}
+}
