@@ -1,0 +1,4 @@
+// Package layout holds the test that keeps the repository's layout what
+// docs/architecture.md says it is: every package has a row in its Layout
+// table, and imports only the packages of ours its row allows.
+package layout
