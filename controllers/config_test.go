@@ -19,6 +19,7 @@ import (
 // and config/samples to the API server as a server-side dry run, so a typo in
 // a field or a sample the CRDs reject fails here rather than in a cluster.
 func TestConfigManifestsApply(t *testing.T) {
+	needAPI(t)
 	ctx := context.Background()
 	ns := namespace(t)
 	n := 0

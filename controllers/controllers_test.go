@@ -160,6 +160,7 @@ func runRelayPod(t *testing.T, rn *v1alpha1.RelayNode, hostIP string) {
 }
 
 func TestRelayNodeBecomesDaemonSetWithCertificateAndRBAC(t *testing.T) {
+	needAPI(t)
 	ctx := context.Background()
 	ns := namespace(t)
 	rn := relayNode(ns, "hk", func(r *v1alpha1.RelayNode) {
@@ -270,6 +271,7 @@ func TestRelayNodeBecomesDaemonSetWithCertificateAndRBAC(t *testing.T) {
 }
 
 func TestRelayNodeStatusIsNotRewrittenWhenNothingChanged(t *testing.T) {
+	needAPI(t)
 	ctx := context.Background()
 	ns := namespace(t)
 	rn := relayNode(ns, "quiet", func(r *v1alpha1.RelayNode) { r.Spec.External = true; r.Spec.Endpoints = []string{"203.0.113.1:7401"} })
@@ -299,6 +301,7 @@ func TestRelayNodeStatusIsNotRewrittenWhenNothingChanged(t *testing.T) {
 }
 
 func TestRelayCertificateIsReissuedWhenNotFromTheCA(t *testing.T) {
+	needAPI(t)
 	ctx := context.Background()
 	ns := namespace(t)
 	create(t, relayNode(ns, "rot", func(r *v1alpha1.RelayNode) { r.Spec.External = true; r.Spec.Endpoints = []string{"203.0.113.2:7401"} }))
@@ -345,6 +348,7 @@ func TestCertificateRenewalWindow(t *testing.T) {
 }
 
 func TestRelayNodeNamesAreUniqueAcrossNamespaces(t *testing.T) {
+	needAPI(t)
 	a, b := namespace(t), namespace(t)
 	ext := func(r *v1alpha1.RelayNode) { r.Spec.External = true; r.Spec.Endpoints = []string{"203.0.113.3:7401"} }
 	first := relayNode(a, "twin", ext)
@@ -363,6 +367,7 @@ func TestRelayNodeNamesAreUniqueAcrossNamespaces(t *testing.T) {
 }
 
 func TestChainAndTunnelConditions(t *testing.T) {
+	needAPI(t)
 	ctx := context.Background()
 	ns := namespace(t)
 	// Relay names are unique across namespaces (they are certificate
@@ -428,6 +433,7 @@ func TestChainAndTunnelConditions(t *testing.T) {
 }
 
 func TestTunnelDoesNotTakeOverAForeignService(t *testing.T) {
+	needAPI(t)
 	ns := namespace(t)
 	create(t, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db"},
 		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 5432}}}})
@@ -465,6 +471,7 @@ func apiWrites(t *testing.T) int {
 // open devices: RelayNode spec.tun grants the pods that, and nothing else,
 // and the Tunnel names the relays that lack it.
 func TestTunTunnelsNeedRelaysWithTUN(t *testing.T) {
+	needAPI(t)
 	ctx := context.Background()
 	ns := namespace(t)
 	hk := relayNode(ns, "tun-hk", func(r *v1alpha1.RelayNode) { r.Spec.Listen.Port = 7600 })
@@ -551,6 +558,7 @@ func TestTunTunnelsNeedRelaysWithTUN(t *testing.T) {
 // are valid, so publishing only ready relays deadlocked chains whose relays
 // started together (seen in the kind e2e).
 func TestEndpointsOfRunningRelayBeforeReady(t *testing.T) {
+	needAPI(t)
 	ctx := context.Background()
 	ns := namespace(t)
 	rn := relayNode(ns, "la", func(r *v1alpha1.RelayNode) { r.Spec.Listen.Port = 7600 })

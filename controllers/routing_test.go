@@ -83,6 +83,7 @@ func freeAddr(t *testing.T) string {
 // (hk -> la -> useast, 20 ms), its latency, the candidates and an Event;
 // when hk-la degrades it moves the chain to hk -> useast (50 ms).
 func TestRouteControllerWritesStatusAndEvents(t *testing.T) {
+	needAPI(t)
 	ctx := context.Background()
 	ns := namespace(t)
 	var secret corev1.Secret

@@ -2,8 +2,11 @@ package controllers
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,17 +27,36 @@ var (
 	k8s       client.Client
 	testCA    = types.NamespacedName{Namespace: "hoplink-system", Name: "hoplink-ca"}
 	suiteStop context.CancelFunc
+
+	suiteOnce sync.Once
+	suiteErr  error
+	suiteDone func()
 )
 
+// TestMain stops the API server that needAPI started, if a test did; pure
+// tests (helpers, builders of child objects) run without one.
 func TestMain(m *testing.M) {
-	os.Exit(runSuite(m))
+	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.UseDevMode(false), zap.Level(zapLevel())))
+	code := m.Run()
+	if suiteDone != nil {
+		suiteDone()
+	}
+	os.Exit(code)
 }
 
-func runSuite(m *testing.M) int {
-	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.UseDevMode(false), zap.Level(zapLevel())))
+// needAPI starts the suite's API server and the operator on it, once, for
+// the tests that need them.
+func needAPI(t testing.TB) {
+	t.Helper()
+	suiteOnce.Do(func() { suiteErr = startSuite() })
+	if suiteErr != nil {
+		t.Fatal(suiteErr)
+	}
+}
+
+func startSuite() error {
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		os.Stderr.WriteString("controllers: KUBEBUILDER_ASSETS is not set: run `make test`, or export KUBEBUILDER_ASSETS=$(hack/setup-envtest.sh)\n")
-		return 1
+		return errors.New("KUBEBUILDER_ASSETS is not set: run `make test`, or export KUBEBUILDER_ASSETS=$(hack/setup-envtest.sh)")
 	}
 	env := &envtest.Environment{
 		CRDDirectoryPaths:     []string{filepath.Join("..", "config", "crd", "bases")},
@@ -42,23 +64,23 @@ func runSuite(m *testing.M) int {
 	}
 	var err error
 	if cfg, err = env.Start(); err != nil {
-		os.Stderr.WriteString("controllers: start envtest: " + err.Error() + "\n")
-		return 1
+		return fmt.Errorf("start envtest: %w", err)
 	}
-	defer env.Stop()
 	if k8s, err = client.New(cfg, client.Options{Scheme: Scheme()}); err != nil {
-		panic(err)
+		env.Stop()
+		return err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	suiteStop = cancel
-	defer cancel()
 	mustCreateNamespace(ctx, testCA.Namespace)
 	mgr, err := NewManager(ctx, cfg, Options{
 		Image: "hoplink:test", CASecret: testCA, CreateCA: true,
 		MetricsAddr: "0", ProbeAddr: "0",
 	})
 	if err != nil {
-		panic(err)
+		cancel()
+		env.Stop()
+		return err
 	}
 	done := make(chan struct{})
 	go func() {
@@ -67,13 +89,15 @@ func runSuite(m *testing.M) int {
 			panic(err)
 		}
 	}()
-	code := m.Run()
-	cancel()
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
+	suiteDone = func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+		}
+		env.Stop()
 	}
-	return code
+	return nil
 }
 
 func zapLevel() zapcore.Level {

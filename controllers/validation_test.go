@@ -15,6 +15,7 @@ import (
 // TestCRDValidationRejectsBadSpecs checks the message a user sees from
 // `kubectl apply` for each bad spec the CRDs' OpenAPI and CEL rules catch.
 func TestCRDValidationRejectsBadSpecs(t *testing.T) {
+	needAPI(t)
 	ns := namespace(t)
 	ctx := context.Background()
 	cases := []struct {
@@ -174,6 +175,7 @@ func TestCRDValidationRejectsBadSpecs(t *testing.T) {
 }
 
 func TestCRDImmutableFields(t *testing.T) {
+	needAPI(t)
 	ns := namespace(t)
 	ctx := context.Background()
 	c := chain(ns, "fixed", "hk", "la")

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/utils/clock"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/manifest"
@@ -78,6 +79,8 @@ type Options struct {
 	Decide  func(Decision)
 	Metrics *metrics.Route
 	Log     *slog.Logger
+	// Clock times the rounds; the real clock when nil (tests step a fake).
+	Clock clock.Clock
 }
 
 // Controller routes a set of chains, each on its own goroutine and timer.
@@ -95,6 +98,9 @@ type Controller struct {
 func New(o Options) *Controller {
 	if o.Log == nil {
 		o.Log = slog.Default()
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
 	}
 	c := &Controller{o: o, loops: map[string]*loop{}}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
@@ -146,7 +152,7 @@ func (c *Controller) Upsert(ch *v1alpha1.Chain, current func(*v1alpha1.Chain) []
 		l.update(ch)
 		return
 	}
-	l := &loop{c: c, key: key, kick: make(chan struct{}, 1), chain: ch, born: time.Now()}
+	l := &loop{c: c, key: key, kick: make(chan struct{}, 1), chain: ch, born: c.o.Clock.Now()}
 	if r := current(ch); len(r) > 0 && manifest.ValidRoute(ch, r) == nil {
 		l.sel.Start(r)
 	}
@@ -222,7 +228,8 @@ func (l *loop) spec() *v1alpha1.Chain {
 func (l *loop) run(ctx context.Context) {
 	defer l.forget()
 	for {
-		start := time.Now()
+		clk := l.c.o.Clock
+		start := clk.Now()
 		ch := l.spec()
 		d := l.round(ctx, ch)
 		if ctx.Err() != nil {
@@ -242,12 +249,12 @@ func (l *loop) run(ctx context.Context) {
 			// even counting the time a round takes to measure.
 			next /= 2
 		}
-		t := time.NewTimer(next - time.Since(start))
+		t := clk.NewTimer(next - clk.Since(start))
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return
-		case <-t.C:
+		case <-t.C():
 		case <-l.kick:
 			t.Stop()
 		}
@@ -361,7 +368,7 @@ func (l *loop) round(ctx context.Context, ch *v1alpha1.Chain) Decision {
 		probeRoutes(late)
 	}
 	ranked, cost, ok := route.Rank(md, g, cands, measured, current)
-	if current == nil && len(unmeasured) > 0 && time.Since(l.born) < max(interval, time.Second) {
+	if current == nil && len(unmeasured) > 0 && l.c.o.Clock.Since(l.born) < max(interval, time.Second) {
 		// A chain's first round often runs while its relays' connections
 		// come up: wait a little for all of them rather than take the one
 		// route measured so far and change it a moment later.

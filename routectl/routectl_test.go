@@ -10,6 +10,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/measure"
@@ -118,4 +119,75 @@ func TestPipeToleratesOneMissedProbe(t *testing.T) {
 	if !d.Changed || route.Key(d.Route) != "hk,useast" {
 		t.Fatalf("two missed probes in a row kept the chain: %+v", d)
 	}
+}
+
+// rounds counts the rounds a script was asked for, by the entry's table.
+func (s *script) rounds() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, a := range s.asked {
+		if a == "hk via " {
+			n++
+		}
+	}
+	return n
+}
+
+// TestRoundsFollowTheClock: on an injected clock, a chain's rounds come one
+// interval apart, half an interval after a challenger's first win, and not
+// before.
+func TestRoundsFollowTheClock(t *testing.T) {
+	s := &script{
+		links:  map[[2]string]time.Duration{{"hk", "useast"}: 50 * ms, {"hk", "la"}: 10 * ms, {"la", "useast"}: 10 * ms},
+		direct: map[string]bool{"seattle": true, "la": true, "useast": true},
+	}
+	fake := testingclock.NewFakeClock(time.Now())
+	var mu sync.Mutex
+	var decided []Decision
+	c := New(Options{Measurer: s, Clock: fake, Decide: func(d Decision) {
+		mu.Lock()
+		decided = append(decided, d)
+		mu.Unlock()
+	}})
+	defer c.Close()
+	ch := chain(v1alpha1.ModeSum)
+	ch.Spec.Probe = &v1alpha1.ProbeSpec{Interval: &metav1.Duration{Duration: 10 * time.Second}}
+	c.Upsert(ch, func(*v1alpha1.Chain) []string { return []string{"hk", "useast"} })
+
+	// waitRounds waits (in real time, bounded) for the loop to finish n
+	// rounds and sleep on the fake clock.
+	waitRounds := func(n int) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for s.rounds() < n || !fake.HasWaiters() {
+			if time.Now().After(deadline) {
+				t.Fatalf("rounds: %d, want %d", s.rounds(), n)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	waitRounds(1) // the first round comes at once
+	// hk,la,useast (20 ms) beats the current hk,useast (50 ms) once: the
+	// confirming round is due half an interval later, not sooner.
+	fake.Step(4 * time.Second)
+	time.Sleep(20 * time.Millisecond)
+	if n := s.rounds(); n != 1 {
+		t.Fatalf("%d rounds before half an interval passed", n)
+	}
+	fake.Step(time.Second + time.Millisecond)
+	waitRounds(2)
+	mu.Lock()
+	last := decided[len(decided)-1]
+	mu.Unlock()
+	if route.Key(last.Route) != "hk,la,useast" || !last.Changed {
+		t.Fatalf("after two wins: %+v", last)
+	}
+	fake.Step(9 * time.Second)
+	time.Sleep(20 * time.Millisecond)
+	if n := s.rounds(); n != 2 {
+		t.Fatalf("%d rounds within one interval", n)
+	}
+	fake.Step(time.Second + time.Millisecond)
+	waitRounds(3)
 }

@@ -1,0 +1,183 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/hoplink/hoplink/manifest"
+	"github.com/hoplink/hoplink/metrics"
+	"github.com/hoplink/hoplink/pki"
+	"github.com/hoplink/hoplink/relay/nexthop"
+	"github.com/hoplink/hoplink/routectl"
+)
+
+// TestRelayStaysSmall: *Relay is lifecycle and wiring; roles belong in
+// types of their own, so that a reader knows what each may touch.
+func TestRelayStaysSmall(t *testing.T) {
+	pkgs, err := parser.ParseDir(token.NewFileSet(), ".", func(fi fs.FileInfo) bool {
+		return !strings.HasSuffix(fi.Name(), "_test.go")
+	}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var methods []string
+	for _, f := range pkgs["relay"].Files {
+		for _, d := range f.Decls {
+			fn, ok := d.(*ast.FuncDecl)
+			if !ok || fn.Recv == nil {
+				continue
+			}
+			typ := fn.Recv.List[0].Type
+			if star, ok := typ.(*ast.StarExpr); ok {
+				typ = star.X
+			}
+			if id, ok := typ.(*ast.Ident); ok && id.Name == "Relay" {
+				methods = append(methods, fn.Name.Name)
+			}
+		}
+	}
+	if len(methods) == 0 || len(methods) > 20 {
+		t.Fatalf("Relay has %d methods: %v", len(methods), methods)
+	}
+}
+
+const twoRelays = `
+apiVersion: hoplink.dev/v1alpha1
+kind: RelayNode
+metadata: {name: hk}
+spec: {listen: {port: 7401}, endpoints: ["127.0.0.1:7401"]}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: RelayNode
+metadata: {name: la}
+spec: {listen: {port: 7402}, endpoints: ["127.0.0.1:7402"]}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: Chain
+metadata: {name: static}
+spec: {entry: hk, exit: la, route: [hk, la]}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: Chain
+metadata: {name: fast}
+spec: {entry: hk, exit: la, mode: sum}
+`
+
+func testEnv(t *testing.T, yaml string) (*env, *metrics.Metrics) {
+	t.Helper()
+	set, err := manifest.Parse("test.yaml", []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p atomic.Pointer[manifest.Set]
+	p.Store(set)
+	m := metrics.New(prometheus.NewRegistry())
+	return &env{name: "hk", log: slog.New(slog.NewTextHandler(io.Discard, nil)), m: m, set: &p,
+		setupTimeout: time.Second, flows: make(chan struct{}, 2), ctx: context.Background(), wg: &sync.WaitGroup{}}, m
+}
+
+func TestNewChecksItsConfig(t *testing.T) {
+	set, _ := manifest.Parse("test.yaml", []byte(twoRelays))
+	ca, _ := pki.NewCA("test")
+	hk, _ := ca.Identity("hk")
+	m := metrics.New(prometheus.NewRegistry())
+	if _, err := New(Config{Name: "mallory", Manifests: set, Identity: hk, Metrics: m}); err == nil || !strings.Contains(err.Error(), "not defined") {
+		t.Errorf("unknown relay: %v", err)
+	}
+	if _, err := New(Config{Name: "la", Manifests: set, Identity: hk, Metrics: m}); err == nil || !strings.Contains(err.Error(), "no certificate") {
+		t.Errorf("another relay's certificate: %v", err)
+	}
+	r, err := New(Config{Name: "hk", Manifests: set, Identity: hk, Metrics: m})
+	if err != nil || r.cfg.MaxFlows != DefaultMaxFlows || r.cfg.SetupTimeout != DefaultSetupTimeout || cap(r.env.flows) != DefaultMaxFlows {
+		t.Fatalf("defaults: %+v (%v)", r, err)
+	}
+}
+
+func TestFlowTokensAreBounded(t *testing.T) {
+	e, _ := testEnv(t, twoRelays)
+	if !e.acquire() || !e.acquire() {
+		t.Fatal("tokens below the bound refused")
+	}
+	if e.acquire() {
+		t.Fatal("a token past the bound")
+	}
+	e.release()
+	if !e.acquire() {
+		t.Fatal("a released token was not given again")
+	}
+}
+
+func TestHopFailedCountsByReason(t *testing.T) {
+	e, m := testEnv(t, twoRelays)
+	e.hopFailed("default/t", &nexthop.Error{Reason: nexthop.NoRoute, Err: errors.New("no route yet")})
+	e.hopFailed("default/t", fmt.Errorf("wrapped: %w", &nexthop.Error{Reason: nexthop.NextHop, Next: "la", Err: errors.New("down")}))
+	e.hopFailed("default/t", errors.New("anything else"))
+	for reason, want := range map[string]float64{"no_route": 1, "next_hop": 2} {
+		if got := promtest.ToFloat64(m.FlowErrors.WithLabelValues("hk", "default/t", reason)); got != want {
+			t.Errorf("%s: %v, want %v", reason, got, want)
+		}
+	}
+}
+
+func TestRouteBook(t *testing.T) {
+	e, m := testEnv(t, twoRelays)
+	set := e.manifests()
+	b := newRouteBook(e, true)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+
+	if rt, err := b.Route(ctx, set.Chain("default/static")); err != nil || strings.Join(rt, ",") != "hk,la" {
+		t.Fatalf("static route: %v %v", rt, err)
+	}
+	// A routed chain's new flows wait for its first decision.
+	got := make(chan []string, 1)
+	go func() {
+		rt, _ := b.Route(ctx, set.Chain("default/fast"))
+		got <- rt
+	}()
+	select {
+	case rt := <-got:
+		t.Fatalf("a routed chain had route %v before any decision", rt)
+	case <-time.After(50 * time.Millisecond):
+	}
+	b.decide(routectl.Decision{Chain: "default/fast", Route: []string{"hk", "la"}})
+	if rt := <-got; strings.Join(rt, ",") != "hk,la" {
+		t.Fatalf("after the decision: %v", rt)
+	}
+	if v := promtest.ToFloat64(m.ChainRoute.WithLabelValues("hk", "default/fast", "hk,la")); v != 1 {
+		t.Fatalf("route info %v", v)
+	}
+	// Without the decision, waiting ends with the context.
+	short, cancel2 := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel2()
+	b.update(set) // keeps a route the spec allows
+	if _, err := b.Route(short, set.Chain("default/fast")); err != nil {
+		t.Fatalf("an allowed decision was forgotten: %v", err)
+	}
+	gone, _ := manifest.Parse("test.yaml", []byte(strings.Replace(twoRelays, "exit: la, mode: sum", "exit: hk, mode: static, route: [hk]", 1)))
+	if gone == nil {
+		t.Fatal("fixtures")
+	}
+	b.update(gone) // the chain is no longer routed: its decision goes, and its series follows
+	if n := promtest.CollectAndCount(m.ChainRoute); n != 2 {
+		t.Fatalf("%d route series after the chain changed, want 2 (static, fast as static)", n)
+	}
+	if _, ok := b.decided["default/fast"]; ok {
+		t.Fatal("a decision survived its chain becoming static")
+	}
+}
