@@ -109,13 +109,7 @@ func (f *tcpFlows) forward(ctx context.Context, in flow.End, key, target string,
 		flow.Splice(a.Conn(), tc, fc.up, fc.down)
 		return
 	}
-	out, err := flow.TCP(tc)
-	if err != nil {
-		in.Abort()
-		tc.Close()
-		return
-	}
-	flow.Join(in, out, fc.up, fc.down)
+	joinTarget(in, tc, fc)
 }
 
 // middle carries a flow one hop further, over the chain's transport.
@@ -145,6 +139,11 @@ func (f *tcpFlows) exit(in flow.End, h *hop.Header) {
 		in.Fail(hop.CodeDialFailed)
 		return
 	}
+	joinTarget(in, tc, fc)
+}
+
+// joinTarget joins a flow to the connection to its target.
+func joinTarget(in flow.End, tc *net.TCPConn, fc flowCounters) {
 	out, err := flow.TCP(tc)
 	if err != nil {
 		in.Abort()

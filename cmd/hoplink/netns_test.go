@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -17,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/hoplink/hoplink/internal/testutil"
 )
 
 // The namespace test runs three relays as three processes, one per network
@@ -318,34 +319,13 @@ func waitFor(t *testing.T, what string, f func() error) {
 // many pseudo-random bytes (seeded by the count) followed by the SHA-256 of
 // what it read, and closes.
 func serveSinkThenSource(ln net.Listener) {
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		go func() {
-			defer c.Close()
-			h := sha256.New()
-			n, _ := io.Copy(h, c)
-			io.Copy(c, source(uint64(n), n))
-			c.Write(h.Sum(nil))
-		}()
-	}
+	testutil.Serve(ln, func(c *net.TCPConn) {
+		h := sha256.New()
+		n, _ := io.Copy(h, c)
+		io.Copy(c, testutil.RandReader(uint64(n), n))
+		c.Write(h.Sum(nil))
+	})
 }
-
-func source(seed uint64, n int64) io.Reader {
-	r := rand.New(rand.NewPCG(seed, 7))
-	return io.LimitReader(readerFunc(func(b []byte) (int, error) {
-		for i := range b {
-			b[i] = byte(r.Uint32())
-		}
-		return len(b), nil
-	}), n)
-}
-
-type readerFunc func([]byte) (int, error)
-
-func (f readerFunc) Read(b []byte) (int, error) { return f(b) }
 
 // tcpExchange sends size bytes, half-closes, and checks the answer: size
 // bytes of the expected stream, then the digest of what was sent.
@@ -358,7 +338,7 @@ func tcpExchange(dial func() (net.Conn, error), size int64) error {
 	c.SetDeadline(time.Now().Add(60 * time.Second))
 	sent := sha256.New()
 	go func() {
-		io.Copy(c, io.TeeReader(source(1, size), sent))
+		io.Copy(c, io.TeeReader(testutil.RandReader(1, size), sent))
 		c.(*net.TCPConn).CloseWrite()
 	}()
 	got := sha256.New()
@@ -367,7 +347,7 @@ func tcpExchange(dial func() (net.Conn, error), size int64) error {
 		return fmt.Errorf("answer: %d of %d bytes, %v", n, size, err)
 	}
 	want := sha256.New()
-	io.Copy(want, source(uint64(size), size))
+	io.Copy(want, testutil.RandReader(uint64(size), size))
 	if !bytes.Equal(got.Sum(nil), want.Sum(nil)) {
 		return fmt.Errorf("answer corrupted")
 	}

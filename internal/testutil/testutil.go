@@ -46,19 +46,22 @@ func TCPServer(t testing.TB, handle func(c *net.TCPConn)) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				handle(c.(*net.TCPConn))
-			}()
-		}
-	}()
+	go Serve(ln, handle)
 	return ln.Addr().String()
+}
+
+// Serve runs handle on each connection ln accepts, until ln closes.
+func Serve(ln net.Listener, handle func(c *net.TCPConn)) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			handle(c.(*net.TCPConn))
+		}()
+	}
 }
 
 // Echo sends back what it reads, then half-closes.
