@@ -152,16 +152,18 @@ func exchangeFlags(c flow.End, mine byte, deadline time.Time) (byte, error) {
 	return b[0], err
 }
 
-// receiveFrames writes the packet frames of a TLS session to a device until
-// the session ends.
-func receiveFrames(r io.Reader, d *tun.Device) error {
+// receiveFrames writes the packet frames of a TLS session to a device,
+// those that admit lets through, until the session ends.
+func receiveFrames(r io.Reader, d *tun.Device, admit func(pkt []byte) bool) error {
 	buf := make([]byte, hop.MaxPacketFrame)
 	for {
 		hdr, pkt, err := hop.ReadPacketFrame(r, buf)
 		if err != nil {
 			return err
 		}
-		d.Write(hdr, pkt)
+		if admit(pkt) {
+			d.Write(hdr, pkt)
+		}
 	}
 }
 
@@ -232,6 +234,16 @@ func (e *packetEntry) run() {
 	}
 }
 
+// admit says whether a packet from the session may enter the entry's
+// network (admit.Packets.IntoEntry), counting those that may not.
+func (e *packetEntry) admit(pkt []byte) bool {
+	if reason := e.rules.IntoEntry(pkt); reason != "" {
+		e.dev.Stats.Dropped(reason)
+		return false
+	}
+	return true
+}
+
 // session runs one session to the exit until it or the device ends.
 func (e *packetEntry) session() error {
 	p := e.p
@@ -260,7 +272,7 @@ func (e *packetEntry) session() error {
 		peer = &tlsPeer{w: out, gso: flags&flagTakesGSO != 0}
 		go func() {
 			defer close(ended)
-			receiveFrames(out, e.dev)
+			receiveFrames(out, e.dev, e.admit)
 		}()
 	} else {
 		conn, st, err := p.hops.Session(ctx, h)
@@ -269,12 +281,20 @@ func (e *packetEntry) session() error {
 		}
 		defer flow.Reset(st, hop.CodeReset)
 		out := rquic.NewSession(conn, st)
-		out.Receive(e.dev.Enqueue)
+		out.Receive(func(pkt []byte) {
+			if e.admit(pkt) {
+				e.dev.Enqueue(pkt)
+			}
+		})
 		defer out.Stop()
 		peer = &quicPeer{out: out}
 		go func() {
 			defer close(ended)
-			out.ReadFrames(func(pkt []byte) { e.dev.Enqueue(slices.Clone(pkt)) })
+			out.ReadFrames(func(pkt []byte) {
+				if e.admit(pkt) {
+					e.dev.Enqueue(slices.Clone(pkt))
+				}
+			})
 		}()
 	}
 	cancel()

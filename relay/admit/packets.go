@@ -105,8 +105,11 @@ func (p *Packets) IntoSession(pkt []byte) string {
 }
 
 // IntoExit says whether a packet that came over the session may enter the
-// exit's network: from the entry side, to a network the Tunnel reaches. It
-// returns the packet's source, and the drop reason or "".
+// exit's network: from the entry side, to a network the Tunnel reaches.
+// The exit's own address takes pings alone: a client behind the entry must
+// not reach the services the exit host runs (on a host-network exit, the
+// node's kubelet and metrics). It returns the packet's source, and the drop
+// reason or "".
 func (p *Packets) IntoExit(pkt []byte) (netip.Addr, string) {
 	src, dst, err := tun.Addresses(pkt)
 	switch {
@@ -114,10 +117,30 @@ func (p *Packets) IntoExit(pkt []byte) (netip.Addr, string) {
 		return src, NotIP
 	case !holds(p.sources, src):
 		return src, NotSource
-	case !p.exit.Masked().Contains(dst) && !holds(p.routes, dst):
+	case holds(p.routes, dst):
+	case dst == p.exit.Addr() && tun.IsEchoRequest(pkt):
+	default:
 		return src, NotRouted
 	}
 	return src, packetPass
+}
+
+// IntoEntry says whether a packet that came back over the session may
+// enter the entry's network: from a network the Tunnel reaches (or the
+// exit's own address, which answers pings), to the entry side. Whoever
+// holds the exit's certificate, or relays its datagrams, can reach no
+// other host behind the entry. It returns the drop reason, or "".
+func (p *Packets) IntoEntry(pkt []byte) string {
+	src, dst, err := tun.Addresses(pkt)
+	switch {
+	case err != nil:
+		return NotIP
+	case !holds(p.routes, src) && src != p.exit.Addr():
+		return NotRouted
+	case !holds(p.sources, dst):
+		return NotSource
+	}
+	return packetPass
 }
 
 func holds(ps []netip.Prefix, a netip.Addr) bool {

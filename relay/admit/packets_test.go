@@ -18,6 +18,14 @@ func ipv4(src, dst string) []byte {
 	return p
 }
 
+// ping makes an ICMP echo request from src to dst.
+func ping(src, dst string) []byte {
+	p := ipv4(src, dst)
+	p[9] = 1
+	p[20] = 8
+	return p
+}
+
 func TestPackets(t *testing.T) {
 	set := fixture(t)
 	rules, err := NewPackets(set.Tunnel("default/site"))
@@ -50,7 +58,10 @@ func TestPackets(t *testing.T) {
 		reason string
 	}{
 		{ipv4("10.201.0.1", "10.77.2.9"), ""},
-		{ipv4("10.201.0.7", "10.201.0.2"), ""},
+		{ipv4("10.201.0.7", "10.77.2.9"), ""},
+		{ping("10.201.0.1", "10.201.0.2"), ""},
+		{ipv4("10.201.0.1", "10.201.0.2"), NotRouted}, // the exit host's own services
+		{ipv4("10.201.0.1", "10.201.0.3"), NotRouted},
 		{ipv4("10.50.0.2", "10.77.2.9"), NotSource},
 		{ipv4("10.201.0.1", "10.50.0.2"), NotRouted},
 		{[]byte{0x45}, NotIP},
@@ -58,6 +69,22 @@ func TestPackets(t *testing.T) {
 	for _, c := range exit {
 		if _, got := rules.IntoExit(c.pkt); got != c.reason {
 			t.Errorf("IntoExit(% x) = %q, want %q", c.pkt, got, c.reason)
+		}
+	}
+	back := []struct {
+		pkt    []byte
+		reason string
+	}{
+		{ipv4("10.77.2.9", "10.201.0.1"), ""},
+		{ipv4("10.201.0.2", "10.201.0.1"), ""}, // the exit answering a ping
+		{ipv4("10.201.0.1", "10.201.0.1"), NotRouted},
+		{ipv4("10.77.2.9", "10.50.0.2"), NotSource}, // a host behind the entry
+		{ipv4("10.50.0.9", "10.201.0.1"), NotRouted},
+		{nil, NotIP},
+	}
+	for _, c := range back {
+		if got := rules.IntoEntry(c.pkt); got != c.reason {
+			t.Errorf("IntoEntry(% x) = %q, want %q", c.pkt, got, c.reason)
 		}
 	}
 	if _, err := NewPackets(set.Tunnel("default/web")); err == nil {

@@ -268,6 +268,19 @@ func ClampMSS(pkt []byte, mss uint16) bool {
 	return false
 }
 
+// IsEchoRequest says whether a packet is an ICMP or ICMPv6 echo request.
+func IsEchoRequest(pkt []byte) bool {
+	ip, err := parseIP(pkt)
+	if err != nil {
+		return false
+	}
+	msg := pkt[ip.ipHdrLen:]
+	if len(msg) < 8 || msg[1] != 0 {
+		return false
+	}
+	return !ip.v6 && ip.proto == 1 && msg[0] == 8 || ip.v6 && ip.proto == 58 && msg[0] == 128
+}
+
 // EchoReply answers an ICMP or ICMPv6 echo request from the address it was
 // sent to, or returns nil for any other packet. A tun Tunnel in flow mode
 // answers pings to its routed addresses itself: the exit relay cannot ping

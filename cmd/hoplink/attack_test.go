@@ -1,0 +1,255 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	quicgo "github.com/quic-go/quic-go"
+
+	"github.com/hoplink/hoplink/pki"
+	"github.com/hoplink/hoplink/relay/hop"
+)
+
+// The attack tests run real relays in namespaces of their own and attack
+// them as a tenant, a client or a relay's stolen certificate would; each
+// asserts the defence, and a control that the attack's path is real.
+
+// sitePair is a packet-mode Tunnel from hk (in cl) to la (in sv).
+const sitePair = `
+apiVersion: hoplink.dev/v1alpha1
+kind: RelayNode
+metadata: {name: hk}
+spec: {endpoints: ["CL:7401"]}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: RelayNode
+metadata: {name: la}
+spec: {endpoints: ["SV:7401"]}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: Chain
+metadata: {name: c}
+spec: {entry: hk, exit: la, route: [hk, la]}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: Tunnel
+metadata: {name: site}
+spec: {chain: c, protocol: tun, tun: {name: hl-site, address: 10.210.0.1/24, routes: [10.77.9.0/24], mode: packet}}
+`
+
+type pair struct {
+	cl, sv     *netns
+	dir, certs string
+	bin        string
+	clA, svA   string
+}
+
+func newPair(t *testing.T, tag string) *pair {
+	requireNetns(t)
+	p := &pair{bin: buildHoplink(t), dir: t.TempDir()}
+	name := fmt.Sprintf("%s%d", tag, os.Getpid()%100000)
+	p.cl, p.sv = newNetns(t, name+"-cl"), newNetns(t, name+"-sv")
+	p.clA, p.svA = link(t, p.cl, p.sv, 7, "to-sv", "to-cl")
+	m := strings.NewReplacer("CL", p.clA, "SV", p.svA).Replace(sitePair)
+	p.certs = relayFiles(t, p.bin, p.dir, "site.yaml", m, "hk", "la")
+	return p
+}
+
+func (p *pair) relay(ns *netns, name string) {
+	ns.start(filepath.Join(p.dir, name+".log"), p.bin, "relay", "-f", p.dir, "--name", name,
+		"--certs", p.certs, "--metrics-addr", "127.0.0.1:9464")
+	p.cl.t.Cleanup(func() {
+		if p.cl.t.Failed() {
+			b, _ := os.ReadFile(filepath.Join(p.dir, name+".log"))
+			p.cl.t.Logf("%s log:\n%s", name, b)
+		}
+	})
+}
+
+// udpPacket is an IPv4 UDP packet (no UDP checksum, which IPv4 allows).
+func udpPacket(src, dst netip.AddrPort, payload []byte) []byte {
+	b := make([]byte, 28+len(payload))
+	b[0], b[8], b[9] = 0x45, 64, 17
+	binary.BigEndian.PutUint16(b[2:], uint16(len(b)))
+	s, d := src.Addr().As4(), dst.Addr().As4()
+	copy(b[12:], s[:])
+	copy(b[16:], d[:])
+	var sum uint32
+	for i := 0; i < 20; i += 2 {
+		sum += uint32(binary.BigEndian.Uint16(b[i:]))
+	}
+	for sum > 0xffff {
+		sum = sum>>16 + sum&0xffff
+	}
+	binary.BigEndian.PutUint16(b[10:], ^uint16(sum))
+	binary.BigEndian.PutUint16(b[20:], src.Port())
+	binary.BigEndian.PutUint16(b[22:], dst.Port())
+	binary.BigEndian.PutUint16(b[24:], uint16(8+len(payload)))
+	copy(b[28:], payload)
+	return b
+}
+
+// listenUDP opens a UDP socket in ns that reports what it receives.
+func listenUDP(t *testing.T, ns *netns, addr string) <-chan string {
+	t.Helper()
+	var c net.PacketConn
+	ns.do(func() {
+		var err error
+		if c, err = net.ListenPacket("udp", addr); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Cleanup(func() { c.Close() })
+	got := make(chan string, 16)
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			n, _, err := c.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			got <- string(buf[:n])
+		}
+	}()
+	return got
+}
+
+// TestAttackEntryFromAFakeExit: whoever holds the exit's certificate (or
+// relays its datagrams) sends packets back into the entry's network. The
+// entry writes into its kernel only packets from the Tunnel's routes (or
+// the exit's address) to its own side; one to any other host behind the
+// entry (here 10.50.0.2) is dropped and counted.
+func TestAttackEntryFromAFakeExit(t *testing.T) {
+	p := newPair(t, "ha")
+	run(t, "ip", "-n", p.cl.name, "addr", "add", "10.50.0.2/32", "dev", "lo")
+	victim := listenUDP(t, p.cl, "10.50.0.2:9999")
+
+	// The fake exit: la's own certificate, in la's place.
+	id, err := pki.LoadIdentity("la", filepath.Join(p.certs, "ca.crt"), filepath.Join(p.certs, "la.crt"), filepath.Join(p.certs, "la.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var udp *net.UDPConn
+	p.sv.do(func() {
+		if udp, err = net.ListenUDP("udp", &net.UDPAddr{IP: net.ParseIP(p.svA), Port: 7401}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	tr := &quicgo.Transport{Conn: udp}
+	defer tr.Close()
+	ln, err := tr.Listen(id.ServerConfig(func(error) {}), &quicgo.Config{EnableDatagrams: true, MaxIdleTimeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.relay(p.cl, "hk")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := ln.Accept(ctx)
+	if err != nil {
+		t.Fatalf("the entry never connected: %v", err)
+	}
+	s, err := conn.AcceptStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := hop.Read(s)
+	if err != nil || h.Kind != hop.KindPacket {
+		t.Fatalf("session header %+v, %v", h, err)
+	}
+	control := listenUDP(t, p.cl, "10.210.0.1:9998") // the device is up with its session
+	exitAddr := netip.MustParseAddr("10.210.0.2")
+	send := func(src, dst netip.AddrPort, payload string) {
+		conn.SendDatagram(hop.AppendDatagram(nil, uint64(s.StreamID()), udpPacket(src, dst, []byte(payload))))
+	}
+	waitFor(t, "a packet from the routes reaches the entry side", func() error {
+		send(netip.AddrPortFrom(netip.MustParseAddr("10.77.9.1"), 53), netip.MustParseAddrPort("10.210.0.1:9998"), "allowed")
+		select {
+		case <-control:
+			return nil
+		case <-time.After(200 * time.Millisecond):
+			return fmt.Errorf("nothing arrived")
+		}
+	})
+	for range 20 {
+		send(netip.AddrPortFrom(exitAddr, 4444), netip.MustParseAddrPort("10.50.0.2:9999"), "from the exit's address")
+		send(netip.MustParseAddrPort("10.77.9.1:53"), netip.MustParseAddrPort("10.50.0.2:9999"), "from a route")
+		send(netip.MustParseAddrPort("10.99.0.1:53"), netip.MustParseAddrPort("10.210.0.1:9998"), "from off the routes")
+	}
+	select {
+	case got := <-victim:
+		t.Fatalf("a host behind the entry received %q from the session", got)
+	case got := <-control:
+		t.Fatalf("the entry took %q from outside the Tunnel's routes", got)
+	case <-time.After(time.Second):
+	}
+	metrics := metricsIn(t, p.cl)
+	for _, reason := range []string{"not_source", "not_routed"} {
+		if !strings.Contains(metrics, fmt.Sprintf(`hoplink_tun_dropped_packets_total{reason=%q,relay="hk",tunnel="default/site"}`, reason)) {
+			t.Errorf("no %s drops counted:\n%s", reason, grepLines(metrics, "dropped"))
+		}
+	}
+}
+
+// TestAttackExitHostFromTheEntrySide: a client behind the entry tries the
+// services the exit host runs on every address (here a TCP and a UDP
+// server on 0.0.0.0), through the exit device's own address. Only pings
+// get there.
+func TestAttackExitHostFromTheEntrySide(t *testing.T) {
+	p := newPair(t, "hx")
+	run(t, "ip", "-n", p.sv.name, "addr", "add", "10.77.9.1/32", "dev", "lo")
+	var tcpLn net.Listener
+	p.sv.do(func() {
+		var err error
+		if tcpLn, err = net.Listen("tcp", "0.0.0.0:8080"); err != nil {
+			t.Fatal(err)
+		}
+	})
+	defer tcpLn.Close()
+	go serveSinkThenSource(tcpLn)
+	host := listenUDP(t, p.sv, "0.0.0.0:9999")
+	p.relay(p.sv, "la")
+	p.relay(p.cl, "hk")
+
+	dial := func(addr string) func() (net.Conn, error) {
+		return func() (net.Conn, error) {
+			var c net.Conn
+			var err error
+			p.cl.do(func() { c, err = net.DialTimeout("tcp", addr, 2*time.Second) })
+			return c, err
+		}
+	}
+	// Control: the Tunnel's route works end to end.
+	waitFor(t, "the route carries a flow", func() error { return tcpExchange(dial("10.77.9.1:8080"), 1<<10) })
+	pingFrom(t, p.cl, "10.210.0.2")
+
+	if c, err := dial("10.210.0.2:8080")(); err == nil {
+		c.Close()
+		t.Fatal("a client behind the entry connected to the exit host's own service")
+	}
+	var u net.Conn
+	p.cl.do(func() { u, _ = net.Dial("udp", "10.210.0.2:9999") })
+	for range 10 {
+		u.Write([]byte("knock"))
+	}
+	u.Close()
+	select {
+	case got := <-host:
+		t.Fatalf("the exit host's UDP service received %q", got)
+	case <-time.After(time.Second):
+	}
+	waitFor(t, "the drops counted", func() error {
+		if !strings.Contains(metricsIn(t, p.sv), `hoplink_tun_dropped_packets_total{reason="not_routed",relay="la",tunnel="default/site"}`) {
+			return fmt.Errorf("no not_routed drops on la")
+		}
+		return nil
+	})
+}
