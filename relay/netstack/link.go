@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"gvisor.dev/gvisor/pkg/buffer"
 	"gvisor.dev/gvisor/pkg/tcpip"
@@ -35,6 +36,7 @@ type link struct {
 	dispatcher stack.NetworkDispatcher
 	onClose    func()
 	done       chan struct{}
+	started    atomic.Bool
 	closed     atomic.Bool
 }
 
@@ -88,9 +90,16 @@ func (l *link) Attach(d stack.NetworkDispatcher) {
 // start begins reading the device. The stack calls Attach as the NIC is
 // created, before its transport handlers are set; reading from then on
 // would hand packets to a stack still being built.
-func (l *link) start() { go l.read() }
+func (l *link) start() {
+	l.started.Store(true)
+	go l.read()
+}
 
-func (l *link) Wait() { <-l.done }
+func (l *link) Wait() {
+	if l.started.Load() {
+		<-l.done
+	}
+}
 
 func (l *link) SetOnCloseAction(f func()) {
 	l.mu.Lock()
@@ -98,17 +107,27 @@ func (l *link) SetOnCloseAction(f func()) {
 	l.mu.Unlock()
 }
 
-// Close stops reading; the device itself is closed by its owner, which
-// ends the read in progress.
+// Close is the stack's: by then stopReading has ended the read goroutine.
 func (l *link) Close() {
-	if l.closed.Swap(true) {
-		return
-	}
+	l.stopReading()
 	l.mu.Lock()
 	f := l.onClose
+	l.onClose = nil
 	l.mu.Unlock()
 	if f != nil {
 		f()
+	}
+}
+
+// stopReading ends the read goroutine and waits for it, outside every lock
+// of the stack: a read in progress returns at once (its deadline passes, or
+// the device's owner closed it), and a packet being delivered finishes.
+func (l *link) stopReading() {
+	if !l.closed.Swap(true) {
+		l.dev.File().SetReadDeadline(time.Now())
+	}
+	if l.started.Load() {
+		<-l.done
 	}
 }
 

@@ -168,9 +168,12 @@ func addrOf(a tcpip.Address) netip.Addr {
 	return ip.Unmap()
 }
 
-// Close stops the stack and waits for the flows' handlers. Close the
-// device first: that ends the link's read, which Close waits for.
+// Close stops the stack and waits for the flows' handlers. The link's read
+// goroutine stops first: gvisor's Stack.Close waits for it (link.Wait)
+// while holding locks that a packet on its way into the stack needs, so a
+// packet in flight at that moment would hang both.
 func (st *Stack) Close() {
+	st.link.stopReading()
 	st.s.Close()
 	st.s.Wait()
 	st.wg.Wait()

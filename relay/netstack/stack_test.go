@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"runtime"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -124,5 +125,80 @@ func TestStackTerminatesFlows(t *testing.T) {
 				t.Errorf("stats: flows %d (want 2), packets in %d, out %d", c.flows.Load(), c.in.Load(), c.out.Load())
 			}
 		})
+	}
+}
+
+// TestCloseUnderTraffic closes a stack, again and again, while packets
+// stream into its device: a packet on its way into the stack when Close
+// runs must neither hang Close nor the packet's goroutine. (make test once
+// hung here: the link's reader inside DeliverNetworkPacket, gvisor's Close
+// holding the lock it wanted while waiting for that reader.)
+func TestCloseUnderTraffic(t *testing.T) {
+	node := testutil.Namespace(t, "nc")
+	const rounds = 30
+	for i := range rounds {
+		var dev *tun.Device
+		if err := node.Do(func() (err error) {
+			dev, err = tun.Open(tun.Config{Name: "hc0", Address: netip.MustParsePrefix("10.211.0.1/24"), MTU: 1420,
+				Routes: []netip.Prefix{netip.MustParsePrefix("10.89.0.0/16")}, Offload: i%2 == 0})
+			return err
+		}); err != nil {
+			t.Fatalf("round %d: %v", i, err)
+		}
+		st, err := New(Options{Device: dev, MTU: 1420, Allowed: func(netip.Addr) bool { return true },
+			TCP: func(conn *TCPConn, _ netip.AddrPort) { conn.Close() },
+			UDP: func(conn net.Conn, _, _ netip.AddrPort) { conn.Close() }})
+		if err != nil {
+			dev.Close()
+			t.Fatal(err)
+		}
+		// Packets keep coming from many sources, so that the stack is busy
+		// making UDP flows when it closes.
+		stop := make(chan struct{})
+		sent := make(chan struct{})
+		go func() {
+			defer close(sent)
+			var conns []net.Conn
+			node.Do(func() error {
+				for j := range 8 {
+					c, err := net.Dial("udp", fmt.Sprintf("10.89.%d.1:53", j))
+					if err == nil {
+						conns = append(conns, c)
+					}
+				}
+				return nil
+			})
+			defer func() {
+				for _, c := range conns {
+					c.Close()
+				}
+			}()
+			p := make([]byte, 512)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				for _, c := range conns {
+					c.Write(p)
+				}
+			}
+		}()
+		time.Sleep(time.Duration(5+i%7) * time.Millisecond)
+		closed := make(chan struct{})
+		go func() {
+			dev.Close()
+			st.Close()
+			close(closed)
+		}()
+		select {
+		case <-closed:
+		case <-time.After(10 * time.Second):
+			buf := make([]byte, 1<<20)
+			t.Fatalf("round %d: Close hung under traffic:\n%s", i, buf[:runtime.Stack(buf, true)])
+		}
+		close(stop)
+		<-sent
 	}
 }
