@@ -15,6 +15,7 @@ package relay
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -25,6 +26,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	quicgo "github.com/quic-go/quic-go"
 	"k8s.io/apimachinery/pkg/api/equality"
 
 	"github.com/hoplink/hoplink/adminapi"
@@ -34,6 +36,7 @@ import (
 	"github.com/hoplink/hoplink/pki"
 	"github.com/hoplink/hoplink/relay/nexthop"
 	"github.com/hoplink/hoplink/relay/probe"
+	rquic "github.com/hoplink/hoplink/relay/quic"
 	"github.com/hoplink/hoplink/routectl"
 )
 
@@ -75,14 +78,15 @@ type Relay struct {
 	wg     sync.WaitGroup
 	ready  atomic.Bool
 
-	hops    *nexthop.Peers
-	routes  *routeBook
-	measure *measurer
-	ctl     *routectl.Controller // when Config.Route
-	tcp     *tcpFlows
-	udp     *udpFlows
-	tun     *tunFlows
-	packets *packetTunnels
+	hops     *nexthop.Peers
+	routes   *routeBook
+	measure  *measurer
+	ctl      *routectl.Controller // when Config.Route
+	tcp      *tcpFlows
+	udp      *udpFlows
+	tun      *tunFlows
+	packets  *packetTunnels
+	dispatch *dispatcher
 
 	mu      sync.Mutex
 	tunnels map[string]*entryTunnel // open entries by Tunnel key
@@ -150,29 +154,29 @@ func (r *Relay) Start() error {
 	}})
 	targets := probe.NewTargets(e.name, e.m)
 	r.measure = &measurer{env: e, links: links, targets: targets, routes: r.routes}
-	d := &dispatcher{env: e, measure: r.measure}
-	hops, err := nexthop.Listen(nexthop.Options{
+	hops := nexthop.New(nexthop.Options{
 		Name:        e.name,
 		Identity:    r.cfg.Identity,
 		Listen:      net.JoinHostPort(self.Spec.Listen.Address, strconv.Itoa(int(self.Spec.Listen.Port))),
 		Manifests:   e.manifests,
 		Router:      r.routes,
-		Stream:      d.serveQUIC,
-		TLS:         d.serveTLS,
+		Stream:      func(c *rquic.Conn, s *quicgo.Stream) { r.dispatch.serveQUIC(c, s) },
+		TLS:         func(peer string, c *tls.Conn) { r.dispatch.serveTLS(peer, c) },
 		Admin:       adminapi.Handler(adminBackend{r.measure}),
 		OnProbeEcho: links.Echo,
 		Metrics:     e.m,
 		Log:         e.log,
 	})
-	if err != nil {
-		return fmt.Errorf("RelayNode %q: spec.listen: %w", r.cfg.Name, err)
-	}
-	r.hops, r.measure.hops, d.hops = hops, hops, hops
+	// Every role exists before the first peer's stream can arrive.
+	r.hops, r.measure.hops = hops, hops
 	r.tcp = &tcpFlows{env: e, hops: hops, targets: targets}
 	r.udp = &udpFlows{env: e, hops: hops}
 	r.tun = &tunFlows{env: e, tcp: r.tcp, udp: r.udp, noOffload: r.cfg.NoTUNOffload}
 	r.packets = &packetTunnels{env: e, hops: hops, noOffload: r.cfg.NoTUNOffload, exits: map[string]*packetExit{}}
-	d.tcp, d.udp, d.packets = r.tcp, r.udp, r.packets
+	r.dispatch = &dispatcher{env: e, hops: hops, tcp: r.tcp, udp: r.udp, packets: r.packets, measure: r.measure}
+	if err := hops.Listen(); err != nil {
+		return fmt.Errorf("RelayNode %q: spec.listen: %w", r.cfg.Name, err)
+	}
 
 	hops.Connect(set)
 	r.packets.sync(set)

@@ -62,28 +62,40 @@ type Peers struct {
 	tls  *tlslink.Endpoint
 }
 
+// New makes a relay's Peers; Listen binds them. The two steps let the
+// roles that serve peers' streams hold the Peers before the first stream
+// arrives.
+func New(o Options) *Peers { return &Peers{o: o} }
+
 // Listen binds the relay's QUIC and TLS listeners on the same port number.
-func Listen(o Options) (*Peers, error) {
+func (p *Peers) Listen() error {
+	o := p.o
 	known := func(name string) bool { return o.Manifests().Relay(name) != nil }
 	q, err := rquic.Listen(rquic.Options{Name: o.Name, Identity: o.Identity, Listen: o.Listen, KnownPeer: known,
 		Handler: o.Stream, OnProbeEcho: o.OnProbeEcho, Metrics: o.Metrics, Log: o.Log})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	t, err := tlslink.Listen(tlslink.Options{Name: o.Name, Identity: o.Identity, Listen: o.Listen, KnownPeer: known,
 		Handler: o.TLS, Admin: o.Admin, Metrics: o.Metrics, Log: o.Log})
 	if err != nil {
 		q.Close()
-		return nil, err
+		return err
 	}
-	return &Peers{o: o, quic: q, tls: t}, nil
+	p.quic, p.tls = q, t
+	return nil
 }
 
 // Addr is the bound QUIC address.
 func (p *Peers) Addr() net.Addr { return p.quic.Addr() }
 
 // Close ends every connection, in and out.
-func (p *Peers) Close() error { return errors.Join(p.tls.Close(), p.quic.Close()) }
+func (p *Peers) Close() error {
+	if p.quic == nil {
+		return nil
+	}
+	return errors.Join(p.tls.Close(), p.quic.Close())
+}
 
 // TLSDone tells the TLS endpoint that a connection it accepted is closed.
 func (p *Peers) TLSDone(c *tls.Conn) { p.tls.Done(c) }

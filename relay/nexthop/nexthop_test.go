@@ -84,12 +84,12 @@ spec: {chain: c, listen: {port: 15999}, target: "127.0.0.1:1"}
 		if err != nil {
 			t.Fatal(err)
 		}
-		p, err := Listen(Options{Name: name, Identity: id, Listen: fmt.Sprintf("127.0.0.1:%d", port),
+		p := New(Options{Name: name, Identity: id, Listen: fmt.Sprintf("127.0.0.1:%d", port),
 			Manifests: func() *manifest.Set { return set }, Router: staticRouter{},
 			Stream:  func(c *rquic.Conn, s *quicgo.Stream) { report(c.Peer, s) },
 			TLS:     func(peer string, c *tls.Conn) { report(peer, c) },
 			Metrics: m, Log: log})
-		if err != nil {
+		if err := p.Listen(); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { p.Close() })
