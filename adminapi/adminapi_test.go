@@ -71,7 +71,7 @@ func server(t *testing.T, ca *pki.CA, as string, b Backend) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln := &handshaken{Listener: tls.NewListener(raw, id.ServerConfig(func(error) {}, pki.AdminALPN))}
+	ln := &handshaken{Listener: tls.NewListener(raw, id.ServerConfig(nil, pki.AdminALPN))}
 	srv := &http.Server{Handler: Handler(b), ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 		return WithClient(ctx, c.(plainConn).client)
 	}}

@@ -262,6 +262,32 @@ func TestAllowsHop(t *testing.T) {
 	}
 }
 
+// TestStatusRouteSteersOnlyWhatTheSpecAllows: whoever may write a Chain's
+// status (or forge it in a relay's cache) cannot move a static chain's
+// flows, nor a routed chain's off the routes its spec allows.
+func TestStatusRouteSteersOnlyWhatTheSpecAllows(t *testing.T) {
+	s, err := Parse("x.yaml", []byte(relays+chain+routed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	static, fast := s.Chain("default/to-east"), s.Chain("default/fast")
+	static.Status.Route = []string{"hk", "la"}
+	if got := Route(static); strings.Join(got, ",") != "hk,seattle,la" {
+		t.Errorf("static chain follows its status: %v", got)
+	}
+	if AllowsHop(static, "hk", "la", []string{"la"}) {
+		t.Error("a static chain admits the route in its status")
+	}
+	fast.Status.Route = []string{"hk", "mallory", "la"}
+	if got := Route(fast); len(got) != 0 {
+		t.Errorf("routed chain follows a route its spec does not allow: %v", got)
+	}
+	fast.Status.Route = []string{"hk", "seattle", "la"}
+	if got := Route(fast); strings.Join(got, ",") != "hk,seattle,la" {
+		t.Errorf("routed chain ignores its controller: %v", got)
+	}
+}
+
 func TestRoutedChain(t *testing.T) {
 	s, err := Parse("x.yaml", []byte(relays+routed))
 	if err != nil {

@@ -98,10 +98,12 @@ func (s *Set) ChainOf(t *v1alpha1.Tunnel) *v1alpha1.Chain {
 // Source says where an object was read.
 func (s *Set) Source(obj any) Source { return s.src[obj] }
 
-// Route is the route new flows of a chain take: the observed route in status
-// when a route controller has set one, else the static spec.route.
+// Route is the route new flows of a chain take: for a routed chain the
+// route controller's choice in status, when the spec allows it, else
+// spec.route. A static chain takes its spec.route alone: its status is
+// only a copy, and whoever may write status must not steer its flows.
 func Route(c *v1alpha1.Chain) []string {
-	if len(c.Status.Route) > 0 {
+	if c.Spec.Mode.Routed() && len(c.Status.Route) > 0 && ValidRoute(c, c.Status.Route) == nil {
 		return c.Status.Route
 	}
 	return c.Spec.Route
@@ -223,16 +225,12 @@ func AllowsHop(c *v1alpha1.Chain, prev, self string, rest []string) bool {
 		}
 		return ValidRoute(c, full) == nil
 	}
-	for _, route := range [][]string{c.Spec.Route, c.Status.Route} {
-		i := slices.Index(route, self)
-		if i < 0 || !slices.Equal(route[i:], rest) {
-			continue
-		}
-		if (i == 0 && prev == "") || (i > 0 && route[i-1] == prev) {
-			return true
-		}
+	route := c.Spec.Route
+	i := slices.Index(route, self)
+	if i < 0 || !slices.Equal(route[i:], rest) {
+		return false
 	}
-	return false
+	return (i == 0 && prev == "") || (i > 0 && route[i-1] == prev)
 }
 
 // ValidRoute says why route is not one that routed chain c may take: it

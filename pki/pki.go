@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"net"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -287,24 +288,37 @@ func (id *Identity) DeriveKey(label string) ([32]byte, error) {
 // ServerConfig is the TLS config of a relay's listener: it requires a client
 // certificate from the CA, and offers the protocols given (ALPN when none).
 // The check is done here rather than by crypto/tls so that a rejected peer
-// can be counted and logged through onReject.
-func (id *Identity) ServerConfig(onReject func(error), protos ...string) *tls.Config {
+// can be counted and logged, with the address it came from, through
+// onReject.
+func (id *Identity) ServerConfig(onReject func(remote net.Addr, err error), protos ...string) *tls.Config {
 	if len(protos) == 0 {
 		protos = []string{ALPN}
 	}
-	return &tls.Config{
+	base := &tls.Config{
 		MinVersion:     tls.VersionTLS13,
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return id.Certificate(), nil },
 		ClientAuth:     tls.RequireAnyClientCert,
 		NextProtos:     protos,
-		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
+	}
+	conf := base.Clone()
+	// Each handshake gets a config that knows its client's address (quic-go
+	// fills in ClientHelloInfo.Conn too).
+	conf.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+		var remote net.Addr
+		if hello.Conn != nil {
+			remote = hello.Conn.RemoteAddr()
+		}
+		c := base.Clone()
+		c.VerifyPeerCertificate = func(raw [][]byte, _ [][]*x509.Certificate) error {
 			err := id.verifyPeer(raw)
 			if err != nil && onReject != nil {
-				onReject(err)
+				onReject(remote, err)
 			}
 			return err
-		},
+		}
+		return c, nil
 	}
+	return conf
 }
 
 func (id *Identity) verifyPeer(raw [][]byte) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/hoplink/hoplink/metrics"
 	"github.com/hoplink/hoplink/relay/flow"
 	"github.com/hoplink/hoplink/relay/nexthop"
+	"github.com/hoplink/hoplink/relay/ratelog"
 )
 
 // env is what every role of a relay shares: its name, logger and metrics,
@@ -20,6 +22,7 @@ import (
 type env struct {
 	name         string
 	log          *slog.Logger
+	warn         *ratelog.Logger // for what peers can make the relay log
 	m            *metrics.Metrics
 	set          *atomic.Pointer[manifest.Set]
 	setupTimeout time.Duration
@@ -91,8 +94,8 @@ func (e *env) hopFailed(tunnel string, err error) {
 	e.log.Warn("next hop unavailable", "tunnel", tunnel, "err", err)
 }
 
-// rejected counts and logs a stream refused for reason.
-func (e *env) rejected(peer, reason string, err error, tunnel string) {
+// rejected counts and logs (rate-limited) a stream refused for reason.
+func (e *env) rejected(peer string, remote net.Addr, reason string, err error, tunnel string) {
 	e.m.Rejected.WithLabelValues(e.name, reason).Inc()
-	e.log.Warn("rejected stream", "peer", peer, "reason", reason, "tunnel", tunnel, "err", err)
+	e.warn.Warn("rejected stream", "peer", peer, "remote", remote, "reason", reason, "tunnel", tunnel, "err", err)
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"slices"
 	"sync"
 	"time"
@@ -123,7 +124,7 @@ const maxLinksBody = 4 << 10
 
 // serveLinks answers an admitted link request, or passes it on toward the
 // relay it is for.
-func (m *measurer) serveLinks(peer string, s *quicgo.Stream, h *hop.Header, c *v1alpha1.Chain) {
+func (m *measurer) serveLinks(peer string, remote net.Addr, s *quicgo.Stream, h *hop.Header, c *v1alpha1.Chain) {
 	if len(h.Route) > 1 {
 		ctx, cancel := m.setupContext()
 		out, err := m.hops.Open(ctx, nexthop.Onward(h), v1alpha1.TransportQUIC)
@@ -138,7 +139,7 @@ func (m *measurer) serveLinks(peer string, s *quicgo.Stream, h *hop.Header, c *v
 	s.SetReadDeadline(time.Now().Add(headerTimeout))
 	var body linksBody
 	if err := readFramed(s, maxLinksBody, &body); err != nil {
-		m.rejected(peer, "bad_header", fmt.Errorf("link request body: %w", err), h.Tunnel)
+		m.rejected(peer, remote, "bad_header", fmt.Errorf("link request body: %w", err), h.Tunnel)
 		flow.Reset(s, hop.CodeRejected)
 		return
 	}

@@ -37,6 +37,7 @@ import (
 	"github.com/hoplink/hoplink/relay/nexthop"
 	"github.com/hoplink/hoplink/relay/probe"
 	rquic "github.com/hoplink/hoplink/relay/quic"
+	"github.com/hoplink/hoplink/relay/ratelog"
 	"github.com/hoplink/hoplink/routectl"
 )
 
@@ -122,7 +123,7 @@ func New(cfg Config) (*Relay, error) {
 	r.set.Store(cfg.Manifests)
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
-	r.env = &env{name: cfg.Name, log: cfg.Log, m: cfg.Metrics, set: &r.set, setupTimeout: cfg.SetupTimeout,
+	r.env = &env{name: cfg.Name, log: cfg.Log, warn: ratelog.New(cfg.Log), m: cfg.Metrics, set: &r.set, setupTimeout: cfg.SetupTimeout,
 		flows: make(chan struct{}, cfg.MaxFlows), ctx: ctx, wg: &r.wg}
 	r.routes = newRouteBook(r.env, cfg.Route)
 	return r, nil

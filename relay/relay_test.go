@@ -18,11 +18,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+	quicgo "github.com/quic-go/quic-go"
 
 	"github.com/hoplink/hoplink/manifest"
 	"github.com/hoplink/hoplink/metrics"
 	"github.com/hoplink/hoplink/pki"
+	"github.com/hoplink/hoplink/relay/hop"
 	"github.com/hoplink/hoplink/relay/nexthop"
+	"github.com/hoplink/hoplink/relay/ratelog"
 	"github.com/hoplink/hoplink/routectl"
 )
 
@@ -87,7 +90,8 @@ func testEnv(t *testing.T, yaml string) (*env, *metrics.Metrics) {
 	var p atomic.Pointer[manifest.Set]
 	p.Store(set)
 	m := metrics.New(prometheus.NewRegistry())
-	return &env{name: "hk", log: slog.New(slog.NewTextHandler(io.Discard, nil)), m: m, set: &p,
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	return &env{name: "hk", log: log, warn: ratelog.New(log), m: m, set: &p,
 		setupTimeout: time.Second, flows: make(chan struct{}, 2), ctx: context.Background(), wg: &sync.WaitGroup{}}, m
 }
 
@@ -179,5 +183,43 @@ func TestRouteBook(t *testing.T) {
 	}
 	if _, ok := b.decided["default/fast"]; ok {
 		t.Fatal("a decision survived its chain becoming static")
+	}
+}
+
+// stuckEnd is a trace whose asker never sends EOF: reads block until Abort.
+type stuckEnd struct {
+	aborted chan struct{}
+	once    sync.Once
+}
+
+func (e *stuckEnd) Read([]byte) (int, error)    { <-e.aborted; return 0, errors.New("aborted") }
+func (e *stuckEnd) Write(b []byte) (int, error) { return len(b), nil }
+func (e *stuckEnd) Wait() error                 { return nil }
+func (e *stuckEnd) CloseWrite() error           { return nil }
+func (e *stuckEnd) Abort()                      { e.once.Do(func() { close(e.aborted) }) }
+func (e *stuckEnd) Fail(quicgo.StreamErrorCode) { e.Abort() }
+func (e *stuckEnd) Close()                      {}
+
+// TestTraceAtTheExitHasADeadline: a peer that opens a trace to the exit and
+// never finishes it holds a flow token only until traceTimeout.
+func TestTraceAtTheExitHasADeadline(t *testing.T) {
+	defer func(d time.Duration) { traceTimeout = d }(traceTimeout)
+	traceTimeout = 100 * time.Millisecond
+	e, _ := testEnv(t, twoRelays)
+	m := &measurer{env: e}
+	set := e.manifests()
+	done := make(chan struct{})
+	in := &stuckEnd{aborted: make(chan struct{})}
+	go func() {
+		m.serveTrace(in, &hop.Header{Kind: hop.KindTrace, Tunnel: "default/fast", Route: []string{"hk"}}, set.Chain("default/fast"))
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a trace that never ends holds its flow token")
+	}
+	if len(e.flows) != 0 {
+		t.Fatalf("%d flow tokens still taken", len(e.flows))
 	}
 }

@@ -43,20 +43,20 @@ func (d *dispatcher) serveQUIC(c *rquic.Conn, s *quicgo.Stream) {
 		return
 	}
 	if err != nil {
-		d.rejected(c.Peer, "bad_header", err, "")
+		d.rejected(c.Peer, c.RemoteAddr(), "bad_header", err, "")
 		flow.Reset(s, hop.CodeRejected)
 		return
 	}
 	s.SetReadDeadline(time.Time{})
 	g, ref := admit.Stream(d.manifests(), d.name, c.Peer, &h, admit.QUIC)
 	if ref != nil {
-		d.rejected(c.Peer, ref.Reason, ref, h.Tunnel)
+		d.rejected(c.Peer, c.RemoteAddr(), ref.Reason, ref, h.Tunnel)
 		flow.Reset(s, hop.CodeRejected)
 		return
 	}
 	switch h.Kind {
 	case hop.KindLinks:
-		d.measure.serveLinks(c.Peer, s, &h, g.Chain)
+		d.measure.serveLinks(c.Peer, c.RemoteAddr(), s, &h, g.Chain)
 		return
 	case hop.KindTrace:
 		d.measure.serveTrace(flow.Stream(s), &h, g.Chain)
@@ -65,7 +65,7 @@ func (d *dispatcher) serveQUIC(c *rquic.Conn, s *quicgo.Stream) {
 	var x *packetExit
 	if h.Kind == hop.KindPacket && g.Last {
 		if x, err = d.packets.exitFor(h.Tunnel); err != nil {
-			d.rejected(c.Peer, "no_device", err, h.Tunnel)
+			d.rejected(c.Peer, c.RemoteAddr(), "no_device", err, h.Tunnel)
 			flow.Reset(s, hop.CodeRejected)
 			return
 		}
@@ -101,14 +101,14 @@ func (d *dispatcher) serveTLS(peer string, c *tls.Conn) {
 	}
 	h, err := hop.Read(io.MultiReader(bytes.NewReader(first[:]), c))
 	if err != nil {
-		d.rejected(peer, "bad_header", err, "")
+		d.rejected(peer, c.RemoteAddr(), "bad_header", err, "")
 		in.Abort()
 		return
 	}
 	c.SetReadDeadline(time.Time{})
 	g, ref := admit.Stream(d.manifests(), d.name, peer, &h, admit.TLS)
 	if ref != nil {
-		d.rejected(peer, ref.Reason, ref, h.Tunnel)
+		d.rejected(peer, c.RemoteAddr(), ref.Reason, ref, h.Tunnel)
 		in.Abort()
 		return
 	}
@@ -126,7 +126,7 @@ func (d *dispatcher) serveTLS(peer string, c *tls.Conn) {
 	case h.Kind == hop.KindPacket && g.Last:
 		x, err := d.packets.exitFor(h.Tunnel)
 		if err != nil {
-			d.rejected(peer, "no_device", err, h.Tunnel)
+			d.rejected(peer, c.RemoteAddr(), "no_device", err, h.Tunnel)
 			in.Abort()
 			return
 		}

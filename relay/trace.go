@@ -30,8 +30,13 @@ const traceAnswer = 1
 // median is kept.
 const tracesPerRoute = 3
 
+// traceTimeout bounds a trace at every hop: one slower than this measures
+// nothing worth having, and it must not hold a flow token while a peer
+// that never closes it waits.
+var traceTimeout = headerTimeout
+
 // serveTrace carries an admitted trace one hop further, or answers it at
-// the exit.
+// the exit, within traceTimeout.
 func (m *measurer) serveTrace(in flow.End, h *hop.Header, c *v1alpha1.Chain) {
 	if !m.acquire() {
 		m.flowError(h.Tunnel, "flow_limit")
@@ -39,6 +44,17 @@ func (m *measurer) serveTrace(in flow.End, h *hop.Header, c *v1alpha1.Chain) {
 		return
 	}
 	defer m.release()
+	var mu sync.Mutex
+	var out flow.End
+	expire := time.AfterFunc(traceTimeout, func() {
+		in.Abort()
+		mu.Lock()
+		if out != nil {
+			out.Abort()
+		}
+		mu.Unlock()
+	})
+	defer expire.Stop()
 	if len(h.Route) == 1 {
 		// The asker sends nothing after the header, so EOF comes with it;
 		// then the answer.
@@ -51,14 +67,17 @@ func (m *measurer) serveTrace(in flow.End, h *hop.Header, c *v1alpha1.Chain) {
 		in.Close()
 		return
 	}
-	ctx, cancel := m.setupContext()
-	out, err := m.hops.Open(ctx, nexthop.Onward(h), c.Spec.Transport)
+	ctx, cancel := context.WithTimeout(m.ctx, traceTimeout)
+	next, err := m.hops.Open(ctx, nexthop.Onward(h), c.Spec.Transport)
 	cancel()
 	if err != nil {
 		in.Fail(hop.CodeNextHop)
 		return
 	}
-	flow.Join(in, out, noCount{}, noCount{})
+	mu.Lock()
+	out = next
+	mu.Unlock()
+	flow.Join(in, next, noCount{}, noCount{})
 }
 
 // Trace measures routes of a chain this relay enters, end to end: for

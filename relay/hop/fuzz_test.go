@@ -77,3 +77,27 @@ func FuzzReadPacketFrame(f *testing.F) {
 		}
 	})
 }
+
+// FuzzReadFrame reads a UDP session's stream frames from arbitrary bytes:
+// it must never panic or read past a frame, and what it accepts must
+// re-encode to the bytes it consumed.
+func FuzzReadFrame(f *testing.F) {
+	var w bytes.Buffer
+	WriteFrame(&w, nil, []byte("a datagram too large for one"))
+	f.Add(w.Bytes())
+	f.Add([]byte{0, 0})
+	f.Add([]byte{0xff, 0xff, 1})
+	buf := make([]byte, MaxFrame)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r := bytes.NewReader(b)
+		p, err := ReadFrame(r, buf)
+		if err != nil {
+			return
+		}
+		used := len(b) - r.Len()
+		var again bytes.Buffer
+		if err := WriteFrame(&again, nil, p); err != nil || !bytes.Equal(again.Bytes(), b[:used]) {
+			t.Fatalf("re-encoding differs:\n in %x\nout %x", b[:used], again.Bytes())
+		}
+	})
+}

@@ -24,6 +24,7 @@ import (
 	"github.com/hoplink/hoplink/adminapi"
 	"github.com/hoplink/hoplink/metrics"
 	"github.com/hoplink/hoplink/pki"
+	"github.com/hoplink/hoplink/relay/ratelog"
 )
 
 const (
@@ -61,6 +62,7 @@ type Options struct {
 // Endpoint accepts and dials TLS links for one relay.
 type Endpoint struct {
 	opts   Options
+	warn   *ratelog.Logger // for what peers can make the relay log
 	ln     net.Listener
 	admin  *http.Server
 	adminL *connListener
@@ -82,7 +84,7 @@ func Listen(opts Options) (*Endpoint, error) {
 	if err != nil {
 		return nil, fmt.Errorf("relay TLS listen: %w", err)
 	}
-	e := &Endpoint{opts: opts, ln: ln, pools: map[string]*Pool{}, active: map[*tls.Conn]struct{}{}}
+	e := &Endpoint{opts: opts, warn: ratelog.New(opts.Log), ln: ln, pools: map[string]*Pool{}, active: map[*tls.Conn]struct{}{}}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	if opts.Admin != nil {
 		e.adminL = &connListener{addr: ln.Addr(), conns: make(chan net.Conn), done: make(chan struct{})}
@@ -135,7 +137,7 @@ func (e *Endpoint) serveAdmin(c *tls.Conn) {
 	}
 	if err != nil {
 		e.handshake("accept", "rejected")
-		e.opts.Log.Warn("rejected admin client", "remote", c.RemoteAddr(), "err", err)
+		e.warn.Warn("rejected admin client", "remote", c.RemoteAddr(), "err", err)
 		c.Close()
 		return
 	}
@@ -167,9 +169,9 @@ func (e *Endpoint) accept() {
 	if e.opts.Admin != nil {
 		protos = append(protos, pki.AdminALPN)
 	}
-	conf := e.opts.Identity.ServerConfig(func(err error) {
+	conf := e.opts.Identity.ServerConfig(func(remote net.Addr, err error) {
 		e.handshake("accept", "rejected")
-		e.opts.Log.Warn("rejected peer certificate", "transport", "tls", "err", err)
+		e.warn.Warn("rejected peer certificate", "transport", "tls", "remote", remote, "err", err)
 	}, protos...)
 	for {
 		raw, err := e.ln.Accept()
@@ -202,7 +204,7 @@ func (e *Endpoint) serve(c *tls.Conn) {
 	}
 	if err != nil {
 		e.handshake("accept", "rejected")
-		e.opts.Log.Warn("rejected peer", "transport", "tls", "remote", c.RemoteAddr(), "err", err)
+		e.warn.Warn("rejected peer", "transport", "tls", "remote", c.RemoteAddr(), "err", err)
 		c.Close()
 		return
 	}

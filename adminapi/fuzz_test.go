@@ -1,0 +1,54 @@
+package adminapi
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/hoplink/hoplink/measure"
+)
+
+// counting answers every call and checks what the handler let through.
+type counting struct{ t *testing.T }
+
+func (c counting) Links(_ context.Context, _, _ string, fresh time.Duration) (*measure.Table, error) {
+	if fresh < -1 {
+		c.t.Fatalf("fresh %v reached the backend", fresh)
+	}
+	return &measure.Table{Relay: "la"}, nil
+}
+
+func (c counting) Trace(_ context.Context, _, _ string, routes [][]string) ([]measure.Trace, error) {
+	if len(routes) == 0 || len(routes) > MaxTraceRoutes {
+		c.t.Fatalf("%d routes reached the backend", len(routes))
+	}
+	return make([]measure.Trace, len(routes)), nil
+}
+
+// FuzzHandler sends the admin API arbitrary bodies and queries: it answers
+// 200, 400, 404 or 405 (never 500, never a panic), and passes the backend
+// only what is within its limits.
+func FuzzHandler(f *testing.F) {
+	f.Add([]byte(`{"routes": [["hk", "la"]]}`), "chain=default/c&fresh=500ms")
+	f.Add([]byte(`{"routes": []}`), "fresh=-1s")
+	f.Add(bytes.Repeat([]byte("["), 20000), "fresh=1e9999h")
+	f.Fuzz(func(t *testing.T, body []byte, query string) {
+		h := Handler(counting{t})
+		for _, req := range []*http.Request{
+			httptest.NewRequest(http.MethodPost, PathTrace+"?"+url.PathEscape(query), bytes.NewReader(body)),
+			httptest.NewRequest(http.MethodGet, PathLinks+"?"+query, nil),
+		} {
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, req)
+			switch w.Code {
+			case http.StatusOK, http.StatusBadRequest, http.StatusNotFound, http.StatusMethodNotAllowed:
+			default:
+				t.Fatalf("%s %s: %d %s", req.Method, req.URL, w.Code, w.Body)
+			}
+		}
+	})
+}
