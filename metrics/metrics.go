@@ -20,6 +20,9 @@ type Metrics struct {
 	Handshakes  *prometheus.CounterVec
 	UDPSessions *prometheus.GaugeVec
 	UDPDropped  *prometheus.CounterVec
+	// SendLost counts packets the host refused to send (a local firewall
+	// drop, a full buffer), which QUIC recovers as losses.
+	SendLost *prometheus.CounterVec
 
 	// Link measurements, labelled from (this relay) and to (the peer).
 	LinkUp       *prometheus.GaugeVec
@@ -95,6 +98,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "hoplink_udp_dropped_packets_total",
 			Help: "UDP packets a relay dropped, by reason (session_limit, queue_full, send_failed, no_session).",
 		}, []string{"relay", "tunnel", "reason"}),
+		SendLost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hoplink_send_lost_packets_total",
+			Help: "QUIC packets the host refused to send, by reason (eperm: a local firewall or a full conntrack table; enobufs; eagain); QUIC recovers them as lost packets and the connection lives on.",
+		}, []string{"relay", "reason"}),
 		LinkUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "hoplink_link_up",
 			Help: "1 when the last probe round on the link from one relay to another got an answer.",
@@ -153,7 +160,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"relay", "tunnel", "protocol"}),
 	}
 	reg.MustRegister(m.Bytes, m.Flows, m.ActiveFlows, m.FlowSetup, m.FlowErrors, m.Rejected,
-		m.Ready, m.PeerUp, m.Handshakes, m.UDPSessions, m.UDPDropped,
+		m.Ready, m.PeerUp, m.Handshakes, m.UDPSessions, m.UDPDropped, m.SendLost,
 		m.LinkUp, m.LinkRTT, m.LinkRTTMin, m.LinkSmoothed, m.LinkJitter, m.LinkLoss, m.LinkProbes,
 		m.TargetRTT, m.TargetUp, m.ChainRoute, m.TUNPackets, m.TUNBytes, m.TUNDropped, m.TUNFlows)
 	m.Route = NewRoute(reg)

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -145,7 +146,7 @@ func TestAttackEntryFromAFakeExit(t *testing.T) {
 	})
 	tr := &quicgo.Transport{Conn: udp}
 	defer tr.Close()
-	ln, err := tr.Listen(id.ServerConfig(func(error) {}), &quicgo.Config{EnableDatagrams: true, MaxIdleTimeout: 30 * time.Second})
+	ln, err := tr.Listen(id.ServerConfig(nil), &quicgo.Config{EnableDatagrams: true, MaxIdleTimeout: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,17 +154,39 @@ func TestAttackEntryFromAFakeExit(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	conn, err := ln.Accept(ctx)
-	if err != nil {
-		t.Fatalf("the entry never connected: %v", err)
+	// The entry's control connection comes first; the session rides the
+	// Tunnel's own connection.
+	type session struct {
+		conn *quicgo.Conn
+		s    *quicgo.Stream
 	}
-	s, err := conn.AcceptStream(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := hop.Read(s)
-	if err != nil || h.Kind != hop.KindPacket {
-		t.Fatalf("session header %+v, %v", h, err)
+	sessions := make(chan session, 1)
+	go func() {
+		for {
+			conn, err := ln.Accept(ctx)
+			if err != nil {
+				return
+			}
+			go func() {
+				for {
+					s, err := conn.AcceptStream(ctx)
+					if err != nil {
+						return
+					}
+					if h, err := hop.Read(s); err == nil && h.Kind == hop.KindPacket {
+						sessions <- session{conn, s}
+					}
+				}
+			}()
+		}
+	}()
+	var conn *quicgo.Conn
+	var s *quicgo.Stream
+	select {
+	case got := <-sessions:
+		conn, s = got.conn, got.s
+	case <-ctx.Done():
+		t.Fatal("the entry never opened its packet session")
 	}
 	control := listenUDP(t, p.cl, "10.210.0.1:9998") // the device is up with its session
 	exitAddr := netip.MustParseAddr("10.210.0.2")
@@ -252,4 +275,103 @@ func TestAttackExitHostFromTheEntrySide(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// lossyPair has two TCP Tunnels from hk (in cl) to a server in sv, one
+// over each transport.
+const lossyPair = `
+apiVersion: hoplink.dev/v1alpha1
+kind: RelayNode
+metadata: {name: hk}
+spec: {endpoints: ["CL:7401"]}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: RelayNode
+metadata: {name: la}
+spec: {endpoints: ["SV:7401"]}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: Chain
+metadata: {name: q}
+spec: {entry: hk, exit: la, route: [hk, la]}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: Chain
+metadata: {name: t}
+spec: {entry: hk, exit: la, route: [hk, la], transport: tls}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: Tunnel
+metadata: {name: overquic}
+spec: {chain: q, listen: {address: 127.0.0.1, port: 15301}, target: "SV:5201"}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: Tunnel
+metadata: {name: overtls}
+spec: {chain: t, listen: {address: 127.0.0.1, port: 15302}, target: "SV:5201"}
+`
+
+// TestSendErrorsAreLoss: the entry host's own firewall refuses 1% of the
+// packets it sends to the exit (an nftables drop in the output hook, as a
+// full conntrack table or a local rate limit would): sendmsg fails with
+// EPERM. Flows over either transport slow down and finish byte-exact, and
+// the QUIC connection between the relays lives on; the refused sends are
+// counted as lost packets.
+func TestSendErrorsAreLoss(t *testing.T) {
+	requireNetns(t)
+	if _, err := exec.LookPath("nft"); err != nil {
+		t.Fatal("this test needs nft (Debian package nftables)")
+	}
+	p := &pair{bin: buildHoplink(t), dir: t.TempDir()}
+	name := fmt.Sprintf("hl%d", os.Getpid()%100000)
+	p.cl, p.sv = newNetns(t, name+"-cl"), newNetns(t, name+"-sv")
+	p.clA, p.svA = link(t, p.cl, p.sv, 8, "to-sv", "to-cl")
+	// Segments as the wire has them, so that a drop is one packet.
+	for _, ns := range []*netns{p.cl, p.sv} {
+		exec.Command("ip", "netns", "exec", ns.name, "ethtool", "-K", map[*netns]string{p.cl: "to-sv", p.sv: "to-cl"}[ns], "tso", "off", "gso", "off", "gro", "off").Run()
+	}
+	m := strings.NewReplacer("CL", p.clA, "SV", p.svA).Replace(lossyPair)
+	p.certs = relayFiles(t, p.bin, p.dir, "lossy.yaml", m, "hk", "la")
+	var ln net.Listener
+	p.sv.do(func() {
+		var err error
+		if ln, err = net.Listen("tcp", p.svA+":5201"); err != nil {
+			t.Fatal(err)
+		}
+	})
+	defer ln.Close()
+	go serveSinkThenSource(ln)
+	p.relay(p.sv, "la")
+	p.relay(p.cl, "hk")
+	dial := func(port int) func() (net.Conn, error) {
+		return func() (net.Conn, error) {
+			var c net.Conn
+			var err error
+			p.cl.do(func() { c, err = net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 2*time.Second) })
+			return c, err
+		}
+	}
+	waitFor(t, "both tunnels carry a flow", func() error {
+		if err := tcpExchange(dial(15301), 1<<10); err != nil {
+			return err
+		}
+		return tcpExchange(dial(15302), 1<<10)
+	})
+
+	run(t, "ip", "netns", "exec", p.cl.name, "nft", "add table inet hl-loss")
+	run(t, "ip", "netns", "exec", p.cl.name, "nft", "add chain inet hl-loss out { type filter hook output priority 0 ; }")
+	run(t, "ip", "netns", "exec", p.cl.name, "nft", fmt.Sprintf("add rule inet hl-loss out ip daddr %s numgen random mod 100 < 1 drop", p.svA))
+	for _, port := range []int{15301, 15302} {
+		if err := tcpExchange(dial(port), 16<<20); err != nil {
+			t.Fatalf("16 MiB both ways through port %d with 1%% of sends refused: %v", port, err)
+		}
+	}
+	metrics := metricsIn(t, p.cl)
+	if !strings.Contains(metrics, `hoplink_send_lost_packets_total{reason="eperm",relay="hk"}`) {
+		t.Errorf("refused sends not counted:\n%s", grepLines(metrics, "send_lost"))
+	}
+	log, _ := os.ReadFile(filepath.Join(p.dir, "hk.log"))
+	if strings.Contains(string(log), "connection lost") {
+		t.Errorf("a QUIC connection between the relays died under the drops:\n%s", grepLines(string(log), "connection lost"))
+	}
 }

@@ -105,7 +105,8 @@ func (p *Peers) TLSDone(c *tls.Conn) { p.tls.Done(c) }
 // peers' current endpoints.
 func (p *Peers) Connect(set *manifest.Set) {
 	for _, peer := range set.NextHops(p.o.Name) {
-		p.link(set, peer).SetAddrs(set.Relay(peer).Spec.Endpoints)
+		p.quic.Link(peer, rquic.Control, set.Relay(peer).Spec.Endpoints)
+		p.quic.SetAddrs(peer, set.Relay(peer).Spec.Endpoints)
 	}
 	for _, c := range set.Chains {
 		if c.Spec.Transport != v1alpha1.TransportTLS {
@@ -125,8 +126,14 @@ func (p *Peers) Connect(set *manifest.Set) {
 	}
 }
 
-func (p *Peers) link(set *manifest.Set, peer string) *rquic.Link {
-	return p.quic.Link(peer, set.Relay(peer).Spec.Endpoints)
+// class is the link a header's stream rides: its Tunnel's own for flows
+// and sessions, the control link for traces and link requests.
+func class(h *hop.Header) string {
+	switch h.Kind {
+	case hop.KindTrace, hop.KindLinks:
+		return rquic.Control
+	}
+	return h.Tunnel
 }
 
 // Live returns the connection to a peer if it is up now, without waiting.
@@ -213,12 +220,15 @@ func (p *Peers) Session(ctx context.Context, h *hop.Header) (*rquic.Conn, *quicg
 	if set.Relay(next) == nil {
 		return nil, nil, unknown(next)
 	}
-	c, err := p.link(set, next).Conn(ctx)
+	c, s, err := p.quic.Link(next, class(h), set.Relay(next).Spec.Endpoints).OpenStream(ctx)
 	if err != nil {
+		return nil, nil, &Error{Reason: NextHop, Next: next, Err: fmt.Errorf("open stream: %w", err)}
+	}
+	if err := writeHeader(s, h); err != nil {
+		flow.Reset(s, hop.CodeNextHop)
 		return nil, nil, &Error{Reason: NextHop, Next: next, Err: err}
 	}
-	s, err := p.openOn(ctx, c, h)
-	return c, s, err
+	return c, s, nil
 }
 
 // OpenLive opens a stream to h.Route[0] only if its connection is up now: a
@@ -228,10 +238,6 @@ func (p *Peers) OpenLive(ctx context.Context, h *hop.Header) (*quicgo.Stream, er
 	if c == nil {
 		return nil, &Error{Reason: NextHop, Next: h.Route[0], Err: rquic.ErrPeerDown}
 	}
-	return p.openOn(ctx, c, h)
-}
-
-func (p *Peers) openOn(ctx context.Context, c *rquic.Conn, h *hop.Header) (*quicgo.Stream, error) {
 	s, err := c.OpenFlow(ctx)
 	if err != nil {
 		return nil, &Error{Reason: NextHop, Next: h.Route[0], Err: fmt.Errorf("open stream: %w", err)}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hoplink/hoplink/metrics"
 	"github.com/hoplink/hoplink/pki"
+	"github.com/hoplink/hoplink/relay/ratelog"
 )
 
 // Options configure an Endpoint.
@@ -40,6 +41,7 @@ type Options struct {
 // Endpoint is a relay's QUIC side: it accepts peers and dials them.
 type Endpoint struct {
 	opts   Options
+	warn   *ratelog.Logger // for what peers can make the relay log
 	udp    *net.UDPConn
 	tr     *quicgo.Transport
 	ln     *quicgo.Listener
@@ -48,7 +50,7 @@ type Endpoint struct {
 	wg     sync.WaitGroup
 
 	mu    sync.Mutex
-	links map[string]*Link
+	links map[linkKey]*Link
 	conns map[*Conn]struct{}
 }
 
@@ -73,7 +75,9 @@ func Listen(opts Options) (*Endpoint, error) {
 	e := &Endpoint{
 		opts: opts,
 		udp:  udp,
-		tr: &quicgo.Transport{Conn: udp, StatelessResetKey: (*quicgo.StatelessResetKey)(&resetKey),
+		tr: &quicgo.Transport{Conn: &lossyConn{UDPConn: udp, lost: func(reason string) {
+			opts.Metrics.SendLost.WithLabelValues(opts.Name, reason).Inc()
+		}}, StatelessResetKey: (*quicgo.StatelessResetKey)(&resetKey),
 			// quic-go takes datagrams of up to path MTU - 37 bytes. A
 			// packet carrying one (1 byte flags, the connection ID, a
 			// 2-byte packet number, 1 byte frame type, 16 bytes AEAD tag)
@@ -83,13 +87,14 @@ func Listen(opts Options) (*Endpoint, error) {
 			// fewer than 32768 packets are unacknowledged, which quic-go's
 			// 10000-packet congestion window bounds.
 			ConnectionIDLength: datagramConnIDLen},
-		links: map[string]*Link{},
+		links: map[linkKey]*Link{},
 		conns: map[*Conn]struct{}{},
 	}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
-	tlsConf := opts.Identity.ServerConfig(func(err error) {
+	e.warn = ratelog.New(opts.Log)
+	tlsConf := opts.Identity.ServerConfig(func(remote net.Addr, err error) {
 		e.handshake("accept", "rejected")
-		opts.Log.Warn("rejected peer certificate", "err", err)
+		e.warn.Warn("rejected peer certificate", "remote", remote, "err", err)
 	})
 	e.ln, err = e.tr.Listen(tlsConf, listenConfig(opts.MaxStreams))
 	if err != nil {
@@ -124,7 +129,7 @@ func (e *Endpoint) accept() {
 		}
 		if err != nil {
 			e.handshake("accept", "rejected")
-			e.opts.Log.Warn("rejected peer", "remote", qc.RemoteAddr(), "err", err)
+			e.warn.Warn("rejected peer", "remote", qc.RemoteAddr(), "err", err)
 			qc.CloseWithError(1, "unknown relay")
 			continue
 		}
@@ -182,16 +187,29 @@ func (e *Endpoint) untrack(c *Conn) {
 	e.mu.Unlock()
 }
 
-// Link returns the link to a peer, creating it (and starting to dial) on
-// first use.
-func (e *Endpoint) Link(peer string, addrs []string) *Link {
+// linkKey names a link: the peer, and the class of flows it carries.
+type linkKey struct{ peer, class string }
+
+// Control is the class of a relay's control link to a peer: link probes,
+// link requests and traces.
+const Control = ""
+
+// Link returns the link to a peer for a class of flows, creating it (and
+// starting to dial) on first use. Each Tunnel's flows ride a link of their
+// own (its class is the Tunnel's key): data a stream received but its
+// relay has not yet read counts against the connection's flow-control
+// window, so on a shared connection one Tunnel's stalled readers would
+// stall every other Tunnel between the same two relays. A class link that
+// carries no stream for idleLink closes; the control link stays up.
+func (e *Endpoint) Link(peer, class string, addrs []string) *Link {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if l := e.links[peer]; l != nil {
+	k := linkKey{peer, class}
+	if l := e.links[k]; l != nil {
 		return l
 	}
-	l := newLink(e, peer, addrs)
-	e.links[peer] = l
+	l := newLink(e, peer, class, addrs)
+	e.links[k] = l
 	if e.ctx.Err() == nil {
 		e.wg.Add(1)
 		go func() {
@@ -202,11 +220,35 @@ func (e *Endpoint) Link(peer string, addrs []string) *Link {
 	return l
 }
 
-// Live returns the connection to a peer this endpoint dials, if it is up
-// now; it neither creates a link nor waits.
+// forget removes a class link that closed for being idle.
+func (e *Endpoint) forget(l *Link) {
+	e.mu.Lock()
+	if e.links[linkKey{l.peer, l.class}] == l {
+		delete(e.links, linkKey{l.peer, l.class})
+	}
+	e.mu.Unlock()
+}
+
+// SetAddrs gives every link to a peer the peer's current endpoints.
+func (e *Endpoint) SetAddrs(peer string, addrs []string) {
+	e.mu.Lock()
+	var ls []*Link
+	for k, l := range e.links {
+		if k.peer == peer {
+			ls = append(ls, l)
+		}
+	}
+	e.mu.Unlock()
+	for _, l := range ls {
+		l.SetAddrs(addrs)
+	}
+}
+
+// Live returns the control connection to a peer this endpoint dials, if it
+// is up now; it neither creates a link nor waits.
 func (e *Endpoint) Live(peer string) *Conn {
 	e.mu.Lock()
-	l := e.links[peer]
+	l := e.links[linkKey{peer, Control}]
 	e.mu.Unlock()
 	if l == nil {
 		return nil

@@ -8,7 +8,10 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	quicgo "github.com/quic-go/quic-go"
 )
 
 // Redial backoff: quick at first so a restarted peer is back within a
@@ -20,20 +23,72 @@ const (
 	stableAfter = 10 * time.Second
 )
 
+// idleLink is how long a class link stays up with no stream opened or
+// written on it and no data moving (beyond keepalives, under idleBytes per
+// check): a half-closed flow that still receives keeps its link.
+var idleLink = 2 * time.Minute
+
+const idleBytes = 16 << 10
+
 // Link keeps one connection to a peer up: it dials the peer's endpoints in
-// order, waits for the connection to end, and dials again with backoff.
+// order, waits for the connection to end, and dials again with backoff. A
+// class link (one Tunnel's) ends once it has carried no stream for idleLink.
 type Link struct {
 	e     *Endpoint
 	peer  string
+	class string
 	addrs []string
+
+	open     atomic.Int64 // streams opened on it and not yet done
+	lastUsed atomic.Int64 // unix nanos
+
+	done chan struct{} // closed when the link stops for good
 
 	mu   sync.Mutex
 	conn *Conn
 	up   chan struct{} // closed while conn is set
 }
 
-func newLink(e *Endpoint, peer string, addrs []string) *Link {
-	return &Link{e: e, peer: peer, addrs: addrs, up: make(chan struct{})}
+// errLinkGone is a class link that closed for being idle while a flow was
+// taking it.
+var errLinkGone = errors.New("link closed")
+
+func newLink(e *Endpoint, peer, class string, addrs []string) *Link {
+	l := &Link{e: e, peer: peer, class: class, addrs: addrs, up: make(chan struct{}), done: make(chan struct{})}
+	l.lastUsed.Store(time.Now().UnixNano())
+	return l
+}
+
+// OpenStream opens a stream for a flow on the link's connection (waiting
+// for one until ctx ends); the link counts it until the stream is done.
+func (l *Link) OpenStream(ctx context.Context) (*Conn, *quicgo.Stream, error) {
+	l.lastUsed.Store(time.Now().UnixNano())
+	c, err := l.Conn(ctx)
+	if errors.Is(err, errLinkGone) {
+		return l.e.Link(l.peer, l.class, l.addrsNow()).OpenStream(ctx)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := c.OpenFlow(ctx)
+	if err != nil {
+		return c, nil, err
+	}
+	l.open.Add(1)
+	context.AfterFunc(s.Context(), func() {
+		l.lastUsed.Store(time.Now().UnixNano())
+		l.open.Add(-1)
+	})
+	return c, s, nil
+}
+
+// idle says whether a class link has carried nothing for idleLink; moved
+// is what its connection sent and received since the last check.
+func (l *Link) idle(moved uint64) bool {
+	if moved > idleBytes {
+		l.lastUsed.Store(time.Now().UnixNano())
+	}
+	return l.class != Control && l.open.Load() == 0 && time.Since(time.Unix(0, l.lastUsed.Load())) > idleLink
 }
 
 // SetAddrs replaces the peer's endpoints; the next dial uses them. A live
@@ -72,14 +127,36 @@ func (l *Link) Conn(ctx context.Context) (*Conn, error) {
 			return nil, fmt.Errorf("%w: %s: %v", ErrPeerDown, l.peer, context.Cause(ctx))
 		case <-l.e.ctx.Done():
 			return nil, fmt.Errorf("%w: %s: relay shutting down", ErrPeerDown, l.peer)
+		case <-l.done:
+			return nil, errLinkGone
 		}
 	}
 }
 
+func (l *Link) addrsNow() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.addrs
+}
+
 func (l *Link) run() {
+	defer close(l.done)
 	m, relay, log := l.e.opts.Metrics, l.e.opts.Name, l.e.opts.Log.With("peer", l.peer)
+	if l.class != Control {
+		log = log.With("tunnel", l.class)
+		defer l.e.forget(l)
+	}
+	// peer_up follows the control link; class links come and go with use.
 	up := m.PeerUp.WithLabelValues(relay, l.peer)
-	up.Set(0)
+	if l.class != Control {
+		up = nil
+	}
+	setUp := func(v float64) {
+		if up != nil {
+			up.Set(v)
+		}
+	}
+	setUp(0)
 	backoff := minBackoff
 	for l.e.ctx.Err() == nil {
 		c, err := l.dial()
@@ -99,7 +176,11 @@ func (l *Link) run() {
 			continue
 		}
 		l.e.handshake("dial", "ok")
-		log.Info("peer connected", "remote", c.RemoteAddr())
+		if l.class == Control {
+			log.Info("peer connected", "remote", c.RemoteAddr())
+		} else {
+			log.Debug("tunnel link connected", "remote", c.RemoteAddr())
+		}
 		l.e.wg.Add(1)
 		go func() {
 			defer l.e.wg.Done()
@@ -109,19 +190,55 @@ func (l *Link) run() {
 		l.conn = c
 		close(l.up)
 		l.mu.Unlock()
-		up.Set(1)
+		setUp(1)
 		start := time.Now()
-		select {
-		case <-c.Context().Done():
-		case <-l.e.ctx.Done():
-			c.CloseWithError(0, "relay shutting down")
+		idle, forgotten := false, false
+		var lastBytes uint64
+		var tick <-chan time.Time
+		var ticker *time.Ticker
+		if l.class != Control {
+			ticker = time.NewTicker(idleLink / 4)
+			tick = ticker.C
+		}
+	wait:
+		for {
+			select {
+			case <-c.Context().Done():
+				break wait
+			case <-l.e.ctx.Done():
+				c.CloseWithError(0, "relay shutting down")
+				break wait
+			case <-tick:
+				st := c.ConnectionStats()
+				total := st.BytesSent + st.BytesReceived
+				moved := total - lastBytes
+				lastBytes = total
+				if !forgotten && l.idle(moved) {
+					// New flows get a new link from now on; a flow that
+					// took this one a moment ago gets a second to open.
+					l.e.forget(l)
+					forgotten = true
+					select {
+					case <-time.After(time.Second):
+					case <-l.e.ctx.Done():
+					}
+				}
+				if forgotten && l.open.Load() == 0 {
+					idle = true
+					c.CloseWithError(0, "idle")
+					break wait
+				}
+			}
+		}
+		if ticker != nil {
+			ticker.Stop()
 		}
 		l.mu.Lock()
 		l.conn = nil
 		l.up = make(chan struct{})
 		l.mu.Unlock()
-		up.Set(0)
-		if l.e.ctx.Err() != nil {
+		setUp(0)
+		if l.e.ctx.Err() != nil || idle {
 			return
 		}
 		log.Warn("peer connection lost", "err", context.Cause(c.Context()))

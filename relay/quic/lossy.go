@@ -1,0 +1,54 @@
+package quic
+
+import (
+	"errors"
+	"net"
+
+	"golang.org/x/sys/unix"
+)
+
+// lossyConn is the relay's UDP socket as quic-go sees it. A send that the
+// host refuses for a moment (a local firewall's drop or rate limit, and a
+// full conntrack table, answer EPERM; a full device queue ENOBUFS) is a
+// packet lost, which QUIC recovers like any other loss. Returned as an
+// error it would make quic-go close the connection at once, without a
+// CONNECTION_CLOSE, and every flow between the two relays with it: one
+// dropped packet must cost a retransmission, never a link. Other errors
+// (too large for the path, GSO unsupported) go to quic-go, which handles
+// them.
+type lossyConn struct {
+	*net.UDPConn
+	// lost counts a send swallowed as a loss, by reason.
+	lost func(reason string)
+}
+
+// lostReason names a transient send error, or returns "" for any other.
+func lostReason(err error) string {
+	switch {
+	case errors.Is(err, unix.EPERM):
+		return "eperm"
+	case errors.Is(err, unix.ENOBUFS):
+		return "enobufs"
+	case errors.Is(err, unix.EAGAIN):
+		return "eagain"
+	}
+	return ""
+}
+
+func (c *lossyConn) WriteMsgUDP(b, oob []byte, addr *net.UDPAddr) (int, int, error) {
+	n, oobn, err := c.UDPConn.WriteMsgUDP(b, oob, addr)
+	if reason := lostReason(err); reason != "" {
+		c.lost(reason)
+		return len(b), len(oob), nil
+	}
+	return n, oobn, err
+}
+
+func (c *lossyConn) WriteTo(b []byte, addr net.Addr) (int, error) {
+	n, err := c.UDPConn.WriteTo(b, addr)
+	if reason := lostReason(err); reason != "" {
+		c.lost(reason)
+		return len(b), nil
+	}
+	return n, err
+}
