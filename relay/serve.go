@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"io"
+	"sync"
 	"time"
 
 	quicgo "github.com/quic-go/quic-go"
@@ -19,6 +20,12 @@ import (
 // headerTimeout bounds how long a peer may take to send a stream's header.
 const headerTimeout = 10 * time.Second
 
+// maxPendingHeaders bounds the streams one peer may have waiting for their
+// header: a stream holds no flow token until its header is read, so a peer
+// sending half headers would otherwise hold a goroutine and buffers per
+// stream for headerTimeout, without bound.
+const maxPendingHeaders = 256
+
 // dispatcher serves what peers open: it reads a stream's header (bounded
 // in size and time), admits it (admit.Stream, against the manifests in
 // force), takes a flow token, and hands it to the role it asks for.
@@ -29,12 +36,43 @@ type dispatcher struct {
 	udp     *udpFlows
 	packets *packetTunnels
 	measure *measurer
+
+	mu      sync.Mutex
+	pending map[string]int // streams waiting for their header, by peer
+}
+
+// awaitHeader takes a slot for a stream of peer to wait for its header in.
+func (d *dispatcher) awaitHeader(peer string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.pending[peer] >= maxPendingHeaders {
+		return false
+	}
+	if d.pending == nil {
+		d.pending = map[string]int{}
+	}
+	d.pending[peer]++
+	return true
+}
+
+func (d *dispatcher) headerRead(peer string) {
+	d.mu.Lock()
+	if d.pending[peer]--; d.pending[peer] <= 0 {
+		delete(d.pending, peer)
+	}
+	d.mu.Unlock()
 }
 
 // serveQUIC serves a stream a peer opened on its QUIC connection.
 func (d *dispatcher) serveQUIC(c *rquic.Conn, s *quicgo.Stream) {
+	if !d.awaitHeader(c.Peer) {
+		d.rejected(c.Peer, c.RemoteAddr(), "header_limit", errors.New("too many streams waiting for their header"), "")
+		flow.Reset(s, hop.CodeRejected)
+		return
+	}
 	s.SetReadDeadline(time.Now().Add(headerTimeout))
 	h, err := hop.Read(s)
+	d.headerRead(c.Peer)
 	var peerReset *quicgo.StreamError
 	if errors.As(err, &peerReset) {
 		// The flow ended before its header arrived (a client that gave up

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
+	"syscall"
 	"testing"
 	"time"
 
@@ -226,5 +228,102 @@ func TestPeerRestart(t *testing.T) {
 			t.Fatalf("chain did not recover after the relay restarted: %v", err)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestHalfHeadersAreBounded: an authenticated peer opens thousands of
+// streams and sends half a header on each. A relay keeps at most
+// maxPendingHeaders of a peer's streams waiting (no flow token is taken
+// before the header), resets the rest at once, and goes on serving.
+func TestHalfHeadersAreBounded(t *testing.T) {
+	target := testutil.EchoServer(t)
+	port := testutil.FreePort(t)
+	// r2 is a relay of the manifests (so its certificate is good) on no
+	// route: the attacker.
+	n, m, _ := network(t, 3, []string{"r0", "r1"}, tunnelSpec{name: "t", protocol: "tcp", target: target, port: port})
+	exit := n.Relays[1]
+	id, _ := n.CA.Identity("r2")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := quicgo.DialAddr(ctx, exit.Addr().String(), id.ClientConfig("r1"), &quicgo.Config{EnableDatagrams: true, MaxIncomingStreams: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.CloseWithError(0, "")
+	goroutines := runtime.NumGoroutine()
+	half := encode(t, hop.Header{Kind: hop.KindTCP, Tunnel: "default/t", Route: []string{"r1"}, Target: target})[:6]
+	const streams = 2000
+	for range streams {
+		s, err := conn.OpenStreamSync(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Write(half)
+	}
+	waitUntil(t, 10*time.Second, "streams over the bound refused", func() bool {
+		return promtest.ToFloat64(m.Rejected.WithLabelValues("r1", "header_limit")) >= streams-256
+	})
+	if grown := runtime.NumGoroutine() - goroutines; grown > 1000 {
+		t.Errorf("%d goroutines more for %d half headers", grown, streams)
+	}
+	c := dialTunnel(t, port)
+	defer c.Close()
+	c.Write([]byte("still serving"))
+	c.CloseWrite()
+	if b, err := io.ReadAll(c); err != nil || string(b) != "still serving" {
+		t.Fatalf("a flow next to the half headers: %q, %v", b, err)
+	}
+}
+
+// TestHandshakesAreBounded: a host opens hundreds of TCP connections to a
+// relay's TLS port and never says hello. At most MaxHandshakesPerSource of
+// them wait for a handshake; the rest are closed at once, and peers from
+// other hosts still connect.
+func TestHandshakesAreBounded(t *testing.T) {
+	target := testutil.EchoServer(t)
+	port := testutil.FreePort(t)
+	n, _, _ := networkOver(t, "tls", 2, []string{"r0", "r1"}, tunnelSpec{name: "t", protocol: "tcp", target: target, port: port})
+	exit := n.Relays[1]
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	closedAtOnce := 0
+	for range 300 {
+		c, err := d.Dial("tcp", exit.Addr().String())
+		if err != nil {
+			continue
+		}
+		held = append(held, c)
+	}
+	for _, c := range held {
+		c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+		if _, err := c.Read(make([]byte, 1)); err == io.EOF || errors.Is(err, syscall.ECONNRESET) {
+			closedAtOnce++
+		}
+	}
+	if closedAtOnce < 300-16 {
+		t.Fatalf("%d of 300 silent connections were closed at once, want all but %d", closedAtOnce, 16)
+	}
+	c := dialTunnel(t, port)
+	defer c.Close()
+	c.Write([]byte("still serving"))
+	c.CloseWrite()
+	if b, err := io.ReadAll(c); err != nil || string(b) != "still serving" {
+		t.Fatalf("a TLS flow next to the silent connections: %q, %v", b, err)
+	}
+}
+
+func waitUntil(t *testing.T, d time.Duration, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, d)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	quicgo "github.com/quic-go/quic-go"
+	"golang.org/x/time/rate"
 
 	"github.com/hoplink/hoplink/metrics"
 	"github.com/hoplink/hoplink/pki"
@@ -67,6 +68,7 @@ func Listen(opts Options) (*Endpoint, error) {
 	if err != nil {
 		return nil, fmt.Errorf("relay listen: %w", err)
 	}
+	handshakes := rate.NewLimiter(handshakeRate, 2*handshakeRate)
 	resetKey, err := opts.Identity.DeriveKey("stateless reset")
 	if err != nil {
 		udp.Close()
@@ -86,7 +88,11 @@ func Listen(opts Options) (*Endpoint, error) {
 			// sendmsg per datagram. Packet numbers stay 2 bytes while
 			// fewer than 32768 packets are unacknowledged, which quic-go's
 			// 10000-packet congestion window bounds.
-			ConnectionIDLength: datagramConnIDLen},
+			ConnectionIDLength: datagramConnIDLen,
+			// Past a rate of new connections, a client must prove its
+			// address (a Retry, one round trip) before any handshake
+			// work: a flood of spoofed Initials costs little.
+			VerifySourceAddress: func(net.Addr) bool { return !handshakes.Allow() }},
 		links: map[linkKey]*Link{},
 		conns: map[*Conn]struct{}{},
 	}
@@ -105,6 +111,10 @@ func Listen(opts Options) (*Endpoint, error) {
 	go e.accept()
 	return e, nil
 }
+
+// handshakeRate is how many new connections a second a relay accepts
+// without a Retry: far more than its peers ever make.
+const handshakeRate = 100
 
 // datagramConnIDLen makes a packet with the largest datagram full-size.
 const datagramConnIDLen = 17

@@ -37,8 +37,15 @@ const (
 	DefaultSpares = 8
 	// refillParallel bounds concurrent handshakes of one pool refilling.
 	refillParallel = 4
-	minBackoff     = 100 * time.Millisecond
-	maxBackoff     = 5 * time.Second
+	// MaxHandshakes bounds the handshakes a listener runs at once: before
+	// a client has proved who it is, it must not cost the relay without
+	// bound. Past it, new connections are closed at once (and counted as
+	// failed accepts), while peers with a handshake done are served.
+	MaxHandshakes = 128
+	// MaxHandshakesPerSource bounds those from one host.
+	MaxHandshakesPerSource = 16
+	minBackoff             = 100 * time.Millisecond
+	maxBackoff             = 5 * time.Second
 )
 
 // Options configure an Endpoint.
@@ -70,9 +77,11 @@ type Endpoint struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu     sync.Mutex
-	pools  map[string]*Pool
-	active map[*tls.Conn]struct{} // connections carrying flows, closed by Close
+	mu          sync.Mutex
+	pools       map[string]*Pool
+	active      map[*tls.Conn]struct{} // connections carrying flows, closed by Close
+	shaking     int                    // handshakes in progress
+	shakingFrom map[string]int         // ... by source host
 }
 
 // Listen binds the TCP listener and starts accepting peers.
@@ -84,7 +93,8 @@ func Listen(opts Options) (*Endpoint, error) {
 	if err != nil {
 		return nil, fmt.Errorf("relay TLS listen: %w", err)
 	}
-	e := &Endpoint{opts: opts, warn: ratelog.New(opts.Log), ln: ln, pools: map[string]*Pool{}, active: map[*tls.Conn]struct{}{}}
+	e := &Endpoint{opts: opts, warn: ratelog.New(opts.Log), ln: ln, pools: map[string]*Pool{}, active: map[*tls.Conn]struct{}{},
+		shakingFrom: map[string]int{}}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	if opts.Admin != nil {
 		e.adminL = &connListener{addr: ln.Addr(), conns: make(chan net.Conn), done: make(chan struct{})}
@@ -182,14 +192,61 @@ func (e *Endpoint) accept() {
 			time.Sleep(10 * time.Millisecond) // out of descriptors: slow down
 			continue
 		}
-		go e.serve(tls.Server(raw, conf))
+		src := sourceOf(raw.RemoteAddr())
+		if !e.startHandshake(src) {
+			e.handshake("accept", "failed")
+			raw.Close()
+			continue
+		}
+		go func() {
+			// The slot is given back once the handshake ends (or, should
+			// serve panic, at the latest here).
+			defer func() { e.endHandshake(src) }()
+			e.serve(tls.Server(raw, conf), func() { e.endHandshake(src); src = "" })
+		}()
 	}
 }
 
-func (e *Endpoint) serve(c *tls.Conn) {
+// sourceOf is the host a connection comes from.
+func sourceOf(a net.Addr) string {
+	if t, ok := a.(*net.TCPAddr); ok {
+		return t.IP.String()
+	}
+	return a.String()
+}
+
+// startHandshake takes a handshake slot for a connection from src: at most
+// MaxHandshakes at once, and MaxHandshakesPerSource from one host, so that
+// one host cannot take every slot.
+func (e *Endpoint) startHandshake(src string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.shaking >= MaxHandshakes || e.shakingFrom[src] >= MaxHandshakesPerSource {
+		return false
+	}
+	e.shaking++
+	e.shakingFrom[src]++
+	return true
+}
+
+// endHandshake gives a slot back; "" is a slot already given back.
+func (e *Endpoint) endHandshake(src string) {
+	if src == "" {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.shaking--
+	if e.shakingFrom[src]--; e.shakingFrom[src] <= 0 {
+		delete(e.shakingFrom, src)
+	}
+}
+
+func (e *Endpoint) serve(c *tls.Conn, handshaken func()) {
 	ctx, cancel := context.WithTimeout(e.ctx, handshakeTimeout)
 	err := c.HandshakeContext(ctx)
 	cancel()
+	handshaken()
 	if err != nil {
 		c.Close() // a bad certificate was counted by the TLS config
 		return
