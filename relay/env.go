@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,7 +27,7 @@ type env struct {
 	m            *metrics.Metrics
 	set          *atomic.Pointer[manifest.Set]
 	setupTimeout time.Duration
-	flows        chan struct{} // a token per flow in progress
+	flows        *quota // a token per flow in progress
 
 	ctx context.Context // ends when the relay closes
 	wg  *sync.WaitGroup // the relay's goroutines, waited for by Close
@@ -34,17 +35,17 @@ type env struct {
 
 func (e *env) manifests() *manifest.Set { return e.set.Load() }
 
-// acquire takes a flow token, or reports that the relay is full.
-func (e *env) acquire() bool {
-	select {
-	case e.flows <- struct{}{}:
-		return true
-	default:
+// acquire takes a flow token for a flow of tunnel, from client host at
+// an entry (else the zero Addr), or counts the flow refused.
+func (e *env) acquire(tunnel string, host netip.Addr) bool {
+	if reason := e.flows.take(tunnel, host); reason != "" {
+		e.flowError(tunnel, reason)
 		return false
 	}
+	return true
 }
 
-func (e *env) release() { <-e.flows }
+func (e *env) release(tunnel string, host netip.Addr) { e.flows.give(tunnel, host) }
 
 // spawn runs f on a goroutine that Close waits for.
 func (e *env) spawn(f func()) {

@@ -58,6 +58,11 @@ type Config struct {
 	// MaxFlows bounds the TCP flows and UDP sessions this relay carries at
 	// once, in every role; past it new flows are refused and counted.
 	MaxFlows int
+	// MaxFlowsPerTunnel bounds those of one Tunnel (default a quarter of
+	// MaxFlows), and MaxFlowsPerSource those of one Tunnel from one client
+	// host at its entry (default a sixteenth of that, at least 64), so that
+	// no Tunnel and no client can take every flow.
+	MaxFlowsPerTunnel, MaxFlowsPerSource int
 	// SetupTimeout bounds reaching the next hop or connecting to a target.
 	SetupTimeout time.Duration
 	// Route makes the relay choose the routes of the routed (sum and pipe)
@@ -123,8 +128,15 @@ func New(cfg Config) (*Relay, error) {
 	r.set.Store(cfg.Manifests)
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
+	perTunnel, perSource := defaultShares(cfg.MaxFlows)
+	if cfg.MaxFlowsPerTunnel > 0 {
+		perTunnel = min(cfg.MaxFlowsPerTunnel, cfg.MaxFlows)
+	}
+	if cfg.MaxFlowsPerSource > 0 {
+		perSource = min(cfg.MaxFlowsPerSource, perTunnel)
+	}
 	r.env = &env{name: cfg.Name, log: cfg.Log, warn: ratelog.New(cfg.Log), m: cfg.Metrics, set: &r.set, setupTimeout: cfg.SetupTimeout,
-		flows: make(chan struct{}, cfg.MaxFlows), ctx: ctx, wg: &r.wg}
+		flows: newQuota(cfg.MaxFlows, perTunnel, perSource), ctx: ctx, wg: &r.wg}
 	r.routes = newRouteBook(r.env, cfg.Route)
 	return r, nil
 }

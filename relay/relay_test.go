@@ -10,6 +10,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -92,7 +93,7 @@ func testEnv(t *testing.T, yaml string) (*env, *metrics.Metrics) {
 	m := metrics.New(prometheus.NewRegistry())
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	return &env{name: "hk", log: log, warn: ratelog.New(log), m: m, set: &p,
-		setupTimeout: time.Second, flows: make(chan struct{}, 2), ctx: context.Background(), wg: &sync.WaitGroup{}}, m
+		setupTimeout: time.Second, flows: newQuota(4, 3, 2), ctx: context.Background(), wg: &sync.WaitGroup{}}, m
 }
 
 func TestNewChecksItsConfig(t *testing.T) {
@@ -107,22 +108,50 @@ func TestNewChecksItsConfig(t *testing.T) {
 		t.Errorf("another relay's certificate: %v", err)
 	}
 	r, err := New(Config{Name: "hk", Manifests: set, Identity: hk, Metrics: m})
-	if err != nil || r.cfg.MaxFlows != DefaultMaxFlows || r.cfg.SetupTimeout != DefaultSetupTimeout || cap(r.env.flows) != DefaultMaxFlows {
+	if err != nil || r.cfg.MaxFlows != DefaultMaxFlows || r.cfg.SetupTimeout != DefaultSetupTimeout || r.env.flows.max != DefaultMaxFlows || r.env.flows.perTunnel != DefaultMaxFlows/4 || r.env.flows.perSource != DefaultMaxFlows/64 {
 		t.Fatalf("defaults: %+v (%v)", r, err)
 	}
 }
 
-func TestFlowTokensAreBounded(t *testing.T) {
-	e, _ := testEnv(t, twoRelays)
-	if !e.acquire() || !e.acquire() {
-		t.Fatal("tokens below the bound refused")
+// TestFlowTokensAreShared: no Tunnel takes more than its share of the
+// relay's flows, and no client host more than its share of a Tunnel's, so
+// one of them cannot refuse everyone else (here: 4 flows, 3 a Tunnel, 2 a
+// host).
+func TestFlowTokensAreShared(t *testing.T) {
+	e, m := testEnv(t, twoRelays)
+	a, b := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2")
+	if !e.acquire("default/x", a) || !e.acquire("default/x", a) {
+		t.Fatal("a host's first flows refused")
 	}
-	if e.acquire() {
-		t.Fatal("a token past the bound")
+	if e.acquire("default/x", a) {
+		t.Fatal("a host took more than its share")
 	}
-	e.release()
-	if !e.acquire() {
+	if !e.acquire("default/x", b) {
+		t.Fatal("another host of the same Tunnel refused")
+	}
+	if e.acquire("default/x", netip.Addr{}) {
+		t.Fatal("a Tunnel took more than its share")
+	}
+	if !e.acquire("default/y", netip.Addr{}) {
+		t.Fatal("another Tunnel refused while the first holds its share")
+	}
+	if e.acquire("default/z", netip.Addr{}) {
+		t.Fatal("a token past the relay's bound")
+	}
+	e.release("default/x", a)
+	if !e.acquire("default/x", a) {
 		t.Fatal("a released token was not given again")
+	}
+	for reason, want := range map[string]float64{"source_limit": 1} {
+		if got := promtest.ToFloat64(m.FlowErrors.WithLabelValues("hk", "default/x", reason)); got != want {
+			t.Errorf("%s: %v, want %v", reason, got, want)
+		}
+	}
+	if got := promtest.ToFloat64(m.FlowErrors.WithLabelValues("hk", "default/x", "tunnel_limit")); got != 1 {
+		t.Errorf("tunnel_limit: %v", got)
+	}
+	if got := promtest.ToFloat64(m.FlowErrors.WithLabelValues("hk", "default/z", "flow_limit")); got != 1 {
+		t.Errorf("flow_limit: %v", got)
 	}
 }
 
@@ -219,7 +248,7 @@ func TestTraceAtTheExitHasADeadline(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("a trace that never ends holds its flow token")
 	}
-	if len(e.flows) != 0 {
-		t.Fatalf("%d flow tokens still taken", len(e.flows))
+	if n := e.flows.inUse(); n != 0 {
+		t.Fatalf("%d flow tokens still taken", n)
 	}
 }

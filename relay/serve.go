@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"io"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -108,12 +109,11 @@ func (d *dispatcher) serveQUIC(c *rquic.Conn, s *quicgo.Stream) {
 			return
 		}
 	}
-	if !d.acquire() {
-		d.flowError(h.Tunnel, "flow_limit")
+	if !d.acquire(h.Tunnel, netip.Addr{}) {
 		flow.Reset(s, hop.CodeRejected)
 		return
 	}
-	defer d.release()
+	defer d.release(h.Tunnel, netip.Addr{})
 	switch {
 	case x != nil:
 		d.packets.serveQUIC(c, s, x)
@@ -154,12 +154,11 @@ func (d *dispatcher) serveTLS(peer string, c *tls.Conn) {
 		d.measure.serveTrace(in, &h, g.Chain)
 		return
 	}
-	if !d.acquire() {
-		d.flowError(h.Tunnel, "flow_limit")
+	if !d.acquire(h.Tunnel, netip.Addr{}) {
 		in.Abort()
 		return
 	}
-	defer d.release()
+	defer d.release(h.Tunnel, netip.Addr{})
 	switch {
 	case h.Kind == hop.KindPacket && g.Last:
 		x, err := d.packets.exitFor(h.Tunnel)

@@ -50,14 +50,14 @@ func (f *tcpFlows) serve(ln *net.TCPListener, t *v1alpha1.Tunnel) {
 			continue
 		}
 		backoff = 0
-		if !f.acquire() {
-			f.flowError(key, "flow_limit")
+		host := c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr()
+		if !f.acquire(key, host) {
 			c.SetLinger(0)
 			c.Close()
 			continue
 		}
 		f.spawn(func() {
-			defer f.release()
+			defer f.release(key, host)
 			in, err := flow.TCP(c)
 			if err != nil {
 				c.Close()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"slices"
 	"sync"
 	"time"
@@ -38,12 +39,11 @@ var traceTimeout = headerTimeout
 // serveTrace carries an admitted trace one hop further, or answers it at
 // the exit, within traceTimeout.
 func (m *measurer) serveTrace(in flow.End, h *hop.Header, c *v1alpha1.Chain) {
-	if !m.acquire() {
-		m.flowError(h.Tunnel, "flow_limit")
+	if !m.acquire(h.Tunnel, netip.Addr{}) {
 		in.Fail(hop.CodeRejected)
 		return
 	}
-	defer m.release()
+	defer m.release(h.Tunnel, netip.Addr{})
 	var mu sync.Mutex
 	var out flow.End
 	expire := time.AfterFunc(traceTimeout, func() {

@@ -88,12 +88,11 @@ func (f *tunFlows) open(t *v1alpha1.Tunnel, key string, addr netip.Prefix, route
 
 // entryTCP carries a TCP flow of the stack to its destination.
 func (f *tunFlows) entryTCP(c *netstack.TCPConn, dst netip.AddrPort, t *v1alpha1.Tunnel, key string) {
-	if !f.acquire() {
-		f.flowError(key, "flow_limit")
+	if !f.acquire(key, netip.Addr{}) {
 		c.Abort()
 		return
 	}
-	defer f.release()
+	defer f.release(key, netip.Addr{})
 	f.tcp.entry(&stackEnd{c: c}, t, key, dst.String())
 }
 
@@ -111,11 +110,10 @@ func (e *stackEnd) Close()                      { e.c.Close() }
 // entryUDP carries a UDP flow of the stack (one source and destination
 // pair) to its destination as a UDP session.
 func (f *tunFlows) entryUDP(c net.Conn, dst netip.AddrPort, t *v1alpha1.Tunnel, key string) {
-	if !f.acquire() {
-		f.flowError(key, "flow_limit")
+	if !f.acquire(key, netip.Addr{}) {
 		return
 	}
-	defer f.release()
+	defer f.release(key, netip.Addr{})
 	fc, done := f.begin(key, "entry")
 	defer done()
 	gauge := f.m.UDPSessions.WithLabelValues(f.name, key, "entry")

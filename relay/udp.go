@@ -1,9 +1,11 @@
 package relay
 
 import (
+	"cmp"
 	"errors"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -43,6 +45,7 @@ func (f *udpFlows) listen(t *v1alpha1.Tunnel, addr string) (stop func(), err err
 		idle:     time.Duration(t.Spec.UDP.IdleTimeoutSeconds) * time.Second,
 		max:      int(t.Spec.UDP.MaxSessions),
 		sessions: map[netip.AddrPort]*udpSession{},
+		perHost:  map[netip.Addr]int{},
 		stop:     make(chan struct{}),
 	}
 	f.spawn(u.serve)
@@ -60,6 +63,7 @@ type udpEntry struct {
 
 	mu       sync.Mutex
 	sessions map[netip.AddrPort]*udpSession
+	perHost  map[netip.Addr]int // sessions by client host
 	closed   bool
 	stop     chan struct{}
 }
@@ -120,18 +124,46 @@ func (u *udpEntry) dropped(reason string) {
 	u.f.m.UDPDropped.WithLabelValues(u.f.name, u.key, reason).Inc()
 }
 
+// Under pressure a UDP Tunnel's sessions make room for new clients: one
+// host holds at most a sixteenth of them (at least 16), and when the table
+// is full the sessions idle for evictIdle or more are ended, the idlest
+// first, up to evictBatch at a time (so that a flood of new sources costs
+// one scan per batch, not per packet).
+const (
+	evictIdle  = time.Second
+	evictBatch = 64
+)
+
+func perHostSessions(sessions int) int { return min(sessions, max(sessions/16, 16)) }
+
 // session finds or starts the session of a client address.
 func (u *udpEntry) session(from netip.AddrPort) *udpSession {
 	u.mu.Lock()
-	defer u.mu.Unlock()
 	if s := u.sessions[from]; s != nil {
+		u.mu.Unlock()
 		return s
 	}
 	if u.closed {
+		u.mu.Unlock()
 		return nil
 	}
+	host := from.Addr().Unmap()
+	if u.perHost[host] >= perHostSessions(u.max) {
+		u.mu.Unlock()
+		u.dropped("source_limit")
+		return nil
+	}
+	var evicted []*udpSession
+	if len(u.sessions) >= u.max {
+		evicted = u.idlestLocked()
+		for _, s := range evicted {
+			u.forgetLocked(s)
+		}
+	}
 	f := u.f
-	if len(u.sessions) >= u.max || !f.acquire() {
+	if len(u.sessions) >= u.max || !f.acquire(u.key, host) {
+		u.mu.Unlock()
+		u.endAll(evicted)
 		u.dropped("session_limit")
 		return nil
 	}
@@ -142,12 +174,47 @@ func (u *udpEntry) session(from netip.AddrPort) *udpSession {
 	s.done = func() {
 		done()
 		gauge.Dec()
-		f.release()
+		f.release(u.key, host)
 	}
 	s.touch()
 	u.sessions[from] = s
+	u.perHost[host]++
+	u.mu.Unlock()
+	u.endAll(evicted)
 	f.spawn(s.connect)
 	return s
+}
+
+// idlestLocked picks the sessions to evict from a full table.
+func (u *udpEntry) idlestLocked() []*udpSession {
+	cutoff := time.Now().Add(-evictIdle).UnixNano()
+	var idle []*udpSession
+	for _, s := range u.sessions {
+		if s.last.Load() <= cutoff {
+			idle = append(idle, s)
+		}
+	}
+	slices.SortFunc(idle, func(a, b *udpSession) int { return cmp.Compare(a.last.Load(), b.last.Load()) })
+	return idle[:min(len(idle), evictBatch)]
+}
+
+// forgetLocked takes a session out of the table.
+func (u *udpEntry) forgetLocked(s *udpSession) {
+	if u.sessions[s.client] != s {
+		return
+	}
+	delete(u.sessions, s.client)
+	host := s.client.Addr().Unmap()
+	if u.perHost[host]--; u.perHost[host] <= 0 {
+		delete(u.perHost, host)
+	}
+}
+
+func (u *udpEntry) endAll(evicted []*udpSession) {
+	for _, s := range evicted {
+		u.f.flowError(u.key, "evicted")
+		s.end(hop.CodeIdle)
+	}
 }
 
 func (s *udpSession) touch() { s.last.Store(time.Now().UnixNano()) }
@@ -261,9 +328,7 @@ func (s *udpSession) end(code quicgo.StreamErrorCode) {
 	s.once.Do(func() {
 		u := s.u
 		u.mu.Lock()
-		if u.sessions[s.client] == s {
-			delete(u.sessions, s.client)
-		}
+		u.forgetLocked(s)
 		u.mu.Unlock()
 		if s.local != nil {
 			s.local.Close()

@@ -104,6 +104,7 @@ func newRelayCmd(lf *logFlags) *cobra.Command {
 		name, metricsAddr, certDir string
 		caFile, certFile, keyFile  string
 		maxFlows                   int
+		perTunnel, perSource       int
 		profiling, tunOffload      bool
 		kubeMode                   bool
 		kf                         kubeFlags
@@ -126,11 +127,12 @@ Secret the operator issued, all watched and applied while the relay runs.`,
 				return err
 			}
 			relayGC()
+			sizeToContainer(log, &maxFlows, cmd.Flags().Changed("max-flows"))
 			if kubeMode {
 				if len(files) > 0 || certDir != "" || caFile != "" || certFile != "" || keyFile != "" {
 					return fmt.Errorf("--kube reads manifests and certificates from the cluster: drop -f, --certs, --ca, --cert and --key")
 				}
-				return runKubeRelay(log, &kf, name, metricsAddr, profiling, kube.Options{MaxFlows: maxFlows, NoTUNOffload: !tunOffload})
+				return runKubeRelay(log, &kf, name, metricsAddr, profiling, kube.Options{MaxFlows: maxFlows, MaxFlowsPerTunnel: perTunnel, MaxFlowsPerSource: perSource, NoTUNOffload: !tunOffload})
 			}
 			if name == "" {
 				return fmt.Errorf("--name: required: the RelayNode this process runs")
@@ -152,7 +154,7 @@ Secret the operator issued, all watched and applied while the relay runs.`,
 				return err
 			}
 			reg, m := newRegistry()
-			r, err := relay.New(relay.Config{Name: name, Manifests: set, Identity: id, Metrics: m, Log: log, MaxFlows: maxFlows, Route: true, NoTUNOffload: !tunOffload})
+			r, err := relay.New(relay.Config{Name: name, Manifests: set, Identity: id, Metrics: m, Log: log, MaxFlows: maxFlows, MaxFlowsPerTunnel: perTunnel, MaxFlowsPerSource: perSource, Route: true, NoTUNOffload: !tunOffload})
 			if err != nil {
 				return err
 			}
@@ -174,7 +176,9 @@ Secret the operator issued, all watched and applied while the relay runs.`,
 	f.StringVar(&keyFile, "key", "", "relay private key (PEM)")
 	f.StringVar(&metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz here, e.g. 127.0.0.1:9090")
 	f.BoolVar(&profiling, "pprof", false, "also serve /debug/pprof on --metrics-addr")
-	f.IntVar(&maxFlows, "max-flows", relay.DefaultMaxFlows, "most flows this relay carries at once")
+	f.IntVar(&maxFlows, "max-flows", relay.DefaultMaxFlows, "most flows this relay carries at once (in a container with a memory limit, what the limit affords)")
+	f.IntVar(&perTunnel, "max-flows-per-tunnel", 0, "most flows of one Tunnel (default a quarter of --max-flows)")
+	f.IntVar(&perSource, "max-flows-per-source", 0, "most flows of one Tunnel from one client host at its entry (default a sixteenth of the Tunnel's, at least 64)")
 	f.BoolVar(&tunOffload, "tun-offload", true, "open tun Tunnels' devices with segmentation offload where the kernel has it")
 	return cmd
 }

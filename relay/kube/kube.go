@@ -42,6 +42,8 @@ type Options struct {
 	Metrics   *metrics.Metrics
 	Log       *slog.Logger
 	MaxFlows  int
+	// MaxFlowsPerTunnel and MaxFlowsPerSource are relay.Config's.
+	MaxFlowsPerTunnel, MaxFlowsPerSource int
 	// NoTUNOffload opens tun Tunnels' devices without offload.
 	NoTUNOffload bool
 }
@@ -186,7 +188,8 @@ func (k *Relay) start(set *manifest.Set, secret *corev1.Secret) error {
 		return fmt.Errorf("certificate Secret %s: %w", secret.Name, err)
 	}
 	r, err := relay.New(relay.Config{Name: k.o.Name, Manifests: set, Identity: id, Metrics: k.o.Metrics, Log: k.o.Log,
-		MaxFlows: k.o.MaxFlows, NoTUNOffload: k.o.NoTUNOffload})
+		MaxFlows: k.o.MaxFlows, MaxFlowsPerTunnel: k.o.MaxFlowsPerTunnel, MaxFlowsPerSource: k.o.MaxFlowsPerSource,
+		NoTUNOffload: k.o.NoTUNOffload})
 	if err != nil {
 		return err
 	}

@@ -31,6 +31,12 @@ func network(t *testing.T, nRelays int, route []string, tunnels ...tunnelSpec) (
 // networkOver is network with the chain's transport for TCP flows.
 func networkOver(t *testing.T, transport string, nRelays int, route []string, tunnels ...tunnelSpec) (*Network, *metrics.Metrics, *manifest.Set) {
 	t.Helper()
+	return networkWith(t, relay.Config{}, transport, nRelays, route, tunnels...)
+}
+
+// networkWith is networkOver with the relays' limits from base.
+func networkWith(t *testing.T, base relay.Config, transport string, nRelays int, route []string, tunnels ...tunnelSpec) (*Network, *metrics.Metrics, *manifest.Set) {
+	t.Helper()
 	var b strings.Builder
 	for i := range nRelays {
 		p := testutil.FreePort(t)
@@ -51,7 +57,8 @@ func networkOver(t *testing.T, transport string, nRelays int, route []string, tu
 		t.Fatalf("manifests: %v\n%s", err, b.String())
 	}
 	m := metrics.New(prometheus.NewRegistry())
-	n, err := Start(set, relay.Config{Metrics: m, Log: testutil.Logger()})
+	base.Metrics, base.Log = m, testutil.Logger()
+	n, err := Start(set, base)
 	if err != nil {
 		t.Fatal(err)
 	}

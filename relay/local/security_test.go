@@ -22,6 +22,7 @@ import (
 	"github.com/hoplink/hoplink/pki"
 	"github.com/hoplink/hoplink/relay"
 	"github.com/hoplink/hoplink/relay/hop"
+	"github.com/hoplink/hoplink/relay/tlslink"
 )
 
 func dialRelay(ctx context.Context, id *pki.Identity, peer string, addr net.Addr) (*quicgo.Conn, error) {
@@ -305,8 +306,8 @@ func TestHandshakesAreBounded(t *testing.T) {
 			closedAtOnce++
 		}
 	}
-	if closedAtOnce < 300-16 {
-		t.Fatalf("%d of 300 silent connections were closed at once, want all but %d", closedAtOnce, 16)
+	if want := 300 - tlslink.MaxHandshakesPerSource; closedAtOnce < want {
+		t.Fatalf("%d of 300 silent connections were closed at once, want %d", closedAtOnce, want)
 	}
 	c := dialTunnel(t, port)
 	defer c.Close()

@@ -42,8 +42,11 @@ const (
 	// bound. Past it, new connections are closed at once (and counted as
 	// failed accepts), while peers with a handshake done are served.
 	MaxHandshakes = 128
-	// MaxHandshakesPerSource bounds those from one host.
-	MaxHandshakesPerSource = 16
+	// MaxHandshakesPerSource bounds those from one host: a relay's pools
+	// to this peer dial at most poolDials at once, and several relays may
+	// share a host.
+	MaxHandshakesPerSource = 64
+	poolDials              = 16
 	minBackoff             = 100 * time.Millisecond
 	maxBackoff             = 5 * time.Second
 )
@@ -304,7 +307,7 @@ func (e *Endpoint) Pool(peer string, addrs []string) *Pool {
 	}
 	conf := e.opts.Identity.ClientConfig(peer)
 	conf.ClientSessionCache = tls.NewLRUClientSessionCache(64)
-	p := &Pool{e: e, peer: peer, addrs: addrs, wake: make(chan struct{}, 1), conf: conf}
+	p := &Pool{e: e, peer: peer, addrs: addrs, wake: make(chan struct{}, 1), conf: conf, dialing: make(chan struct{}, poolDials)}
 	e.pools[peer] = p
 	if e.ctx.Err() == nil {
 		e.wg.Add(1)
@@ -347,6 +350,10 @@ type Pool struct {
 	// peer's identity is bound to the ticket it issued after a full,
 	// verified handshake.
 	conf *tls.Config
+	// dialing bounds this pool's handshakes in progress, so that a burst
+	// of new flows stays within what the peer's listener lets one host
+	// run (MaxHandshakesPerSource).
+	dialing chan struct{}
 
 	mu     sync.Mutex
 	spares []spare
@@ -376,7 +383,13 @@ func (p *Pool) Get(ctx context.Context) (*tls.Conn, error) {
 		}
 		s.c.Close()
 	}
+	select {
+	case p.dialing <- struct{}{}:
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
 	c, err := p.dial(ctx)
+	<-p.dialing
 	if err == nil && !p.e.track(c) {
 		c.Close()
 		return nil, errors.New("relay shutting down")

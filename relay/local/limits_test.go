@@ -1,0 +1,122 @@
+package local
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/hoplink/hoplink/internal/testutil"
+	"github.com/hoplink/hoplink/relay"
+)
+
+// TestOneTunnelCannotTakeEveryFlow: a client holds as many idle
+// connections to one Tunnel as it can open. The relay gives that Tunnel its
+// share of the flow tokens and no more, so another Tunnel's clients are
+// served (with --max-flows 1000 they were reset).
+func TestOneTunnelCannotTakeEveryFlow(t *testing.T) {
+	target := testutil.EchoServer(t)
+	pA, pB := testutil.FreePort(t), testutil.FreePort(t)
+	// 40 flows a relay, 10 a Tunnel, 5 a Tunnel from one host.
+	_, m, _ := networkWith(t, relay.Config{MaxFlows: 40, MaxFlowsPerSource: 5}, "quic", 2, []string{"r0", "r1"},
+		tunnelSpec{name: "a", protocol: "tcp", target: target, port: pA},
+		tunnelSpec{name: "b", protocol: "tcp", target: target, port: pB})
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	for i := range 60 {
+		// From five hosts of the loopback network, to reach the Tunnel's
+		// share rather than one host's.
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 1, byte(1+i%5))}, Timeout: 2 * time.Second}
+		c, err := d.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", pA))
+		if err == nil {
+			held = append(held, c)
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	for i := range 5 {
+		c := dialTunnel(t, pB)
+		msg := fmt.Sprintf("another tenant %d", i)
+		c.Write([]byte(msg))
+		c.CloseWrite()
+		if b, err := io.ReadAll(c); err != nil || string(b) != msg {
+			t.Fatalf("Tunnel b next to a full Tunnel a: %q, %v", b, err)
+		}
+		c.Close()
+	}
+	if v := promtest.ToFloat64(m.FlowErrors.WithLabelValues("r0", "default/a", "tunnel_limit")); v < 1 {
+		t.Fatalf("Tunnel a was never held to its share (tunnel_limit %v)", v)
+	}
+	// One host alone gets its share of a Tunnel, not the Tunnel's.
+	before := promtest.ToFloat64(m.FlowErrors.WithLabelValues("r0", "default/b", "source_limit"))
+	var mine []net.Conn
+	for range 8 {
+		if c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", pB), 2*time.Second); err == nil {
+			mine = append(mine, c)
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	for _, c := range mine {
+		c.Close()
+	}
+	if v := promtest.ToFloat64(m.FlowErrors.WithLabelValues("r0", "default/b", "source_limit")); v < before+3 {
+		t.Fatalf("8 flows from one host: source_limit %v -> %v, want 3 more", before, v)
+	}
+}
+
+// TestUDPFloodDoesNotLockOutATunnel: a host floods a UDP Tunnel from
+// hundreds of source ports. It gets a host's share of the sessions, and a
+// client on another host still gets one; a table full of sessions gone
+// quiet makes room for a new client.
+func TestUDPFloodDoesNotLockOutATunnel(t *testing.T) {
+	target := udpEcho(t)
+	port := testutil.FreePort(t)
+	_, m, _ := networkOver(t, "quic", 2, []string{"r0", "r1"},
+		tunnelSpec{name: "u", protocol: "udp", target: target, port: port, extra: ", udp: {maxSessions: 64}"})
+	flood := func(host byte, ports int) {
+		for range ports {
+			c, err := net.DialUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 2, host)}, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Write([]byte("x"))
+			c.Close()
+		}
+	}
+	flood(1, 300)
+	waitUntil(t, 5*time.Second, "the flood read", func() bool {
+		return promtest.ToFloat64(m.UDPDropped.WithLabelValues("r0", "default/u", "source_limit")) >= 300-16
+	})
+	if v := promtest.ToFloat64(m.UDPSessions.WithLabelValues("r0", "default/u", "entry")); v > 16 {
+		t.Fatalf("one host of 300 ports got %v sessions, more than its share", v)
+	}
+	client := func(host byte) error {
+		c, err := net.DialUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 3, host)}, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port})
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		return roundTrip(c, []byte("hello"))
+	}
+	if err := client(1); err != nil {
+		t.Fatalf("a client on another host, next to the flood: %v", err)
+	}
+	// Fill the table from more hosts; once its sessions go quiet, a new
+	// client takes the place of the idlest.
+	for h := byte(2); h <= 5; h++ {
+		flood(h, 16)
+	}
+	time.Sleep(1200 * time.Millisecond)
+	if err := client(9); err != nil {
+		t.Fatalf("a new client with the table full of quiet sessions: %v", err)
+	}
+	if v := promtest.ToFloat64(m.FlowErrors.WithLabelValues("r0", "default/u", "evicted")); v < 1 {
+		t.Fatalf("no session evicted (evicted %v)", v)
+	}
+}

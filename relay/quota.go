@@ -1,0 +1,88 @@
+package relay
+
+import (
+	"net/netip"
+	"sync"
+)
+
+// quota shares a relay's flow tokens, so that no Tunnel, and no client,
+// can take them all: at most max flows at once, at most perTunnel of one
+// Tunnel's (in every role: a middle or exit relay carries other entries'
+// Tunnels), and at an entry at most perSource of one Tunnel's from one
+// client host.
+type quota struct {
+	max, perTunnel, perSource int
+
+	mu      sync.Mutex
+	total   int
+	tunnels map[string]int
+	sources map[source]int
+}
+
+type source struct {
+	tunnel string
+	host   netip.Addr
+}
+
+// Reasons a flow is refused: the reason label of hoplink_flow_errors_total.
+const (
+	flowLimit   = "flow_limit"
+	tunnelLimit = "tunnel_limit"
+	sourceLimit = "source_limit"
+)
+
+// Shares of the relay's flows, when Config leaves them out: a quarter for
+// one Tunnel, and a sixteenth of that (at least 64) for one client host.
+func defaultShares(flows int) (perTunnel, perSource int) {
+	perTunnel = max(flows/4, 1)
+	return perTunnel, min(perTunnel, max(perTunnel/16, 64))
+}
+
+func newQuota(flows, perTunnel, perSource int) *quota {
+	return &quota{max: flows, perTunnel: perTunnel, perSource: perSource, tunnels: map[string]int{}, sources: map[source]int{}}
+}
+
+// take takes a token for a flow of tunnel from host (the zero Addr past
+// the entry), or says which limit refused it.
+func (q *quota) take(tunnel string, host netip.Addr) (reason string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	src := source{tunnel, host.Unmap()}
+	switch {
+	case q.total >= q.max:
+		return flowLimit
+	case q.tunnels[tunnel] >= q.perTunnel:
+		return tunnelLimit
+	case host.IsValid() && q.sources[src] >= q.perSource:
+		return sourceLimit
+	}
+	q.total++
+	q.tunnels[tunnel]++
+	if host.IsValid() {
+		q.sources[src]++
+	}
+	return ""
+}
+
+// give gives back what take took.
+func (q *quota) give(tunnel string, host netip.Addr) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.total--
+	if q.tunnels[tunnel]--; q.tunnels[tunnel] <= 0 {
+		delete(q.tunnels, tunnel)
+	}
+	if host.IsValid() {
+		src := source{tunnel, host.Unmap()}
+		if q.sources[src]--; q.sources[src] <= 0 {
+			delete(q.sources, src)
+		}
+	}
+}
+
+// inUse is how many tokens are taken.
+func (q *quota) inUse() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.total
+}
