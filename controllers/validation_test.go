@@ -96,6 +96,17 @@ func TestCRDValidationRejectsBadSpecs(t *testing.T) {
 			tn.Spec.UDP = &v1alpha1.UDPOptions{MaxSessions: 5}
 			return tn
 		}, "spec.udp applies only to protocol udp"},
+		{"tcp options on udp", func() client.Object {
+			tn := tunnel(ns, "t", "c", 80)
+			tn.Spec.Protocol = v1alpha1.ProtocolUDP
+			tn.Spec.TCP = &v1alpha1.TCPOptions{IdleTimeoutSeconds: 30}
+			return tn
+		}, "spec.tcp applies only to protocol tcp"},
+		{"tcp idle timeout over a week", func() client.Object {
+			tn := tunnel(ns, "t", "c", 80)
+			tn.Spec.TCP = &v1alpha1.TCPOptions{IdleTimeoutSeconds: 604801}
+			return tn
+		}, "spec.tcp.idleTimeoutSeconds"},
 		{"tun without its section", func() client.Object {
 			tn := tunTunnel(ns, "t", "c", v1alpha1.TunFlow)
 			tn.Spec.TUN = nil

@@ -220,6 +220,14 @@ func validatePortForward(t *v1alpha1.Tunnel, bad func(field, format string, args
 	} else if err := checkHostPort(t.Spec.Target); err != nil {
 		bad("spec.target", "%v", err)
 	}
+	if c := t.Spec.TCP; c != nil {
+		if t.Spec.Protocol != v1alpha1.ProtocolTCP {
+			bad("spec.tcp", "applies to protocol tcp only")
+		}
+		if c.IdleTimeoutSeconds < 1 || c.IdleTimeoutSeconds > 604800 {
+			bad("spec.tcp.idleTimeoutSeconds", "%d must be from 1 to 604800 (a week)", c.IdleTimeoutSeconds)
+		}
+	}
 	if u := t.Spec.UDP; u != nil {
 		if t.Spec.Protocol != v1alpha1.ProtocolUDP {
 			bad("spec.udp", "applies to protocol udp only")
@@ -243,6 +251,9 @@ func validateTun(t *v1alpha1.Tunnel, bad func(field, format string, args ...any)
 	}
 	if t.Spec.UDP != nil {
 		bad("spec.udp", "applies to protocol udp only")
+	}
+	if t.Spec.TCP != nil {
+		bad("spec.tcp", "applies to protocol tcp only")
 	}
 	u := t.Spec.TUN
 	if u == nil {

@@ -133,7 +133,7 @@ func (m *measurer) serveLinks(peer string, remote net.Addr, s *quicgo.Stream, h 
 			flow.Reset(s, hop.CodeNextHop)
 			return
 		}
-		flow.Join(flow.Stream(s), out, noCount{}, noCount{})
+		flow.Join(flow.Stream(s), out, noCount{}, noCount{}, 0)
 		return
 	}
 	s.SetReadDeadline(time.Now().Add(headerTimeout))

@@ -118,9 +118,9 @@ func (d *dispatcher) serveQUIC(c *rquic.Conn, s *quicgo.Stream) {
 	case x != nil:
 		d.packets.serveQUIC(c, s, x)
 	case h.Kind == hop.KindTCP && g.Last:
-		d.tcp.exit(flow.Stream(s), &h)
+		d.tcp.exit(flow.Stream(s), &h, g.Tunnel)
 	case h.Kind == hop.KindTCP:
-		d.tcp.middle(flow.Stream(s), &h, g.Chain)
+		d.tcp.middle(flow.Stream(s), &h, g.Tunnel, g.Chain)
 	case g.Last:
 		d.udp.exit(c, s, &h, g.Tunnel)
 	default: // a UDP or packet session: datagrams and frames
@@ -169,8 +169,8 @@ func (d *dispatcher) serveTLS(peer string, c *tls.Conn) {
 		}
 		d.packets.serveTLS(in, x)
 	case g.Last:
-		d.tcp.exit(in, &h)
+		d.tcp.exit(in, &h, g.Tunnel)
 	default:
-		d.tcp.middle(in, &h, g.Chain)
+		d.tcp.middle(in, &h, g.Tunnel, g.Chain)
 	}
 }

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"net"
 	"time"
 
@@ -83,7 +84,7 @@ func (f *tcpFlows) entry(in flow.End, t *v1alpha1.Tunnel, key, target string) {
 		return
 	}
 	if len(route) == 1 {
-		f.forward(ctx, in, key, target, start, fc)
+		f.forward(ctx, in, t, target, start, fc)
 		return
 	}
 	out, err := f.hops.Open(ctx, &hop.Header{Kind: hop.KindTCP, Tunnel: key, Route: route[1:], Target: target}, chain.Spec.Transport)
@@ -94,26 +95,42 @@ func (f *tcpFlows) entry(in flow.End, t *v1alpha1.Tunnel, key, target string) {
 		return
 	}
 	f.m.FlowSetup.WithLabelValues(f.name, key, "entry").Observe(time.Since(start).Seconds())
-	flow.Join(in, out, fc.up, fc.down)
+	f.join(key, flow.Join(in, out, fc.up, fc.down, tcpIdle(t)))
+}
+
+// join counts how a joined flow ended, when it ended for being idle.
+func (f *tcpFlows) join(tunnel string, err error) {
+	if errors.Is(err, flow.ErrIdle) {
+		f.flowError(tunnel, "idle")
+	}
+}
+
+// tcpIdle is how long a TCP flow of the Tunnel may move no byte.
+func tcpIdle(t *v1alpha1.Tunnel) time.Duration {
+	if c := t.Spec.TCP; c != nil && c.IdleTimeoutSeconds > 0 {
+		return time.Duration(c.IdleTimeoutSeconds) * time.Second
+	}
+	return v1alpha1.DefaultTCPIdleTimeout * time.Second
 }
 
 // forward is a flow whose entry is its exit: a plain port forward, spliced
 // in the kernel when both ends are sockets.
-func (f *tcpFlows) forward(ctx context.Context, in flow.End, key, target string, start time.Time, fc flowCounters) {
+func (f *tcpFlows) forward(ctx context.Context, in flow.End, t *v1alpha1.Tunnel, target string, start time.Time, fc flowCounters) {
+	key := manifest.Key(t.Namespace, t.Name)
 	tc, err := f.dial(ctx, key, target, "entry", start)
 	if err != nil {
 		in.Abort()
 		return
 	}
 	if a, ok := in.(*flow.TCPEnd); ok {
-		flow.Splice(a.Conn(), tc, fc.up, fc.down)
+		f.join(key, flow.Splice(a.Conn(), tc, fc.up, fc.down, tcpIdle(t)))
 		return
 	}
-	joinTarget(in, tc, fc)
+	f.joinTarget(in, tc, fc, t)
 }
 
 // middle carries a flow one hop further, over the chain's transport.
-func (f *tcpFlows) middle(in flow.End, h *hop.Header, chain *v1alpha1.Chain) {
+func (f *tcpFlows) middle(in flow.End, h *hop.Header, t *v1alpha1.Tunnel, chain *v1alpha1.Chain) {
 	fc, done := f.begin(h.Tunnel, "middle")
 	defer done()
 	ctx, cancel := f.setupContext()
@@ -124,11 +141,11 @@ func (f *tcpFlows) middle(in flow.End, h *hop.Header, chain *v1alpha1.Chain) {
 		in.Fail(hop.CodeNextHop)
 		return
 	}
-	flow.Join(in, out, fc.up, fc.down)
+	f.join(h.Tunnel, flow.Join(in, out, fc.up, fc.down, tcpIdle(t)))
 }
 
 // exit connects a flow to its target.
-func (f *tcpFlows) exit(in flow.End, h *hop.Header) {
+func (f *tcpFlows) exit(in flow.End, h *hop.Header, t *v1alpha1.Tunnel) {
 	start := time.Now()
 	fc, done := f.begin(h.Tunnel, "exit")
 	defer done()
@@ -139,18 +156,18 @@ func (f *tcpFlows) exit(in flow.End, h *hop.Header) {
 		in.Fail(hop.CodeDialFailed)
 		return
 	}
-	joinTarget(in, tc, fc)
+	f.joinTarget(in, tc, fc, t)
 }
 
 // joinTarget joins a flow to the connection to its target.
-func joinTarget(in flow.End, tc *net.TCPConn, fc flowCounters) {
+func (f *tcpFlows) joinTarget(in flow.End, tc *net.TCPConn, fc flowCounters, t *v1alpha1.Tunnel) {
 	out, err := flow.TCP(tc)
 	if err != nil {
 		in.Abort()
 		tc.Close()
 		return
 	}
-	flow.Join(in, out, fc.up, fc.down)
+	f.join(manifest.Key(t.Namespace, t.Name), flow.Join(in, out, fc.up, fc.down, tcpIdle(t)))
 }
 
 func (f *tcpFlows) dial(ctx context.Context, tunnel, target, role string, start time.Time) (*net.TCPConn, error) {

@@ -77,7 +77,7 @@ func (m *measurer) serveTrace(in flow.End, h *hop.Header, c *v1alpha1.Chain) {
 	mu.Lock()
 	out = next
 	mu.Unlock()
-	flow.Join(in, next, noCount{}, noCount{})
+	flow.Join(in, next, noCount{}, noCount{}, 0) // traceTimeout bounds it
 }
 
 // Trace measures routes of a chain this relay enters, end to end: for

@@ -61,6 +61,9 @@ func (t *Tunnel) Default() {
 			u.Name = TunDeviceName(t.Name)
 		}
 	}
+	if t.Spec.TCP != nil && t.Spec.TCP.IdleTimeoutSeconds == 0 {
+		t.Spec.TCP.IdleTimeoutSeconds = DefaultTCPIdleTimeout
+	}
 	if t.Spec.Protocol == ProtocolUDP {
 		if t.Spec.UDP == nil {
 			t.Spec.UDP = &UDPOptions{}

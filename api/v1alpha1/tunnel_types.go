@@ -92,6 +92,10 @@ const (
 	DefaultUDPMaxSessions = 4096
 )
 
+// DefaultTCPIdleTimeout ends a TCP flow after an hour without a byte either
+// way (seconds).
+const DefaultTCPIdleTimeout = 3600
+
 // TunnelListen is the address a Tunnel opens on its chain's entry relay.
 type TunnelListen struct {
 	// Address to bind on the entry relay; empty binds every address.
@@ -100,6 +104,18 @@ type TunnelListen struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=65535
 	Port int32 `json:"port"`
+}
+
+// TCPOptions tune TCP flows.
+type TCPOptions struct {
+	// IdleTimeoutSeconds resets a flow after this long without a byte in
+	// either direction, at every relay it crosses, so that idle connections
+	// do not hold the relays' flows for ever.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=604800
+	// +kubebuilder:default=3600
+	// +optional
+	IdleTimeoutSeconds int32 `json:"idleTimeoutSeconds,omitempty"`
 }
 
 // UDPOptions tune UDP session handling.
@@ -123,6 +139,7 @@ type UDPOptions struct {
 // the entry relay and the prefixes routed into it.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.udp) || (has(self.protocol) && self.protocol == 'udp')",message="spec.udp applies only to protocol udp: remove it or set spec.protocol: udp"
+// +kubebuilder:validation:XValidation:rule="!has(self.tcp) || !has(self.protocol) || self.protocol == 'tcp'",message="spec.tcp applies only to protocol tcp: remove it or set spec.protocol: tcp"
 // +kubebuilder:validation:XValidation:rule="(has(self.protocol) && self.protocol == 'tun') == has(self.tun)",message="spec.tun is required for protocol tun, and applies to it only"
 // +kubebuilder:validation:XValidation:rule="(has(self.protocol) && self.protocol == 'tun') || (has(self.listen) && has(self.target))",message="spec.listen and spec.target are required for protocol tcp and udp"
 // +kubebuilder:validation:XValidation:rule="!(has(self.protocol) && self.protocol == 'tun') || (!has(self.listen) && !has(self.target))",message="protocol tun takes no spec.listen or spec.target: spec.tun.routes say what it reaches"
@@ -145,7 +162,10 @@ type TunnelSpec struct {
 	// +kubebuilder:validation:Pattern=`^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?):([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])$`
 	// +optional
 	Target string `json:"target,omitempty"`
-	// UDP tunes UDP sessions; ignored for tcp.
+	// TCP tunes TCP flows (protocol tcp only).
+	// +optional
+	TCP *TCPOptions `json:"tcp,omitempty"`
+	// UDP tunes UDP sessions (protocol udp only).
 	// +optional
 	UDP *UDPOptions `json:"udp,omitempty"`
 	// TUN is the device of a tun Tunnel.

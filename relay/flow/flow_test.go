@@ -54,11 +54,11 @@ func viaJoin(in, out *net.TCPConn, up, down Counter) error {
 	if err != nil {
 		return err
 	}
-	return Join(a, b, up, down)
+	return Join(a, b, up, down, 0)
 }
 
 func TestJoinCarriesBothWaysAndHalfCloses(t *testing.T) {
-	for name, join := range map[string]func(in, out *net.TCPConn, up, down Counter) error{"join": viaJoin, "splice": Splice} {
+	for name, join := range map[string]func(in, out *net.TCPConn, up, down Counter) error{"join": viaJoin, "splice": func(in, out *net.TCPConn, up, down Counter) error { return Splice(in, out, up, down, 0) }} {
 		t.Run(name, func(t *testing.T) {
 			client, target, up, down, done := joined(t, join)
 			request := bytes.Repeat([]byte("q"), 300<<10) // more than one copy buffer
@@ -133,5 +133,47 @@ func TestWaitParksUntilReadable(t *testing.T) {
 	in.SetReadDeadline(time.Now())
 	if err := <-waited; err == nil {
 		t.Fatal("Wait missed the deadline")
+	}
+}
+
+// TestIdleFlowIsReset: a flow that moves no byte for its idle timeout is
+// reset at both ends and reported as idle; one that keeps talking is not.
+func TestIdleFlowIsReset(t *testing.T) {
+	for name, join := range map[string]func(in, out *net.TCPConn, up, down Counter) error{
+		"join": func(in, out *net.TCPConn, up, down Counter) error {
+			a, _ := TCP(in)
+			b, _ := TCP(out)
+			return Join(a, b, up, down, 300*time.Millisecond)
+		},
+		"splice": func(in, out *net.TCPConn, up, down Counter) error {
+			return Splice(in, out, up, down, 300*time.Millisecond)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			client, target, _, _, done := joined(t, join)
+			for range 5 { // 750 ms of talk, a byte every 150 ms
+				client.Write([]byte("x"))
+				if _, err := io.ReadFull(target, make([]byte, 1)); err != nil {
+					t.Fatalf("a talking flow ended: %v", err)
+				}
+				time.Sleep(150 * time.Millisecond)
+			}
+			start := time.Now()
+			select {
+			case err := <-done:
+				if !errors.Is(err, ErrIdle) {
+					t.Fatalf("ended with %v, want ErrIdle", err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("an idle flow stayed open")
+			}
+			if d := time.Since(start); d > 2*time.Second {
+				t.Fatalf("reset %v after going idle", d)
+			}
+			client.SetReadDeadline(time.Now().Add(2 * time.Second))
+			if _, err := client.Read(make([]byte, 1)); !errors.Is(err, syscall.ECONNRESET) {
+				t.Fatalf("the client saw %v, want a reset", err)
+			}
+		})
 	}
 }

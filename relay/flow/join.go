@@ -5,6 +5,8 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
+	"time"
 )
 
 // Counter counts the bytes of one direction (a Prometheus counter).
@@ -22,27 +24,68 @@ var bufPool = sync.Pool{New: func() any { b := make([]byte, copyBufSize); return
 // read returns at most one 16 KiB record anyway.
 var tlsBufPool = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
 
+// ErrIdle is a flow that moved no byte either way for its idle timeout.
+var ErrIdle = errors.New("flow idle")
+
+// idleTimer resets a flow that moves no byte for a while.
+type idleTimer struct {
+	d     time.Duration
+	t     *time.Timer
+	fired atomic.Bool
+}
+
+func newIdleTimer(d time.Duration, abort func()) *idleTimer {
+	it := &idleTimer{d: d}
+	if d > 0 {
+		it.t = time.AfterFunc(d, func() {
+			it.fired.Store(true)
+			abort()
+		})
+	}
+	return it
+}
+
+// moved says bytes moved: the idle time starts again.
+func (it *idleTimer) moved() {
+	if it.t != nil {
+		it.t.Reset(it.d)
+	}
+}
+
+func (it *idleTimer) stop(err error) error {
+	if it.t != nil {
+		it.t.Stop()
+	}
+	if it.fired.Load() {
+		return ErrIdle
+	}
+	return err
+}
+
 // Join moves bytes both ways between a (toward the client) and b (toward
 // the target) until both directions end, counting up (a to b) and down.
 // EOF in one direction half-closes the other end; an error anywhere resets
-// both ends. Backpressure is natural: a side that cannot write stops its
-// reader, and QUIC flow control stops the sender upstream.
-func Join(a, b End, up, down Counter) error {
+// both ends, and so does idle (when not 0) passing without a byte either
+// way, which Join then reports as ErrIdle. Backpressure is natural: a side
+// that cannot write stops its reader, and QUIC flow control stops the
+// sender upstream.
+func Join(a, b End, up, down Counter, idle time.Duration) error {
+	it := newIdleTimer(idle, func() { a.Abort(); b.Abort() })
 	done := make(chan error, 1)
 	go func() {
-		err := copyHalf(b, a, up)
+		err := copyHalf(b, a, up, it)
 		if err != nil {
 			a.Abort()
 			b.Abort()
 		}
 		done <- err
 	}()
-	err := copyHalf(a, b, down)
+	err := copyHalf(a, b, down, it)
 	if err != nil {
 		a.Abort()
 		b.Abort()
 	}
-	err = errors.Join(err, <-done)
+	err = it.stop(errors.Join(err, <-done))
 	if err == nil {
 		a.Close()
 		b.Close()
@@ -50,7 +93,7 @@ func Join(a, b End, up, down Counter) error {
 	return err
 }
 
-func copyHalf(dst, src End, n Counter) error {
+func copyHalf(dst, src End, n Counter, it *idleTimer) error {
 	pool := &bufPool
 	if _, ok := src.(*TLSEnd); ok {
 		pool = &tlsBufPool
@@ -69,6 +112,7 @@ func copyHalf(dst, src End, n Counter) error {
 					return werr
 				}
 				n.Add(float64(nr))
+				it.moved()
 			}
 			if rerr == io.EOF {
 				pool.Put(bp)
@@ -91,8 +135,26 @@ func copyHalf(dst, src End, n Counter) error {
 const spliceChunk = 4 << 20
 
 // Splice joins two TCP connections in the kernel, as a plain port forward
-// does: io.CopyN between *net.TCPConn uses splice(2) on Linux.
-func Splice(a, b *net.TCPConn, up, down Counter) error {
+// does: io.CopyN between *net.TCPConn uses splice(2) on Linux. idle is as
+// Join's.
+func Splice(a, b *net.TCPConn, up, down Counter, idle time.Duration) error {
+	ta, tb := &TCPEnd{c: a}, &TCPEnd{c: b}
+	// The kernel moves the bytes, so the kernel says when they last moved:
+	// when the timer fires, it looks at both sockets' last receipt and
+	// waits on if either had data since.
+	it := &idleTimer{d: idle}
+	if idle > 0 {
+		it.t = time.AfterFunc(idle, func() {
+			quiet := min(sinceReceived(a), sinceReceived(b))
+			if quiet < idle {
+				it.t.Reset(idle - quiet)
+				return
+			}
+			it.fired.Store(true)
+			ta.Abort()
+			tb.Abort()
+		})
+	}
 	half := func(dst, src *net.TCPConn, n Counter) error {
 		for {
 			w, err := io.CopyN(dst, src, spliceChunk)
@@ -105,7 +167,6 @@ func Splice(a, b *net.TCPConn, up, down Counter) error {
 			}
 		}
 	}
-	ta, tb := &TCPEnd{c: a}, &TCPEnd{c: b}
 	done := make(chan error, 1)
 	go func() {
 		err := half(b, a, up)
@@ -120,7 +181,7 @@ func Splice(a, b *net.TCPConn, up, down Counter) error {
 		ta.Abort()
 		tb.Abort()
 	}
-	err = errors.Join(err, <-done)
+	err = it.stop(errors.Join(err, <-done))
 	a.Close()
 	b.Close()
 	return err

@@ -1,9 +1,11 @@
 package local
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net"
+	"syscall"
 	"testing"
 	"time"
 
@@ -118,5 +120,40 @@ func TestUDPFloodDoesNotLockOutATunnel(t *testing.T) {
 	}
 	if v := promtest.ToFloat64(m.FlowErrors.WithLabelValues("r0", "default/u", "evicted")); v < 1 {
 		t.Fatalf("no session evicted (evicted %v)", v)
+	}
+}
+
+// TestIdleTCPFlowsEnd: a client that opens a connection and goes quiet
+// holds the relays' flows only for its Tunnel's idle timeout (here 1 s;
+// an hour by default); one that keeps talking stays.
+func TestIdleTCPFlowsEnd(t *testing.T) {
+	target := testutil.EchoServer(t)
+	port := testutil.FreePort(t)
+	_, m, _ := network(t, 3, []string{"r0", "r1", "r2"},
+		tunnelSpec{name: "t", protocol: "tcp", target: target, port: port, extra: ", tcp: {idleTimeoutSeconds: 1}"})
+	quiet, talking := dialTunnel(t, port), dialTunnel(t, port)
+	defer quiet.Close()
+	defer talking.Close()
+	quiet.Write([]byte("hi"))
+	io.ReadFull(quiet, make([]byte, 2))
+	start := time.Now()
+	for time.Since(start) < 2500*time.Millisecond {
+		talking.Write([]byte("x"))
+		if _, err := io.ReadFull(talking, make([]byte, 1)); err != nil {
+			t.Fatalf("a talking flow ended after %v: %v", time.Since(start), err)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	quiet.SetReadDeadline(time.Now().Add(3 * time.Second))
+	if _, err := quiet.Read(make([]byte, 1)); !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("a quiet flow after %v: %v, want a reset", time.Since(start), err)
+	}
+	// Every hop keeps the timeout; whichever fires first resets the rest.
+	idle := 0.0
+	for _, r := range []string{"r0", "r1", "r2"} {
+		idle += promtest.ToFloat64(m.FlowErrors.WithLabelValues(r, "default/t", "idle"))
+	}
+	if idle < 1 {
+		t.Fatal("no idle flow counted")
 	}
 }

@@ -1,0 +1,27 @@
+//go:build linux
+
+package flow
+
+import (
+	"net"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// sinceReceived is how long ago c last received data (TCP_INFO), or 0
+// when the kernel does not say.
+func sinceReceived(c *net.TCPConn) time.Duration {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	var info *unix.TCPInfo
+	rc.Control(func(fd uintptr) {
+		info, err = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+	})
+	if err != nil || info == nil {
+		return 0
+	}
+	return time.Duration(info.Last_data_recv) * time.Millisecond
+}

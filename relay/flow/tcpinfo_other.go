@@ -1,0 +1,12 @@
+//go:build !linux
+
+package flow
+
+import (
+	"net"
+	"time"
+)
+
+// sinceReceived is 0 where the kernel does not say: an idle spliced flow is
+// then never reset.
+func sinceReceived(*net.TCPConn) time.Duration { return 0 }
