@@ -14,6 +14,15 @@ import (
 	"github.com/hoplink/hoplink/relay/probe"
 )
 
+// endBuffer is the kernel send and receive buffer of the sockets toward
+// clients and targets. The kernel would grow them to 4 and 32 MiB, and a
+// flow that stalls (a client that stops reading, data the relay cannot
+// pass on) keeps what it holds: a thousand of them fill the host's TCP
+// memory (tcp_mem), and then every socket on the host slows, every
+// Tunnel's. Clients and targets are near their relays (the chain crosses
+// the distance), where 128 KiB (the kernel doubles it) moves several Gbit/s.
+const endBuffer = 128 << 10
+
 // tcpFlows carries TCP flows in every role: the entry accepts a Tunnel's
 // clients and opens the chain, a middle relay passes a flow one hop on, the
 // exit dials the target. A tun Tunnel's TCP flows enter here too.
@@ -51,6 +60,8 @@ func (f *tcpFlows) serve(ln *net.TCPListener, t *v1alpha1.Tunnel) {
 			continue
 		}
 		backoff = 0
+		c.SetWriteBuffer(endBuffer)
+		c.SetReadBuffer(endBuffer)
 		host := c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr()
 		if !f.acquire(key, host) {
 			c.SetLinger(0)
@@ -179,6 +190,8 @@ func (f *tcpFlows) dial(ctx context.Context, tunnel, target, role string, start 
 		f.log.Warn("cannot connect to target", "tunnel", tunnel, "target", target, "err", err)
 		return nil, err
 	}
+	c.(*net.TCPConn).SetWriteBuffer(endBuffer)
+	c.(*net.TCPConn).SetReadBuffer(endBuffer)
 	// A real connect is a measurement of the target too.
 	f.targets.Observe(probe.TargetSpec{Tunnel: tunnel, Target: target}, time.Since(dialStart))
 	f.m.FlowSetup.WithLabelValues(f.name, tunnel, role).Observe(time.Since(start).Seconds())
