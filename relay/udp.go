@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	quicgo "github.com/quic-go/quic-go"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
@@ -60,6 +61,8 @@ type udpEntry struct {
 	ln   *net.UDPConn
 	idle time.Duration
 	max  int
+
+	drops sync.Map // reason -> prometheus.Counter
 
 	mu       sync.Mutex
 	sessions map[netip.AddrPort]*udpSession
@@ -120,8 +123,16 @@ func (u *udpEntry) serve() {
 	}
 }
 
+// dropped counts a client packet dropped for reason. Its counter is
+// resolved once per reason: a flood is counted packet by packet.
 func (u *udpEntry) dropped(reason string) {
-	u.f.m.UDPDropped.WithLabelValues(u.f.name, u.key, reason).Inc()
+	if c, ok := u.drops.Load(reason); ok {
+		c.(prometheus.Counter).Inc()
+		return
+	}
+	c := u.f.m.UDPDropped.WithLabelValues(u.f.name, u.key, reason)
+	u.drops.Store(reason, c)
+	c.Inc()
 }
 
 // Under pressure a UDP Tunnel's sessions make room for new clients: one

@@ -1,6 +1,6 @@
 // Command isolation measures what one tenant's misbehaving clients cost
-// another's. It runs two relays (hk -> la, `hoplink local` in a process of
-// its own) carrying a victim Tunnel, whose bulk download and
+// another's. It runs two relays (hk -> la, each a `hoplink relay` process)
+// carrying a victim Tunnel, whose bulk download and
 // request/response client it times, next to other Tunnels that it abuses:
 // N clients that stop reading a download (N = 4, 64, 1,000), 10,000 idle
 // connections, and a UDP flood from 4,000 source ports. It prints the
@@ -26,9 +26,12 @@ import (
 	"time"
 )
 
+var repeat int
+
 func main() {
 	bin := flag.String("hoplink", "bin/hoplink", "the hoplink binary")
-	only := flag.String("only", "", "run the baseline and the scenarios whose name contains this")
+	only := flag.String("only", "", "run the scenarios whose name contains this")
+	flag.IntVar(&repeat, "repeat", 3, "rounds of each scenario")
 	duration := flag.Duration("duration", 5*time.Second, "how long each scenario measures the victim")
 	settle := flag.Duration("settle", 2*time.Second, "how long the abuse runs before measuring")
 	flag.Parse()
@@ -85,16 +88,8 @@ spec: {chain: c, protocol: udp, listen: {address: 0.0.0.0, port: %[6]d}, target:
 
 func run(bin, only string, duration, settle time.Duration) error {
 	raiseFileLimit()
-	servers := []func() error{
-		func() error { return serveTCP(tVictim, victimTarget) },
-		func() error { return serveTCP(tStall, endless) },
-		func() error { return serveTCP(tIdle, func(c net.Conn) { io.Copy(io.Discard, c) }) },
-		func() error { return serveUDP(tFlood) },
-	}
-	for _, s := range servers {
-		if err := s(); err != nil {
-			return err
-		}
+	if os.Getenv("ISOLATION_TARGETS") != "" {
+		return targets() // the child that serves the targets
 	}
 	dir, err := os.MkdirTemp("", "isolation")
 	if err != nil {
@@ -105,29 +100,61 @@ func run(bin, only string, duration, settle time.Duration) error {
 	if err := os.WriteFile(filepath.Join(dir, "bench.yaml"), []byte(m), 0o644); err != nil {
 		return err
 	}
-	log, err := os.Create(filepath.Join(os.TempDir(), "isolation-hoplink.log"))
+	certs := filepath.Join(dir, "certs")
+	for _, args := range [][]string{{"cert", "ca", "--dir", certs}, {"cert", "issue", "--dir", certs, "hk", "la"}} {
+		if out, err := exec.Command(bin, args...).CombinedOutput(); err != nil {
+			return fmt.Errorf("hoplink %v: %v\n%s", args, err, out)
+		}
+	}
+	// Each relay, and the targets, in a process of its own, as on
+	// separate hosts: 10,000 flows need a descriptor each at every end,
+	// and a process may have 20,000 here.
+	start := func(name string, args ...string) (*exec.Cmd, error) {
+		log, err := os.Create(filepath.Join(os.TempDir(), "isolation-"+name+".log"))
+		if err != nil {
+			return nil, err
+		}
+		cmd := exec.Command(args[0], args[1:]...)
+		cmd.Stdout, cmd.Stderr = log, log
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if name == "targets" {
+			cmd.Env = append(os.Environ(), "ISOLATION_TARGETS=1")
+		}
+		return cmd, cmd.Start()
+	}
+	self, err := os.Executable()
 	if err != nil {
 		return err
 	}
-	defer log.Close()
-	args := []string{"local", "-f", dir, "--log-level", "warn"}
-	if pprof := os.Getenv("ISOLATION_PPROF"); pprof != "" {
-		args = append(args, "--metrics-addr", pprof, "--pprof")
+	var procs []*exec.Cmd
+	defer func() {
+		for _, p := range procs {
+			p.Process.Signal(syscall.SIGTERM)
+			p.Wait()
+		}
+	}()
+	var relays []*exec.Cmd
+	for _, c := range [][]string{
+		{"targets", self},
+		{"la", bin, "relay", "-f", dir, "--name", "la", "--certs", certs, "--log-level", "warn"},
+		{"hk", bin, "relay", "-f", dir, "--name", "hk", "--certs", certs, "--log-level", "warn"},
+	} {
+		p, err := start(c[0], c[1:]...)
+		if err != nil {
+			return err
+		}
+		procs = append(procs, p)
+		if c[0] != "targets" {
+			relays = append(relays, p)
+		}
 	}
-	relays := exec.Command(bin, args...)
-	relays.Stdout, relays.Stderr = log, log
-	relays.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := relays.Start(); err != nil {
-		return err
-	}
-	defer func() { relays.Process.Signal(syscall.SIGTERM); relays.Wait() }()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		if _, err := roundTrips(200 * time.Millisecond); err == nil {
 			break
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the victim Tunnel never answered (log: %s)", log.Name())
+			return fmt.Errorf("the victim Tunnel never answered (logs: %s/isolation-*.log)", os.TempDir())
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -146,59 +173,83 @@ func run(bin, only string, duration, settle time.Duration) error {
 		{"10,000 idle connections", idleConns(10000), false},
 		{"UDP flood, 4,000 source ports, 20,000 packets/s", udpFlood(4000, 20000), true},
 	}
-	fmt.Printf("Measured %s on this machine, `go run ./hack/bench/isolation` (%v a scenario, abuse running %v before).\n\n",
-		time.Now().Format("2006-01-02"), duration, settle)
-	fmt.Println("| abuse of other Tunnels | victim bulk (Gbit/s) | of baseline | victim request/response p50 / p99 (µs) | p99 of baseline | target |")
+	fmt.Printf("Measured %s on this machine, `go run ./hack/bench/isolation` (%v a measurement, abuse running %v before, medians of %d rounds).\n\n",
+		time.Now().Format("2006-01-02"), duration, settle, repeat)
+	fmt.Println("| abuse of other Tunnels | victim bulk alone / abused (Gbit/s) | of alone | victim request/response p99 alone / abused (µs) | of alone | target |")
 	fmt.Println("|---|---|---|---|---|---|")
-	var base result
+	pids := []int{relays[0].Process.Pid, relays[1].Process.Pid}
 	for i, sc := range scenarios {
-		if i > 0 && !strings.Contains(sc.name, only) {
+		if i == 0 || !strings.Contains(sc.name, only) {
 			continue
 		}
-		stop, err := sc.abuse()
-		if err != nil {
-			return fmt.Errorf("%s: %w", sc.name, err)
+		// Each round measures the victim alone, then next to the abuse;
+		// the figures are the medians of the rounds' ratios, since runs
+		// on a shared 2-core machine vary more than the effect.
+		var rounds []round
+		for range repeat {
+			time.Sleep(time.Second) // the last abuse's flows end
+			waitQuiet(pids, 30*time.Second)
+			base, err := measure(duration)
+			if err != nil {
+				return fmt.Errorf("%s: baseline: %w", sc.name, err)
+			}
+			stop, err := sc.abuse()
+			if err != nil {
+				return fmt.Errorf("%s: %w", sc.name, err)
+			}
+			time.Sleep(settle)
+			// Stalled readers stop once the kernel's buffers toward them
+			// are full: until then they are downloads like any other,
+			// sharing the relays' CPU. Measure once the relays are quiet.
+			if !sc.busy {
+				waitQuiet(pids, 90*time.Second)
+			}
+			r, err := measure(duration)
+			stop()
+			if err != nil {
+				return fmt.Errorf("%s: %w", sc.name, err)
+			}
+			rounds = append(rounds, round{base, r})
 		}
-		time.Sleep(settle)
-		// Stalled readers stop once the kernel's buffers toward them are
-		// full: until then they are downloads like any other, sharing the
-		// relays' CPU. Measure once the relays are quiet again.
-		var quiet time.Duration
-		if !sc.busy {
-			quiet = waitQuiet(relays.Process.Pid, 90*time.Second)
+		med := func(f func(round) float64) float64 {
+			v := make([]float64, len(rounds))
+			for k, r := range rounds {
+				v[k] = f(r)
+			}
+			slices.Sort(v)
+			return v[len(v)/2]
 		}
-		r, err := measure(duration)
-		stop()
-		if err != nil {
-			return fmt.Errorf("%s: %w", sc.name, err)
-		}
-		if i == 0 {
-			base = r
-		}
-		share, p99x := r.gbps/base.gbps, float64(r.p99)/float64(base.p99)
+		share := med(func(r round) float64 { return r.abused.gbps / r.base.gbps })
+		p99x := med(func(r round) float64 { return float64(r.abused.p99) / float64(r.base.p99) })
 		met := "met"
 		if share < 0.9 || p99x > 2 {
 			met = "missed"
 		}
-		if i == 0 {
-			met = ""
-		}
-		fmt.Printf("| %s | %.2f | %.0f%% | %d / %d | %.2fx | %s |\n", sc.name, r.gbps, 100*share,
-			r.p50.Microseconds(), r.p99.Microseconds(), p99x, met)
-		fmt.Fprintf(os.Stderr, "%s: the relays were quiet after %v more\n", sc.name, quiet.Round(100*time.Millisecond))
-		time.Sleep(time.Second) // the abuse's flows end
+		fmt.Printf("| %s | %.2f / %.2f | %.0f%% | %d / %d | %.2fx | %s |\n", sc.name,
+			med(func(r round) float64 { return r.base.gbps }), med(func(r round) float64 { return r.abused.gbps }), 100*share,
+			int(med(func(r round) float64 { return float64(r.base.p99.Microseconds()) })),
+			int(med(func(r round) float64 { return float64(r.abused.p99.Microseconds()) })), p99x, met)
 	}
 	return nil
 }
 
-// waitQuiet waits until the process uses less than a fifth of a core over
+type round struct{ base, abused result }
+
+// waitQuiet waits until the processes use less than a fifth of a core over
 // half a second, or max passed, and says how long that took.
-func waitQuiet(pid int, max time.Duration) time.Duration {
+func waitQuiet(pids []int, max time.Duration) time.Duration {
+	ticks := func() int64 {
+		var n int64
+		for _, p := range pids {
+			n += cpuTicks(p)
+		}
+		return n
+	}
 	start := time.Now()
-	prev := cpuTicks(pid)
+	prev := ticks()
 	for time.Since(start) < max {
 		time.Sleep(500 * time.Millisecond)
-		now := cpuTicks(pid)
+		now := ticks()
 		if now-prev < 10 { // ticks of 10 ms: 0.1 s of CPU in 0.5 s
 			break
 		}
@@ -382,6 +433,21 @@ func udpFlood(n, rate int) func() (func(), error) {
 			}
 		}, nil
 	}
+}
+
+// targets serves the Tunnels' targets until killed.
+func targets() error {
+	for _, s := range []func() error{
+		func() error { return serveTCP(tVictim, victimTarget) },
+		func() error { return serveTCP(tStall, endless) },
+		func() error { return serveTCP(tIdle, func(c net.Conn) { io.Copy(io.Discard, c) }) },
+		func() error { return serveUDP(tFlood) },
+	} {
+		if err := s(); err != nil {
+			return err
+		}
+	}
+	select {}
 }
 
 func victimTarget(c net.Conn) {
