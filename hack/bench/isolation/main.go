@@ -134,10 +134,14 @@ func run(bin, only string, duration, settle time.Duration) error {
 		}
 	}()
 	var relays []*exec.Cmd
+	hk := []string{"hk", bin, "relay", "-f", dir, "--name", "hk", "--certs", certs, "--log-level", "warn"}
+	if addr := os.Getenv("ISOLATION_PPROF"); addr != "" {
+		hk = append(hk, "--metrics-addr", addr, "--pprof") // to profile the entry
+	}
 	for _, c := range [][]string{
 		{"targets", self},
 		{"la", bin, "relay", "-f", dir, "--name", "la", "--certs", certs, "--log-level", "warn"},
-		{"hk", bin, "relay", "-f", dir, "--name", "hk", "--certs", certs, "--log-level", "warn"},
+		hk,
 	} {
 		p, err := start(c[0], c[1:]...)
 		if err != nil {
