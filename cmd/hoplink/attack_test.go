@@ -23,8 +23,8 @@ import (
 // them as a tenant, a client or a relay's stolen certificate would; each
 // asserts the defence, and a control that the attack's path is real.
 
-// sitePair is a packet-mode Tunnel from hk (in cl) to la (in sv).
-const sitePair = `
+// pairRelays are hk (in namespace cl) and la (in sv).
+const pairRelays = `
 apiVersion: hoplink.dev/v1alpha1
 kind: RelayNode
 metadata: {name: hk}
@@ -35,6 +35,10 @@ kind: RelayNode
 metadata: {name: la}
 spec: {endpoints: ["SV:7401"]}
 ---
+`
+
+// sitePair is a packet-mode Tunnel from hk (in cl) to la (in sv).
+const sitePair = pairRelays + `
 apiVersion: hoplink.dev/v1alpha1
 kind: Chain
 metadata: {name: c}
@@ -279,17 +283,7 @@ func TestAttackExitHostFromTheEntrySide(t *testing.T) {
 
 // lossyPair has two TCP Tunnels from hk (in cl) to a server in sv, one
 // over each transport.
-const lossyPair = `
-apiVersion: hoplink.dev/v1alpha1
-kind: RelayNode
-metadata: {name: hk}
-spec: {endpoints: ["CL:7401"]}
----
-apiVersion: hoplink.dev/v1alpha1
-kind: RelayNode
-metadata: {name: la}
-spec: {endpoints: ["SV:7401"]}
----
+const lossyPair = pairRelays + `
 apiVersion: hoplink.dev/v1alpha1
 kind: Chain
 metadata: {name: q}
