@@ -15,38 +15,34 @@ import (
 // relay's measurer, after admit.Admin let them through.
 type adminBackend struct{ m *measurer }
 
-func (a adminBackend) admit(client string, call admit.AdminCall, chain string) (*admitted, error) {
+func (a adminBackend) admit(client string, call admit.AdminCall, chain string) (*v1alpha1.Chain, error) {
 	c, ref := admit.Admin(a.m.manifests(), a.m.name, client, call, chain)
 	if ref != nil {
 		return nil, adminapi.NotFound(ref.Reason, ref)
 	}
-	return &admitted{c.DeepCopy(), routectl.Interval(c)}, nil
-}
-
-type admitted struct {
-	chain    *v1alpha1.Chain
-	interval time.Duration
+	return c, nil
 }
 
 func (a adminBackend) Links(ctx context.Context, client, chain string, fresh time.Duration) (*measure.Table, error) {
-	ad, err := a.admit(client, admit.AdminLinks, chain)
+	c, err := a.admit(client, admit.AdminLinks, chain)
 	if err != nil {
 		return nil, err
 	}
+	interval := routectl.Interval(c)
 	if fresh < 0 {
-		fresh = ad.interval / 4
+		fresh = interval / 4
 	}
-	ctx, cancel := context.WithTimeout(ctx, routectl.ProbeWait(ad.interval))
+	ctx, cancel := context.WithTimeout(ctx, routectl.ProbeWait(interval))
 	defer cancel()
-	return a.m.table(ctx, ad.chain, min(fresh, ad.interval)), nil
+	return a.m.table(ctx, c, min(fresh, interval)), nil
 }
 
 func (a adminBackend) Trace(ctx context.Context, client, chain string, routes [][]string) ([]measure.Trace, error) {
-	ad, err := a.admit(client, admit.AdminTrace, chain)
+	c, err := a.admit(client, admit.AdminTrace, chain)
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, ad.interval)
+	ctx, cancel := context.WithTimeout(ctx, routectl.Interval(c))
 	defer cancel()
-	return a.m.Trace(ctx, ad.chain, routes)
+	return a.m.Trace(ctx, c, routes)
 }

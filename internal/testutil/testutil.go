@@ -106,11 +106,16 @@ func Logger() *slog.Logger {
 }
 
 // Namespace gives the test a network namespace of its own, removed when
-// it ends, so devices and routes never touch the host's. It needs root;
-// as root, a namespace that cannot be made fails the test.
+// it ends, so devices and routes never touch the host's. It needs root:
+// elsewhere the test is skipped, except in CI (which runs as root, so a
+// skip there would hide a broken machine); as root, a namespace that
+// cannot be made fails the test.
 func Namespace(t testing.TB, prefix string) *linkemu.Node {
 	t.Helper()
 	if os.Geteuid() != 0 {
+		if os.Getenv("CI") != "" {
+			t.Fatal("network namespaces need root, and CI runs as root")
+		}
 		t.Skip("network namespaces need root")
 	}
 	n, err := linkemu.NewNet(fmt.Sprintf("%s%d", prefix, os.Getpid()%100000))

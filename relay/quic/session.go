@@ -54,13 +54,10 @@ func (s *Session) Stop() { s.Conn.Unregister(s.id) }
 
 // ReadFrames hands every packet framed on the stream to deliver until the
 // stream ends.
-func (s *Session) ReadFrames(deliver func([]byte)) error { return ReadFrames(s.Stream, deliver) }
-
-// ReadFrames hands every packet framed on st to deliver until st ends.
-func ReadFrames(st *quicgo.Stream, deliver func([]byte)) error {
+func (s *Session) ReadFrames(deliver func([]byte)) error {
 	buf := make([]byte, hop.MaxFrame)
 	for {
-		p, err := hop.ReadFrame(st, buf)
+		p, err := hop.ReadFrame(s.Stream, buf)
 		if err != nil {
 			return err
 		}
