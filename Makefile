@@ -4,7 +4,7 @@
 GO       ?= go
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -s -w -X main.version=$(VERSION)
-FUZZTIME ?= 20s
+FUZZSCALE ?= 2
 
 CONTROLLER_GEN_VERSION ?= v0.23.0
 CONTROLLER_GEN := bin/controller-gen-$(CONTROLLER_GEN_VERSION)
@@ -63,18 +63,9 @@ verify-manifests: $(CONTROLLER_GEN)
 		{ diff -q bin/verify/deepcopy.orig api/v1alpha1/zz_generated.deepcopy.go >/dev/null || \
 		{ echo "api/v1alpha1/zz_generated.deepcopy.go was stale (now regenerated): run make generate and commit"; exit 1; }; }
 
-# Run every fuzz target for FUZZTIME; the seed corpus lives in testdata/fuzz.
+# Run every fuzz target (counts in hack/fuzz.sh); the seed corpus lives in testdata/fuzz.
 fuzz:
-	$(GO) test ./relay/hop -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./relay/hop -run '^$$' -fuzz '^FuzzParseDatagram$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./relay/hop -run '^$$' -fuzz '^FuzzReadPacketFrame$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./relay/hop -run '^$$' -fuzz '^FuzzReadFrame$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./relay -run '^$$' -fuzz '^FuzzLinkTable$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./relay/admit -run '^$$' -fuzz '^FuzzStream$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./adminapi -run '^$$' -fuzz '^FuzzHandler$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./relay/tun -run '^$$' -fuzz '^FuzzComplete$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./relay/tun -run '^$$' -fuzz '^FuzzClampMSS$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./relay/tun -run '^$$' -fuzz '^FuzzEchoReply$$' -fuzztime $(FUZZTIME)
+	FUZZSCALE=$(FUZZSCALE) GO=$(GO) hack/fuzz.sh
 
 bench: build
 	hack/bench/forward.sh
