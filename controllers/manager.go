@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"time"
@@ -20,8 +21,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
+	"github.com/hoplink/hoplink/inject"
 	"github.com/hoplink/hoplink/metrics"
 	"github.com/hoplink/hoplink/routectl"
 )
@@ -50,10 +53,40 @@ type Options struct {
 
 	// Log receives the route controller's logs (default slog.Default()).
 	Log *slog.Logger
+
+	// Webhook serves sidecar injection when its Port is set.
+	Webhook WebhookOptions
+	// Version of the operator, recorded on the pods it injects.
+	Version string
+}
+
+// The injection webhook reads the namespace (may it run a TUN sidecar?)
+// and keeps its own configuration's caBundle.
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=get;patch,resourceNames=hoplink-sidecar-injector
+
+// WebhookOptions configure the sidecar injection webhook.
+type WebhookOptions struct {
+	Port int    // 0: no webhook server
+	Host string // address to bind (default every address)
+	// Secret keeps the serving certificate and its CA.
+	Secret types.NamespacedName
+	// Hosts the serving certificate names (the webhook Service's DNS names).
+	Hosts []string
+	// Config is the MutatingWebhookConfiguration whose caBundle the
+	// operator keeps current; empty: none.
+	Config string
 }
 
 // DefaultQPS is the operator's API request rate unless told otherwise.
 const DefaultQPS = 50
+
+func logOr(l *slog.Logger) *slog.Logger {
+	if l == nil {
+		return slog.Default()
+	}
+	return l
+}
 
 // Scheme knows the Kubernetes kinds the operator touches and hoplink's own.
 func Scheme() *runtime.Scheme {
@@ -87,7 +120,23 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 		return nil, err
 	}
 	hasRelay, _ := labels.NewRequirement(LabelRelayNode, selection.Exists, nil)
+	var serving *inject.ServingCert
+	var hooks webhook.Server
+	if o.Webhook.Port != 0 {
+		serving = &inject.ServingCert{Client: direct, Secret: o.Webhook.Secret, Hosts: o.Webhook.Hosts,
+			WebhookConfig: o.Webhook.Config, Log: o.Log}
+		// The first certificate before serving; a missing configuration
+		// is reported and retried, not fatal.
+		if err := serving.Ensure(ctx); err != nil && !serving.Loaded() {
+			return nil, fmt.Errorf("webhook serving certificate: %w", err)
+		} else if err != nil {
+			logOr(o.Log).Warn("webhook", "err", err)
+		}
+		hooks = webhook.NewServer(webhook.Options{Port: o.Webhook.Port, Host: o.Webhook.Host,
+			TLSOpts: []func(*tls.Config){func(c *tls.Config) { c.GetCertificate = serving.GetCertificate }}})
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		WebhookServer:           hooks,
 		Scheme:                  scheme,
 		Metrics:                 metricsserver.Options{BindAddress: o.MetricsAddr},
 		HealthProbeBindAddress:  o.ProbeAddr,
@@ -111,13 +160,18 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
 		return nil, err
 	}
-	rn := &RelayNodeReconciler{Client: mgr.GetClient(), Scheme: scheme, CA: ca, Image: o.Image, RenewBefore: o.RenewBefore, Resources: o.RelayResources}
+	if serving != nil {
+		if err := mgr.Add(serving); err != nil {
+			return nil, err
+		}
+		hooks.Register(inject.Path, &webhook.Admission{Handler: &inject.Webhook{Reader: mgr.GetAPIReader(),
+			Config: inject.Config{Image: o.Image, Version: o.Version, Resources: o.RelayResources}}})
+	}
+	rn := &RelayNodeReconciler{Client: mgr.GetClient(), Scheme: scheme, CA: ca, Image: o.Image, RenewBefore: o.RenewBefore, Resources: o.RelayResources, Version: o.Version}
 	if err := rn.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("RelayNode controller: %w", err)
 	}
-	if o.Log == nil {
-		o.Log = slog.Default()
-	}
+	o.Log = logOr(o.Log)
 	// The route controller: rounds of every routed Chain, measured through
 	// the relays' admin API. Reconcilers run on the leader alone, and so
 	// do the rounds they start.

@@ -26,7 +26,7 @@ const (
 	labelComponent = "app.kubernetes.io/component"
 	// LabelRelayNode marks the pods (and the objects) of one RelayNode; a
 	// Tunnel's Service selects its entry relay's pods by it.
-	LabelRelayNode = "hoplink.dev/relaynode"
+	LabelRelayNode = v1alpha1.LabelRelayNode
 
 	conditionReady = "Ready"
 )
@@ -46,12 +46,7 @@ func relayLabels(relay string) map[string]string {
 
 // MetricsPort is where a relay serves /metrics, /healthz and /readyz: the
 // relay port plus one, so relays that share a node's network do not collide.
-func MetricsPort(rn *v1alpha1.RelayNode) int32 {
-	if p := rn.Spec.Listen.Port; p > 0 && p < 65535 {
-		return p + 1
-	}
-	return v1alpha1.DefaultRelayPort + 1
-}
+func MetricsPort(rn *v1alpha1.RelayNode) int32 { return rn.Spec.MetricsPort() }
 
 func itoa(n int32) string { return strconv.Itoa(int(n)) }
 

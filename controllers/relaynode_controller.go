@@ -48,6 +48,8 @@ type RelayNodeReconciler struct {
 	// Resources are relay containers' requests and limits unless a
 	// RelayNode sets its own (nil: none).
 	Resources *corev1.ResourceRequirements
+	// Version of the operator: injected pods that carry another are outdated.
+	Version string
 }
 
 // +kubebuilder:rbac:groups=hoplink.dev,resources=relaynodes,verbs=get;list;watch
@@ -57,6 +59,8 @@ type RelayNodeReconciler struct {
 // +kubebuilder:rbac:groups="",resources=secrets;serviceaccounts,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch
 
 func (r *RelayNodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var rn v1alpha1.RelayNode
@@ -98,6 +102,20 @@ func (r *RelayNodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		})
 		return ctrl.Result{RequeueAfter: renewIn}, patchStatus(ctx, r.Client, &rn, &rn.Status, status)
 	}
+
+	if rn.Spec.IsSidecar() {
+		if err := r.ensureSidecarObjects(ctx, &rn); err != nil {
+			return ctrl.Result{}, err
+		}
+		if err := r.sidecarStatus(ctx, &rn, status); err != nil {
+			return ctrl.Result{}, err
+		}
+		return ctrl.Result{RequeueAfter: renewIn}, patchStatus(ctx, r.Client, &rn, &rn.Status, status)
+	}
+	if err := r.deleteSidecarObjects(ctx, &rn); err != nil {
+		return ctrl.Result{}, err
+	}
+	status.Injected, status.Outdated = 0, 0
 
 	ds, err := r.ensureWorkload(ctx, &rn)
 	if err != nil {
@@ -231,12 +249,21 @@ func (r *RelayNodeReconciler) ensureWorkload(ctx context.Context, rn *v1alpha1.R
 	return ds, nil
 }
 
-// relayRules is what a relay may read: the hoplink objects of its namespace
-// and its own certificate Secret, nothing else.
+// relayRules is what a relay may read: the hoplink objects of its namespace,
+// the EndpointSlices that list sidecar relays' replicas and its own
+// certificate Secret, nothing else.
 func relayRules(relay string) []rbacv1.PolicyRule {
+	return append(sidecarRules(),
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{RelayObjectName(relay)}, Verbs: []string{"get", "list", "watch"}})
+}
+
+// sidecarRules is what a sidecar relay reads with its pod's service
+// account: no Secret (its certificate is a mounted volume).
+func sidecarRules() []rbacv1.PolicyRule {
+	read := []string{"get", "list", "watch"}
 	return []rbacv1.PolicyRule{
-		{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"relaynodes", "chains", "tunnels"}, Verbs: []string{"get", "list", "watch"}},
-		{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{RelayObjectName(relay)}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"relaynodes", "chains", "tunnels"}, Verbs: read},
+		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: read},
 	}
 }
 
@@ -390,6 +417,7 @@ func (r *RelayNodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&corev1.ServiceAccount{}).
 		Owns(&rbacv1.Role{}).
 		Owns(&rbacv1.RoleBinding{}).
+		Owns(&corev1.Service{}).
 		// Ready pods are the endpoints; they belong to the DaemonSet, so map them by label.
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 			if name := o.GetLabels()[LabelRelayNode]; name != "" {

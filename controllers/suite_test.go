@@ -6,31 +6,43 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/zap/zapcore"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/hoplink/hoplink/inject"
 )
 
 // The suite runs a real kube-apiserver and etcd (hack/setup-envtest.sh builds
 // them; `make test` sets KUBEBUILDER_ASSETS) with the CRDs from
 // config/crd/bases, and the operator's manager against them.
 var (
-	cfg       *rest.Config
-	k8s       client.Client
-	testCA    = types.NamespacedName{Namespace: "hoplink-system", Name: "hoplink-ca"}
-	suiteStop context.CancelFunc
+	cfg    *rest.Config
+	k8s    client.Client
+	testCA = types.NamespacedName{Namespace: "hoplink-system", Name: "hoplink-ca"}
+
+	testWebhookSecret = types.NamespacedName{Namespace: "hoplink-system", Name: "hoplink-webhook-cert"}
+	suiteStop         context.CancelFunc
 
 	suiteOnce sync.Once
 	suiteErr  error
 	suiteDone func()
+)
+
+const (
+	testWebhookConfig = "hoplink-sidecar-injector"
+	testVersion       = "v0.0.0-test"
 )
 
 // TestMain stops the API server that needAPI started, if a test did; pure
@@ -58,9 +70,17 @@ func startSuite() error {
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		return errors.New("KUBEBUILDER_ASSETS is not set: run `make test`, or export KUBEBUILDER_ASSETS=$(hack/setup-envtest.sh)")
 	}
+	// The injection webhook as the chart registers it, pointed at this
+	// process: envtest turns the Service into a local URL (adding its own
+	// "/"), and the operator then replaces envtest's caBundle with its own.
+	hook := inject.WebhookConfiguration(testWebhookConfig, testCA.Namespace, "hoplink-webhook")
+	hook.Webhooks[0].ClientConfig.Service.Path = ptr.To(strings.TrimPrefix(inject.Path, "/"))
 	env := &envtest.Environment{
 		CRDDirectoryPaths:     []string{filepath.Join("..", "config", "crd", "bases")},
 		ErrorIfCRDPathMissing: true,
+		WebhookInstallOptions: envtest.WebhookInstallOptions{
+			MutatingWebhooks: []*admissionregistrationv1.MutatingWebhookConfiguration{hook},
+		},
 	}
 	var err error
 	if cfg, err = env.Start(); err != nil {
@@ -73,9 +93,12 @@ func startSuite() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	suiteStop = cancel
 	mustCreateNamespace(ctx, testCA.Namespace)
+	wh := &env.WebhookInstallOptions
 	mgr, err := NewManager(ctx, cfg, Options{
 		Image: "hoplink:test", CASecret: testCA, CreateCA: true,
-		MetricsAddr: "0", ProbeAddr: "0",
+		MetricsAddr: "0", ProbeAddr: "0", Version: testVersion,
+		Webhook: WebhookOptions{Port: wh.LocalServingPort, Host: wh.LocalServingHost, Hosts: []string{wh.LocalServingHost},
+			Secret: testWebhookSecret, Config: testWebhookConfig},
 	})
 	if err != nil {
 		cancel()
@@ -89,6 +112,15 @@ func startSuite() error {
 			panic(err)
 		}
 	}()
+	// Pods created before the webhook answers would fail (it fails closed).
+	started := mgr.GetWebhookServer().StartedChecker()
+	for deadline := time.Now().Add(30 * time.Second); started(nil) != nil; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			cancel()
+			env.Stop()
+			return fmt.Errorf("webhook server did not start: %w", started(nil))
+		}
+	}
 	suiteDone = func() {
 		cancel()
 		select {

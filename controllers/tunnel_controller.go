@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -65,6 +66,12 @@ func (r *TunnelReconciler) reconcile(ctx context.Context, t *v1alpha1.Tunnel, st
 	if t.Spec.Protocol == v1alpha1.ProtocolTUN {
 		return r.reconcileTUN(ctx, t, &ch, status)
 	}
+	var entry v1alpha1.RelayNode
+	if err := r.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: ch.Spec.Entry}, &entry); err == nil && entry.Spec.IsSidecar() {
+		return r.reconcileSidecarEntry(ctx, t, &ch, status)
+	} else if err != nil && !apierrors.IsNotFound(err) {
+		return metav1.Condition{}, err
+	}
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: t.Name, Namespace: t.Namespace}}
 	if err := r.Get(ctx, client.ObjectKeyFromObject(svc), svc); err == nil && !metav1.IsControlledBy(svc, t) {
 		status.Address = ""
@@ -99,6 +106,25 @@ func (r *TunnelReconciler) reconcile(ctx context.Context, t *v1alpha1.Tunnel, st
 	}
 	return metav1.Condition{Status: metav1.ConditionTrue, Reason: "Ready",
 		Message: fmt.Sprintf("clients connect to %s; entry relay %q", status.Address, ch.Spec.Entry)}, nil
+}
+
+// reconcileSidecarEntry readies a Tunnel whose chain starts at sidecar
+// relays: each replica listens in its own pod, on loopback unless
+// spec.listen.address says otherwise, so no Service stands in front.
+func (r *TunnelReconciler) reconcileSidecarEntry(ctx context.Context, t *v1alpha1.Tunnel, ch *v1alpha1.Chain, status *v1alpha1.TunnelStatus) (metav1.Condition, error) {
+	if err := r.deleteService(ctx, t); err != nil {
+		return metav1.Condition{}, err
+	}
+	addr := t.Spec.Listen.Address
+	if addr == "" {
+		addr = "127.0.0.1"
+	}
+	status.Address = net.JoinHostPort(addr, strconv.Itoa(int(t.Spec.Listen.Port)))
+	if c := chainNotReady(ch); c != nil {
+		return *c, nil
+	}
+	return metav1.Condition{Status: metav1.ConditionTrue, Reason: "Ready",
+		Message: fmt.Sprintf("apps in the pods labelled %s=%s connect to %s (their sidecar relay)", LabelRelayNode, ch.Spec.Entry, status.Address)}, nil
 }
 
 // reconcileTUN readies a tun Tunnel: no Service (nothing listens), and the
@@ -186,8 +212,8 @@ func (r *TunnelReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&corev1.Service{}).
 		Watches(&v1alpha1.Chain{}, enqueueReferrers(mgr.GetClient(), &v1alpha1.TunnelList{}, indexTunnelChain)).
 		// A RelayNode's spec.tun decides whether tun Tunnels through it
-		// can work; there are few of them, so all of the namespace's are
-		// looked at again.
+		// can work, and its spec.sidecar where Tunnels listen; there are
+		// few Tunnels, so all of the namespace's are looked at again.
 		Watches(&v1alpha1.RelayNode{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			var list v1alpha1.TunnelList
 			if err := mgr.GetClient().List(ctx, &list, client.InNamespace(o.GetNamespace())); err != nil {
@@ -195,9 +221,7 @@ func (r *TunnelReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			}
 			var reqs []reconcile.Request
 			for _, t := range list.Items {
-				if t.Spec.Protocol == v1alpha1.ProtocolTUN {
-					reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&t)})
-				}
+				reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&t)})
 			}
 			return reqs
 		})).

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
@@ -164,6 +165,18 @@ func TestCRDValidationRejectsBadSpecs(t *testing.T) {
 		{"relay port out of range", func() client.Object {
 			return relayNode(ns, "hk", func(r *v1alpha1.RelayNode) { r.Spec.Listen.Port = 65535 })
 		}, "spec.listen.port: Invalid value: 65535"},
+		{"sidecar and external", func() client.Object {
+			return sidecarRelay(ns, "sc", func(rn *v1alpha1.RelayNode) { rn.Spec.External, rn.Spec.Endpoints = true, []string{"a:1"} })
+		}, "spec.sidecar and spec.external exclude each other"},
+		{"sidecar on host network", func() client.Object {
+			return sidecarRelay(ns, "sc", func(rn *v1alpha1.RelayNode) { rn.Spec.HostNetwork = ptr.To(true) })
+		}, "spec.hostNetwork cannot be true with spec.sidecar"},
+		{"sidecar with a node selector", func() client.Object {
+			return sidecarRelay(ns, "sc", func(rn *v1alpha1.RelayNode) { rn.Spec.NodeSelector = map[string]string{"a": "b"} })
+		}, "spec.nodeSelector and spec.tolerations do not apply with spec.sidecar"},
+		{"sidecar with endpoints", func() client.Object {
+			return sidecarRelay(ns, "sc", func(rn *v1alpha1.RelayNode) { rn.Spec.Endpoints = []string{"a:1"} })
+		}, "spec.endpoints cannot be set with spec.sidecar"},
 		{"external relay without endpoints", func() client.Object {
 			return relayNode(ns, "hk", func(r *v1alpha1.RelayNode) { r.Spec.External = true })
 		}, "spec.endpoints is required when spec.external is true"},

@@ -108,7 +108,16 @@ func (ca *CA) Issue(relay string) (certPEM, keyPEM []byte, err error) {
 	return ca.issue(relay, RelayValidity, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth})
 }
 
-func (ca *CA) issue(name string, validity time.Duration, usage []x509.ExtKeyUsage) (certPEM, keyPEM []byte, err error) {
+// IssueServer makes a TLS server certificate for hosts (DNS names, or IP
+// addresses as IP SANs): the operator's webhook serving certificate.
+func (ca *CA) IssueServer(hosts []string, validity time.Duration) (certPEM, keyPEM []byte, err error) {
+	if len(hosts) == 0 {
+		return nil, nil, errors.New("a server certificate needs at least one host")
+	}
+	return ca.issue(hosts[0], validity, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, hosts[1:]...)
+}
+
+func (ca *CA) issue(name string, validity time.Duration, usage []x509.ExtKeyUsage, more ...string) (certPEM, keyPEM []byte, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, err
@@ -116,11 +125,17 @@ func (ca *CA) issue(name string, validity time.Duration, usage []x509.ExtKeyUsag
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(),
 		Subject:      pkix.Name{CommonName: name, Organization: []string{"hoplink"}},
-		DNSNames:     []string{name},
 		NotBefore:    time.Now().Add(-time.Hour),
 		NotAfter:     time.Now().Add(validity),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  usage,
+	}
+	for _, h := range append([]string{name}, more...) {
+		if ip := net.ParseIP(h); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else {
+			tmpl.DNSNames = append(tmpl.DNSNames, h)
+		}
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, key.Public(), ca.Key)
 	if err != nil {

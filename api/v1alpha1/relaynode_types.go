@@ -9,6 +9,27 @@ import (
 // RelayNode does not set spec.listen.port.
 const DefaultRelayPort = 7401
 
+// LabelRelayNode marks the pods (and the objects) of one RelayNode: the
+// relay DaemonSet's pods, and the workload pods that get a sidecar relay.
+const LabelRelayNode = "hoplink.dev/relaynode"
+
+// RelayPort is the relay-to-relay port (QUIC on UDP, TLS on TCP).
+func (s *RelayNodeSpec) RelayPort() int32 {
+	if s.Listen.Port > 0 {
+		return s.Listen.Port
+	}
+	return DefaultRelayPort
+}
+
+// MetricsPort is where a relay in a cluster serves /metrics, /healthz and
+// /readyz: the relay port plus one, so relays sharing a network do not collide.
+func (s *RelayNodeSpec) MetricsPort() int32 {
+	if p := s.Listen.Port; p > 0 && p < 65535 {
+		return p + 1
+	}
+	return DefaultRelayPort + 1
+}
+
 // RelayObjectName names the objects the operator makes for a RelayNode (its
 // DaemonSet, ServiceAccount, RBAC and the certificate Secret its relays read).
 func RelayObjectName(relay string) string { return "hoplink-relay-" + relay }
@@ -31,6 +52,10 @@ type RelayListen struct {
 // and, in a cluster, where its pods run.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.external) || !self.external || (has(self.endpoints) && size(self.endpoints) > 0)",message="spec.endpoints is required when spec.external is true: list the host:port addresses where peers reach that relay"
+// +kubebuilder:validation:XValidation:rule="!has(self.sidecar) || !has(self.external) || !self.external",message="spec.sidecar and spec.external exclude each other: a sidecar relay runs in this cluster's labelled pods; remove one"
+// +kubebuilder:validation:XValidation:rule="!has(self.sidecar) || !has(self.hostNetwork) || !self.hostNetwork",message="spec.hostNetwork cannot be true with spec.sidecar: sidecar relays run in their workload's pod network; remove spec.hostNetwork"
+// +kubebuilder:validation:XValidation:rule="!has(self.sidecar) || (!has(self.nodeSelector) && !has(self.tolerations))",message="spec.nodeSelector and spec.tolerations do not apply with spec.sidecar: the workload's own pod spec places its pods; remove them"
+// +kubebuilder:validation:XValidation:rule="!has(self.sidecar) || !has(self.endpoints)",message="spec.endpoints cannot be set with spec.sidecar: peers reach the ready replicas through the headless Service hoplink-relay-<name>; remove spec.endpoints"
 type RelayNodeSpec struct {
 	// Listen is the relay-to-relay listener.
 	// +optional
@@ -51,7 +76,7 @@ type RelayNodeSpec struct {
 	// HostNetwork runs relay pods in the node's network namespace, so the
 	// relay port is reachable at the node's address from outside the
 	// cluster. Pod-network relays are reachable inside the cluster only.
-	// +kubebuilder:default=true
+	// Unset means true for DaemonSet relays; sidecar relays never use it.
 	// +optional
 	HostNetwork *bool `json:"hostNetwork,omitempty"`
 	// NodeSelector picks the nodes that run this relay (one pod per node).
@@ -73,7 +98,23 @@ type RelayNodeSpec struct {
 	// the node's. Off by default: a relay needs no privileges otherwise.
 	// +optional
 	TUN bool `json:"tun,omitempty"`
+	// Sidecar makes this RelayNode stand for relays injected into the pods
+	// of this namespace labelled hoplink.dev/relaynode=<name>, instead of a
+	// DaemonSet: every replica serves the same relay name. Chains name it as
+	// their entry (the pod's apps dial 127.0.0.1:<listen port>) or exit
+	// (targets are dialed from inside the pod).
+	// +optional
+	Sidecar *RelaySidecar `json:"sidecar,omitempty"`
 }
+
+// RelaySidecar configures injected sidecar relays. Its presence, even
+// empty (`sidecar: {}`), selects sidecar mode. Entry Tunnels of a sidecar
+// relay listen on the pod's loopback unless their spec.listen.address says
+// otherwise: a sidecar serves its own pod.
+type RelaySidecar struct{}
+
+// IsSidecar reports whether the RelayNode's relays are injected sidecars.
+func (s *RelayNodeSpec) IsSidecar() bool { return s.Sidecar != nil }
 
 // RelayNodeStatus is what the operator observed of a RelayNode.
 type RelayNodeStatus struct {
@@ -86,6 +127,13 @@ type RelayNodeStatus struct {
 	// Ready is the number of relay pods that are ready.
 	// +optional
 	Ready int32 `json:"ready"`
+	// Injected counts the pods carrying an injected sidecar relay (sidecar
+	// mode only); Outdated those injected by another operator version,
+	// which pick up the current one when they are recreated.
+	// +optional
+	Injected int32 `json:"injected,omitempty"`
+	// +optional
+	Outdated int32 `json:"outdated,omitempty"`
 	// Endpoints peers use to reach this relay: spec.endpoints when set,
 	// else the node (host network) or pod address of each ready relay pod.
 	// +optional

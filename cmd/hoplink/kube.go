@@ -99,6 +99,9 @@ func newOperatorCmd(lf *logFlags) *cobra.Command {
 		metricsAddr, probeAddr string
 		renewBefore            time.Duration
 		relayResources         string
+		webhookPort            int
+		webhookService         string
+		webhookConfig          string
 	)
 	cmd := &cobra.Command{
 		Use:   "operator",
@@ -126,6 +129,12 @@ func newOperatorCmd(lf *logFlags) *cobra.Command {
 			o.MetricsAddr, o.ProbeAddr, o.RenewBefore = metricsAddr, probeAddr, renewBefore
 			o.LeaderElectionNamespace = ns
 			o.Log = log
+			o.Version = version
+			if webhookPort != 0 {
+				o.Webhook = controllers.WebhookOptions{Port: webhookPort, Config: webhookConfig,
+					Secret: types.NamespacedName{Namespace: ns, Name: webhookService + "-cert"},
+					Hosts:  []string{webhookService + "." + ns + ".svc", webhookService + "." + ns, webhookService}}
+			}
 			ctx := ctrl.SetupSignalHandler()
 			if o.Image == "" {
 				if o.Image, err = ownImage(ctx, cfg); err != nil {
@@ -150,6 +159,9 @@ func newOperatorCmd(lf *logFlags) *cobra.Command {
 	f.BoolVar(&o.LeaderElection, "leader-elect", false, "elect a leader, so that replicas can stand by")
 	f.Float32Var(&o.QPS, "kube-api-qps", controllers.DefaultQPS, "most requests a second to the API server per resource type (twice as many in a burst)")
 	f.StringVar(&relayResources, "relay-resources", "", `requests and limits of relay containers whose RelayNode sets none, as JSON: {"requests":{"cpu":"100m","memory":"64Mi"},"limits":{"memory":"256Mi"}}`)
+	f.IntVar(&webhookPort, "webhook-port", 9443, "serve the sidecar injection webhook on this port (0: no webhook)")
+	f.StringVar(&webhookService, "webhook-service", "hoplink-webhook", "the Service in --namespace in front of the webhook: its serving certificate names it (and is kept in the Secret <service>-cert)")
+	f.StringVar(&webhookConfig, "webhook-config", "hoplink-sidecar-injector", "the MutatingWebhookConfiguration whose caBundle the operator keeps current (empty: none)")
 	f.DurationVar(&renewBefore, "renew-before", 0, "renew relay certificates this long before expiry (default: a third of their validity)")
 	return cmd
 }
