@@ -12,17 +12,22 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/hoplink/hoplink/inject"
 )
 
 const chart = "hoplink"
@@ -103,11 +108,56 @@ func TestValuesRejected(t *testing.T) {
 	}
 }
 
+// The webhook the chart registers is the one the operator's tests register
+// (inject.WebhookConfiguration), pointed at the Service the operator names
+// in its serving certificate; turned off, nothing is registered or served.
+func TestWebhookRegistrationMatchesTheOperator(t *testing.T) {
+	h := helm(t)
+	out, err := run(t, h, "template", "rel", chart, "--namespace", "hl-sys")
+	if err != nil {
+		t.Fatalf("helm template: %v", err)
+	}
+	var hook *admissionregistrationv1.MutatingWebhookConfiguration
+	var args []string
+	for _, o := range decode(t, out) {
+		switch o.GetKind() {
+		case "MutatingWebhookConfiguration":
+			hook = &admissionregistrationv1.MutatingWebhookConfiguration{}
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, hook); err != nil {
+				t.Fatal(err)
+			}
+		case "Deployment":
+			cs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+			for _, a := range cs[0].(map[string]any)["args"].([]any) {
+				args = append(args, a.(string))
+			}
+		}
+	}
+	if hook == nil {
+		t.Fatal("no MutatingWebhookConfiguration rendered")
+	}
+	want := inject.WebhookConfiguration("hoplink-sidecar-injector", "hl-sys", "rel-hoplink-webhook")
+	if hook.Name != want.Name || !equality.Semantic.DeepEqual(hook.Webhooks, want.Webhooks) {
+		t.Errorf("chart registers\n%+v\nthe operator expects\n%+v", hook.Webhooks, want.Webhooks)
+	}
+	if !slices.Contains(args, "--webhook-service=rel-hoplink-webhook") || !slices.Contains(args, "--webhook-port=9443") {
+		t.Errorf("operator args %v do not name the webhook Service and port", args)
+	}
+
+	out, err = run(t, h, "template", "rel", chart, "--set", "sidecar.injector.enabled=false")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(out, []byte("MutatingWebhookConfiguration")) || !bytes.Contains(out, []byte("--webhook-port=0")) {
+		t.Error("with the injector off, the chart still registers or serves a webhook")
+	}
+}
+
 // What the chart renders, with its defaults and with every option on, is
 // accepted by a real API server.
 func TestTemplateAppliesToAPIServer(t *testing.T) {
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		t.Skip("KUBEBUILDER_ASSETS is not set: run make test, or export KUBEBUILDER_ASSETS=$(hack/setup-envtest.sh)")
+		t.Fatal("KUBEBUILDER_ASSETS is not set: run make test, or export KUBEBUILDER_ASSETS=$(hack/setup-envtest.sh)")
 	}
 	h := helm(t)
 	mod, err := exec.Command("go", "mod", "download", "-json", promOperator).Output()
@@ -146,7 +196,7 @@ func TestTemplateAppliesToAPIServer(t *testing.T) {
 		args []string
 		want []string // kinds that must be rendered
 	}{
-		{"defaults", nil, []string{"Deployment", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ServiceAccount", "Service", "CustomResourceDefinition"}},
+		{"defaults", nil, []string{"Deployment", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ServiceAccount", "Service", "CustomResourceDefinition", "MutatingWebhookConfiguration"}},
 		{"everything on", []string{"--set", "metrics.podMonitor.enabled=true,metrics.serviceMonitor.enabled=true,grafana.dashboard.enabled=true,ca.existingSecret=my-ca,operator.replicas=2,relay.image=relay:1"},
 			[]string{"PodMonitor", "ServiceMonitor", "ConfigMap", "Deployment"}},
 		{"no leader election", []string{"--set", "operator.leaderElection=false"}, []string{"Deployment"}},

@@ -88,7 +88,7 @@ func (c *cluster) run(t *testing.T, bin, name string, args ...string) {
 
 func (c *cluster) operator(t *testing.T, bin string, args ...string) {
 	c.run(t, bin, "operator", append([]string{"operator", "--kubeconfig", c.kubeconfig, "--namespace", "hoplink-system",
-		"--relay-image", "hoplink:test", "--metrics-bind-address", "0", "--health-probe-bind-address", "0"}, args...)...)
+		"--relay-image", "hoplink:test", "--metrics-bind-address", "0", "--health-probe-bind-address", "0", "--webhook-port", "0"}, args...)...)
 }
 
 // relay runs a relay pod's process: as the ServiceAccount the operator made.

@@ -28,3 +28,7 @@ app.kubernetes.io/component: operator
 {{- define "hoplink.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
+
+{{- define "hoplink.webhookService" -}}
+{{- printf "%s-webhook" (include "hoplink.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
