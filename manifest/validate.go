@@ -325,7 +325,9 @@ func validIfName(s string) bool {
 // validateEndpoints requires an address for every relay that some peer dials.
 func (s *Set) validateEndpoints(p *problems) {
 	for _, r := range s.Relays {
-		if len(r.Spec.Endpoints) > 0 {
+		// A sidecar relay's endpoints are its ready replicas, found at run
+		// time; none ready fails new flows, and must not drop its chains.
+		if len(r.Spec.Endpoints) > 0 || r.Spec.IsSidecar() {
 			continue
 		}
 		for _, c := range s.Chains {

@@ -119,7 +119,10 @@ from --ca, --cert and --key.
 
 With --kube, run the relay of RelayNode NAME from the Kubernetes API instead:
 the RelayNode, the Chains and Tunnels of --namespace and the certificate
-Secret the operator issued, all watched and applied while the relay runs.`,
+Secret the operator issued, all watched and applied while the relay runs.
+With --kube and --certs DIR, the certificate comes from DIR as a mounted
+Secret holds it (ca.crt, tls.crt, tls.key), re-read when it changes: so
+injected sidecar relays run.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := lf.logger()
@@ -129,10 +132,11 @@ Secret the operator issued, all watched and applied while the relay runs.`,
 			relayGC()
 			sizeToContainer(log, &maxFlows, cmd.Flags().Changed("max-flows"))
 			if kubeMode {
-				if len(files) > 0 || certDir != "" || caFile != "" || certFile != "" || keyFile != "" {
-					return fmt.Errorf("--kube reads manifests and certificates from the cluster: drop -f, --certs, --ca, --cert and --key")
+				if len(files) > 0 || caFile != "" || certFile != "" || keyFile != "" {
+					return fmt.Errorf("--kube reads manifests and certificates from the cluster: drop -f, --ca, --cert and --key")
 				}
-				return runKubeRelay(log, &kf, name, metricsAddr, profiling, kube.Options{MaxFlows: maxFlows, MaxFlowsPerTunnel: perTunnel, MaxFlowsPerSource: perSource, NoTUNOffload: !tunOffload})
+				return runKubeRelay(log, &kf, name, metricsAddr, profiling, kube.Options{MaxFlows: maxFlows, MaxFlowsPerTunnel: perTunnel,
+					MaxFlowsPerSource: perSource, NoTUNOffload: !tunOffload, CertsDir: certDir})
 			}
 			if name == "" {
 				return fmt.Errorf("--name: required: the RelayNode this process runs")
@@ -170,7 +174,7 @@ Secret the operator issued, all watched and applied while the relay runs.`,
 	f.StringVar(&name, "relaynode", "", "the RelayNode this process runs (with --kube; same as --name)")
 	f.BoolVar(&kubeMode, "kube", false, "read manifests and certificates from the Kubernetes API")
 	kf.register(f)
-	f.StringVar(&certDir, "certs", "", "directory with ca.crt, NAME.crt and NAME.key")
+	f.StringVar(&certDir, "certs", "", "directory with ca.crt, NAME.crt and NAME.key (with --kube: ca.crt, tls.crt, tls.key)")
 	f.StringVar(&caFile, "ca", "", "CA certificate (PEM)")
 	f.StringVar(&certFile, "cert", "", "relay certificate (PEM)")
 	f.StringVar(&keyFile, "key", "", "relay private key (PEM)")

@@ -11,15 +11,22 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -46,6 +53,11 @@ type Options struct {
 	MaxFlowsPerTunnel, MaxFlowsPerSource int
 	// NoTUNOffload opens tun Tunnels' devices without offload.
 	NoTUNOffload bool
+	// CertsDir, when set, holds the certificate as a mounted Secret does
+	// (ca.crt, tls.crt, tls.key), read instead of the Secret through the
+	// API and re-read as the kubelet updates it: a sidecar relay's pod has
+	// the Secret as a volume, and its service account may not read it.
+	CertsDir string
 }
 
 // Relay is a relay driven by the Kubernetes API.
@@ -72,13 +84,19 @@ func New(o Options) (*Relay, error) {
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
+	hasRelay, _ := labels.NewRequirement(v1alpha1.LabelRelayNode, selection.Exists, nil)
+	byObject := map[client.Object]cache.ByObject{
+		// The slices of sidecar relays' Services (which carry the label), no others.
+		&discoveryv1.EndpointSlice{}: {Label: labels.NewSelector().Add(*hasRelay)},
+	}
+	if o.CertsDir == "" {
+		// Its own certificate, and no other Secret: that is all its RBAC allows.
+		byObject[&corev1.Secret{}] = cache.ByObject{Field: fields.OneTermEqualSelector("metadata.name", v1alpha1.RelayObjectName(o.Name))}
+	}
 	c, err := cache.New(o.Config, cache.Options{
 		Scheme:            scheme,
 		DefaultNamespaces: map[string]cache.Config{o.Namespace: {}},
-		ByObject: map[client.Object]cache.ByObject{
-			// Its own certificate, and no other Secret: that is all its RBAC allows.
-			&corev1.Secret{}: {Field: fields.OneTermEqualSelector("metadata.name", v1alpha1.RelayObjectName(o.Name))},
-		},
+		ByObject:          byObject,
 	})
 	if err != nil {
 		return nil, err
@@ -103,7 +121,18 @@ func (k *Relay) Run(ctx context.Context) error {
 		UpdateFunc: func(any, any) { k.poke() },
 		DeleteFunc: func(any) { k.poke() },
 	}
-	for _, o := range []client.Object{&v1alpha1.RelayNode{}, &v1alpha1.Chain{}, &v1alpha1.Tunnel{}, &corev1.Secret{}} {
+	watched := []client.Object{&v1alpha1.RelayNode{}, &v1alpha1.Chain{}, &v1alpha1.Tunnel{}, &discoveryv1.EndpointSlice{}}
+	if k.o.CertsDir == "" {
+		watched = append(watched, &corev1.Secret{})
+	}
+	// Mounted certificate files change without an event: look every few seconds.
+	var recheck <-chan time.Time
+	if k.o.CertsDir != "" {
+		t := time.NewTicker(certRecheck)
+		defer t.Stop()
+		recheck = t.C
+	}
+	for _, o := range watched {
 		inf, err := k.cache.GetInformer(ctx, o)
 		if err != nil {
 			return err
@@ -133,6 +162,7 @@ func (k *Relay) Run(ctx context.Context) error {
 			}
 			return nil
 		case <-k.changed:
+		case <-recheck:
 		}
 		select { // let a burst settle
 		case <-time.After(settle):
@@ -152,14 +182,35 @@ func (k *Relay) poke() {
 	}
 }
 
-// apply reads the cache and brings the relay up to date.
-func (k *Relay) apply(ctx context.Context) error {
+// certRecheck is how often mounted certificate files are read again.
+const certRecheck = 10 * time.Second
+
+// certificate returns the relay's certificate files' contents (ca.crt,
+// tls.crt, tls.key): from its Secret through the API, or from CertsDir.
+func (k *Relay) certificate(ctx context.Context) (*corev1.Secret, error) {
 	var secret corev1.Secret
+	if dir := k.o.CertsDir; dir != "" {
+		secret.Name, secret.Data = dir, map[string][]byte{}
+		for _, f := range []string{"ca.crt", corev1.TLSCertKey, corev1.TLSPrivateKeyKey} {
+			b, err := os.ReadFile(filepath.Join(dir, f))
+			if err != nil {
+				return nil, fmt.Errorf("certificate files: %w (the sidecar mounts Secret %s there)", err, v1alpha1.RelayObjectName(k.o.Name))
+			}
+			secret.Data[f] = b
+		}
+		return &secret, nil
+	}
 	err := k.cache.Get(ctx, types.NamespacedName{Namespace: k.o.Namespace, Name: v1alpha1.RelayObjectName(k.o.Name)}, &secret)
 	if apierrors.IsNotFound(err) {
-		return fmt.Errorf("certificate Secret %s/%s does not exist yet (the operator issues it for RelayNode %q)",
+		return nil, fmt.Errorf("certificate Secret %s/%s does not exist yet (the operator issues it for RelayNode %q)",
 			k.o.Namespace, v1alpha1.RelayObjectName(k.o.Name), k.o.Name)
 	}
+	return &secret, err
+}
+
+// apply reads the cache and brings the relay up to date.
+func (k *Relay) apply(ctx context.Context) error {
+	secret, err := k.certificate(ctx)
 	if err != nil {
 		return err
 	}
@@ -169,7 +220,7 @@ func (k *Relay) apply(ctx context.Context) error {
 	}
 	r := k.relay.Load()
 	if r == nil {
-		return k.start(set, &secret)
+		return k.start(set, secret)
 	}
 	if cert := secret.Data[corev1.TLSCertKey]; !bytes.Equal(cert, k.certPEM) {
 		if err := r.Identity().Renew(cert, secret.Data[corev1.TLSPrivateKeyKey]); err != nil {
@@ -215,13 +266,28 @@ func (k *Relay) manifests(ctx context.Context) (*manifest.Set, error) {
 		}
 	}
 	relays := make([]v1alpha1.RelayNode, len(rl.Items))
+	var self *v1alpha1.RelayNode
 	for i, r := range rl.Items {
 		relays[i] = *r.DeepCopy()
-		if len(r.Status.Endpoints) > 0 {
+		switch {
+		case r.Spec.IsSidecar():
+			eps, err := k.replicas(ctx, &r)
+			if err != nil {
+				return nil, err
+			}
+			relays[i].Spec.Endpoints = eps
+		case len(r.Status.Endpoints) > 0:
 			relays[i].Spec.Endpoints = slices.Clone(r.Status.Endpoints)
 		}
+		if r.Name == k.o.Name {
+			self = &relays[i]
+		}
 	}
-	set, problems := manifest.FromObjects(relays, cl.Items, tl.Items)
+	tunnels := tl.Items
+	if self != nil && self.Spec.IsSidecar() {
+		tunnels = onLoopback(tunnels, cl.Items, self.Name)
+	}
+	set, problems := manifest.FromObjects(relays, cl.Items, tunnels)
 	msgs := make([]string, len(problems))
 	for i, p := range problems {
 		msgs[i] = p.Error()
@@ -236,4 +302,48 @@ func (k *Relay) manifests(ctx context.Context) (*manifest.Set, error) {
 		return nil, errors.New("RelayNode " + k.o.Name + " is not in namespace " + k.o.Namespace + " (or has a problem: " + strings.Join(msgs, "; ") + ")")
 	}
 	return set, nil
+}
+
+// replicas are the addresses of a sidecar relay's ready pods, from its
+// headless Service's EndpointSlices: peers spread new flows over them.
+func (k *Relay) replicas(ctx context.Context, rn *v1alpha1.RelayNode) ([]string, error) {
+	var eps discoveryv1.EndpointSliceList
+	if err := k.cache.List(ctx, &eps, client.InNamespace(rn.Namespace),
+		client.MatchingLabels{discoveryv1.LabelServiceName: v1alpha1.RelayObjectName(rn.Name)}); err != nil {
+		return nil, err
+	}
+	port := strconv.Itoa(int(rn.Spec.RelayPort()))
+	var out []string
+	for _, s := range eps.Items {
+		for _, e := range s.Endpoints {
+			if e.Conditions.Ready != nil && !*e.Conditions.Ready {
+				continue
+			}
+			for _, a := range e.Addresses {
+				out = append(out, net.JoinHostPort(a, port))
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+// onLoopback makes the Tunnels that enter at this sidecar relay listen on
+// the pod's loopback unless they name an address: a sidecar serves its
+// own pod, and nothing else in the cluster should reach its Tunnels.
+func onLoopback(tunnels []v1alpha1.Tunnel, chains []v1alpha1.Chain, self string) []v1alpha1.Tunnel {
+	entry := map[string]bool{}
+	for _, c := range chains {
+		if c.Spec.Entry == self {
+			entry[c.Name] = true
+		}
+	}
+	out := make([]v1alpha1.Tunnel, len(tunnels))
+	for i, t := range tunnels {
+		out[i] = *t.DeepCopy()
+		if l := out[i].Spec.Listen; l != nil && l.Address == "" && entry[t.Spec.Chain] {
+			l.Address = "127.0.0.1"
+		}
+	}
+	return out
 }

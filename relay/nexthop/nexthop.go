@@ -15,6 +15,8 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"sync"
+	"sync/atomic"
 
 	quicgo "github.com/quic-go/quic-go"
 
@@ -60,6 +62,8 @@ type Peers struct {
 	o    Options
 	quic *rquic.Endpoint
 	tls  *tlslink.Endpoint
+
+	spread sync.Map // peer with replicas -> *atomic.Uint64, its round-robin turn
 }
 
 // New makes a relay's Peers; Listen binds them. The two steps let the
@@ -105,8 +109,17 @@ func (p *Peers) TLSDone(c *tls.Conn) { p.tls.Done(c) }
 // peers' current endpoints.
 func (p *Peers) Connect(set *manifest.Set) {
 	for _, peer := range set.NextHops(p.o.Name) {
-		p.quic.Link(peer, rquic.Control, set.Relay(peer).Spec.Endpoints)
-		p.quic.SetAddrs(peer, set.Relay(peer).Spec.Endpoints)
+		rn := set.Relay(peer)
+		if rn.Spec.IsSidecar() {
+			// A control link to every ready replica: it tells which are up.
+			for _, addr := range rn.Spec.Endpoints {
+				p.quic.Replica(peer, rquic.Control, addr)
+			}
+			p.quic.Retire(peer, rn.Spec.Endpoints)
+			continue
+		}
+		p.quic.Link(peer, rquic.Control, rn.Spec.Endpoints)
+		p.quic.SetAddrs(peer, rn.Spec.Endpoints)
 	}
 	for _, c := range set.Chains {
 		if c.Spec.Transport != v1alpha1.TransportTLS {
@@ -220,7 +233,11 @@ func (p *Peers) Session(ctx context.Context, h *hop.Header) (*rquic.Conn, *quicg
 	if set.Relay(next) == nil {
 		return nil, nil, unknown(next)
 	}
-	c, s, err := p.quic.Link(next, class(h), set.Relay(next).Spec.Endpoints).OpenStream(ctx)
+	link, err := p.link(set.Relay(next), class(h))
+	if err != nil {
+		return nil, nil, err
+	}
+	c, s, err := link.OpenStream(ctx)
 	if err != nil {
 		return nil, nil, &Error{Reason: NextHop, Next: next, Err: fmt.Errorf("open stream: %w", err)}
 	}
@@ -247,6 +264,30 @@ func (p *Peers) OpenLive(ctx context.Context, h *hop.Header) (*quicgo.Stream, er
 		return nil, &Error{Reason: NextHop, Next: h.Route[0], Err: err}
 	}
 	return s, nil
+}
+
+// link is the QUIC link a new stream of class to peer takes. A peer with
+// replicas (a sidecar relay) spreads new streams over its ready replicas
+// in turn, preferring those connected now; a stream, and so a UDP or
+// packet session, stays on the replica it opened on.
+func (p *Peers) link(peer *v1alpha1.RelayNode, class string) (*rquic.Link, error) {
+	eps := peer.Spec.Endpoints
+	if !peer.Spec.IsSidecar() {
+		return p.quic.Link(peer.Name, class, eps), nil
+	}
+	if len(eps) == 0 {
+		return nil, &Error{Reason: NextHop, Next: peer.Name, Err: fmt.Errorf("sidecar relay %q has no ready replica", peer.Name)}
+	}
+	v, _ := p.spread.LoadOrStore(peer.Name, new(atomic.Uint64))
+	turn := v.(*atomic.Uint64).Add(1)
+	pick := eps[turn%uint64(len(eps))]
+	for i := range eps {
+		if a := eps[(turn+uint64(i))%uint64(len(eps))]; p.quic.ReplicaUp(peer.Name, a) {
+			pick = a
+			break
+		}
+	}
+	return p.quic.Replica(peer.Name, class, pick), nil
 }
 
 func unknown(next string) error {

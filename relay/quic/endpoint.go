@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
+	"strings"
 	"sync"
 
 	quicgo "github.com/quic-go/quic-go"
@@ -52,7 +54,10 @@ type Endpoint struct {
 
 	mu    sync.Mutex
 	links map[linkKey]*Link
-	conns map[*Conn]struct{}
+	// replicaLost holds the replicas (key: peer and replica) a link lost
+	// its connection to and has not reconnected since.
+	replicaLost sync.Map
+	conns       map[*Conn]struct{}
 }
 
 // Listen binds the UDP socket and starts accepting peers.
@@ -197,8 +202,9 @@ func (e *Endpoint) untrack(c *Conn) {
 	e.mu.Unlock()
 }
 
-// linkKey names a link: the peer, and the class of flows it carries.
-type linkKey struct{ peer, class string }
+// linkKey names a link: the peer, the class of flows it carries, and for
+// a peer with replicas (a sidecar relay) the replica's address.
+type linkKey struct{ peer, class, replica string }
 
 // Control is the class of a relay's control link to a peer: link probes,
 // link requests and traces.
@@ -214,11 +220,26 @@ const Control = ""
 func (e *Endpoint) Link(peer, class string, addrs []string) *Link {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	k := linkKey{peer, class}
+	return e.link(linkKey{peer, class, ""}, addrs)
+}
+
+// Replica returns the link to one replica of a peer whose relays are
+// replicas of one name (a sidecar RelayNode): each replica has links of
+// its own, so the previous hop spreads flows over them and loses only a
+// dead replica's flows.
+func (e *Endpoint) Replica(peer, class, addr string) *Link {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.link(linkKey{peer, class, addr}, []string{addr})
+}
+
+// link returns or starts the link of k; e.mu is held.
+func (e *Endpoint) link(k linkKey, addrs []string) *Link {
 	if l := e.links[k]; l != nil {
 		return l
 	}
-	l := newLink(e, peer, class, addrs)
+	l := newLink(e, k.peer, k.class, addrs)
+	l.replica = k.replica
 	e.links[k] = l
 	if e.ctx.Err() == nil {
 		e.wg.Add(1)
@@ -233,10 +254,50 @@ func (e *Endpoint) Link(peer, class string, addrs []string) *Link {
 // forget removes a class link that closed for being idle.
 func (e *Endpoint) forget(l *Link) {
 	e.mu.Lock()
-	if e.links[linkKey{l.peer, l.class}] == l {
-		delete(e.links, linkKey{l.peer, l.class})
+	if k := (linkKey{l.peer, l.class, l.replica}); e.links[k] == l {
+		delete(e.links, k)
 	}
 	e.mu.Unlock()
+}
+
+// Retire ends the replica links of peer whose address is not in keep (a
+// replica that turned not-ready or left): new flows no longer take them,
+// and each closes once its open flows are done.
+func (e *Endpoint) Retire(peer string, keep []string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for k, l := range e.links {
+		if k.peer == peer && k.replica != "" && !slices.Contains(keep, k.replica) {
+			l.retired.Store(true)
+			delete(e.links, k)
+		}
+	}
+}
+
+// ReplicaUp says whether one replica is reachable now: its control link
+// is connected, and no link to it lost its connection since it last
+// connected (a dead replica's links notice at different moments).
+func (e *Endpoint) ReplicaUp(peer, addr string) bool {
+	if _, lost := e.replicaLost.Load(linkKey{peer, "", addr}); lost {
+		return false
+	}
+	e.mu.Lock()
+	l := e.links[linkKey{peer, Control, addr}]
+	e.mu.Unlock()
+	return l != nil && l.Live() != nil
+}
+
+// replicaState records that a link to a replica connected or lost its connection.
+func (e *Endpoint) replicaState(l *Link, up bool) {
+	if l.replica == "" {
+		return
+	}
+	k := linkKey{l.peer, "", l.replica}
+	if up {
+		e.replicaLost.Delete(k)
+	} else {
+		e.replicaLost.Store(k, true)
+	}
 }
 
 // SetAddrs gives every link to a peer the peer's current endpoints.
@@ -244,7 +305,7 @@ func (e *Endpoint) SetAddrs(peer string, addrs []string) {
 	e.mu.Lock()
 	var ls []*Link
 	for k, l := range e.links {
-		if k.peer == peer {
+		if k.peer == peer && k.replica == "" {
 			ls = append(ls, l)
 		}
 	}
@@ -256,14 +317,29 @@ func (e *Endpoint) SetAddrs(peer string, addrs []string) {
 
 // Live returns the control connection to a peer this endpoint dials, if it
 // is up now; it neither creates a link nor waits.
+// A peer with replicas answers with the first of them connected.
 func (e *Endpoint) Live(peer string) *Conn {
 	e.mu.Lock()
-	l := e.links[linkKey{peer, Control}]
-	e.mu.Unlock()
+	l := e.links[linkKey{peer, Control, ""}]
+	var replicas []*Link
 	if l == nil {
-		return nil
+		for k, r := range e.links {
+			if k.peer == peer && k.class == Control && k.replica != "" {
+				replicas = append(replicas, r)
+			}
+		}
 	}
-	return l.Live()
+	e.mu.Unlock()
+	if l != nil {
+		return l.Live()
+	}
+	slices.SortFunc(replicas, func(a, b *Link) int { return strings.Compare(a.replica, b.replica) })
+	for _, r := range replicas {
+		if c := r.Live(); c != nil {
+			return c
+		}
+	}
+	return nil
 }
 
 // Close ends every connection and stops the endpoint.

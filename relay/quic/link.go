@@ -38,6 +38,10 @@ type Link struct {
 	peer  string
 	class string
 	addrs []string
+	// replica is the address of the one replica this link reaches, for a
+	// peer with replicas; retired is set when that replica left.
+	replica string
+	retired atomic.Bool
 
 	open     atomic.Int64 // streams opened on it and not yet done
 	lastUsed atomic.Int64 // unix nanos
@@ -146,10 +150,17 @@ func (l *Link) run() {
 		log = log.With("tunnel", l.class)
 		defer l.e.forget(l)
 	}
-	// peer_up follows the control link; class links come and go with use.
+	// peer_up follows the control link; class links come and go with use,
+	// and replicas with their pods.
 	up := m.PeerUp.WithLabelValues(relay, l.peer)
-	if l.class != Control {
+	if l.class != Control || l.replica != "" {
 		up = nil
+	}
+	if l.replica != "" {
+		log = log.With("replica", l.replica)
+		if l.class == Control {
+			defer l.e.forget(l)
+		}
 	}
 	setUp := func(v float64) {
 		if up != nil {
@@ -158,7 +169,7 @@ func (l *Link) run() {
 	}
 	setUp(0)
 	backoff := minBackoff
-	for l.e.ctx.Err() == nil {
+	for l.e.ctx.Err() == nil && !l.retired.Load() {
 		c, err := l.dial()
 		if err != nil {
 			if l.e.ctx.Err() != nil {
@@ -191,12 +202,17 @@ func (l *Link) run() {
 		close(l.up)
 		l.mu.Unlock()
 		setUp(1)
+		l.e.replicaState(l, true)
 		start := time.Now()
 		idle, forgotten := false, false
 		var lastBytes uint64
 		var tick <-chan time.Time
 		var ticker *time.Ticker
-		if l.class != Control {
+		switch {
+		case l.replica != "": // a retired replica's link closes within a second of its last flow
+			ticker = time.NewTicker(time.Second)
+			tick = ticker.C
+		case l.class != Control:
 			ticker = time.NewTicker(idleLink / 4)
 			tick = ticker.C
 		}
@@ -213,7 +229,7 @@ func (l *Link) run() {
 				total := st.BytesSent + st.BytesReceived
 				moved := total - lastBytes
 				lastBytes = total
-				if !forgotten && l.idle(moved) {
+				if !forgotten && (l.retired.Load() || l.idle(moved)) {
 					// New flows get a new link from now on; a flow that
 					// took this one a moment ago gets a second to open.
 					l.e.forget(l)
@@ -238,9 +254,10 @@ func (l *Link) run() {
 		l.up = make(chan struct{})
 		l.mu.Unlock()
 		setUp(0)
-		if l.e.ctx.Err() != nil || idle {
+		if l.e.ctx.Err() != nil || idle || l.retired.Load() {
 			return
 		}
+		l.e.replicaState(l, false)
 		log.Warn("peer connection lost", "err", context.Cause(c.Context()))
 		if time.Since(start) > stableAfter {
 			backoff = minBackoff
