@@ -164,7 +164,9 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 		if err := mgr.Add(serving); err != nil {
 			return nil, err
 		}
-		hooks.Register(inject.Path, &webhook.Admission{Handler: &inject.Webhook{Reader: mgr.GetAPIReader(),
+		// Through the manager: asking it for its webhook server is what
+		// adds the server to what it starts (on every replica).
+		mgr.GetWebhookServer().Register(inject.Path, &webhook.Admission{Handler: &inject.Webhook{Reader: mgr.GetAPIReader(),
 			Config: inject.Config{Image: o.Image, Version: o.Version, Resources: o.RelayResources}}})
 	}
 	rn := &RelayNodeReconciler{Client: mgr.GetClient(), Scheme: scheme, CA: ca, Image: o.Image, RenewBefore: o.RenewBefore, Resources: o.RelayResources, Version: o.Version}

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"net"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -113,12 +115,19 @@ func startSuite() error {
 		}
 	}()
 	// Pods created before the webhook answers would fail (it fails closed).
-	started := mgr.GetWebhookServer().StartedChecker()
-	for deadline := time.Now().Add(30 * time.Second); started(nil) != nil; time.Sleep(20 * time.Millisecond) {
+	// Dialed, not asked of the manager: asking it for its webhook server
+	// would start one that NewManager forgot to.
+	addr := net.JoinHostPort(wh.LocalServingHost, strconv.Itoa(wh.LocalServingPort))
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+			break
+		}
 		if time.Now().After(deadline) {
 			cancel()
 			env.Stop()
-			return fmt.Errorf("webhook server did not start: %w", started(nil))
+			return fmt.Errorf("webhook server did not start: %w", err)
 		}
 	}
 	suiteDone = func() {

@@ -38,13 +38,18 @@ func TestMain(m *testing.M) {
 func run(m *testing.M) int {
 	wd, _ := os.Getwd()
 	root = filepath.Dir(wd)
+	// Skipped where it cannot run, except in CI, where a skip would hide it.
+	skip := 0
+	if os.Getenv("CI") != "" {
+		skip = 1
+	}
 	if os.Getuid() != 0 {
 		fmt.Println("e2e: skipped: needs root (a Docker engine and kind clusters)")
-		return 0
+		return skip
 	}
 	if out, err := command(root, "hack/dockerd.sh"); err != nil {
 		fmt.Printf("e2e: skipped: no Docker engine here (%s)\n", strings.TrimSpace(out))
-		return 0
+		return skip
 	}
 	var err error
 	step := func(what string, f func() error) bool {
@@ -62,6 +67,9 @@ func run(m *testing.M) int {
 		return wrap(err, out)
 	}) || !step("hoplink image", func() error {
 		out, err := command(root, "hack/docker-build.sh")
+		return wrap(err, out)
+	}) || !step("app image", func() error {
+		out, err := command(root, "bash", "-c", appImageScript)
 		return wrap(err, out)
 	}) || !step("helm", func() error {
 		out, err := command(root, "hack/helm.sh")
@@ -176,9 +184,17 @@ nodes:
 	if out, err := c.try("taint", "nodes", "-l", "node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/control-plane-"); err != nil && !strings.Contains(out, "not found") {
 		t.Fatalf("untaint the control plane: %v: %s", err, out)
 	}
-	sh(t, kindBin, "load", "docker-image", "hoplink:dev", "--name", name)
+	sh(t, kindBin, "load", "docker-image", "hoplink:dev", appImage, "--name", name)
 	return c
 }
+
+// appImage is the e2e's workload (e2e/app), FROM scratch.
+const appImage = "hoplink-e2e-app:dev"
+
+const appImageScript = `set -e
+d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
+CGO_ENABLED=0 go build -trimpath -o "$d/app" ./e2e/app
+tar -C "$d" -c app | docker import --change 'ENTRYPOINT ["/app"]' - ` + appImage + ` >/dev/null`
 
 // deleteCluster deletes a kind cluster. On cgroup v1 a node killed while its
 // runc was starting a pod leaves that pod's cgroup frozen, and a frozen
@@ -396,6 +412,8 @@ spec: {external: true, endpoints: ["%s:7401"]}
 		}
 	})
 
+	t.Run("sidecar relays", func(t *testing.T) { sidecars(t, a) })
+
 	t.Run("reroute when a relay is deleted", func(t *testing.T) {
 		a.apply(t, "edge", `apiVersion: hoplink.dev/v1alpha1
 kind: Chain
@@ -441,6 +459,25 @@ spec: {chain: fast, protocol: tcp, listen: {port: 8082}, target: "kubernetes.def
 		})
 	})
 
+	t.Run("webhook down: labelled pods fail, others start", func(t *testing.T) {
+		a.kubectl(t, "-n", "hoplink-system", "scale", "deployment", "hoplink-operator", "--replicas=0")
+		eventually(t, 2*time.Minute, "no operator pod", func() error {
+			out, _ := a.try("-n", "hoplink-system", "get", "pods", "-l", "app.kubernetes.io/component=operator", "-o", "name")
+			if strings.TrimSpace(out) != "" {
+				return fmt.Errorf("still %s", out)
+			}
+			return nil
+		})
+		out, err := a.try("-n", "edge", "run", "labelled", "--image", appImage, "--labels", "hoplink.dev/relaynode=web", "--", "serve", ":8080")
+		if err == nil || !strings.Contains(out, `failed calling webhook "sidecar.hoplink.dev"`) {
+			t.Errorf("a labelled pod with the webhook down: %v: %s", err, out)
+		}
+		if out, err := a.try("-n", "edge", "run", "plain", "--image", appImage, "--", "serve", ":8080"); err != nil {
+			t.Errorf("an unlabelled pod with the webhook down: %v: %s", err, out)
+		}
+		a.kubectl(t, "-n", "hoplink-system", "scale", "deployment", "hoplink-operator", "--replicas=1")
+	})
+
 	t.Run("cleanup on uninstall", func(t *testing.T) {
 		a.kubectl(t, "delete", "namespace", "edge", "--wait=true", "--timeout=2m")
 		sh(t, helmBin, "--kubeconfig", a.kubeconfig, "uninstall", "hoplink", "-n", "hoplink-system", "--wait", "--timeout", "2m")
@@ -448,14 +485,14 @@ spec: {chain: fast, protocol: tcp, listen: {port: 8082}, target: "kubernetes.def
 			var left []string
 			for _, q := range [][]string{
 				{"get", "daemonsets,deployments,pods", "-A", "-l", "app.kubernetes.io/name=hoplink", "-o", "name"},
-				{"get", "clusterroles,clusterrolebindings", "-o", "name"},
+				{"get", "clusterroles,clusterrolebindings,mutatingwebhookconfigurations", "-o", "name"},
 			} {
 				out, err := a.try(q...)
 				if err != nil {
 					return fmt.Errorf("%v: %s", err, out)
 				}
 				for _, l := range strings.Fields(out) {
-					if !strings.HasPrefix(l, "clusterrole") || strings.Contains(l, "hoplink") {
+					if !strings.HasPrefix(l, "clusterrole") && !strings.HasPrefix(l, "mutatingwebhook") || strings.Contains(l, "hoplink") {
 						left = append(left, l)
 					}
 				}
