@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
@@ -149,6 +150,8 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 			// Secrets the operator wrote.
 			&corev1.Pod{}:    {Label: labels.NewSelector().Add(*hasRelay)},
 			&corev1.Secret{}: {Label: labels.SelectorFromSet(labels.Set{labelManagedBy: managerName})},
+			// Sidecar relays' replicas: the slices of their Services, which carry the label.
+			&discoveryv1.EndpointSlice{}: {Label: labels.NewSelector().Add(*hasRelay)},
 		}},
 	})
 	if err != nil {

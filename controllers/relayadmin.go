@@ -7,10 +7,12 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
 
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -76,11 +78,26 @@ func (a *relayAdmin) endpoints(ctx context.Context, namespace, relay string) ([]
 	if len(eps) == 0 {
 		eps = rn.Spec.Endpoints
 	}
+	if rn.Spec.IsSidecar() {
+		// Replicas of one relay: a few of them, a different few each round,
+		// stand for all (their tables are merged like any relay's pods').
+		var list discoveryv1.EndpointSliceList
+		if err := a.client.List(ctx, &list, client.InNamespace(namespace),
+			client.MatchingLabels{discoveryv1.LabelServiceName: RelayObjectName(relay)}); err != nil {
+			return nil, err
+		}
+		eps = manifest.ReadyReplicas(list.Items, rn.Spec.RelayPort())
+		rand.Shuffle(len(eps), func(i, j int) { eps[i], eps[j] = eps[j], eps[i] })
+		eps = eps[:min(len(eps), measuredReplicas)]
+	}
 	if len(eps) == 0 {
 		return nil, fmt.Errorf("RelayNode %s/%s has no endpoints yet", namespace, relay)
 	}
 	return eps, nil
 }
+
+// measuredReplicas is how many replicas of a sidecar relay a round reads.
+const measuredReplicas = 3
 
 // eachEndpoint calls f on every endpoint at once and returns the answers
 // that came, or why none did.

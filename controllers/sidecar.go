@@ -88,7 +88,7 @@ func sidecarSubjects(pods []corev1.Pod) []rbacv1.Subject {
 }
 
 // sidecarPods are the namespace's pods labelled for this RelayNode, not
-// the operator's own relay pods, not terminating.
+// the operator's own relay pods, not terminating, not finished (a Job's).
 func (r *RelayNodeReconciler) sidecarPods(ctx context.Context, rn *v1alpha1.RelayNode) ([]corev1.Pod, error) {
 	var list corev1.PodList
 	if err := r.List(ctx, &list, client.InNamespace(rn.Namespace), client.MatchingLabels{LabelRelayNode: rn.Name}); err != nil {
@@ -96,7 +96,8 @@ func (r *RelayNodeReconciler) sidecarPods(ctx context.Context, rn *v1alpha1.Rela
 	}
 	var out []corev1.Pod
 	for _, p := range list.Items {
-		if p.Labels[labelManagedBy] == managerName || !p.DeletionTimestamp.IsZero() {
+		if p.Labels[labelManagedBy] == managerName || !p.DeletionTimestamp.IsZero() ||
+			p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
 		out = append(out, p)

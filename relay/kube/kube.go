@@ -11,11 +11,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -312,20 +310,7 @@ func (k *Relay) replicas(ctx context.Context, rn *v1alpha1.RelayNode) ([]string,
 		client.MatchingLabels{discoveryv1.LabelServiceName: v1alpha1.RelayObjectName(rn.Name)}); err != nil {
 		return nil, err
 	}
-	port := strconv.Itoa(int(rn.Spec.RelayPort()))
-	var out []string
-	for _, s := range eps.Items {
-		for _, e := range s.Endpoints {
-			if e.Conditions.Ready != nil && !*e.Conditions.Ready {
-				continue
-			}
-			for _, a := range e.Addresses {
-				out = append(out, net.JoinHostPort(a, port))
-			}
-		}
-	}
-	slices.Sort(out)
-	return slices.Compact(out), nil
+	return manifest.ReadyReplicas(eps.Items, rn.Spec.RelayPort()), nil
 }
 
 // onLoopback makes the Tunnels that enter at this sidecar relay listen on
