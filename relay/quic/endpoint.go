@@ -43,14 +43,17 @@ type Options struct {
 
 // Endpoint is a relay's QUIC side: it accepts peers and dials them.
 type Endpoint struct {
-	opts   Options
-	warn   *ratelog.Logger // for what peers can make the relay log
-	udp    *net.UDPConn
-	tr     *quicgo.Transport
-	ln     *quicgo.Listener
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	opts Options
+	warn *ratelog.Logger // for what peers can make the relay log
+	udp  *net.UDPConn
+	// dialUDP and dialTr carry the connections this relay dials.
+	dialUDP *net.UDPConn
+	dialTr  *quicgo.Transport
+	tr      *quicgo.Transport
+	ln      *quicgo.Listener
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
 
 	mu    sync.Mutex
 	links map[linkKey]*Link
@@ -79,9 +82,26 @@ func Listen(opts Options) (*Endpoint, error) {
 		udp.Close()
 		return nil, err
 	}
+	// Links are dialed from a socket of their own, on a port the kernel
+	// picks: dialed from the relay port, a relay in a pod network behind
+	// SNAT (a sidecar) can show up at its node's address with the relay
+	// port, the very address and port of a host-network relay on that
+	// node, and the NAT then hands that relay's packets to the pod.
+	dialUDP, err := net.ListenUDP("udp", &net.UDPAddr{IP: addr.IP, Zone: addr.Zone})
+	if err != nil {
+		udp.Close()
+		return nil, fmt.Errorf("relay dial socket: %w", err)
+	}
+	transport := func(c *net.UDPConn) *quicgo.Transport {
+		return &quicgo.Transport{Conn: &lossyConn{UDPConn: c, lost: func(reason string) {
+			opts.Metrics.SendLost.WithLabelValues(opts.Name, reason).Inc()
+		}}, StatelessResetKey: (*quicgo.StatelessResetKey)(&resetKey), ConnectionIDLength: datagramConnIDLen}
+	}
 	e := &Endpoint{
-		opts: opts,
-		udp:  udp,
+		opts:    opts,
+		udp:     udp,
+		dialUDP: dialUDP,
+		dialTr:  transport(dialUDP),
 		tr: &quicgo.Transport{Conn: &lossyConn{UDPConn: udp, lost: func(reason string) {
 			opts.Metrics.SendLost.WithLabelValues(opts.Name, reason).Inc()
 		}}, StatelessResetKey: (*quicgo.StatelessResetKey)(&resetKey),
@@ -110,6 +130,7 @@ func Listen(opts Options) (*Endpoint, error) {
 	e.ln, err = e.tr.Listen(tlsConf, listenConfig(opts.MaxStreams))
 	if err != nil {
 		udp.Close()
+		dialUDP.Close()
 		return nil, fmt.Errorf("relay listen: %w", err)
 	}
 	e.wg.Add(1)
@@ -356,6 +377,6 @@ func (e *Endpoint) Close() error {
 		c.CloseWithError(0, "relay shutting down")
 	}
 	e.wg.Wait()
-	err = errors.Join(err, e.tr.Close())
-	return errors.Join(err, e.udp.Close())
+	err = errors.Join(err, e.tr.Close(), e.dialTr.Close())
+	return errors.Join(err, e.udp.Close(), e.dialUDP.Close())
 }

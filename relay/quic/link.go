@@ -277,7 +277,7 @@ func (l *Link) dial() (*Conn, error) {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(l.e.ctx, handshakeTimeout)
-		qc, err := l.e.tr.Dial(ctx, addr, l.e.opts.Identity.ClientConfig(l.peer), dialConfig())
+		qc, err := l.e.dialTr.Dial(ctx, addr, l.e.opts.Identity.ClientConfig(l.peer), dialConfig())
 		cancel()
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", a, err))
