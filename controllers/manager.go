@@ -7,10 +7,13 @@ import (
 	"log/slog"
 	"time"
 
+	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -150,6 +153,8 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 			// Secrets the operator wrote.
 			&corev1.Pod{}:    {Label: labels.NewSelector().Add(*hasRelay)},
 			&corev1.Secret{}: {Label: labels.SelectorFromSet(labels.Set{labelManagedBy: managerName})},
+			// Only the requests addressed to this operator's signer.
+			&certificatesv1.PodCertificateRequest{}: {Field: fields.OneTermEqualSelector("spec.signerName", inject.SignerName)},
 			// Sidecar relays' replicas: the slices of their Services, which carry the label.
 			&discoveryv1.EndpointSlice{}: {Label: labels.NewSelector().Add(*hasRelay)},
 		}},
@@ -163,6 +168,15 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
 		return nil, err
 	}
+	// Per-pod certificates where the cluster serves PodCertificateRequests
+	// (GA in Kubernetes 1.37); the RelayNode's Secret elsewhere.
+	_, err = mgr.GetRESTMapper().RESTMapping(schema.GroupKind{Group: certificatesv1.GroupName, Kind: "PodCertificateRequest"}, "v1")
+	podCerts := err == nil
+	if podCerts {
+		if err := (&PodCertificateSigner{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), CA: ca}).SetupWithManager(mgr); err != nil {
+			return nil, fmt.Errorf("pod certificate signer: %w", err)
+		}
+	}
 	if serving != nil {
 		if err := mgr.Add(serving); err != nil {
 			return nil, err
@@ -170,7 +184,7 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 		// Through the manager: asking it for its webhook server is what
 		// adds the server to what it starts (on every replica).
 		mgr.GetWebhookServer().Register(inject.Path, &webhook.Admission{Handler: &inject.Webhook{Reader: mgr.GetAPIReader(),
-			Config: inject.Config{Image: o.Image, Version: o.Version, Resources: o.RelayResources}}})
+			Config: inject.Config{Image: o.Image, Version: o.Version, Resources: o.RelayResources, PodCertificates: podCerts}}})
 	}
 	rn := &RelayNodeReconciler{Client: mgr.GetClient(), Scheme: scheme, CA: ca, Image: o.Image, RenewBefore: o.RenewBefore, Resources: o.RelayResources, Version: o.Version}
 	if err := rn.SetupWithManager(mgr); err != nil {

@@ -37,8 +37,17 @@ const (
 	relayUID = 65532
 )
 
+// SignerName is the signer of sidecar relays' pod certificates (the
+// operator runs it).
+const SignerName = "hoplink.dev/relay"
+
 // Config is what the operator knows that a pod and its RelayNode do not.
 type Config struct {
+	// PodCertificates gives each pod a certificate of its own through the
+	// podCertificate projected volume (the cluster serves
+	// PodCertificateRequests); otherwise the sidecar mounts the RelayNode's
+	// certificate Secret.
+	PodCertificates bool
 	// Image of the relay unless the RelayNode names one.
 	Image string
 	// Version of the operator, written to AnnotationVersion.
@@ -116,10 +125,22 @@ const tunVolume = "hoplink-dev-net-tun"
 // Volumes are the sidecar's: the RelayNode's certificate Secret, and its
 // own API token (the pod may not mount one, and the relay watches its
 // RelayNode, Chains and Tunnels with the pod's service account).
-func Volumes(rn *v1alpha1.RelayNode) []corev1.Volume {
+func Volumes(rn *v1alpha1.RelayNode, c Config) []corev1.Volume {
+	certs := corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+		SecretName: v1alpha1.RelayObjectName(rn.Name), DefaultMode: ptr.To[int32](0o440)}}
+	if c.PodCertificates {
+		// The pod's own key (made by the kubelet, never sent anywhere) and
+		// the certificate the operator's signer issues for it, in the
+		// files the Secret would have; only the CA comes from the Secret.
+		certs = corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{DefaultMode: ptr.To[int32](0o440), Sources: []corev1.VolumeProjection{
+			{Secret: &corev1.SecretProjection{LocalObjectReference: corev1.LocalObjectReference{Name: v1alpha1.RelayObjectName(rn.Name)},
+				Items: []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}}},
+			{PodCertificate: &corev1.PodCertificateProjection{SignerName: SignerName, KeyType: "ECDSAP256",
+				KeyPath: "tls.key", CertificateChainPath: "tls.crt"}},
+		}}}
+	}
 	v := []corev1.Volume{
-		{Name: certsVolume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
-			SecretName: v1alpha1.RelayObjectName(rn.Name), DefaultMode: ptr.To[int32](0o440)}}},
+		{Name: certsVolume, VolumeSource: certs},
 		{Name: apiVolume, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
 			DefaultMode: ptr.To[int32](0o444),
 			Sources: []corev1.VolumeProjection{
@@ -157,7 +178,7 @@ func Patch(pod *corev1.Pod, rn *v1alpha1.RelayNode, c Config) (ops []jsonpatch.O
 	} else {
 		ops = append(ops, jsonpatch.NewOperation("add", "/spec/initContainers/0", ctr))
 	}
-	vols := Volumes(rn)
+	vols := Volumes(rn, c)
 	if len(pod.Spec.Volumes) == 0 {
 		ops = append(ops, jsonpatch.NewOperation("add", "/spec/volumes", vols))
 	} else {

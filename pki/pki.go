@@ -108,6 +108,28 @@ func (ca *CA) Issue(relay string) (certPEM, keyPEM []byte, err error) {
 	return ca.issue(relay, RelayValidity, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth})
 }
 
+// IssueFor makes a relay certificate for a key the CA never sees (a pod's
+// key, from a PodCertificateRequest), valid for lifetime from a minute ago
+// (clocks differ a little).
+func (ca *CA) IssueFor(pub crypto.PublicKey, relay string, lifetime time.Duration) (certPEM []byte, notBefore, notAfter time.Time, err error) {
+	notBefore = time.Now().Add(-time.Minute).Truncate(time.Second)
+	notAfter = notBefore.Add(lifetime)
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: relay, Organization: []string{"hoplink"}},
+		DNSNames:     []string{relay},
+		NotBefore:    notBefore,
+		NotAfter:     notAfter,
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, pub, ca.Key)
+	if err != nil {
+		return nil, time.Time{}, time.Time{}, err
+	}
+	return pemBlock("CERTIFICATE", der), notBefore, notAfter, nil
+}
+
 // IssueServer makes a TLS server certificate for hosts (DNS names, or IP
 // addresses as IP SANs): the operator's webhook serving certificate.
 func (ca *CA) IssueServer(hosts []string, validity time.Duration) (certPEM, keyPEM []byte, err error) {

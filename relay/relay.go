@@ -73,6 +73,11 @@ type Config struct {
 	// NoTUNOffload opens tun Tunnels' devices without segmentation offload
 	// (for comparison; offload is on by default where the kernel has it).
 	NoTUNOffload bool
+	// SeparateDialPort dials QUIC links from a port of the relay's own
+	// rather than from the relay port: needed behind SNAT (a relay in a pod
+	// network), where dialing from the relay port can take over the address
+	// of a host-network relay on the same node.
+	SeparateDialPort bool
 }
 
 // Relay is one running relay.
@@ -168,17 +173,18 @@ func (r *Relay) Start() error {
 	targets := probe.NewTargets(e.name, e.m)
 	r.measure = &measurer{env: e, links: links, targets: targets, routes: r.routes}
 	hops := nexthop.New(nexthop.Options{
-		Name:        e.name,
-		Identity:    r.cfg.Identity,
-		Listen:      net.JoinHostPort(self.Spec.Listen.Address, strconv.Itoa(int(self.Spec.Listen.Port))),
-		Manifests:   e.manifests,
-		Router:      r.routes,
-		Stream:      func(c *rquic.Conn, s *quicgo.Stream) { r.dispatch.serveQUIC(c, s) },
-		TLS:         func(peer string, c *tls.Conn) { r.dispatch.serveTLS(peer, c) },
-		Admin:       adminapi.Handler(adminBackend{r.measure}),
-		OnProbeEcho: links.Echo,
-		Metrics:     e.m,
-		Log:         e.log,
+		Name:             e.name,
+		Identity:         r.cfg.Identity,
+		Listen:           net.JoinHostPort(self.Spec.Listen.Address, strconv.Itoa(int(self.Spec.Listen.Port))),
+		SeparateDialPort: r.cfg.SeparateDialPort,
+		Manifests:        e.manifests,
+		Router:           r.routes,
+		Stream:           func(c *rquic.Conn, s *quicgo.Stream) { r.dispatch.serveQUIC(c, s) },
+		TLS:              func(peer string, c *tls.Conn) { r.dispatch.serveTLS(peer, c) },
+		Admin:            adminapi.Handler(adminBackend{r.measure}),
+		OnProbeEcho:      links.Echo,
+		Metrics:          e.m,
+		Log:              e.log,
 	})
 	// Every role exists before the first peer's stream can arrive.
 	r.hops, r.measure.hops = hops, hops

@@ -108,6 +108,7 @@ func newRelayCmd(lf *logFlags) *cobra.Command {
 		profiling, tunOffload      bool
 		kubeMode                   bool
 		kf                         kubeFlags
+		separateDial               bool
 	)
 	cmd := &cobra.Command{
 		Use:   "relay (-f FILE_OR_DIR --name NAME --certs DIR | --kube --relaynode NAME)",
@@ -158,7 +159,8 @@ injected sidecar relays run.`,
 				return err
 			}
 			reg, m := newRegistry()
-			r, err := relay.New(relay.Config{Name: name, Manifests: set, Identity: id, Metrics: m, Log: log, MaxFlows: maxFlows, MaxFlowsPerTunnel: perTunnel, MaxFlowsPerSource: perSource, Route: true, NoTUNOffload: !tunOffload})
+			r, err := relay.New(relay.Config{Name: name, Manifests: set, Identity: id, Metrics: m, Log: log, MaxFlows: maxFlows, MaxFlowsPerTunnel: perTunnel,
+				MaxFlowsPerSource: perSource, Route: true, NoTUNOffload: !tunOffload, SeparateDialPort: separateDial})
 			if err != nil {
 				return err
 			}
@@ -180,6 +182,7 @@ injected sidecar relays run.`,
 	f.StringVar(&keyFile, "key", "", "relay private key (PEM)")
 	f.StringVar(&metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz here, e.g. 127.0.0.1:9090")
 	f.BoolVar(&profiling, "pprof", false, "also serve /debug/pprof on --metrics-addr")
+	f.BoolVar(&separateDial, "separate-dial-port", false, "dial peers over QUIC from a port of its own, not the relay port: for a relay behind SNAT sharing an address with another relay (on by itself with --kube in a pod network)")
 	f.IntVar(&maxFlows, "max-flows", relay.DefaultMaxFlows, "most flows this relay carries at once (in a container with a memory limit, what the limit affords)")
 	f.IntVar(&perTunnel, "max-flows-per-tunnel", 0, "most flows of one Tunnel (default a quarter of --max-flows)")
 	f.IntVar(&perSource, "max-flows-per-source", 0, "most flows of one Tunnel from one client host at its entry (default a sixteenth of the Tunnel's, at least 64)")

@@ -57,6 +57,11 @@ spec: {chain: east, listen: {address: 127.0.0.1, port: 15500}, target: "127.0.0.
 // is valid for web, not useast", as the kind e2e once showed.
 func TestDialingBehindSNAT(t *testing.T) {
 	requireNetns(t)
+	behindSNAT(t, "--separate-dial-port")
+}
+
+// behindSNAT runs the setup; separate are web's extra flags.
+func behindSNAT(t *testing.T, separate ...string) {
 	bin := buildHoplink(t)
 	dir := t.TempDir()
 	certs := relayFiles(t, bin, dir, "hoplink.yaml", snatManifests, "web", "sea", "useast")
@@ -86,7 +91,7 @@ func TestDialingBehindSNAT(t *testing.T) {
 	// web first: its link to sea puts its NAT entry in place before sea
 	// dials useast (sea is not up yet; web keeps trying).
 	node.start(filepath.Join(dir, "useast.log"), bin, "relay", "-f", dir, "--name", "useast", "--certs", certs)
-	pod.start(filepath.Join(dir, "web.log"), bin, "relay", "-f", dir, "--name", "web", "--certs", certs)
+	pod.start(filepath.Join(dir, "web.log"), append([]string{bin, "relay", "-f", dir, "--name", "web", "--certs", certs}, separate...)...)
 	time.Sleep(time.Second)
 	sea.start(filepath.Join(dir, "sea.log"), bin, "relay", "-f", dir, "--name", "sea", "--certs", certs)
 

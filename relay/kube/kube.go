@@ -236,9 +236,12 @@ func (k *Relay) start(set *manifest.Set, secret *corev1.Secret) error {
 	if err != nil {
 		return fmt.Errorf("certificate Secret %s: %w", secret.Name, err)
 	}
+	// A relay in the pod network sits behind its node's SNAT.
+	self := set.Relay(k.o.Name).Spec
+	podNetwork := self.IsSidecar() || self.HostNetwork != nil && !*self.HostNetwork
 	r, err := relay.New(relay.Config{Name: k.o.Name, Manifests: set, Identity: id, Metrics: k.o.Metrics, Log: k.o.Log,
 		MaxFlows: k.o.MaxFlows, MaxFlowsPerTunnel: k.o.MaxFlowsPerTunnel, MaxFlowsPerSource: k.o.MaxFlowsPerSource,
-		NoTUNOffload: k.o.NoTUNOffload})
+		NoTUNOffload: k.o.NoTUNOffload, SeparateDialPort: podNetwork})
 	if err != nil {
 		return err
 	}

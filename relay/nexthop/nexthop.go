@@ -43,6 +43,8 @@ type Options struct {
 	Identity *pki.Identity
 	// Listen is the relay's host:port, for QUIC on UDP and TLS on TCP.
 	Listen string
+	// SeparateDialPort is rquic.Options'.
+	SeparateDialPort bool
 	// Manifests returns the manifests in force now.
 	Manifests func() *manifest.Set
 	Router    Router
@@ -75,7 +77,7 @@ func New(o Options) *Peers { return &Peers{o: o} }
 func (p *Peers) Listen() error {
 	o := p.o
 	known := func(name string) bool { return o.Manifests().Relay(name) != nil }
-	q, err := rquic.Listen(rquic.Options{Name: o.Name, Identity: o.Identity, Listen: o.Listen, KnownPeer: known,
+	q, err := rquic.Listen(rquic.Options{Name: o.Name, Identity: o.Identity, Listen: o.Listen, KnownPeer: known, SeparateDialPort: o.SeparateDialPort,
 		Handler: o.Stream, OnProbeEcho: o.OnProbeEcho, Metrics: o.Metrics, Log: o.Log})
 	if err != nil {
 		return err

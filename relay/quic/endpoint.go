@@ -26,6 +26,14 @@ type Options struct {
 	// Listen is the UDP host:port for QUIC; peers are dialed from the same
 	// socket.
 	Listen string
+	// SeparateDialPort dials links from a UDP socket of their own, on a
+	// port the kernel picks, instead of the relay port. A relay in a pod
+	// network behind its node's SNAT needs it: dialing from the relay port,
+	// it shows up at the node's address with that port, the very address
+	// of a host-network relay on that node, and the NAT then hands that
+	// relay's incoming connections to the pod. Off, a relay dials from its
+	// relay port, as peers and link emulators that key on it expect.
+	SeparateDialPort bool
 	// MaxStreams bounds the flows one peer may have open at once; 0 means
 	// DefaultMaxStreams.
 	MaxStreams int64
@@ -46,7 +54,8 @@ type Endpoint struct {
 	opts Options
 	warn *ratelog.Logger // for what peers can make the relay log
 	udp  *net.UDPConn
-	// dialUDP and dialTr carry the connections this relay dials.
+	// dialUDP and dialTr carry the connections this relay dials: udp and
+	// tr themselves unless SeparateDialPort.
 	dialUDP *net.UDPConn
 	dialTr  *quicgo.Transport
 	tr      *quicgo.Transport
@@ -82,27 +91,15 @@ func Listen(opts Options) (*Endpoint, error) {
 		udp.Close()
 		return nil, err
 	}
-	// Links are dialed from a socket of their own, on a port the kernel
-	// picks: dialed from the relay port, a relay in a pod network behind
-	// SNAT (a sidecar) can show up at its node's address with the relay
-	// port, the very address and port of a host-network relay on that
-	// node, and the NAT then hands that relay's packets to the pod.
-	dialUDP, err := net.ListenUDP("udp", &net.UDPAddr{IP: addr.IP, Zone: addr.Zone})
-	if err != nil {
-		udp.Close()
-		return nil, fmt.Errorf("relay dial socket: %w", err)
+	dialUDP := udp
+	if opts.SeparateDialPort {
+		if dialUDP, err = net.ListenUDP("udp", &net.UDPAddr{IP: addr.IP, Zone: addr.Zone}); err != nil {
+			udp.Close()
+			return nil, fmt.Errorf("relay dial socket: %w", err)
+		}
 	}
 	transport := func(c *net.UDPConn) *quicgo.Transport {
 		return &quicgo.Transport{Conn: &lossyConn{UDPConn: c, lost: func(reason string) {
-			opts.Metrics.SendLost.WithLabelValues(opts.Name, reason).Inc()
-		}}, StatelessResetKey: (*quicgo.StatelessResetKey)(&resetKey), ConnectionIDLength: datagramConnIDLen}
-	}
-	e := &Endpoint{
-		opts:    opts,
-		udp:     udp,
-		dialUDP: dialUDP,
-		dialTr:  transport(dialUDP),
-		tr: &quicgo.Transport{Conn: &lossyConn{UDPConn: udp, lost: func(reason string) {
 			opts.Metrics.SendLost.WithLabelValues(opts.Name, reason).Inc()
 		}}, StatelessResetKey: (*quicgo.StatelessResetKey)(&resetKey),
 			// quic-go takes datagrams of up to path MTU - 37 bytes. A
@@ -113,13 +110,23 @@ func Listen(opts Options) (*Endpoint, error) {
 			// sendmsg per datagram. Packet numbers stay 2 bytes while
 			// fewer than 32768 packets are unacknowledged, which quic-go's
 			// 10000-packet congestion window bounds.
-			ConnectionIDLength: datagramConnIDLen,
-			// Past a rate of new connections, a client must prove its
-			// address (a Retry, one round trip) before any handshake
-			// work: a flood of spoofed Initials costs little.
-			VerifySourceAddress: func(net.Addr) bool { return !handshakes.Allow() }},
-		links: map[linkKey]*Link{},
-		conns: map[*Conn]struct{}{},
+			ConnectionIDLength: datagramConnIDLen}
+	}
+	e := &Endpoint{
+		opts:    opts,
+		udp:     udp,
+		dialUDP: dialUDP,
+		tr:      transport(udp),
+		links:   map[linkKey]*Link{},
+		conns:   map[*Conn]struct{}{},
+	}
+	// Past a rate of new connections, a client must prove its address (a
+	// Retry, one round trip) before any handshake work: a flood of spoofed
+	// Initials costs little.
+	e.tr.VerifySourceAddress = func(net.Addr) bool { return !handshakes.Allow() }
+	e.dialTr = e.tr
+	if opts.SeparateDialPort {
+		e.dialTr = transport(dialUDP)
 	}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	e.warn = ratelog.New(opts.Log)
@@ -130,7 +137,9 @@ func Listen(opts Options) (*Endpoint, error) {
 	e.ln, err = e.tr.Listen(tlsConf, listenConfig(opts.MaxStreams))
 	if err != nil {
 		udp.Close()
-		dialUDP.Close()
+		if dialUDP != udp {
+			dialUDP.Close()
+		}
 		return nil, fmt.Errorf("relay listen: %w", err)
 	}
 	e.wg.Add(1)
@@ -377,6 +386,9 @@ func (e *Endpoint) Close() error {
 		c.CloseWithError(0, "relay shutting down")
 	}
 	e.wg.Wait()
-	err = errors.Join(err, e.tr.Close(), e.dialTr.Close())
-	return errors.Join(err, e.udp.Close(), e.dialUDP.Close())
+	err = errors.Join(err, e.tr.Close())
+	if e.dialTr != e.tr {
+		err = errors.Join(err, e.dialTr.Close(), e.dialUDP.Close())
+	}
+	return errors.Join(err, e.udp.Close())
 }
