@@ -121,6 +121,11 @@ func sidecars(t *testing.T, a *cluster) {
 		if init != "hoplink-relay Always" {
 			t.Errorf("client pod's first init container: %q, want the native sidecar hoplink-relay", init)
 		}
+		// Its certificate is its own: the kubelet's key, signed by the operator.
+		signer := a.kubectl(t, "-n", "edge", "get", "pods", "-l", "app=client", "-o", `jsonpath={.items[0].spec.volumes[?(@.name=="hoplink-relay-certs")].projected.sources[1].podCertificate.signerName}`)
+		if signer != "hoplink.dev/relay" {
+			t.Errorf("client pod's certificate volume asks signer %q, want hoplink.dev/relay", signer)
+		}
 		eventually(t, 2*time.Minute, "an answer in the client's log", func() error {
 			out, err := a.try("-n", "edge", "logs", "deployment/client", "-c", "app", "--tail", "5")
 			if !strings.Contains(out, "answer: pod echo-") {

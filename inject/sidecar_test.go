@@ -131,3 +131,25 @@ func TestPortClashes(t *testing.T) {
 		}
 	}
 }
+
+// With pod certificates the key is the pod's own: the Secret gives only
+// the CA, never the RelayNode's key.
+func TestVolumesWithPodCertificates(t *testing.T) {
+	for _, pc := range []bool{false, true} {
+		v := Volumes(sidecarNode("web"), Config{PodCertificates: pc})[0]
+		switch {
+		case !pc && (v.Secret == nil || v.Secret.SecretName != "hoplink-relay-web"):
+			t.Errorf("without pod certificates: %+v, want the RelayNode's Secret", v.VolumeSource)
+		case pc && (v.Projected == nil || len(v.Projected.Sources) != 2):
+			t.Fatalf("with pod certificates: %+v", v.VolumeSource)
+		case pc:
+			s, p := v.Projected.Sources[0].Secret, v.Projected.Sources[1].PodCertificate
+			if s == nil || len(s.Items) != 1 || s.Items[0].Key != "ca.crt" {
+				t.Errorf("the Secret projects %+v, want ca.crt alone", s)
+			}
+			if p == nil || p.SignerName != SignerName || p.KeyPath != "tls.key" || p.CertificateChainPath != "tls.crt" {
+				t.Errorf("podCertificate %+v", p)
+			}
+		}
+	}
+}
