@@ -144,6 +144,30 @@ func TestWebhookRegistrationMatchesTheOperator(t *testing.T) {
 		t.Errorf("operator args %v do not name the webhook Service and port", args)
 	}
 
+	// config/webhook, for kubectl apply -k config/default, is the same.
+	raw, err := os.ReadFile(filepath.Join("..", "config", "webhook", "webhook.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, o := range decode(t, raw) {
+		if o.GetKind() != "MutatingWebhookConfiguration" {
+			continue
+		}
+		found = true
+		var kust admissionregistrationv1.MutatingWebhookConfiguration
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &kust); err != nil {
+			t.Fatal(err)
+		}
+		want := inject.WebhookConfiguration("hoplink-sidecar-injector", "hoplink-system", "hoplink-webhook")
+		if kust.Name != want.Name || !equality.Semantic.DeepEqual(kust.Webhooks, want.Webhooks) {
+			t.Errorf("config/webhook registers\n%+v\nthe operator expects\n%+v", kust.Webhooks, want.Webhooks)
+		}
+	}
+	if !found {
+		t.Error("config/webhook/webhook.yaml registers no webhook")
+	}
+
 	out, err = run(t, h, "template", "rel", chart, "--set", "sidecar.injector.enabled=false")
 	if err != nil {
 		t.Fatal(err)
