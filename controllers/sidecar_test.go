@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
@@ -194,4 +195,62 @@ func TestSidecarInjection(t *testing.T) {
 		}
 		waitReason(t, &v1alpha1.RelayNode{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"}}, "SidecarsNotReady")
 	})
+}
+
+// The webhook's serving certificate: made once, its leaf reissued (same CA)
+// when it nears expiry or misses a host, and replicas racing to make it
+// agree on one.
+func TestWebhookServingCertificate(t *testing.T) {
+	needAPI(t)
+	ctx := context.Background()
+	ns := namespace(t)
+	key := types.NamespacedName{Namespace: ns, Name: "hook-cert"}
+	keeper := func(hosts []string, validity time.Duration) *inject.ServingCert {
+		return &inject.ServingCert{Client: k8s, Secret: key, Hosts: hosts, Validity: validity}
+	}
+	read := func() (ca, leaf []byte) {
+		var s corev1.Secret
+		if err := k8s.Get(ctx, key, &s); err != nil {
+			t.Fatal(err)
+		}
+		return s.Data["ca.crt"], s.Data["tls.crt"]
+	}
+
+	// Two replicas at once: one Secret, one CA, both serve its leaf.
+	a, b := keeper([]string{"hook.svc"}, 0), keeper([]string{"hook.svc"}, 0)
+	errs := make(chan error, 2)
+	go func() { errs <- a.Ensure(ctx) }()
+	go func() { errs <- b.Ensure(ctx) }()
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	ca, leaf := read()
+	ca1, _ := a.GetCertificate(nil)
+	ca2, _ := b.GetCertificate(nil)
+	if !bytes.Equal(ca1.Certificate[0], ca2.Certificate[0]) {
+		t.Error("two replicas serve different certificates")
+	}
+
+	// Nothing to do: nothing changes.
+	if err := keeper([]string{"hook.svc"}, 0).Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if c, l := read(); !bytes.Equal(c, ca) || !bytes.Equal(l, leaf) {
+		t.Error("a current certificate was reissued")
+	}
+	// A new host, then a leaf with less than a third of its validity left
+	// (a keeper that issues for three years sees a 90-day leaf so): a new
+	// leaf from the same CA, so the caBundle stays valid.
+	for _, k := range []*inject.ServingCert{keeper([]string{"hook.svc", "hook.ns.svc"}, 0), keeper([]string{"hook.svc", "hook.ns.svc"}, 3*365*24*time.Hour)} {
+		if err := k.Ensure(ctx); err != nil {
+			t.Fatal(err)
+		}
+		c, l := read()
+		if !bytes.Equal(c, ca) || bytes.Equal(l, leaf) {
+			t.Errorf("want a new leaf under the same CA (CA same: %v, leaf same: %v)", bytes.Equal(c, ca), bytes.Equal(l, leaf))
+		}
+		leaf = l
+	}
 }
