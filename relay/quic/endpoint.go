@@ -300,6 +300,7 @@ func (e *Endpoint) Retire(peer string, keep []string) {
 		if k.peer == peer && k.replica != "" && !slices.Contains(keep, k.replica) {
 			l.retired.Store(true)
 			delete(e.links, k)
+			e.replicaLost.Delete(linkKey{peer, "", k.replica})
 		}
 	}
 }
