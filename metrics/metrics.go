@@ -23,6 +23,9 @@ type Metrics struct {
 	// SendLost counts packets the host refused to send (a local firewall
 	// drop, a full buffer), which QUIC recovers as losses.
 	SendLost *prometheus.CounterVec
+	// UDPBuffer is the size of the relay socket's buffers as the kernel
+	// granted them.
+	UDPBuffer *prometheus.GaugeVec
 
 	// Link measurements, labelled from (this relay) and to (the peer).
 	LinkUp       *prometheus.GaugeVec
@@ -102,6 +105,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "hoplink_send_lost_packets_total",
 			Help: "QUIC packets the host refused to send, by reason (eperm: a local firewall or a full conntrack table; enobufs; eagain); QUIC recovers them as lost packets and the connection lives on.",
 		}, []string{"relay", "reason"}),
+		UDPBuffer: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "hoplink_udp_socket_buffer_bytes",
+			Help: "Buffer of the relay's QUIC socket by direction (receive, send), as the kernel granted it (Linux reports twice what was set). quic-go asks for 7 MiB; unprivileged relays get at most net.core.rmem_max / wmem_max.",
+		}, []string{"relay", "direction"}),
 		LinkUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "hoplink_link_up",
 			Help: "1 when the last probe round on the link from one relay to another got an answer.",
@@ -160,7 +167,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"relay", "tunnel", "protocol"}),
 	}
 	reg.MustRegister(m.Bytes, m.Flows, m.ActiveFlows, m.FlowSetup, m.FlowErrors, m.Rejected,
-		m.Ready, m.PeerUp, m.Handshakes, m.UDPSessions, m.UDPDropped, m.SendLost,
+		m.Ready, m.PeerUp, m.Handshakes, m.UDPSessions, m.UDPDropped, m.SendLost, m.UDPBuffer,
 		m.LinkUp, m.LinkRTT, m.LinkRTTMin, m.LinkSmoothed, m.LinkJitter, m.LinkLoss, m.LinkProbes,
 		m.TargetRTT, m.TargetUp, m.ChainRoute, m.TUNPackets, m.TUNBytes, m.TUNDropped, m.TUNFlows)
 	m.Route = NewRoute(reg)

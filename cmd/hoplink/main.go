@@ -4,6 +4,8 @@ package main
 
 import (
 	"fmt"
+	"io"
+	"log"
 	"log/slog"
 	"os"
 	"strings"
@@ -24,6 +26,26 @@ type logFlags struct {
 }
 
 func (f *logFlags) logger() (*slog.Logger, error) {
+	l, err := f.loggerTo(os.Stderr)
+	if err == nil {
+		// Libraries that print through the standard logger (quic-go's
+		// socket buffer warning) come out as this process's warnings, in
+		// its format.
+		log.SetFlags(0)
+		log.SetOutput(stdLog{l})
+	}
+	return l, err
+}
+
+// stdLog turns the standard logger's lines into warnings.
+type stdLog struct{ l *slog.Logger }
+
+func (w stdLog) Write(p []byte) (int, error) {
+	w.l.Warn(strings.TrimSpace(string(p)), "via", "log")
+	return len(p), nil
+}
+
+func (f *logFlags) loggerTo(out io.Writer) (*slog.Logger, error) {
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(f.level)); err != nil {
 		return nil, fmt.Errorf("--log-level %q: use debug, info, warn or error", f.level)
@@ -31,9 +53,9 @@ func (f *logFlags) logger() (*slog.Logger, error) {
 	opts := &slog.HandlerOptions{Level: lvl}
 	switch strings.ToLower(f.format) {
 	case "text":
-		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+		return slog.New(slog.NewTextHandler(out, opts)), nil
 	case "json":
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+		return slog.New(slog.NewJSONHandler(out, opts)), nil
 	}
 	return nil, fmt.Errorf("--log-format %q: use text or json", f.format)
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
+	"log"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -58,5 +60,24 @@ func TestVersion(t *testing.T) {
 	out, err := execute("version")
 	if err != nil || !strings.HasPrefix(out, "hoplink ") {
 		t.Fatalf("version: %q, %v", out, err)
+	}
+}
+
+// Lines libraries print through the standard logger (quic-go's buffer
+// warning) come out as the process's own warnings, in its format.
+func TestStandardLogGoesThroughTheLogger(t *testing.T) {
+	var buf bytes.Buffer
+	l, err := (&logFlags{level: "info", format: "json"}).loggerTo(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	std := log.New(stdLog{l}, "", 0)
+	std.Printf("failed to sufficiently increase receive buffer size (was: 208 kiB, wanted: 7168 kiB, got: 416 kiB).")
+	var rec map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &rec); err != nil {
+		t.Fatalf("not one JSON record: %q", buf.String())
+	}
+	if rec["level"] != "WARN" || !strings.HasPrefix(rec["msg"].(string), "failed to sufficiently increase receive buffer size") {
+		t.Errorf("record %v", rec)
 	}
 }

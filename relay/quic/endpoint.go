@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	quicgo "github.com/quic-go/quic-go"
+	"golang.org/x/sys/unix"
 	"golang.org/x/time/rate"
 
 	"github.com/hoplink/hoplink/metrics"
@@ -142,9 +143,28 @@ func Listen(opts Options) (*Endpoint, error) {
 		}
 		return nil, fmt.Errorf("relay listen: %w", err)
 	}
+	e.reportBuffers()
 	e.wg.Add(1)
 	go e.accept()
 	return e, nil
+}
+
+// reportBuffers exports the socket buffers quic-go obtained (it asks for
+// 7 MiB; a relay without CAP_NET_ADMIN gets what the node's
+// net.core.rmem_max and wmem_max allow, and a small receive buffer drops
+// datagrams in bursts).
+func (e *Endpoint) reportBuffers() {
+	raw, err := e.udp.SyscallConn()
+	if err != nil {
+		return
+	}
+	raw.Control(func(fd uintptr) {
+		for dir, opt := range map[string]int{"receive": unix.SO_RCVBUF, "send": unix.SO_SNDBUF} {
+			if n, err := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, opt); err == nil {
+				e.opts.Metrics.UDPBuffer.WithLabelValues(e.opts.Name, dir).Set(float64(n))
+			}
+		}
+	})
 }
 
 // handshakeRate is how many new connections a second a relay accepts
