@@ -33,7 +33,7 @@ spec: {listen: {port: 7401}, sidecar: {}, endpoints: ["10.231.41.2:7401", "10.23
 apiVersion: hoplink.dev/v1alpha1
 kind: Chain
 metadata: {name: east}
-spec: {entry: web, exit: la, route: [web, la]}
+spec: {entry: web, exit: la, route: [web, la], transport: TRANSPORT}
 ---
 apiVersion: hoplink.dev/v1alpha1
 kind: Tunnel
@@ -72,11 +72,17 @@ func (f *replicaFlow) ping(msg string) error {
 func TestSidecarReplicas(t *testing.T) {
 	requireNetns(t)
 	bin := buildHoplink(t)
+	for _, transport := range []string{"quic", "tls"} {
+		t.Run(transport, func(t *testing.T) { sidecarReplicas(t, bin, transport) })
+	}
+}
+
+func sidecarReplicas(t *testing.T, bin, transport string) {
 	dir := t.TempDir()
 	if d := os.Getenv("HOPLINK_TEST_KEEP"); d != "" {
 		dir = d
 	}
-	certs := relayFiles(t, bin, dir, "hoplink.yaml", replicaManifests, "web", "la")
+	certs := relayFiles(t, bin, dir, "hoplink.yaml", strings.Replace(replicaManifests, "TRANSPORT", transport, 1), "web", "la")
 
 	pred := newNetns(t, "hlrep-web")
 	procs := map[string]*replicaProc{}

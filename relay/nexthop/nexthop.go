@@ -118,6 +118,7 @@ func (p *Peers) Connect(set *manifest.Set) {
 				p.quic.Replica(peer, rquic.Control, addr)
 			}
 			p.quic.Retire(peer, rn.Spec.Endpoints)
+			p.tls.Retire(peer, rn.Spec.Endpoints)
 			continue
 		}
 		p.quic.Link(peer, rquic.Control, rn.Spec.Endpoints)
@@ -136,7 +137,13 @@ func (p *Peers) Connect(set *manifest.Set) {
 			next = append(next, manifest.NextHopsOf(c, p.o.Name)...)
 		}
 		for _, peer := range next {
-			p.tls.Pool(peer, set.Relay(peer).Spec.Endpoints) // warm it now
+			if rn := set.Relay(peer); rn.Spec.IsSidecar() {
+				for _, addr := range rn.Spec.Endpoints {
+					p.tls.Replica(peer, addr) // warm them now
+				}
+			} else {
+				p.tls.Pool(peer, rn.Spec.Endpoints) // warm it now
+			}
 		}
 	}
 }
@@ -215,7 +222,23 @@ func (p *Peers) Open(ctx context.Context, h *hop.Header, transport v1alpha1.Tran
 	if peer == nil {
 		return nil, unknown(next)
 	}
-	c, err := p.tls.Pool(peer.Name, peer.Spec.Endpoints).Get(ctx)
+	var c *tls.Conn
+	var err error
+	if !peer.Spec.IsSidecar() {
+		c, err = p.tls.Pool(peer.Name, peer.Spec.Endpoints).Get(ctx)
+	} else {
+		// A replica that refuses (it died a moment ago: TCP says so at
+		// once) costs a try, not the flow: the next replica gets it.
+		for range max(1, len(peer.Spec.Endpoints)) {
+			addr, perr := p.replica(peer)
+			if perr != nil {
+				return nil, perr
+			}
+			if c, err = p.tls.Replica(peer.Name, addr).Get(ctx); err == nil || ctx.Err() != nil {
+				break
+			}
+		}
+	}
 	if err != nil {
 		return nil, &Error{Reason: NextHop, Next: next, Err: err}
 	}
@@ -273,12 +296,22 @@ func (p *Peers) OpenLive(ctx context.Context, h *hop.Header) (*quicgo.Stream, er
 // in turn, preferring those connected now; a stream, and so a UDP or
 // packet session, stays on the replica it opened on.
 func (p *Peers) link(peer *v1alpha1.RelayNode, class string) (*rquic.Link, error) {
-	eps := peer.Spec.Endpoints
 	if !peer.Spec.IsSidecar() {
-		return p.quic.Link(peer.Name, class, eps), nil
+		return p.quic.Link(peer.Name, class, peer.Spec.Endpoints), nil
 	}
+	addr, err := p.replica(peer)
+	if err != nil {
+		return nil, err
+	}
+	return p.quic.Replica(peer.Name, class, addr), nil
+}
+
+// replica picks the replica of a sidecar peer a new flow goes to: the next
+// in turn that is connected and has not been seen lost, else the next.
+func (p *Peers) replica(peer *v1alpha1.RelayNode) (string, error) {
+	eps := peer.Spec.Endpoints
 	if len(eps) == 0 {
-		return nil, &Error{Reason: NextHop, Next: peer.Name, Err: fmt.Errorf("sidecar relay %q has no ready replica", peer.Name)}
+		return "", &Error{Reason: NextHop, Next: peer.Name, Err: fmt.Errorf("sidecar relay %q has no ready replica", peer.Name)}
 	}
 	v, _ := p.spread.LoadOrStore(peer.Name, new(atomic.Uint64))
 	turn := v.(*atomic.Uint64).Add(1)
@@ -289,7 +322,7 @@ func (p *Peers) link(peer *v1alpha1.RelayNode, class string) (*rquic.Link, error
 			break
 		}
 	}
-	return p.quic.Replica(peer.Name, class, pick), nil
+	return pick, nil
 }
 
 func unknown(next string) error {

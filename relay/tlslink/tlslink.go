@@ -16,6 +16,8 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -297,9 +299,33 @@ func (e *Endpoint) Done(c *tls.Conn) {
 // Pool returns the pool of connections to a peer, creating it (and starting
 // to fill it) on first use.
 func (e *Endpoint) Pool(peer string, addrs []string) *Pool {
+	return e.pool(peer, peer, addrs)
+}
+
+// Replica returns the pool of connections to one replica of a peer whose
+// relays are replicas of one name (a sidecar RelayNode), so flows spread
+// over them as they do over QUIC.
+func (e *Endpoint) Replica(peer, addr string) *Pool {
+	return e.pool(peer+" "+addr, peer, []string{addr})
+}
+
+// Retire stops the replica pools of peer whose address is not in keep
+// (the replica left); flows that already took a connection keep it.
+func (e *Endpoint) Retire(peer string, keep []string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if p := e.pools[peer]; p != nil {
+	for k, p := range e.pools {
+		if addr, ok := strings.CutPrefix(k, peer+" "); ok && !slices.Contains(keep, addr) {
+			delete(e.pools, k)
+			close(p.stop)
+		}
+	}
+}
+
+func (e *Endpoint) pool(key, peer string, addrs []string) *Pool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if p := e.pools[key]; p != nil {
 		p.mu.Lock()
 		p.addrs = addrs // endpoints may change while the relay runs
 		p.mu.Unlock()
@@ -307,8 +333,8 @@ func (e *Endpoint) Pool(peer string, addrs []string) *Pool {
 	}
 	conf := e.opts.Identity.ClientConfig(peer)
 	conf.ClientSessionCache = tls.NewLRUClientSessionCache(64)
-	p := &Pool{e: e, peer: peer, addrs: addrs, wake: make(chan struct{}, 1), conf: conf, dialing: make(chan struct{}, poolDials)}
-	e.pools[peer] = p
+	p := &Pool{e: e, peer: peer, addrs: addrs, wake: make(chan struct{}, 1), stop: make(chan struct{}), conf: conf, dialing: make(chan struct{}, poolDials)}
+	e.pools[key] = p
 	if e.ctx.Err() == nil {
 		e.wg.Add(1)
 		go func() {
@@ -345,6 +371,7 @@ type Pool struct {
 	peer  string
 	addrs []string
 	wake  chan struct{}
+	stop  chan struct{} // closed when a replica's pool is retired
 	// conf resumes TLS 1.3 sessions: a refill then skips certificate
 	// signatures and verification, the costly part of a handshake. The
 	// peer's identity is bound to the ticket it issued after a full,
@@ -432,6 +459,9 @@ func (p *Pool) fill() {
 				case <-time.After(backoff/2 + rand.N(backoff/2+1)):
 				case <-p.e.ctx.Done():
 					return
+				case <-p.stop:
+					p.drain()
+					return
 				}
 				backoff = min(2*backoff, maxBackoff)
 			} else {
@@ -443,6 +473,9 @@ func (p *Pool) fill() {
 		case <-p.wake:
 		case <-time.After(5 * time.Second):
 		case <-p.e.ctx.Done():
+			return
+		case <-p.stop:
+			p.drain()
 			return
 		}
 	}
@@ -530,7 +563,10 @@ func alive(c *tls.Conn) bool {
 	rc.Read(func(fd uintptr) bool {
 		var b [1]byte
 		n, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
-		ok = err == unix.EAGAIN || (err == nil && n > 0)
+		// Unread bytes (a session ticket the peer sent after the
+		// handshake) hide a FIN behind them: ask TCP whether the peer
+		// closed too.
+		ok = err == unix.EAGAIN || (err == nil && n > 0 && !peerClosed(fd))
 		return true
 	})
 	return ok
