@@ -104,12 +104,14 @@ func (r *RelayNodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	}
 
 	if rn.Spec.IsSidecar() {
-		if err := r.ensureSidecarObjects(ctx, &rn); err != nil {
+		pods, err := r.sidecarPods(ctx, &rn)
+		if err != nil {
 			return ctrl.Result{}, err
 		}
-		if err := r.sidecarStatus(ctx, &rn, status); err != nil {
+		if err := r.ensureSidecarObjects(ctx, &rn, pods); err != nil {
 			return ctrl.Result{}, err
 		}
+		r.sidecarStatus(&rn, pods, status)
 		return ctrl.Result{RequeueAfter: renewIn}, patchStatus(ctx, r.Client, &rn, &rn.Status, status)
 	}
 	if err := r.deleteSidecarObjects(ctx, &rn); err != nil {
@@ -206,19 +208,9 @@ func (r *RelayNodeReconciler) certStillGood(name string, data map[string][]byte)
 // ensureWorkload creates or updates the relay's ServiceAccount, Role,
 // RoleBinding and DaemonSet.
 func (r *RelayNodeReconciler) ensureWorkload(ctx context.Context, rn *v1alpha1.RelayNode) (*appsv1.DaemonSet, error) {
-	name, labels := RelayObjectName(rn.Name), relayLabels(rn.Name)
+	name := RelayObjectName(rn.Name)
 	om := func() metav1.ObjectMeta { return metav1.ObjectMeta{Name: name, Namespace: rn.Namespace} }
-	own := func(o client.Object, mutate func()) error {
-		_, err := controllerutil.CreateOrUpdate(ctx, r.Client, o, func() error {
-			o.SetLabels(labels)
-			mutate()
-			return controllerutil.SetControllerReference(rn, o, r.Scheme)
-		})
-		if err != nil {
-			return fmt.Errorf("%T %s: %w", o, name, err)
-		}
-		return nil
-	}
+	own := func(o client.Object, mutate func()) error { return r.own(ctx, rn, o, mutate) }
 	sa := &corev1.ServiceAccount{ObjectMeta: om()}
 	if err := own(sa, func() {}); err != nil {
 		return nil, err
@@ -247,6 +239,20 @@ func (r *RelayNodeReconciler) ensureWorkload(ctx context.Context, rn *v1alpha1.R
 		return nil, err
 	}
 	return ds, nil
+}
+
+// own creates or updates o as an object of rn's, labelled as its relay's:
+// mutate sets what o should hold.
+func (r *RelayNodeReconciler) own(ctx context.Context, rn *v1alpha1.RelayNode, o client.Object, mutate func()) error {
+	_, err := controllerutil.CreateOrUpdate(ctx, r.Client, o, func() error {
+		o.SetLabels(relayLabels(rn.Name))
+		mutate()
+		return controllerutil.SetControllerReference(rn, o, r.Scheme)
+	})
+	if err != nil {
+		return fmt.Errorf("%T %s: %w", o, o.GetName(), err)
+	}
+	return nil
 }
 
 // relayRules is what a relay may read: the hoplink objects of its namespace,

@@ -14,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/inject"
@@ -25,27 +24,13 @@ import (
 // the ready replicas (peers dial those); and a Role bound to the service
 // accounts of the labelled pods, so their sidecars may read the namespace's
 // hoplink objects.
-func (r *RelayNodeReconciler) ensureSidecarObjects(ctx context.Context, rn *v1alpha1.RelayNode) error {
-	name, labels := RelayObjectName(rn.Name), relayLabels(rn.Name)
+func (r *RelayNodeReconciler) ensureSidecarObjects(ctx context.Context, rn *v1alpha1.RelayNode, pods []corev1.Pod) error {
+	name := RelayObjectName(rn.Name)
 	om := metav1.ObjectMeta{Name: name, Namespace: rn.Namespace}
 	if err := r.deleteOwned(ctx, rn, &appsv1.DaemonSet{ObjectMeta: om}); err != nil {
 		return err
 	}
-	pods, err := r.sidecarPods(ctx, rn)
-	if err != nil {
-		return err
-	}
-	own := func(o client.Object, mutate func()) error {
-		_, err := controllerutil.CreateOrUpdate(ctx, r.Client, o, func() error {
-			o.SetLabels(labels)
-			mutate()
-			return controllerutil.SetControllerReference(rn, o, r.Scheme)
-		})
-		if err != nil {
-			return fmt.Errorf("%T %s: %w", o, name, err)
-		}
-		return nil
-	}
+	own := func(o client.Object, mutate func()) error { return r.own(ctx, rn, o, mutate) }
 	svc := &corev1.Service{ObjectMeta: om}
 	if err := own(svc, func() {
 		port := rn.Spec.RelayPort()
@@ -128,11 +113,7 @@ func (r *RelayNodeReconciler) deleteOwned(ctx context.Context, rn *v1alpha1.Rela
 
 // sidecarStatus counts the labelled pods: injected, with a ready relay,
 // and injected by another operator version.
-func (r *RelayNodeReconciler) sidecarStatus(ctx context.Context, rn *v1alpha1.RelayNode, status *v1alpha1.RelayNodeStatus) error {
-	pods, err := r.sidecarPods(ctx, rn)
-	if err != nil {
-		return err
-	}
+func (r *RelayNodeReconciler) sidecarStatus(rn *v1alpha1.RelayNode, pods []corev1.Pod, status *v1alpha1.RelayNodeStatus) {
 	status.Desired, status.Ready, status.Injected, status.Outdated = int32(len(pods)), 0, 0, 0
 	status.Endpoints = nil // peers read the Service's EndpointSlices instead
 	for _, p := range pods {
@@ -166,5 +147,4 @@ func (r *RelayNodeReconciler) sidecarStatus(ctx context.Context, rn *v1alpha1.Re
 		cond.Message = fmt.Sprintf("0 of %d sidecar relays ready: see `kubectl -n %s logs -l %s=%s -c %s`", status.Desired, rn.Namespace, LabelRelayNode, rn.Name, inject.ContainerName)
 	}
 	meta.SetStatusCondition(&status.Conditions, cond)
-	return nil
 }

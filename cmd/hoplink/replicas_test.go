@@ -12,8 +12,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/hoplink/hoplink/internal/testutil"
 )
 
 // replicaManifests: a chain from web to la, where la is a sidecar
@@ -93,16 +91,9 @@ func sidecarReplicas(t *testing.T, bin, transport string) {
 			t.Fatal("no addresses")
 		}
 		// The target, on the replica's loopback: it names the replica, then echoes.
-		ns.do(func() {
-			ln, err := net.Listen("tcp", "127.0.0.1:5300")
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { ln.Close() })
-			go testutil.Serve(ln, func(c *net.TCPConn) {
-				fmt.Fprintln(c, name)
-				io.Copy(c, c)
-			})
+		ns.serve("127.0.0.1:5300", func(c *net.TCPConn) {
+			fmt.Fprintln(c, name)
+			io.Copy(c, c)
 		})
 		cmd := ns.start(filepath.Join(dir, name+".log"), bin, "relay", "-f", dir, "--name", "la", "--certs", certs)
 		procs[name] = &replicaProc{cmd: cmd}

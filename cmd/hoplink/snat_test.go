@@ -10,8 +10,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/hoplink/hoplink/internal/testutil"
 )
 
 // snatManifests: web runs in a pod network behind its node's SNAT (a
@@ -77,16 +75,9 @@ func behindSNAT(t *testing.T, separate ...string) {
 	run(t, "ip", "netns", "exec", node.name, "nft", "add chain ip hlnat post { type nat hook postrouting priority 100 ; }")
 	run(t, "ip", "netns", "exec", node.name, "nft", `add rule ip hlnat post ip saddr 10.231.52.0/30 oifname "to-sea" masquerade`)
 
-	node.do(func() {
-		ln, err := net.Listen("tcp", "127.0.0.1:5300")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { ln.Close() })
-		go testutil.Serve(ln, func(c *net.TCPConn) {
-			fmt.Fprintln(c, "useast")
-			io.Copy(io.Discard, c)
-		})
+	node.serve("127.0.0.1:5300", func(c *net.TCPConn) {
+		fmt.Fprintln(c, "useast")
+		io.Copy(io.Discard, c)
 	})
 	// web first: its link to sea puts its NAT entry in place before sea
 	// dials useast (sea is not up yet; web keeps trying).
