@@ -114,6 +114,7 @@ func routingStatus(ch *v1alpha1.Chain, d routectl.Decision) *v1alpha1.ChainStatu
 	s := ch.Status.DeepCopy()
 	s.Route = slices.Clone(d.Route)
 	s.Latency = latency(d.Estimated, d.Measured)
+	s.Transports = slices.Clone(d.Transports)
 	s.Candidates = nil
 	for _, c := range d.Candidates[:min(len(d.Candidates), 9)] {
 		s.Candidates = append(s.Candidates, v1alpha1.RouteCandidate{Route: c.Relays, Latency: *latency(c.Estimated, c.Measured)})

@@ -115,9 +115,9 @@ func (s *Set) validateChain(p *problems, c *v1alpha1.Chain) {
 			c.Spec.Exit, c.Spec.Mode, c.Spec.Entry)
 	}
 	switch c.Spec.Transport {
-	case v1alpha1.TransportQUIC, v1alpha1.TransportTLS:
+	case v1alpha1.TransportAuto, v1alpha1.TransportQUIC, v1alpha1.TransportTLS:
 	default:
-		bad("spec.transport", "%q is not a transport; use quic or tls", c.Spec.Transport)
+		bad("spec.transport", "%q is not a transport; use auto, quic or tls", c.Spec.Transport)
 	}
 	route := c.Spec.Route
 	if c.Spec.Mode == v1alpha1.ModeStatic && len(route) == 0 {

@@ -49,6 +49,10 @@ type Link struct {
 	Loss float64 `json:"loss"`
 	// Age is how long before the table was made the last round ended.
 	Age Duration `json:"age"`
+	// Transport is what the link's bulk flows of transport: auto chains
+	// take now, and why; empty before the relay chose.
+	Transport       string `json:"transport,omitempty"`
+	TransportReason string `json:"transportReason,omitempty"`
 }
 
 // Target is an exit relay's measurement of a Tunnel's target.

@@ -35,6 +35,11 @@ type Metrics struct {
 	LinkJitter   *prometheus.GaugeVec
 	LinkLoss     *prometheus.GaugeVec
 	LinkProbes   *prometheus.CounterVec
+	// LinkTransport is 1 for the transport a link's bulk flows take under
+	// transport: auto, with the reason; LinkGoodput is what bulk flows
+	// achieved per transport.
+	LinkTransport *prometheus.GaugeVec
+	LinkGoodput   *prometheus.GaugeVec
 	// TargetRTT is an exit relay's connect time to a Tunnel's target.
 	TargetRTT *prometheus.GaugeVec
 	TargetUp  *prometheus.GaugeVec
@@ -99,7 +104,6 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"relay", "tunnel", "role"}),
 		UDPDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hoplink_udp_dropped_packets_total",
-			Help: "UDP packets a relay dropped, by reason (session_limit, queue_full, send_failed, no_session).",
 		}, []string{"relay", "tunnel", "reason"}),
 		SendLost: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hoplink_send_lost_packets_total",
@@ -137,6 +141,14 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "hoplink_link_probes_total",
 			Help: "Probes sent on a link, by result (answered, lost).",
 		}, []string{"from", "to", "result"}),
+		LinkTransport: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "hoplink_link_transport_info",
+			Help: "1 for the transport (quic, tls) bulk flows and packet sessions of transport: auto chains take on a link, with the reason it was chosen (clean_link, lossy_link, measured).",
+		}, []string{"from", "to", "transport", "reason"}),
+		LinkGoodput: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "hoplink_link_goodput_bits_per_second",
+			Help: "Moving average of what bulk flows (1 MiB or more) achieved on a link per transport, while they moved.",
+		}, []string{"from", "to", "transport"}),
 		TargetRTT: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "hoplink_target_rtt_seconds",
 			Help: "An exit relay's last TCP connect time to a Tunnel's target.",
@@ -168,7 +180,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	}
 	reg.MustRegister(m.Bytes, m.Flows, m.ActiveFlows, m.FlowSetup, m.FlowErrors, m.Rejected,
 		m.Ready, m.PeerUp, m.Handshakes, m.UDPSessions, m.UDPDropped, m.SendLost, m.UDPBuffer,
-		m.LinkUp, m.LinkRTT, m.LinkRTTMin, m.LinkSmoothed, m.LinkJitter, m.LinkLoss, m.LinkProbes,
+		m.LinkUp, m.LinkRTT, m.LinkRTTMin, m.LinkSmoothed, m.LinkJitter, m.LinkLoss, m.LinkProbes, m.LinkTransport, m.LinkGoodput,
 		m.TargetRTT, m.TargetUp, m.ChainRoute, m.TUNPackets, m.TUNBytes, m.TUNDropped, m.TUNFlows)
 	m.Route = NewRoute(reg)
 	return m

@@ -101,7 +101,14 @@ func (m *measurer) table(ctx context.Context, c *v1alpha1.Chain, fresh time.Dura
 	var wg sync.WaitGroup
 	if peers := manifest.NextHopsOf(c, m.name); len(peers) > 0 {
 		wg.Add(1)
-		go func() { defer wg.Done(); t.Links = m.links.Measure(ctx, peers, fresh) }()
+		go func() {
+			defer wg.Done()
+			t.Links = m.links.Measure(ctx, peers, fresh)
+			for i := range t.Links {
+				tr, why := m.hops.LinkTransport(t.Links[i].To)
+				t.Links[i].Transport, t.Links[i].TransportReason = string(tr), why
+			}
+		}()
 	}
 	if c.Spec.Exit == m.name {
 		wg.Add(1)
@@ -127,7 +134,7 @@ const maxLinksBody = 4 << 10
 func (m *measurer) serveLinks(peer string, remote net.Addr, s *quicgo.Stream, h *hop.Header, c *v1alpha1.Chain) {
 	if len(h.Route) > 1 {
 		ctx, cancel := m.setupContext()
-		out, err := m.hops.Open(ctx, nexthop.Onward(h), v1alpha1.TransportQUIC)
+		out, _, err := m.hops.Open(ctx, nexthop.Onward(h), v1alpha1.TransportQUIC)
 		cancel()
 		if err != nil {
 			flow.Reset(s, hop.CodeNextHop)

@@ -98,7 +98,7 @@ func (f *tcpFlows) entry(in flow.End, t *v1alpha1.Tunnel, key, target string) {
 		f.forward(ctx, in, t, target, start, fc)
 		return
 	}
-	out, err := f.hops.Open(ctx, &hop.Header{Kind: hop.KindTCP, Tunnel: key, Route: route[1:], Target: target}, chain.Spec.Transport)
+	out, via, err := f.hops.Open(ctx, &hop.Header{Kind: hop.KindTCP, Tunnel: key, Route: route[1:], Target: target}, chain.Spec.Transport)
 	cancel()
 	if err != nil {
 		f.hopFailed(key, err)
@@ -106,7 +106,8 @@ func (f *tcpFlows) entry(in flow.End, t *v1alpha1.Tunnel, key, target string) {
 		return
 	}
 	f.m.FlowSetup.WithLabelValues(f.name, key, "entry").Observe(time.Since(start).Seconds())
-	f.join(key, flow.Join(in, out, fc.up, fc.down, tcpIdle(t)))
+	f.join(key, flow.Join(in, out, via.Count(fc.up), via.Count(fc.down), tcpIdle(t)))
+	via.Done()
 }
 
 // join counts how a joined flow ended, when it ended for being idle.
@@ -140,19 +141,21 @@ func (f *tcpFlows) forward(ctx context.Context, in flow.End, t *v1alpha1.Tunnel,
 	f.joinTarget(in, tc, fc, t)
 }
 
-// middle carries a flow one hop further, over the chain's transport.
+// middle carries a flow one hop further, over the chain's transport (under
+// auto, this relay's choice for its link to the next).
 func (f *tcpFlows) middle(in flow.End, h *hop.Header, t *v1alpha1.Tunnel, chain *v1alpha1.Chain) {
 	fc, done := f.begin(h.Tunnel, "middle")
 	defer done()
 	ctx, cancel := f.setupContext()
-	out, err := f.hops.Open(ctx, nexthop.Onward(h), chain.Spec.Transport)
+	out, via, err := f.hops.Open(ctx, nexthop.Onward(h), chain.Spec.Transport)
 	cancel()
 	if err != nil {
 		f.hopFailed(h.Tunnel, err)
 		in.Fail(hop.CodeNextHop)
 		return
 	}
-	f.join(h.Tunnel, flow.Join(in, out, fc.up, fc.down, tcpIdle(t)))
+	f.join(h.Tunnel, flow.Join(in, out, via.Count(fc.up), via.Count(fc.down), tcpIdle(t)))
+	via.Done()
 }
 
 // exit connects a flow to its target.

@@ -68,7 +68,7 @@ func (m *measurer) serveTrace(in flow.End, h *hop.Header, c *v1alpha1.Chain) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(m.ctx, traceTimeout)
-	next, err := m.hops.Open(ctx, nexthop.Onward(h), c.Spec.Transport)
+	next, _, err := m.hops.Open(ctx, nexthop.Onward(h), c.Spec.Transport)
 	cancel()
 	if err != nil {
 		in.Fail(hop.CodeNextHop)
@@ -135,7 +135,7 @@ func (m *measurer) traceRoute(ctx context.Context, c *v1alpha1.Chain, rt []strin
 
 func (m *measurer) traceOnce(ctx context.Context, c *v1alpha1.Chain, rt []string) (time.Duration, error) {
 	start := time.Now()
-	out, err := m.hops.Open(ctx, &hop.Header{Kind: hop.KindTrace, Tunnel: manifest.Key(c.Namespace, c.Name), Route: rt[1:]}, c.Spec.Transport)
+	out, _, err := m.hops.Open(ctx, &hop.Header{Kind: hop.KindTrace, Tunnel: manifest.Key(c.Namespace, c.Name), Route: rt[1:]}, c.Spec.Transport)
 	if err != nil {
 		return 0, err
 	}

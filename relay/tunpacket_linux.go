@@ -259,8 +259,9 @@ func (e *packetEntry) session() error {
 	h := &hop.Header{Kind: hop.KindPacket, Tunnel: e.key, Route: route[1:]}
 	var peer packetPeer
 	ended := make(chan struct{})
-	if chain.Spec.Transport == v1alpha1.TransportTLS {
-		out, err := p.hops.Open(ctx, h, v1alpha1.TransportTLS)
+	transport := p.hops.PacketTransport(h, chain.Spec.Transport)
+	if transport == v1alpha1.TransportTLS {
+		out, _, err := p.hops.Open(ctx, h, v1alpha1.TransportTLS)
 		if err != nil {
 			return err
 		}
@@ -298,7 +299,7 @@ func (e *packetEntry) session() error {
 		}()
 	}
 	cancel()
-	p.log.Info("packet session open", "tunnel", e.key, "route", route, "transport", chain.Spec.Transport)
+	p.log.Info("packet session open", "tunnel", e.key, "route", route, "transport", transport)
 	batch := tun.NewBatch()
 	f := e.dev.File()
 	for {

@@ -64,6 +64,9 @@ type Decision struct {
 	Estimated, Measured time.Duration
 	// Candidates are the routes this round priced, best first.
 	Candidates []route.Path
+	// Transports are the transports the route's relays chose for its
+	// links (transport: auto), as their tables said this round.
+	Transports []v1alpha1.LinkTransport
 	// Unmeasured lists the relays of the chain whose measurements could
 	// not be read this round; their links count as down.
 	Unmeasured []string
@@ -351,7 +354,7 @@ func (l *loop) round(ctx context.Context, ch *v1alpha1.Chain) Decision {
 	go func() { defer close(pipeDone); probeRoutes(early) }()
 
 	tctx, cancel := context.WithTimeout(ctx, tablesWait(interval))
-	g, unmeasured, tableErr := l.gather(tctx, ch, current, interval/4)
+	g, chosen, unmeasured, tableErr := l.gather(tctx, ch, current, interval/4)
 	cancel()
 	d := Decision{Chain: l.key, Unmeasured: unmeasured}
 	cands := route.Candidates(g, route.Request{Entry: ch.Spec.Entry, Exit: ch.Spec.Exit, Via: ch.Spec.Via, MaxHops: int(ch.Spec.MaxHops)},
@@ -392,6 +395,13 @@ func (l *loop) round(ctx context.Context, ch *v1alpha1.Chain) Decision {
 		p, _ := route.Price(md, g, measured, d.Route)
 		d.Estimated, d.Measured = p.Estimated, p.Measured
 	}
+	if ch.Spec.Transport == v1alpha1.TransportAuto {
+		for i := 1; i < len(d.Route); i++ {
+			if lt, ok := chosen[[2]string{d.Route[i-1], d.Route[i]}]; ok {
+				d.Transports = append(d.Transports, lt)
+			}
+		}
+	}
 	if len(ranked) == 0 {
 		d.Err = noRoute(ch, md, unmeasured, tableErr)
 	}
@@ -417,12 +427,17 @@ func (l *loop) probeMissed(md route.Mode, g *route.Graph, measured map[string]ti
 // cannot be read contributes no links: routes through it cannot be priced,
 // and one that has died shows anyway in the links toward it, which its
 // peers' probes find down.
-func (l *loop) gather(ctx context.Context, ch *v1alpha1.Chain, current []string, fresh time.Duration) (*route.Graph, []string, error) {
+func (l *loop) gather(ctx context.Context, ch *v1alpha1.Chain, current []string, fresh time.Duration) (*route.Graph, map[[2]string]v1alpha1.LinkTransport, []string, error) {
 	g := &route.Graph{}
+	chosen := map[[2]string]v1alpha1.LinkTransport{}
 	add := func(relay string, t *measure.Table) {
 		for _, link := range t.Links {
 			if link.Up {
 				g.SetLink(relay, link.To, link.RTT.D())
+			}
+			if link.Transport != "" {
+				chosen[[2]string{relay, link.To}] = v1alpha1.LinkTransport{From: relay, To: link.To,
+					Transport: v1alpha1.Transport(link.Transport), Reason: link.TransportReason}
 			}
 		}
 		if relay == ch.Spec.Exit {
@@ -452,7 +467,7 @@ func (l *loop) gather(ctx context.Context, ch *v1alpha1.Chain, current []string,
 	}
 	failed, errs := ask(manifest.Measured(ch), func(string) []string { return nil })
 	if slices.Contains(failed, ch.Spec.Entry) {
-		return g, failed, errors.Join(errs...)
+		return g, chosen, failed, errors.Join(errs...)
 	}
 	// Then, phase by phase, the relays not reached yet, through the relays
 	// reached so far that have a link toward them. Each phase reaches at
@@ -479,7 +494,7 @@ func (l *loop) gather(ctx context.Context, ch *v1alpha1.Chain, current []string,
 		}
 		failed = append(unreachable, still...)
 	}
-	return g, failed, errors.Join(errs...)
+	return g, chosen, failed, errors.Join(errs...)
 }
 
 func noRoute(ch *v1alpha1.Chain, md route.Mode, unmeasured []string, err error) error {

@@ -40,7 +40,12 @@ func (s *script) Links(_ context.Context, req LinksRequest) (*measure.Table, err
 	t := &measure.Table{Relay: req.Relay}
 	for l, rtt := range s.links {
 		if l[0] == req.Relay {
-			t.Links = append(t.Links, measure.Link{To: l[1], Up: true, RTT: measure.Duration(rtt)})
+			// Each relay says which transport it took: TLS toward la.
+			tr := "quic"
+			if l[1] == "la" {
+				tr = "tls"
+			}
+			t.Links = append(t.Links, measure.Link{To: l[1], Up: true, RTT: measure.Duration(rtt), Transport: tr, TransportReason: "measured"})
 		}
 	}
 	return t, nil
@@ -93,6 +98,21 @@ func TestGatherReachesRelaysThroughOthers(t *testing.T) {
 		if !slices.Contains(s.asked, want) {
 			t.Errorf("never asked %q; asked %v", want, s.asked)
 		}
+	}
+	// Under transport auto the decision carries each link's transport as
+	// its relay said it, in route order; explicit transports carry none.
+	var got []string
+	for _, lt := range d.Transports {
+		got = append(got, lt.From+">"+lt.To+":"+string(lt.Transport)+"/"+lt.Reason)
+	}
+	if want := []string{"hk>seattle:quic/measured", "seattle>la:tls/measured", "la>useast:quic/measured"}; !slices.Equal(got, want) {
+		t.Errorf("transports %q, want %q", got, want)
+	}
+	explicit := chain(v1alpha1.ModeSum)
+	explicit.Spec.Transport = v1alpha1.TransportQUIC
+	l = newLoop(s, explicit)
+	if d := l.round(context.Background(), l.chain); len(d.Transports) != 0 {
+		t.Errorf("transport quic: transports %+v", d.Transports)
 	}
 }
 

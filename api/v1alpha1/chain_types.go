@@ -24,10 +24,16 @@ const (
 func (m RouteMode) Routed() bool { return m == ModeSum || m == ModePipe }
 
 // Transport carries a chain's TCP flows between relays.
-// +kubebuilder:validation:Enum=quic;tls
+// +kubebuilder:validation:Enum=auto;quic;tls
 type Transport string
 
 const (
+	// TransportAuto lets each relay choose per link and per flow: short
+	// and interactive flows ride QUIC (it opens a flow fastest), bulk TCP
+	// and packet sessions take whichever transport moved bulk flows faster
+	// on that link, re-measured by sampling; before the first measurement
+	// TLS on a clean link and QUIC on a lossy one.
+	TransportAuto Transport = "auto"
 	// TransportQUIC: one QUIC connection per peer, a stream per flow.
 	TransportQUIC Transport = "quic"
 	// TransportTLS: a TLS 1.3 over TCP connection per flow, taken from a
@@ -75,8 +81,10 @@ type ChainSpec struct {
 	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	// +optional
 	Route []string `json:"route,omitempty"`
-	// Transport between the chain's relays for TCP flows.
-	// +kubebuilder:default=quic
+	// Transport between the chain's relays for TCP flows and packet
+	// sessions: auto (each link chooses by measurement), quic or tls. UDP
+	// Tunnels always ride QUIC datagrams.
+	// +kubebuilder:default=auto
 	// +optional
 	Transport Transport `json:"transport,omitempty"`
 	// MaxHops bounds the links of a route that sum and pipe modes may
@@ -170,6 +178,19 @@ type RouteCandidate struct {
 	Latency RouteLatency `json:"latency,omitempty"`
 }
 
+// LinkTransport is the transport a relay chose for a link's bulk flows.
+type LinkTransport struct {
+	// From and To are the link's relays.
+	From string `json:"from"`
+	To   string `json:"to"`
+	// Transport is quic or tls.
+	Transport Transport `json:"transport"`
+	// Reason: measured (bulk flows' goodput compared), clean_link or
+	// lossy_link (nothing measured yet: QUIC's loss on the link decided).
+	// +optional
+	Reason string `json:"reason,omitempty"`
+}
+
 // ChainStatus is the route in use and why the chain is or is not usable.
 type ChainStatus struct {
 	// ObservedGeneration is the spec generation this status describes.
@@ -195,6 +216,12 @@ type ChainStatus struct {
 	// RouteChanges counts the route controller's changes of the route.
 	// +optional
 	RouteChanges int64 `json:"routeChanges,omitempty"`
+	// Transports says, for each link of the route, the transport its relay
+	// chose for bulk flows under transport: auto and why (sum and pipe
+	// modes; relays of other chains say it in hoplink_link_transport_info).
+	// +kubebuilder:validation:MaxItems=15
+	// +optional
+	Transports []LinkTransport `json:"transports,omitempty"`
 	// +listType=map
 	// +listMapKey=type
 	// +optional

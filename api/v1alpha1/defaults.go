@@ -15,7 +15,7 @@ func (c *Chain) Default() {
 		c.Spec.Mode = ModeStatic
 	}
 	if c.Spec.Transport == "" {
-		c.Spec.Transport = TransportQUIC
+		c.Spec.Transport = TransportAuto
 	}
 	if c.Spec.MaxHops == 0 {
 		c.Spec.MaxHops = DefaultMaxHops

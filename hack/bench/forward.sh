@@ -89,12 +89,12 @@ spec: {entry: hk, exit: hk, route: [hk]}
 apiVersion: hoplink.dev/v1alpha1
 kind: Chain
 metadata: {name: one}
-spec: {entry: hk, exit: la, route: [hk, la]}
+spec: {entry: hk, exit: la, route: [hk, la], transport: quic}
 ---
 apiVersion: hoplink.dev/v1alpha1
 kind: Chain
 metadata: {name: three}
-spec: {entry: hk, exit: la, via: [m1, m2], route: [hk, m1, m2, la]}
+spec: {entry: hk, exit: la, via: [m1, m2], route: [hk, m1, m2, la], transport: quic}
 ---
 apiVersion: hoplink.dev/v1alpha1
 kind: Chain
@@ -105,12 +105,23 @@ apiVersion: hoplink.dev/v1alpha1
 kind: Chain
 metadata: {name: three-tls}
 spec: {entry: hk, exit: la, via: [m1, m2], route: [hk, m1, m2, la], transport: tls}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: Chain
+metadata: {name: one-auto}
+spec: {entry: hk, exit: la, route: [hk, la]}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: Chain
+metadata: {name: three-auto}
+spec: {entry: hk, exit: la, via: [m1, m2], route: [hk, m1, m2, la]}
 YAML
 tunnel() { # name chain protocol port target
   printf -- '---\napiVersion: hoplink.dev/v1alpha1\nkind: Tunnel\nmetadata: {name: %s}\nspec: {chain: %s, protocol: %s, listen: {address: 127.0.0.1, port: %s}, target: "%s"}\n' "$@" >>"$work/bench.yaml"
 }
 P_PLAIN=15300 P_ONE=15301 P_THREE=15303 E_ONE=15311 E_THREE=15313
-P_ONE_TLS=15321 P_THREE_TLS=15323 E_ONE_TLS=15331 E_THREE_TLS=15333 P_HAPROXY=15500 E_HAPROXY=15510 P_RATHOLE=15600 E_RATHOLE=15610
+P_ONE_TLS=15321 P_THREE_TLS=15323 E_ONE_TLS=15331 E_THREE_TLS=15333
+P_ONE_AUTO=15341 P_THREE_AUTO=15343 E_ONE_AUTO=15351 E_THREE_AUTO=15353 P_HAPROXY=15500 E_HAPROXY=15510 P_RATHOLE=15600 E_RATHOLE=15610
 tunnel plain-iperf plain tcp $P_PLAIN 127.0.0.1:$IPERF
 tunnel one-iperf one tcp $P_ONE 127.0.0.1:$IPERF
 tunnel one-iperf-udp one udp $P_ONE 127.0.0.1:$IPERF
@@ -121,12 +132,19 @@ tunnel one-tls-iperf one-tls tcp $P_ONE_TLS 127.0.0.1:$IPERF
 tunnel three-tls-iperf three-tls tcp $P_THREE_TLS 127.0.0.1:$IPERF
 tunnel one-tls-echo one-tls tcp $E_ONE_TLS 127.0.0.1:$ECHO
 tunnel three-tls-echo three-tls tcp $E_THREE_TLS 127.0.0.1:$ECHO
+tunnel one-auto-iperf one-auto tcp $P_ONE_AUTO 127.0.0.1:$IPERF
+tunnel three-auto-iperf three-auto tcp $P_THREE_AUTO 127.0.0.1:$IPERF
+tunnel one-auto-echo one-auto tcp $E_ONE_AUTO 127.0.0.1:$ECHO
+tunnel three-auto-echo three-auto tcp $E_THREE_AUTO 127.0.0.1:$ECHO
 $HOPLINK cert ca --dir "$work/certs" >/dev/null
 $HOPLINK cert issue --dir "$work/certs" hk m1 m2 la >/dev/null
 declare -A relay_pid
 port=19464
 for r in la m2 m1 hk; do
-  start "relay-$r" $HOPLINK relay -f "$work/bench.yaml" --name $r --certs "$work/certs" --metrics-addr 127.0.0.1:$port --log-level warn
+  # The memory row holds $FLOWS flows from one client host: above the
+  # default share of one host (a sixteenth of a Tunnel's).
+  start "relay-$r" $HOPLINK relay -f "$work/bench.yaml" --name $r --certs "$work/certs" --metrics-addr 127.0.0.1:$port --log-level warn \
+    --max-flows-per-tunnel $((FLOWS + 1000)) --max-flows-per-source $((FLOWS + 1000))
   relay_pid[$r]=$last_pid
   port=$((port + 1))
 done
@@ -192,7 +210,7 @@ sleep 0.5
 for p in "${pids[@]}"; do
   kill -0 "$p" 2>/dev/null || { echo "a benchmark process exited early (port in use?):" >&2; tail -n 3 "$work"/*.log >&2; exit 1; }
 done
-for p in $ECHO $E_ONE $E_THREE $E_ONE_TLS $E_THREE_TLS $E_HAPROXY $( ((have_rathole)) && echo $E_RATHOLE); do
+for p in $ECHO $E_ONE $E_THREE $E_ONE_TLS $E_THREE_TLS $E_ONE_AUTO $E_THREE_AUTO $E_HAPROXY $( ((have_rathole)) && echo $E_RATHOLE); do
   for i in $(seq 100); do
     if $FB ttfb -addr 127.0.0.1:$p -n 1 >/dev/null 2>&1; then break; fi
     [[ $i == 100 ]] && { echo "path on port $p never answered" >&2; cat "$work"/*.log >&2; exit 1; }
@@ -213,7 +231,7 @@ kv() { sed -n "s/.*$1=\([^ ]*\).*/\1/p"; }
 
 declare -A TCP UDP TTFB50 TTFB99 RR
 log "TCP throughput, ${DURATION}s each"
-for name in direct:$IPERF haproxy:$P_HAPROXY plain:$P_PLAIN one:$P_ONE three:$P_THREE one_tls:$P_ONE_TLS three_tls:$P_THREE_TLS $( ((have_rathole)) && echo rathole:$P_RATHOLE); do
+for name in direct:$IPERF haproxy:$P_HAPROXY plain:$P_PLAIN one:$P_ONE three:$P_THREE one_tls:$P_ONE_TLS three_tls:$P_THREE_TLS one_auto:$P_ONE_AUTO three_auto:$P_THREE_AUTO $( ((have_rathole)) && echo rathole:$P_RATHOLE); do
   TCP[${name%%:*}]=$(tcp_gbps "${name#*:}"); echo "${name%%:*}: ${TCP[${name%%:*}]}" >&2
 done
 log "UDP at $UDP_RATES offered, 1200-byte datagrams"
@@ -223,16 +241,16 @@ for rate in $UDP_RATES; do
   done
 done
 log "time to first byte, $TTFB_N new connections each"
-for name in direct:$ECHO haproxy:$E_HAPROXY one:$E_ONE three:$E_THREE one_tls:$E_ONE_TLS three_tls:$E_THREE_TLS $( ((have_rathole)) && echo rathole:$E_RATHOLE); do
+for name in direct:$ECHO haproxy:$E_HAPROXY one:$E_ONE three:$E_THREE one_tls:$E_ONE_TLS three_tls:$E_THREE_TLS one_auto:$E_ONE_AUTO three_auto:$E_THREE_AUTO $( ((have_rathole)) && echo rathole:$E_RATHOLE); do
   out=$($FB ttfb -addr 127.0.0.1:${name#*:} -n "$TTFB_N"); echo "${name%%:*}: $out" >&2
   TTFB50[${name%%:*}]=$(echo "$out" | kv p50_us); TTFB99[${name%%:*}]=$(echo "$out" | kv p99_us)
 done
 log "$RR_CLIENTS request/response clients, ${RR_SECONDS}s each"
-for name in direct:$ECHO one:$E_ONE three:$E_THREE one_tls:$E_ONE_TLS three_tls:$E_THREE_TLS; do
+for name in direct:$ECHO one:$E_ONE three:$E_THREE one_tls:$E_ONE_TLS three_tls:$E_THREE_TLS one_auto:$E_ONE_AUTO three_auto:$E_THREE_AUTO; do
   RR[${name%%:*}]=$($FB rr -addr 127.0.0.1:${name#*:} -clients "$RR_CLIENTS" -duration "${RR_SECONDS}s"); echo "${name%%:*}: ${RR[${name%%:*}]}" >&2
 done
 log "relay memory with $FLOWS open flows (1 hop: hk -> la)"
-HOLD=$($FB hold -addr 127.0.0.1:$E_ONE -n "$FLOWS" -pids "${relay_pid[hk]},${relay_pid[la]}")
+HOLD=$($FB hold -addr 127.0.0.1:$E_ONE_AUTO -n "$FLOWS" -pids "${relay_pid[hk]},${relay_pid[la]}")
 echo "$HOLD" >&2
 
 # --- table -----------------------------------------------------------------------
@@ -258,8 +276,10 @@ la_line=$(echo "$HOLD" | grep "pid=${relay_pid[la]} ")
   line "haproxy (plain forward)" haproxy
   line "hoplink plain forward, route [hk] (splice)" plain
   ((have_rathole)) && line "rathole 0.5.0, Noise (encrypted, 1 hop)" rathole
-  line "hoplink 1 hop, QUIC + TLS 1.3" one
-  line "hoplink 3 hops, QUIC + TLS 1.3" three
+  line "hoplink 1 hop, default (transport: auto)" one_auto
+  line "hoplink 3 hops, default (transport: auto)" three_auto
+  line "hoplink 1 hop, QUIC + TLS 1.3 (transport: quic)" one
+  line "hoplink 3 hops, QUIC + TLS 1.3 (transport: quic)" three
   line "hoplink 1 hop, TLS 1.3 over TCP (transport: tls)" one_tls
   line "hoplink 3 hops, TLS 1.3 over TCP (transport: tls)" three_tls
   echo
@@ -276,7 +296,7 @@ la_line=$(echo "$HOLD" | grep "pid=${relay_pid[la]} ")
   echo
   echo "| path | p50 µs | p99 µs | added p50 µs |"
   echo "|---|---|---|---|"
-  for k in direct haproxy one three one_tls three_tls $( ((have_rathole)) && echo rathole); do
+  for k in direct haproxy one_auto three_auto one three one_tls three_tls $( ((have_rathole)) && echo rathole); do
     printf '| %s | %s | %s | %s |\n' "$k" "${TTFB50[$k]}" "${TTFB99[$k]}" "$(python3 -c "print('%.0f' % (${TTFB50[$k]}-${TTFB50[direct]}))")"
   done
   echo
@@ -284,11 +304,11 @@ la_line=$(echo "$HOLD" | grep "pid=${relay_pid[la]} ")
   echo
   echo "| path | requests | avg µs | p50 µs | p95 µs | p99 µs |"
   echo "|---|---|---|---|---|---|"
-  for k in direct one three one_tls three_tls; do
+  for k in direct one_auto three_auto one three one_tls three_tls; do
     printf '| %s | %s | %s | %s | %s | %s |\n' "$k" "$(rrf $k count)" "$(rrf $k avg_us)" "$(rrf $k p50_us)" "$(rrf $k p95_us)" "$(rrf $k p99_us)"
   done
   echo
-  echo "**Relay memory** (RSS) with $FLOWS TCP flows open through hk -> la, each proven with one echo"
+  echo "**Relay memory** (RSS) with $FLOWS TCP flows open through hk -> la (transport: auto), each proven with one echo"
   echo
   echo "| relay | idle MiB | with flows MiB | KiB per flow |"
   echo "|---|---|---|---|"

@@ -32,6 +32,9 @@ type emulated struct {
 	addrs   map[string]string // relay -> its listen address, the proxies' clients
 }
 
+// startEmulated runs relays whose links cross UDP proxies that delay them.
+// Only UDP is emulated, so the chains of these tests name transport: quic
+// (auto would take TLS over the un-delayed TCP ports, not proxied here).
 func startEmulated(t *testing.T, relays []string, links map[[2]string]time.Duration, rest string) *emulated {
 	t.Helper()
 	e := &emulated{proxies: map[string]*linkemu.UDPProxy{}, addrs: map[string]string{}}
@@ -179,7 +182,7 @@ func TestRoutedChains(t *testing.T) {
 apiVersion: hoplink.dev/v1alpha1
 kind: Chain
 metadata: {name: %s}
-spec: {entry: hk, exit: useast, via: [seattle, la], mode: %s, probe: {interval: %v}}
+spec: {entry: hk, exit: useast, via: [seattle, la], mode: %s, transport: quic, probe: {interval: %v}}
 ---
 apiVersion: hoplink.dev/v1alpha1
 kind: Tunnel
@@ -297,7 +300,7 @@ func TestRoutedChainReachesRelaysThroughOthers(t *testing.T) {
 apiVersion: hoplink.dev/v1alpha1
 kind: Chain
 metadata: {name: c}
-spec: {entry: hk, exit: useast, via: [seattle, la], mode: sum, probe: {interval: 300ms}}
+spec: {entry: hk, exit: useast, via: [seattle, la], mode: sum, transport: quic, probe: {interval: 300ms}}
 ---
 apiVersion: hoplink.dev/v1alpha1
 kind: Tunnel

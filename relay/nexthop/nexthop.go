@@ -66,12 +66,22 @@ type Peers struct {
 	tls  *tlslink.Endpoint
 
 	spread sync.Map // peer with replicas -> *atomic.Uint64, its round-robin turn
+	auto   *chooser
 }
 
 // New makes a relay's Peers; Listen binds them. The two steps let the
 // roles that serve peers' streams hold the Peers before the first stream
 // arrives.
-func New(o Options) *Peers { return &Peers{o: o} }
+func New(o Options) *Peers {
+	p := &Peers{o: o, auto: newChooser()}
+	p.auto.changed = p.transportChanged
+	p.auto.goodput = func(peer string, t v1alpha1.Transport, bps float64) {
+		if o.Metrics != nil {
+			o.Metrics.LinkGoodput.WithLabelValues(o.Name, peer, string(t)).Set(bps)
+		}
+	}
+	return p
+}
 
 // Listen binds the relay's QUIC and TLS listeners on the same port number.
 func (p *Peers) Listen() error {
@@ -110,6 +120,16 @@ func (p *Peers) TLSDone(c *tls.Conn) { p.tls.Done(c) }
 // manifests route this relay's flows to, and gives existing links their
 // peers' current endpoints.
 func (p *Peers) Connect(set *manifest.Set) {
+	p.auto.forget(func(peer string) bool {
+		if set.Relay(peer) != nil {
+			return true
+		}
+		if m := p.o.Metrics; m != nil {
+			m.LinkTransport.DeletePartialMatch(map[string]string{"from": p.o.Name, "to": peer})
+			m.LinkGoodput.DeletePartialMatch(map[string]string{"from": p.o.Name, "to": peer})
+		}
+		return false
+	})
 	for _, peer := range set.NextHops(p.o.Name) {
 		rn := set.Relay(peer)
 		if rn.Spec.IsSidecar() {
@@ -125,7 +145,7 @@ func (p *Peers) Connect(set *manifest.Set) {
 		p.quic.SetAddrs(peer, rn.Spec.Endpoints)
 	}
 	for _, c := range set.Chains {
-		if c.Spec.Transport != v1alpha1.TransportTLS {
+		if c.Spec.Transport == v1alpha1.TransportQUIC {
 			continue
 		}
 		var next []string
@@ -207,25 +227,57 @@ func Onward(h *hop.Header) *hop.Header {
 	return &next
 }
 
-// Open opens a hop to h.Route[0] over transport and sends it h: a TCP
-// flow, a trace, or a packet session over TLS.
-func (p *Peers) Open(ctx context.Context, h *hop.Header, transport v1alpha1.Transport) (flow.End, error) {
-	if transport != v1alpha1.TransportTLS {
-		_, s, err := p.Session(ctx, h)
-		if err != nil {
-			return nil, err
+// Open opens a hop to h.Route[0] and sends it h: a TCP flow, a trace, or a
+// packet session over TLS. The chain's transport decides how, or under
+// auto this relay's choice for the link; the Choice says which and takes
+// the flow's figures back.
+func (p *Peers) Open(ctx context.Context, h *hop.Header, transport v1alpha1.Transport) (flow.End, *Choice, error) {
+	ch := p.choose(h, transport)
+	var out flow.End
+	var err error
+	if ch.Transport == v1alpha1.TransportTLS {
+		out, err = p.openTLS(ctx, h, ch.spareOnly)
+		if out == nil && err == nil {
+			// A flow of unknown shape in a burst: rather than wait for a
+			// handshake, it rides QUIC.
+			ch.Transport, ch.Reason = v1alpha1.TransportQUIC, ReasonNoSpare
 		}
-		return flow.Stream(s), nil
 	}
+	if ch.Transport != v1alpha1.TransportTLS {
+		out, err = p.openStream(ctx, h)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return out, ch, nil
+}
+
+func (p *Peers) openStream(ctx context.Context, h *hop.Header) (flow.End, error) {
+	_, s, err := p.Session(ctx, h)
+	if err != nil {
+		return nil, err
+	}
+	return flow.Stream(s), nil
+}
+
+// openTLS takes a TLS connection to h.Route[0] and sends it h. With
+// spareOnly it takes a ready one or none (nil, nil).
+func (p *Peers) openTLS(ctx context.Context, h *hop.Header, spareOnly bool) (flow.End, error) {
 	next := h.Route[0]
 	peer := p.o.Manifests().Relay(next)
 	if peer == nil {
 		return nil, unknown(next)
 	}
+	get := func(pool *tlslink.Pool) (*tls.Conn, error) {
+		if spareOnly {
+			return pool.Spare(), nil
+		}
+		return pool.Get(ctx)
+	}
 	var c *tls.Conn
 	var err error
 	if !peer.Spec.IsSidecar() {
-		c, err = p.tls.Pool(peer.Name, peer.Spec.Endpoints).Get(ctx)
+		c, err = get(p.tls.Pool(peer.Name, peer.Spec.Endpoints))
 	} else {
 		// A replica that refuses (it died a moment ago: TCP says so at
 		// once) costs a try, not the flow: the next replica gets it.
@@ -234,13 +286,16 @@ func (p *Peers) Open(ctx context.Context, h *hop.Header, transport v1alpha1.Tran
 			if perr != nil {
 				return nil, perr
 			}
-			if c, err = p.tls.Replica(peer.Name, addr).Get(ctx); err == nil || ctx.Err() != nil {
+			if c, err = get(p.tls.Replica(peer.Name, addr)); (err == nil && c != nil) || ctx.Err() != nil {
 				break
 			}
 		}
 	}
 	if err != nil {
 		return nil, &Error{Reason: NextHop, Next: next, Err: err}
+	}
+	if c == nil {
+		return nil, nil
 	}
 	out := flow.TLS(c, func() { p.tls.Done(c) })
 	if err := writeHeader(out, h); err != nil {

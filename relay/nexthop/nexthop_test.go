@@ -102,7 +102,7 @@ spec: {chain: c, listen: {port: 15999}, target: "127.0.0.1:1"}
 }
 
 func TestOpenSendsTheHeaderWithTheFirstBytes(t *testing.T) {
-	for _, transport := range []string{"quic", "tls"} {
+	for _, transport := range []string{"quic", "tls", "auto"} {
 		t.Run(transport, func(t *testing.T) {
 			a, got, set := two(t, transport)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -112,11 +112,21 @@ func TestOpenSendsTheHeaderWithTheFirstBytes(t *testing.T) {
 				t.Fatalf("route %v of %v (%v)", route, chain, err)
 			}
 			h := &hop.Header{Kind: hop.KindTCP, Tunnel: "default/t", Route: route[1:], Target: "127.0.0.1:1"}
-			out, err := a.Open(ctx, h, chain.Spec.Transport)
+			if transport == "auto" {
+				// A flow of unknown shape takes TLS only from a warm pool.
+				for i := 0; i < 100 && !hasSpare(a, "b"); i++ {
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+			out, via, err := a.Open(ctx, h, chain.Spec.Transport)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer out.Abort()
+			// A clean link with nothing measured yet takes TLS for bulk.
+			if want := map[string]string{"quic": "quic", "tls": "tls", "auto": "tls"}[transport]; string(via.Transport) != want {
+				t.Fatalf("transport %s: took %s (%s), want %s", transport, via.Transport, via.Reason, want)
+			}
 			out.Write([]byte("hello"))
 			select {
 			case r := <-got:
@@ -136,7 +146,7 @@ func TestErrorsSayWhy(t *testing.T) {
 	defer cancel()
 	var he *Error
 
-	_, err := a.Open(ctx, &hop.Header{Kind: hop.KindTCP, Tunnel: "default/t", Route: []string{"mallory"}, Target: "x:1"}, v1alpha1.TransportQUIC)
+	_, _, err := a.Open(ctx, &hop.Header{Kind: hop.KindTCP, Tunnel: "default/t", Route: []string{"mallory"}, Target: "x:1"}, v1alpha1.TransportQUIC)
 	if !errors.As(err, &he) || he.Reason != NextHop || he.Next != "mallory" {
 		t.Fatalf("unknown relay: %v", err)
 	}
@@ -152,4 +162,14 @@ func TestErrorsSayWhy(t *testing.T) {
 	if got := Onward(&hop.Header{Route: []string{"x", "y", "z"}}).Route; len(got) != 2 || got[0] != "y" {
 		t.Fatalf("Onward: %v", got)
 	}
+}
+
+func hasSpare(p *Peers, peer string) bool {
+	pool := p.tls.Pool(peer, p.o.Manifests().Relay(peer).Spec.Endpoints)
+	if c := pool.Spare(); c != nil {
+		c.Close()
+		p.tls.Done(c)
+		return true
+	}
+	return false
 }

@@ -394,22 +394,10 @@ type spare struct {
 // Get returns a connection for one flow: a spare when one is ready and
 // alive, else a new one dialed now.
 func (p *Pool) Get(ctx context.Context) (*tls.Conn, error) {
-	defer p.refill()
-	for {
-		p.mu.Lock()
-		n := len(p.spares)
-		if n == 0 {
-			p.mu.Unlock()
-			break
-		}
-		s := p.spares[n-1]
-		p.spares = p.spares[:n-1]
-		p.mu.Unlock()
-		if time.Since(s.born) < spareMaxAge && alive(s.c) && p.e.track(s.c) {
-			return s.c, nil
-		}
-		s.c.Close()
+	if c := p.Spare(); c != nil {
+		return c, nil
 	}
+	defer p.refill()
 	select {
 	case p.dialing <- struct{}{}:
 	case <-ctx.Done():
@@ -422,6 +410,28 @@ func (p *Pool) Get(ctx context.Context) (*tls.Conn, error) {
 		return nil, errors.New("relay shutting down")
 	}
 	return c, err
+}
+
+// Spare returns a ready connection for one flow, or nil when none is:
+// a flow that would rather take another transport than wait for a
+// handshake.
+func (p *Pool) Spare() *tls.Conn {
+	defer p.refill()
+	for {
+		p.mu.Lock()
+		n := len(p.spares)
+		if n == 0 {
+			p.mu.Unlock()
+			return nil
+		}
+		s := p.spares[n-1]
+		p.spares = p.spares[:n-1]
+		p.mu.Unlock()
+		if time.Since(s.born) < spareMaxAge && alive(s.c) && p.e.track(s.c) {
+			return s.c
+		}
+		s.c.Close()
+	}
 }
 
 func (p *Pool) refill() {

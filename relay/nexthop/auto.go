@@ -1,0 +1,231 @@
+package nexthop
+
+import (
+	"sync"
+	"time"
+
+	"github.com/hoplink/hoplink/api/v1alpha1"
+)
+
+// transport: auto. Each relay chooses per link (to the next relay) and per
+// flow, from what it sees:
+//   - the shape of a Tunnel's flows here: a Tunnel whose recent flows were
+//     short rides QUIC, which opens a flow in one packet on a warm
+//     connection, where a TLS flow costs a handshake to refill its pool;
+//   - the goodput bulk flows achieved on the link with each transport. Bulk
+//     flows (and flows of unknown shape) take the faster one; one in
+//     sampleEvery re-measures the other when its figure is stale, and the
+//     choice changes only when the other is faster by switchMargin;
+//   - before any measurement, the link's loss as QUIC sees it: on a clean
+//     link the kernel's TCP with its offloads moves bulk faster (TLS); on a
+//     lossy one QUIC's loss recovery (no head-of-line blocking across
+//     flows, quick retransmission) should win.
+const (
+	// bulkBytes is the size from which a flow's goodput is a sample.
+	bulkBytes = 1 << 20
+	// shortBytes: a Tunnel whose flows average less is short, once
+	// shortFlows of them ended.
+	shortBytes = 256 << 10
+	shortFlows = 4
+	// sampleEvery is how often a bulk flow re-measures the other
+	// transport when its figure is older than staleAfter or has fewer than
+	// minSamples samples.
+	sampleEvery = 8
+	staleAfter  = time.Minute
+	minSamples  = 2
+	// switchMargin: the other transport must be this much faster.
+	switchMargin = 1.2
+	// lossyLink is the QUIC loss ratio from which a link counts as lossy
+	// before bulk flows measured it, over at least lossPackets packets.
+	lossyLink   = 0.01
+	lossPackets = 200
+	// maxShapes bounds the Tunnels remembered (they come from manifests,
+	// but a relay may see many over its life).
+	maxShapes = 4096
+)
+
+// Reasons of a choice, the reason label of hoplink_link_transport_info.
+const (
+	ReasonShort    = "short_flows"
+	ReasonClean    = "clean_link"
+	ReasonLossy    = "lossy_link"
+	ReasonMeasured = "measured"
+	ReasonSampling = "sampling"
+	ReasonExplicit = "explicit"
+	// ReasonNoSpare: a flow of a Tunnel not known to be bulk found no TLS
+	// connection ready and took QUIC rather than wait for a handshake.
+	ReasonNoSpare = "no_spare"
+)
+
+// goodput is a moving average of bulk flows' goodput on one transport.
+type goodput struct {
+	bps float64 // bits per second
+	n   int
+	at  time.Time
+}
+
+func (g *goodput) add(bps float64, now time.Time) {
+	if g.n == 0 {
+		g.bps = bps
+	} else {
+		g.bps += (bps - g.bps) / 4
+	}
+	g.n++
+	g.at = now
+}
+
+func (g *goodput) fresh(now time.Time) bool {
+	return g.n >= minSamples && now.Sub(g.at) < staleAfter
+}
+
+// linkChoice is one link's state.
+type linkChoice struct {
+	bulk   v1alpha1.Transport // "" until first chosen
+	reason string
+	rate   map[v1alpha1.Transport]*goodput
+	turn   uint64
+}
+
+// shape is what a Tunnel's flows carried here.
+type shape struct {
+	avg float64 // bytes per flow, moving average
+	n   int
+}
+
+// chooser holds the choices of every link of a relay.
+type chooser struct {
+	mu     sync.Mutex
+	links  map[string]*linkChoice
+	shapes map[string]*shape
+	// changed is told when a link's bulk transport changes (metrics, log).
+	changed func(peer string, from, to v1alpha1.Transport, reason string, rates map[v1alpha1.Transport]float64)
+	// goodput is told each new average.
+	goodput func(peer string, t v1alpha1.Transport, bps float64)
+}
+
+func newChooser() *chooser {
+	return &chooser{links: map[string]*linkChoice{}, shapes: map[string]*shape{}}
+}
+
+func other(t v1alpha1.Transport) v1alpha1.Transport {
+	if t == v1alpha1.TransportTLS {
+		return v1alpha1.TransportQUIC
+	}
+	return v1alpha1.TransportTLS
+}
+
+func (c *chooser) link(peer string) *linkChoice {
+	l := c.links[peer]
+	if l == nil {
+		l = &linkChoice{rate: map[v1alpha1.Transport]*goodput{
+			v1alpha1.TransportQUIC: {}, v1alpha1.TransportTLS: {},
+		}}
+		c.links[peer] = l
+	}
+	return l
+}
+
+// pick chooses the transport of a new flow of tunnel to peer. loss is the
+// link's loss ratio as QUIC saw it and over how many packets. Packet
+// sessions pass flow false: they are bulk, and short flows do not apply.
+// bulk says the Tunnel's flows are known to be bulk (worth a handshake).
+func (c *chooser) pick(peer, tunnel string, isFlow bool, loss float64, packets uint64, now time.Time) (t v1alpha1.Transport, reason string, bulk bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.shapes[tunnel]
+	known := s != nil && s.n >= shortFlows
+	if isFlow && known && s.avg < shortBytes {
+		return v1alpha1.TransportQUIC, ReasonShort, false
+	}
+	bulk = !isFlow || known
+	l := c.link(peer)
+	c.decide(peer, l, loss, packets, now)
+	if isFlow {
+		l.turn++
+		if o := other(l.bulk); l.turn%sampleEvery == 0 && !l.rate[o].fresh(now) {
+			return o, ReasonSampling, bulk
+		}
+	}
+	return l.bulk, l.reason, bulk
+}
+
+// decide settles a link's bulk transport from what is known now.
+func (c *chooser) decide(peer string, l *linkChoice, loss float64, packets uint64, now time.Time) {
+	q, t := l.rate[v1alpha1.TransportQUIC], l.rate[v1alpha1.TransportTLS]
+	to, reason := l.bulk, l.reason
+	switch {
+	case q.n >= minSamples && t.n >= minSamples:
+		cur := l.bulk
+		if cur == "" || l.reason != ReasonMeasured {
+			// The first verdict of measurement: the faster one.
+			to = v1alpha1.TransportTLS
+			if q.bps > t.bps {
+				to = v1alpha1.TransportQUIC
+			}
+		} else if o := other(cur); l.rate[o].bps > l.rate[cur].bps*switchMargin {
+			to = o
+		}
+		reason = ReasonMeasured
+	case l.reason == ReasonMeasured:
+		// Keep a measured verdict while samples are renewed.
+	case packets >= lossPackets && loss >= lossyLink:
+		to, reason = v1alpha1.TransportQUIC, ReasonLossy
+	default:
+		to, reason = v1alpha1.TransportTLS, ReasonClean
+	}
+	if to != l.bulk || reason != l.reason {
+		from := l.bulk
+		l.bulk, l.reason = to, reason
+		if c.changed != nil {
+			c.changed(peer, from, to, reason, map[v1alpha1.Transport]float64{
+				v1alpha1.TransportQUIC: q.bps, v1alpha1.TransportTLS: t.bps})
+		}
+	}
+}
+
+// done feeds back a finished flow: its Tunnel's shape, and its goodput
+// when it was bulk.
+func (c *chooser) done(peer, tunnel string, t v1alpha1.Transport, bytes int64, active time.Duration, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.shapes[tunnel]
+	if s == nil {
+		if len(c.shapes) >= maxShapes {
+			clear(c.shapes)
+		}
+		s = &shape{avg: float64(bytes)}
+		c.shapes[tunnel] = s
+	} else {
+		s.avg += (float64(bytes) - s.avg) / 8
+	}
+	s.n++
+	if bytes < bulkBytes || active <= 0 {
+		return
+	}
+	g := c.link(peer).rate[t]
+	g.add(float64(bytes)*8/active.Seconds(), now)
+	if c.goodput != nil {
+		c.goodput(peer, t, g.bps)
+	}
+}
+
+// forget drops the links to peers no longer known.
+func (c *chooser) forget(keep func(peer string) bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for p := range c.links {
+		if !keep(p) {
+			delete(c.links, p)
+		}
+	}
+}
+
+// current is a link's bulk transport and its reason, "" before any flow.
+func (c *chooser) current(peer string) (v1alpha1.Transport, string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if l := c.links[peer]; l != nil {
+		return l.bulk, l.reason
+	}
+	return "", ""
+}
