@@ -42,7 +42,7 @@ const sitePair = pairRelays + `
 apiVersion: hoplink.dev/v1alpha1
 kind: Chain
 metadata: {name: c}
-spec: {entry: hk, exit: la, route: [hk, la]}
+spec: {entry: hk, exit: la, route: [hk, la], transport: quic}
 ---
 apiVersion: hoplink.dev/v1alpha1
 kind: Tunnel
@@ -287,7 +287,7 @@ const lossyPair = pairRelays + `
 apiVersion: hoplink.dev/v1alpha1
 kind: Chain
 metadata: {name: q}
-spec: {entry: hk, exit: la, route: [hk, la]}
+spec: {entry: hk, exit: la, route: [hk, la], transport: quic}
 ---
 apiVersion: hoplink.dev/v1alpha1
 kind: Chain

@@ -166,10 +166,5 @@ func TestErrorsSayWhy(t *testing.T) {
 
 func hasSpare(p *Peers, peer string) bool {
 	pool := p.tls.Pool(peer, p.o.Manifests().Relay(peer).Spec.Endpoints)
-	if c := pool.Spare(); c != nil {
-		c.Close()
-		p.tls.Done(c)
-		return true
-	}
-	return false
+	return pool.Spares() > 0
 }

@@ -434,6 +434,13 @@ func (p *Pool) Spare() *tls.Conn {
 	}
 }
 
+// Spares is how many connections are ready.
+func (p *Pool) Spares() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.spares)
+}
+
 func (p *Pool) refill() {
 	select {
 	case p.wake <- struct{}{}:
