@@ -100,9 +100,10 @@ func Listen(opts Options) (*Endpoint, error) {
 		}
 	}
 	transport := func(c *net.UDPConn) *quicgo.Transport {
-		return &quicgo.Transport{Conn: &lossyConn{UDPConn: c, lost: func(reason string) {
+		conn := &lossyConn{UDPConn: c, lost: func(reason string) {
 			opts.Metrics.SendLost.WithLabelValues(opts.Name, reason).Inc()
-		}}, StatelessResetKey: (*quicgo.StatelessResetKey)(&resetKey),
+		}}
+		return &quicgo.Transport{Conn: withGRO(conn), StatelessResetKey: (*quicgo.StatelessResetKey)(&resetKey),
 			// quic-go takes datagrams of up to path MTU - 37 bytes. A
 			// packet carrying one (1 byte flags, the connection ID, a
 			// 2-byte packet number, 1 byte frame type, 16 bytes AEAD tag)

@@ -1,0 +1,112 @@
+package quic
+
+import (
+	"encoding/binary"
+	"net"
+	"unsafe"
+
+	"golang.org/x/net/ipv4"
+	"golang.org/x/sys/unix"
+)
+
+// groConn gives quic-go a receive path with UDP GRO, which quic-go (GSO on
+// send) lacks: the kernel hands over a run of a peer's same-size packets
+// as one buffer with their segment size, where it would otherwise queue
+// each packet as its own socket buffer (and count each against the
+// receive buffer at several times its size). quic-go reads through
+// ReadBatch when its connection has one; this one cuts the buffer into
+// quic-go's packet buffers.
+//
+// quic-go reads from one goroutine, so the state of a read needs no lock.
+type groConn struct {
+	*lossyConn
+
+	buf  []byte
+	oob  []byte
+	pend []byte // segments of the last read not handed out yet
+	seg  int
+	from *net.UDPAddr
+	info []byte // control messages of the last read, minus the GRO one
+}
+
+// groBuffer holds the largest coalesced read (64 KiB of payload).
+const groBuffer = 1 << 16
+
+// withGRO turns GRO on for c, or returns c as it was where the kernel
+// does not have it.
+func withGRO(c *lossyConn) net.PacketConn {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return c
+	}
+	var serr error
+	if err := raw.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_UDP, unix.UDP_GRO, 1)
+	}); err != nil || serr != nil {
+		return c
+	}
+	return &groConn{lossyConn: c, buf: make([]byte, groBuffer), oob: make([]byte, 256)}
+}
+
+// ReadBatch fills ms with the packets of one read, or of what is left of
+// the last one.
+func (g *groConn) ReadBatch(ms []ipv4.Message, _ int) (int, error) {
+	if len(g.pend) == 0 {
+		if err := g.read(); err != nil {
+			return 0, err
+		}
+	}
+	n := 0
+	for n < len(ms) && len(g.pend) > 0 {
+		k := min(g.seg, len(g.pend))
+		m := &ms[n]
+		m.N = copy(m.Buffers[0], g.pend[:k])
+		m.NN = copy(m.OOB, g.info)
+		m.Flags = 0
+		m.Addr = g.from
+		g.pend = g.pend[k:]
+		n++
+	}
+	return n, nil
+}
+
+func (g *groConn) read() error {
+	n, oobn, _, from, err := g.ReadMsgUDP(g.buf, g.oob)
+	if err != nil {
+		return err
+	}
+	g.pend, g.seg, g.from = g.buf[:n], n, from
+	g.info = g.info[:0]
+	msgs, err := unix.ParseSocketControlMessage(g.oob[:oobn])
+	if err != nil {
+		g.info = append(g.info, g.oob[:oobn]...)
+		return nil
+	}
+	for _, m := range msgs {
+		if m.Header.Level == unix.SOL_UDP && m.Header.Type == unix.UDP_GRO && len(m.Data) >= 4 {
+			if s := int(int32(binary.NativeEndian.Uint32(m.Data))); s > 0 {
+				g.seg = s
+			}
+			continue
+		}
+		// ECN and packet info, for quic-go as it would have read them.
+		g.info = appendCmsg(g.info, m)
+	}
+	if g.seg <= 0 {
+		g.seg = max(n, 1)
+	}
+	return nil
+}
+
+// appendCmsg appends a control message in its wire form.
+func appendCmsg(b []byte, m unix.SocketControlMessage) []byte {
+	at := len(b)
+	b = append(b, make([]byte, unix.CmsgSpace(len(m.Data)))...)
+	h := (*unix.Cmsghdr)(unsafePointerOf(b[at:]))
+	h.Level, h.Type = m.Header.Level, m.Header.Type
+	h.SetLen(unix.CmsgLen(len(m.Data)))
+	copy(b[at+unix.CmsgLen(0):], m.Data)
+	return b
+}
+
+func unsafePointerOf(b []byte) unsafe.Pointer { return unsafe.Pointer(&b[0]) }
