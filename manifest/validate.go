@@ -238,6 +238,11 @@ func validatePortForward(t *v1alpha1.Tunnel, bad func(field, format string, args
 		if u.MaxSessions < 1 {
 			bad("spec.udp.maxSessions", "%d must be at least 1", u.MaxSessions)
 		}
+		switch u.Mode {
+		case v1alpha1.UDPAuto, v1alpha1.UDPDatagram, v1alpha1.UDPStream:
+		default:
+			bad("spec.udp.mode", "%q is not a mode; use auto, datagram or stream", u.Mode)
+		}
 	}
 }
 

@@ -20,6 +20,8 @@ type Metrics struct {
 	Handshakes  *prometheus.CounterVec
 	UDPSessions *prometheus.GaugeVec
 	UDPDropped  *prometheus.CounterVec
+	// UDPFramed counts sessions that turned to stream mode (udp.mode auto).
+	UDPFramed *prometheus.CounterVec
 	// SendLost counts packets the host refused to send (a local firewall
 	// drop, a full buffer), which QUIC recovers as losses.
 	SendLost *prometheus.CounterVec
@@ -104,7 +106,12 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"relay", "tunnel", "role"}),
 		UDPDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hoplink_udp_dropped_packets_total",
+			Help: "UDP packets a relay dropped, by reason (session_limit, queue_full, send_failed, write_failed, no_session).",
 		}, []string{"relay", "tunnel", "reason"}),
+		UDPFramed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hoplink_udp_framed_sessions_total",
+			Help: "UDP sessions of udp.mode auto that turned to stream mode for their rate, by role (entry: client to target, exit: replies).",
+		}, []string{"relay", "tunnel", "role"}),
 		SendLost: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hoplink_send_lost_packets_total",
 			Help: "QUIC packets the host refused to send, by reason (eperm: a local firewall or a full conntrack table; enobufs; eagain); QUIC recovers them as lost packets and the connection lives on.",
@@ -179,7 +186,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"relay", "tunnel", "protocol"}),
 	}
 	reg.MustRegister(m.Bytes, m.Flows, m.ActiveFlows, m.FlowSetup, m.FlowErrors, m.Rejected,
-		m.Ready, m.PeerUp, m.Handshakes, m.UDPSessions, m.UDPDropped, m.SendLost, m.UDPBuffer,
+		m.Ready, m.PeerUp, m.Handshakes, m.UDPSessions, m.UDPDropped, m.UDPFramed, m.SendLost, m.UDPBuffer,
 		m.LinkUp, m.LinkRTT, m.LinkRTTMin, m.LinkSmoothed, m.LinkJitter, m.LinkLoss, m.LinkProbes, m.LinkTransport, m.LinkGoodput,
 		m.TargetRTT, m.TargetUp, m.ChainRoute, m.TUNPackets, m.TUNBytes, m.TUNDropped, m.TUNFlows)
 	m.Route = NewRoute(reg)

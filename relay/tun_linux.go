@@ -154,7 +154,7 @@ func (f *tunFlows) entryUDP(c net.Conn, dst netip.AddrPort, t *v1alpha1.Tunnel, 
 		defer out.Stop()
 		defer flow.Reset(st, hop.CodeReset)
 		go func() {
-			out.ReadFrames(reply) // oversize replies; the stream's end ends the flow
+			out.ReadFrames(reply, nil) // oversize replies; the stream's end ends the flow
 			c.Close()
 		}()
 	}

@@ -295,7 +295,7 @@ func (e *packetEntry) session() error {
 				if e.admit(pkt) {
 					e.dev.Enqueue(slices.Clone(pkt))
 				}
-			})
+			}, nil)
 		}()
 	}
 	cancel()
@@ -478,7 +478,7 @@ func (p *packetTunnels) serveQUIC(c *rquic.Conn, s *quicgo.Stream, x *packetExit
 		if x.admit(peer, pkt) {
 			x.dev.Enqueue(slices.Clone(pkt))
 		}
-	})
+	}, nil)
 	flow.Reset(s, hop.CodeReset)
 }
 

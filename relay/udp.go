@@ -19,6 +19,7 @@ import (
 	"github.com/hoplink/hoplink/relay/hop"
 	"github.com/hoplink/hoplink/relay/nexthop"
 	rquic "github.com/hoplink/hoplink/relay/quic"
+	"github.com/hoplink/hoplink/relay/udpio"
 )
 
 // udpFlows carries UDP sessions in every role. A session is one client
@@ -104,22 +105,35 @@ func (u *udpEntry) close() {
 
 func (u *udpEntry) serve() {
 	go u.reap()
-	buf := make([]byte, hop.MaxFrame)
+	r := udpio.NewReader(u.ln)
+	// The sessions a batch sent to, flushed after it: in stream mode their
+	// frames leave together.
+	var sent []*udpSession
+	deliver := func(p []byte, from netip.AddrPort) {
+		s := u.session(from)
+		if s == nil {
+			return
+		}
+		s.touch()
+		s.send(p)
+		if s.ready.Load() && !slices.Contains(sent, s) {
+			sent = append(sent, s)
+		}
+	}
 	for {
-		n, from, err := u.ln.ReadFromUDPAddrPort(buf)
+		err := r.Read(deliver)
+		for i, s := range sent {
+			s.flush()
+			sent[i] = nil
+		}
+		sent = sent[:0]
 		if err != nil {
 			if errorsIsClosed(err) {
 				return
 			}
 			u.f.log.Warn("udp read failed", "tunnel", u.key, "err", err)
-			continue
+			time.Sleep(time.Millisecond) // an error that repeats must not spin
 		}
-		s := u.session(from)
-		if s == nil {
-			continue
-		}
-		s.touch()
-		s.send(buf[:n])
 	}
 }
 
@@ -257,6 +271,15 @@ func (s *udpSession) forward(p []byte) {
 	s.fc.up.Add(float64(len(p)))
 }
 
+// flush sends the frames a session in stream mode queued.
+func (s *udpSession) flush() {
+	if s.out != nil {
+		if err := s.out.Flush(); err != nil {
+			s.u.dropped("send_failed")
+		}
+	}
+}
+
 // reply hands a packet from the chain back to the client.
 func (s *udpSession) reply(p []byte) {
 	s.touch()
@@ -302,10 +325,11 @@ func (s *udpSession) connect() {
 		return
 	}
 	s.out = rquic.NewSession(conn, st)
+	s.out.SetMode(udpMode(u.t), f.framed(u.key, "entry", s.client.String()))
 	s.out.Receive(s.reply)
 	s.markReady()
 	// The stream carries oversize replies; its end is the session's end.
-	s.out.ReadFrames(s.reply)
+	s.out.ReadFrames(s.reply, nil)
 	s.end(hop.CodeReset)
 }
 
@@ -313,6 +337,7 @@ func (s *udpSession) connect() {
 // read loop send directly. Packets keep their order: the read loop only
 // switches to direct sends after the queue is flushed here.
 func (s *udpSession) markReady() {
+	defer s.flush()
 	for {
 		select {
 		case p := <-s.queue:
@@ -394,23 +419,26 @@ func (f *udpFlows) middle(c *rquic.Conn, s *quicgo.Stream, h *hop.Header) {
 	gauge.Inc()
 	defer gauge.Dec()
 	back, onward := rquic.NewSession(c, s), rquic.NewSession(nc, ns)
-	relay := func(out *rquic.Session, n flow.Counter) func([]byte) {
+	// Datagrams go on as datagrams, frames as frames: the ends chose.
+	relay := func(send func([]byte) error, n flow.Counter) func([]byte) {
 		return func(p []byte) {
-			if err := out.Send(p); err != nil {
+			if err := send(p); err != nil {
 				f.m.UDPDropped.WithLabelValues(f.name, h.Tunnel, "send_failed").Inc()
 				return
 			}
 			n.Add(float64(len(p)))
 		}
 	}
-	up, down := relay(onward, fc.up), relay(back, fc.down)
-	onward.Receive(down)
-	back.Receive(up)
+	onward.Receive(relay(back.Send, fc.down))
+	back.Receive(relay(onward.Send, fc.up))
 	defer onward.Stop()
 	defer back.Stop()
 	ended := make(chan struct{}, 2)
-	go func() { back.ReadFrames(up); ended <- struct{}{} }()
-	go func() { onward.ReadFrames(down); ended <- struct{}{} }()
+	// Frames are queued onward and flushed when no more are waiting, so a
+	// burst leaves in full-size packets as it came.
+	flush := func(s *rquic.Session) func() { return func() { s.Flush() } }
+	go func() { back.ReadFrames(relay(onward.Queue, fc.up), flush(onward)); ended <- struct{}{} }()
+	go func() { onward.ReadFrames(relay(back.Queue, fc.down), flush(back)); ended <- struct{}{} }()
 	<-ended // either side's end ends the session on both
 	flow.Reset(s, hop.CodeReset)
 	flow.Reset(ns, hop.CodeReset)
@@ -435,13 +463,22 @@ func (f *udpFlows) exit(c *rquic.Conn, s *quicgo.Stream, h *hop.Header, t *v1alp
 	defer gauge.Dec()
 	var last atomic.Int64
 	last.Store(time.Now().UnixNano())
+	// The target's socket is written off the datagram goroutine, in
+	// batches: a write per datagram there would hold up every session of
+	// the connection, and QUIC drops datagrams that wait.
+	toTargetW := udpio.NewWriter(tc, func(n int) { fc.up.Add(float64(n)) }, func() {
+		f.m.UDPDropped.WithLabelValues(f.name, h.Tunnel, "write_failed").Inc()
+	})
+	defer toTargetW.Close()
+	full := f.m.UDPDropped.WithLabelValues(f.name, h.Tunnel, "queue_full")
 	toTarget := func(p []byte) {
 		last.Store(time.Now().UnixNano())
-		if _, err := tc.Write(p); err == nil {
-			fc.up.Add(float64(len(p)))
+		if !toTargetW.Write(p) {
+			full.Inc()
 		}
 	}
 	out := rquic.NewSession(c, s)
+	out.SetMode(udpMode(t), f.framed(h.Tunnel, "exit", h.Target))
 	out.Receive(toTarget)
 	defer out.Stop()
 
@@ -450,7 +487,7 @@ func (f *udpFlows) exit(c *rquic.Conn, s *quicgo.Stream, h *hop.Header, t *v1alp
 	streamDone := make(chan struct{})
 	go func() {
 		defer close(streamDone)
-		out.ReadFrames(toTarget)
+		out.ReadFrames(toTarget, nil)
 	}()
 	// Replies from the target. The idle timeout also holds here, so an exit
 	// never keeps a session whose entry vanished.
@@ -461,7 +498,7 @@ func (f *udpFlows) exit(c *rquic.Conn, s *quicgo.Stream, h *hop.Header, t *v1alp
 		n, err := tc.Read(buf)
 		if n > 0 {
 			last.Store(time.Now().UnixNano())
-			if out.Send(buf[:n]) == nil {
+			if out.Send(buf[:n]) == nil && out.Flush() == nil {
 				fc.down.Add(float64(n))
 			}
 		}
@@ -507,6 +544,28 @@ const udpSocketBuffer = 4 << 20
 func sizeUDP(c *net.UDPConn) {
 	_ = c.SetReadBuffer(udpSocketBuffer)
 	_ = c.SetWriteBuffer(udpSocketBuffer)
+}
+
+// udpMode is how a Tunnel's sessions send their packets.
+func udpMode(t *v1alpha1.Tunnel) rquic.Mode {
+	if u := t.Spec.UDP; u != nil {
+		switch u.Mode {
+		case v1alpha1.UDPDatagram:
+			return rquic.Datagrams
+		case v1alpha1.UDPStream:
+			return rquic.Frames
+		}
+	}
+	return rquic.Auto
+}
+
+// framed is told when a session of tunnel turns to stream mode.
+func (f *udpFlows) framed(tunnel, role, peer string) func() {
+	return func() {
+		f.m.UDPFramed.WithLabelValues(f.name, tunnel, role).Inc()
+		f.log.Info("udp session turned to stream mode", "tunnel", tunnel, "role", role, "peer", peer,
+			"rate_over", rquic.AutoFramesRate)
+	}
 }
 
 // udpIdle is how long a UDP session of the Tunnel lives without traffic:

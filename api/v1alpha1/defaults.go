@@ -74,6 +74,9 @@ func (t *Tunnel) Default() {
 		if t.Spec.UDP.MaxSessions == 0 {
 			t.Spec.UDP.MaxSessions = DefaultUDPMaxSessions
 		}
+		if t.Spec.UDP.Mode == "" {
+			t.Spec.UDP.Mode = UDPAuto
+		}
 	}
 }
 

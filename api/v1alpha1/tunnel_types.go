@@ -132,7 +132,26 @@ type UDPOptions struct {
 	// +kubebuilder:default=4096
 	// +optional
 	MaxSessions int32 `json:"maxSessions,omitempty"`
+	// Mode says how a session's datagrams cross the relays: datagram (QUIC
+	// datagrams: unreliable and unordered like UDP itself, best for
+	// real-time traffic and for tunnels of congestion-controlled protocols),
+	// stream (framed on the session's QUIC stream: nothing dropped between
+	// relays, full-size packets, for bulk), or auto: datagrams until a
+	// session sends more than 16,000 a second, stream from then on.
+	// +kubebuilder:default=auto
+	// +optional
+	Mode UDPMode `json:"mode,omitempty"`
 }
+
+// UDPMode is how a UDP session's datagrams cross the relays.
+// +kubebuilder:validation:Enum=auto;datagram;stream
+type UDPMode string
+
+const (
+	UDPAuto     UDPMode = "auto"
+	UDPDatagram UDPMode = "datagram"
+	UDPStream   UDPMode = "stream"
+)
 
 // TunnelSpec is one forwarded service: a listener on the chain's entry relay
 // and the target its exit relay dials; or, for protocol tun, a device on

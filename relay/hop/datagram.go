@@ -35,11 +35,15 @@ func ParseDatagram(b []byte) (id uint64, payload []byte, err error) {
 // 16-bit length, then the packet. MaxFrame is the largest UDP payload.
 const MaxFrame = 65535
 
+// AppendFrame appends payload framed to buf.
+func AppendFrame(buf, payload []byte) []byte {
+	buf = binary.BigEndian.AppendUint16(buf, uint16(len(payload)))
+	return append(buf, payload...)
+}
+
 // WriteFrame writes one UDP packet as a stream frame.
 func WriteFrame(w io.Writer, buf []byte, payload []byte) error {
-	buf = binary.BigEndian.AppendUint16(buf[:0], uint16(len(payload)))
-	buf = append(buf, payload...)
-	_, err := w.Write(buf)
+	_, err := w.Write(AppendFrame(buf[:0], payload))
 	return err
 }
 

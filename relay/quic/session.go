@@ -1,8 +1,12 @@
 package quic
 
 import (
+	"bufio"
 	"errors"
+	"io"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	quicgo "github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/quicvarint"
@@ -16,13 +20,75 @@ import (
 // session at every hop) and carries, as frames, packets too large for a
 // datagram, so that nothing is dropped for size. Datagram limits differ per
 // connection (path MTU discovery runs on each), so every hop decides again.
+//
+// A session in stream mode frames every packet on its stream: nothing is
+// dropped between relays and packets go full-size (GSO batches them), at
+// the cost of ordering and retransmission. quic-go sends each datagram in
+// a packet and a system call of its own, and past some tens of thousands
+// a second on a busy host its datagram queue backs up and the entry's
+// socket drops; bulk UDP fares better framed.
 type Session struct {
 	Conn   *Conn
 	Stream *quicgo.Stream
 	id     uint64
 
 	mu    sync.Mutex // serializes frame writes
-	frame []byte
+	frame []byte     // frames waiting for Flush
+
+	framed   atomic.Bool
+	auto     bool
+	rate     int64 // datagrams a second from which Auto frames; 0: AutoFramesRate
+	onFramed func()
+	winStart atomic.Int64
+	winCount atomic.Int64
+}
+
+// Modes of a session's Send.
+type Mode int
+
+const (
+	// Datagrams sends each packet as a datagram (frames when too large).
+	Datagrams Mode = iota
+	// Frames frames every packet on the stream.
+	Frames
+	// Auto sends datagrams until the session sends more than
+	// AutoFramesRate a second, frames from then on.
+	Auto
+)
+
+// AutoFramesRate is the datagram rate from which an Auto session frames.
+const AutoFramesRate = 16000
+
+// autoWindow is the window Auto counts a session's rate over.
+const autoWindow = 100 * time.Millisecond
+
+var epoch = time.Now()
+
+// SetMode sets how Send sends; onFramed (may be nil) is told once when an
+// Auto session turns to frames. Set it before the first Send.
+func (s *Session) SetMode(m Mode, onFramed func()) {
+	s.framed.Store(m == Frames)
+	s.auto = m == Auto
+	s.onFramed = onFramed
+}
+
+// Framed reports whether Send frames every packet now.
+func (s *Session) Framed() bool { return s.framed.Load() }
+
+// busy counts one packet of an Auto session and reports whether its rate
+// passed AutoFramesRate over the current window.
+func (s *Session) busy() bool {
+	now := int64(time.Since(epoch))
+	if start := s.winStart.Load(); now-start > int64(autoWindow) {
+		s.winStart.Store(now)
+		s.winCount.Store(1)
+		return false
+	}
+	rate := s.rate
+	if rate == 0 {
+		rate = AutoFramesRate
+	}
+	return s.winCount.Add(1) > rate*int64(autoWindow)/int64(time.Second)
 }
 
 // NewSession makes a session of stream s on connection c.
@@ -30,20 +96,69 @@ func NewSession(c *Conn, s *quicgo.Stream) *Session {
 	return &Session{Conn: c, Stream: s, id: uint64(s.StreamID())}
 }
 
-// Send sends one packet: a datagram when it fits the connection's current
-// datagram size, else a frame on the stream.
+// Send sends one packet as the session's mode says: a datagram when it
+// fits the connection's current datagram size, else a frame on the stream.
+// In stream mode the frame waits for Flush (or 32 KiB of others): a caller
+// of a session that may frame flushes after each burst, so frames leave
+// together in full-size packets.
 func (s *Session) Send(p []byte) error {
+	if s.framed.Load() {
+		return s.Queue(p)
+	}
+	if s.auto && s.busy() && s.framed.CompareAndSwap(false, true) {
+		if s.onFramed != nil {
+			s.onFramed()
+		}
+		return s.Queue(p)
+	}
 	err := s.Conn.SendFlowDatagram(s.id, p)
 	var tooLarge *quicgo.DatagramTooLargeError
 	if !errors.As(err, &tooLarge) {
 		return err
 	}
+	return s.SendFrame(p)
+}
+
+// SendFrame sends one packet framed on the stream now, with any queued.
+func (s *Session) SendFrame(p []byte) error {
+	if err := s.Queue(p); err != nil {
+		return err
+	}
+	return s.Flush()
+}
+
+// flushAt is how much Queue lets wait for Flush.
+const flushAt = 32 << 10
+
+// Queue frames p after the frames waiting for Flush.
+func (s *Session) Queue(p []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.frame == nil {
-		s.frame = make([]byte, 0, 2+hop.MaxFrame)
+	s.frame = hop.AppendFrame(s.frame, p)
+	if len(s.frame) < flushAt {
+		return nil
 	}
-	return hop.WriteFrame(s.Stream, s.frame, p)
+	return s.flushLocked()
+}
+
+// Flush writes the frames queued.
+func (s *Session) Flush() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.flushLocked()
+}
+
+func (s *Session) flushLocked() error {
+	if len(s.frame) == 0 {
+		return nil
+	}
+	_, err := s.Stream.Write(s.frame)
+	if cap(s.frame) > 2*flushAt+2+hop.MaxFrame {
+		s.frame = nil // a burst of large frames: give its buffer back
+	} else {
+		s.frame = s.frame[:0]
+	}
+	return err
 }
 
 // Receive routes the session's datagrams to sink (see Conn.Register).
@@ -53,11 +168,24 @@ func (s *Session) Receive(sink func([]byte)) { s.Conn.Register(s.id, sink) }
 func (s *Session) Stop() { s.Conn.Unregister(s.id) }
 
 // ReadFrames hands every packet framed on the stream to deliver until the
-// stream ends.
-func (s *Session) ReadFrames(deliver func([]byte)) error {
+// stream ends. drained (may be nil) is told when no frame is waiting, so a
+// caller that queues frames onward can flush them.
+func (s *Session) ReadFrames(deliver func([]byte), drained func()) error {
 	buf := make([]byte, hop.MaxFrame)
-	for {
-		p, err := hop.ReadFrame(s.Stream, buf)
+	// Read through a buffer once frames come in numbers (stream mode):
+	// then a read takes many frames, not two reads per frame. Sessions
+	// that frame only the odd oversize packet never hold it.
+	var r io.Reader = s.Stream
+	var br *bufio.Reader
+	for n := 0; ; n++ {
+		if n == 64 {
+			br = bufio.NewReaderSize(s.Stream, 16<<10)
+			r = br
+		}
+		if drained != nil && (br == nil || br.Buffered() == 0) {
+			drained()
+		}
+		p, err := hop.ReadFrame(r, buf)
 		if err != nil {
 			return err
 		}
