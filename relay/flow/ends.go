@@ -124,6 +124,20 @@ type TLSEnd struct {
 	c    *tls.Conn
 	done func() // tells the TLS endpoint the connection is finished
 	once sync.Once
+	// segs is the kernel's count of segments sent and retransmitted,
+	// read as the connection closes: what it saw of the link's loss.
+	segs [2]uint32
+}
+
+// Segments returns the TCP segments the connection sent and retransmitted
+// (TCP_INFO), once it closed; zeros where the kernel does not say.
+func (t *TLSEnd) Segments() (sent, retransmitted uint32) { return t.segs[0], t.segs[1] }
+
+func (t *TLSEnd) finish() {
+	if tc, ok := t.c.NetConn().(*net.TCPConn); ok {
+		t.segs[0], t.segs[1] = segments(tc)
+	}
+	t.done()
 }
 
 // TLS makes c an End; done runs once, when it is closed or aborted.
@@ -145,14 +159,14 @@ func (t *TLSEnd) Wait() error { return nil }
 func (t *TLSEnd) SetReadDeadline(d time.Time) error { return t.c.SetReadDeadline(d) }
 
 func (t *TLSEnd) Close() {
+	t.once.Do(t.finish)
 	t.c.Close()
-	t.once.Do(t.done)
 }
 
 func (t *TLSEnd) Abort() {
+	t.once.Do(t.finish)
 	if tc, ok := t.c.NetConn().(*net.TCPConn); ok {
 		tc.SetLinger(0)
 	}
 	t.c.NetConn().Close()
-	t.once.Do(t.done)
 }

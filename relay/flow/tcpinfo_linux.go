@@ -25,3 +25,19 @@ func sinceReceived(c *net.TCPConn) time.Duration {
 	}
 	return time.Duration(info.Last_data_recv) * time.Millisecond
 }
+
+// segments is what TCP_INFO says c sent and retransmitted, in segments.
+func segments(c *net.TCPConn) (sent, retransmitted uint32) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return 0, 0
+	}
+	var info *unix.TCPInfo
+	rc.Control(func(fd uintptr) {
+		info, err = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+	})
+	if err != nil || info == nil {
+		return 0, 0
+	}
+	return info.Segs_out, info.Total_retrans
+}

@@ -16,10 +16,11 @@ import (
 //     flows (and flows of unknown shape) take the faster one; one in
 //     sampleEvery re-measures the other when its figure is stale, and the
 //     choice changes only when the other is faster by switchMargin;
-//   - before any measurement, the link's loss as QUIC sees it: on a clean
-//     link the kernel's TCP with its offloads moves bulk faster (TLS); on a
-//     lossy one QUIC's loss recovery (no head-of-line blocking across
-//     flows, quick retransmission) should win.
+//   - before any measurement, the link's loss as QUIC's packet counts and
+//     finished TLS flows' TCP_INFO show it: on a clean link the kernel's
+//     TCP with its offloads moves bulk faster (TLS); on a lossy one QUIC's
+//     loss recovery should win (a lost segment with nothing behind it costs
+//     TCP a probe timeout of 200 ms or more, QUIC a few round trips).
 const (
 	// bulkBytes is the size from which a flow's goodput is a sample.
 	bulkBytes = 1 << 20
@@ -84,6 +85,9 @@ type linkChoice struct {
 	reason string
 	rate   map[v1alpha1.Transport]*goodput
 	turn   uint64
+	// TCP segments the link's finished TLS flows sent and retransmitted,
+	// halved now and then so that they say what the link does lately.
+	tcpSent, tcpLost uint64
 }
 
 // shape is what a Tunnel's flows carried here.
@@ -125,11 +129,12 @@ func (c *chooser) link(peer string) *linkChoice {
 	return l
 }
 
-// pick chooses the transport of a new flow of tunnel to peer. loss is the
-// link's loss ratio as QUIC saw it and over how many packets. Packet
-// sessions pass flow false: they are bulk, and short flows do not apply.
-// bulk says the Tunnel's flows are known to be bulk (worth a handshake).
-func (c *chooser) pick(peer, tunnel string, isFlow bool, loss float64, packets uint64, now time.Time) (t v1alpha1.Transport, reason string, bulk bool) {
+// pick chooses the transport of a new flow of tunnel to peer. quicSent and
+// quicLost are the packets the QUIC connections to peer sent and lost.
+// Packet sessions pass isFlow false: they are bulk, and short flows do not
+// apply. bulk says the Tunnel's flows are known to be bulk (worth a
+// handshake).
+func (c *chooser) pick(peer, tunnel string, isFlow bool, quicSent, quicLost uint64, now time.Time) (t v1alpha1.Transport, reason string, bulk bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := c.shapes[tunnel]
@@ -139,6 +144,11 @@ func (c *chooser) pick(peer, tunnel string, isFlow bool, loss float64, packets u
 	}
 	bulk = !isFlow || known
 	l := c.link(peer)
+	packets := quicSent + l.tcpSent
+	var loss float64
+	if packets > 0 {
+		loss = float64(quicLost+l.tcpLost) / float64(packets)
+	}
 	c.decide(peer, l, loss, packets, now)
 	if isFlow {
 		l.turn++
@@ -206,6 +216,19 @@ func (c *chooser) done(peer, tunnel string, t v1alpha1.Transport, bytes int64, a
 	g.add(float64(bytes)*8/active.Seconds(), now)
 	if c.goodput != nil {
 		c.goodput(peer, t, g.bps)
+	}
+}
+
+// tcpLoss feeds back what a finished TLS flow's connection sent and
+// retransmitted.
+func (c *chooser) tcpLoss(peer string, sent, retransmitted uint32) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l := c.link(peer)
+	l.tcpSent += uint64(sent)
+	l.tcpLost += uint64(retransmitted)
+	if l.tcpSent > 1<<20 {
+		l.tcpSent, l.tcpLost = l.tcpSent/2, l.tcpLost/2
 	}
 }
 

@@ -24,8 +24,8 @@ func TestAutoChoosesPerLinkAndFlow(t *testing.T) {
 		peer   string
 		tunnel string
 		flow   bool
-		loss   float64
-		pkts   uint64
+		sent   uint64
+		lost   uint64
 		want   v1alpha1.Transport
 		reason string
 	}
@@ -36,11 +36,17 @@ func TestAutoChoosesPerLinkAndFlow(t *testing.T) {
 		{"a clean link takes TLS before any measurement", []step{
 			{peer: "b", tunnel: "t", flow: true, want: overTLS, reason: ReasonClean},
 			// Too few packets to call the link lossy.
-			{peer: "c", tunnel: "t", flow: true, loss: 0.5, pkts: 10, want: overTLS, reason: ReasonClean},
+			{peer: "c", tunnel: "t", flow: true, sent: 10, lost: 5, want: overTLS, reason: ReasonClean},
 		}},
 		{"a lossy link takes QUIC, flows and packet sessions", []step{
-			{peer: "b", tunnel: "t", flow: true, loss: 0.02, pkts: 5000, want: overQUIC, reason: ReasonLossy},
-			{peer: "b", tunnel: "t", flow: false, loss: 0.02, pkts: 5000, want: overQUIC, reason: ReasonLossy},
+			{peer: "b", tunnel: "t", flow: true, sent: 5000, lost: 100, want: overQUIC, reason: ReasonLossy},
+			{peer: "b", tunnel: "t", flow: false, sent: 5000, lost: 100, want: overQUIC, reason: ReasonLossy},
+		}},
+		{"TLS flows' retransmissions make a link lossy too", []step{
+			{peer: "b", tunnel: "t", flow: true, want: overTLS, reason: ReasonClean},
+			{do: func(c *chooser) { c.tcpLoss("b", 3000, 60) }, peer: "b", tunnel: "t", flow: true, sent: 100, want: overQUIC, reason: ReasonLossy},
+			// Another link is not.
+			{peer: "c", tunnel: "t", flow: true, want: overTLS, reason: ReasonClean},
 		}},
 		{"short flows ride QUIC, others of the same link do not", []step{
 			{name: "four 1 KiB flows", do: func(c *chooser) {
@@ -79,7 +85,7 @@ func TestAutoChoosesPerLinkAndFlow(t *testing.T) {
 				}
 			}, peer: "b", tunnel: "t", flow: true, want: overTLS, reason: ReasonMeasured},
 			// Measurement outranks a lossy prior.
-			{peer: "b", tunnel: "t", flow: true, loss: 0.05, pkts: 5000, want: overTLS, reason: ReasonMeasured},
+			{peer: "b", tunnel: "t", flow: true, sent: 5000, lost: 250, want: overTLS, reason: ReasonMeasured},
 		}},
 		{"small flows are no goodput sample", []step{
 			{do: func(c *chooser) {
@@ -96,7 +102,7 @@ func TestAutoChoosesPerLinkAndFlow(t *testing.T) {
 					s.do(c)
 				}
 				// The first pick of a link is never a sample.
-				got, reason, _ := c.pick(s.peer, s.tunnel, s.flow, s.loss, s.pkts, t0)
+				got, reason, _ := c.pick(s.peer, s.tunnel, s.flow, s.sent, s.lost, t0)
 				if got != s.want || reason != s.reason {
 					t.Fatalf("step %d %s: got %s (%s), want %s (%s)", i, s.name, got, reason, s.want, s.reason)
 				}
@@ -149,7 +155,7 @@ func TestAutoReportsChangesAndForgets(t *testing.T) {
 	now := time.Unix(1000, 0)
 	c.pick("b", "t", true, 0, 0, now)
 	c.pick("b", "t", true, 0, 0, now)
-	c.pick("b", "t", true, 0.1, 1000, now)
+	c.pick("b", "t", true, 1000, 100, now)
 	if want := []string{"b:>tls:clean_link", "b:tls>quic:lossy_link"}; len(changes) != 2 || changes[0] != want[0] || changes[1] != want[1] {
 		t.Fatalf("changes %q, want %q", changes, want)
 	}

@@ -18,6 +18,7 @@ type Choice struct {
 	p            *Peers
 	peer, tunnel string
 	meter        *flow.Meter // nil unless auto
+	out          flow.End
 	// spareOnly: TLS for a flow of a Tunnel not known to be bulk, only on
 	// a connection ready now.
 	spareOnly bool
@@ -35,6 +36,10 @@ func (ch *Choice) Count(c flow.Counter) flow.Counter {
 func (ch *Choice) Done() {
 	if ch == nil || ch.meter == nil {
 		return
+	}
+	if t, ok := ch.out.(*flow.TLSEnd); ok {
+		sent, retransmitted := t.Segments()
+		ch.p.auto.tcpLoss(ch.peer, sent, retransmitted)
 	}
 	ch.p.auto.done(ch.peer, ch.tunnel, ch.Transport, ch.meter.Bytes(), ch.meter.Active(), time.Now())
 }
@@ -67,15 +72,8 @@ func (p *Peers) PacketTransport(h *hop.Header, transport v1alpha1.Transport) v1a
 }
 
 func (p *Peers) pick(peer, tunnel string, isFlow bool) (v1alpha1.Transport, string, bool) {
-	var loss float64
-	var packets uint64
-	if c := p.quic.Live(peer); c != nil {
-		st := c.ConnectionStats()
-		if packets = st.PacketsSent; packets > 0 {
-			loss = float64(st.PacketsLost) / float64(packets)
-		}
-	}
-	return p.auto.pick(peer, tunnel, isFlow, loss, packets, time.Now())
+	sent, lost := p.quic.Loss(peer)
+	return p.auto.pick(peer, tunnel, isFlow, sent, lost, time.Now())
 }
 
 // LinkTransport is the transport bulk flows of auto chains take to peer

@@ -249,6 +249,7 @@ func (p *Peers) Open(ctx context.Context, h *hop.Header, transport v1alpha1.Tran
 	if err != nil {
 		return nil, nil, err
 	}
+	ch.out = out
 	return out, ch, nil
 }
 

@@ -370,6 +370,27 @@ func (e *Endpoint) SetAddrs(peer string, addrs []string) {
 // Live returns the control connection to a peer this endpoint dials, if it
 // is up now; it neither creates a link nor waits.
 // A peer with replicas answers with the first of them connected.
+// Loss sums what the connections this relay dialed to peer sent, in
+// packets, and lost (quic-go's counts, over each connection's life).
+func (e *Endpoint) Loss(peer string) (sent, lost uint64) {
+	e.mu.Lock()
+	var links []*Link
+	for k, l := range e.links {
+		if k.peer == peer {
+			links = append(links, l)
+		}
+	}
+	e.mu.Unlock()
+	for _, l := range links {
+		if c := l.Live(); c != nil {
+			st := c.ConnectionStats()
+			sent += st.PacketsSent
+			lost += st.PacketsLost
+		}
+	}
+	return sent, lost
+}
+
 func (e *Endpoint) Live(peer string) *Conn {
 	e.mu.Lock()
 	l := e.links[linkKey{peer, Control, ""}]
