@@ -150,7 +150,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"from", "to", "result"}),
 		LinkTransport: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "hoplink_link_transport_info",
-			Help: "1 for the transport (quic, tls) bulk flows and packet sessions of transport: auto chains take on a link, with the reason it was chosen (clean_link, lossy_link, measured).",
+			Help: "1 for the transport (quic, tls) bulk flows and packet sessions of transport: auto chains take on a link, with the reason it was chosen (unmeasured, measured).",
 		}, []string{"from", "to", "transport", "reason"}),
 		LinkGoodput: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "hoplink_link_goodput_bits_per_second",

@@ -106,7 +106,7 @@ func (f *tcpFlows) entry(in flow.End, t *v1alpha1.Tunnel, key, target string) {
 		return
 	}
 	f.m.FlowSetup.WithLabelValues(f.name, key, "entry").Observe(time.Since(start).Seconds())
-	f.join(key, flow.Join(in, out, via.Count(fc.up), via.Count(fc.down), tcpIdle(t)))
+	f.join(key, flow.Join(in, out, via.Count(fc.up, flow.Up), via.Count(fc.down, flow.Down), tcpIdle(t)))
 	via.Done()
 }
 
@@ -154,7 +154,7 @@ func (f *tcpFlows) middle(in flow.End, h *hop.Header, t *v1alpha1.Tunnel, chain 
 		in.Fail(hop.CodeNextHop)
 		return
 	}
-	f.join(h.Tunnel, flow.Join(in, out, via.Count(fc.up), via.Count(fc.down), tcpIdle(t)))
+	f.join(h.Tunnel, flow.Join(in, out, via.Count(fc.up, flow.Up), via.Count(fc.down, flow.Down), tcpIdle(t)))
 	via.Done()
 }
 

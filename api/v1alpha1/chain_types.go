@@ -29,10 +29,11 @@ type Transport string
 
 const (
 	// TransportAuto lets each relay choose per link and per flow: short
-	// and interactive flows ride QUIC (it opens a flow fastest), bulk TCP
-	// and packet sessions take whichever transport moved bulk flows faster
-	// on that link, re-measured by sampling; before the first measurement
-	// TLS on a clean link and QUIC on a lossy one.
+	// and interactive flows ride QUIC (it opens a flow fastest and recovers
+	// a lost packet soonest), bulk TCP and packet sessions take whichever
+	// transport moved bulk flows faster on that link, re-measured by
+	// sampling; before the first measurement TLS (packet sessions on a
+	// lossy link: QUIC).
 	TransportAuto Transport = "auto"
 	// TransportQUIC: one QUIC connection per peer, a stream per flow.
 	TransportQUIC Transport = "quic"
@@ -185,8 +186,8 @@ type LinkTransport struct {
 	To   string `json:"to"`
 	// Transport is quic or tls.
 	Transport Transport `json:"transport"`
-	// Reason: measured (bulk flows' goodput compared), clean_link or
-	// lossy_link (nothing measured yet: QUIC's loss on the link decided).
+	// Reason: measured (bulk flows' goodput compared) or unmeasured (TLS
+	// until both transports have carried bulk flows).
 	// +optional
 	Reason string `json:"reason,omitempty"`
 }

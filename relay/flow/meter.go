@@ -6,19 +6,33 @@ import (
 )
 
 // Meter measures a flow's bytes and the span of time they moved in, both
-// directions together: what a transport achieved for it. A Join counts
-// through Counters, so a Meter rides along as one.
+// directions together: what a transport achieved for it; and its turns,
+// how often the direction bytes moved in changed: a request/response flow
+// turns at every answer, a bulk flow hardly ever. A Join counts through
+// Counters, so a Meter rides along as two.
 type Meter struct {
 	bytes       atomic.Int64
 	first, last atomic.Int64 // nanoseconds since epoch; 0 until a byte moves
+	dir         atomic.Int32 // the direction bytes last moved in: 1 up, 2 down
+	turns       atomic.Int64
 	epoch       time.Time
 }
+
+// Directions of Count.
+const (
+	Up   = 1
+	Down = 2
+)
 
 // NewMeter starts a meter.
 func NewMeter() *Meter { return &Meter{epoch: time.Now()} }
 
-// Count returns c counting into the meter as well.
-func (m *Meter) Count(c Counter) Counter { return meterCounter{m, c} }
+// Count returns c, a counter of direction dir (Up or Down), counting into
+// the meter as well.
+func (m *Meter) Count(c Counter, dir int32) Counter { return meterCounter{m, c, dir} }
+
+// Turns is how many times the direction changed.
+func (m *Meter) Turns() int64 { return m.turns.Load() }
 
 // Bytes is how many bytes moved.
 func (m *Meter) Bytes() int64 { return m.bytes.Load() }
@@ -29,8 +43,9 @@ func (m *Meter) Active() time.Duration {
 }
 
 type meterCounter struct {
-	m *Meter
-	c Counter
+	m   *Meter
+	c   Counter
+	dir int32
 }
 
 func (mc meterCounter) Add(n float64) {
@@ -41,4 +56,7 @@ func (mc meterCounter) Add(n float64) {
 	now := int64(time.Since(m.epoch)) + 1
 	m.first.CompareAndSwap(0, now)
 	m.last.Store(now)
+	if old := m.dir.Swap(mc.dir); old != 0 && old != mc.dir {
+		m.turns.Add(1)
+	}
 }

@@ -16,7 +16,7 @@ func TestAutoChoosesPerLinkAndFlow(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	bulk := func(c *chooser, peer, tunnel string, tr v1alpha1.Transport, mbps float64, now time.Time) {
 		// 8 MiB at mbps Mbit/s.
-		c.done(peer, tunnel, tr, 8<<20, time.Duration(float64(8<<20)*8/(mbps*1e6)*float64(time.Second)), now)
+		c.done(peer, tunnel, tr, 8<<20, 0, time.Duration(float64(8<<20)*8/(mbps*1e6)*float64(time.Second)), now)
 	}
 	type step struct {
 		name   string
@@ -33,37 +33,48 @@ func TestAutoChoosesPerLinkAndFlow(t *testing.T) {
 		name  string
 		steps []step
 	}{
-		{"a clean link takes TLS before any measurement", []step{
-			{peer: "b", tunnel: "t", flow: true, want: overTLS, reason: ReasonClean},
-			// Too few packets to call the link lossy.
-			{peer: "c", tunnel: "t", flow: true, sent: 10, lost: 5, want: overTLS, reason: ReasonClean},
+		{"bulk flows take TLS before any measurement, lossy link or not", []step{
+			{peer: "b", tunnel: "t", flow: true, want: overTLS, reason: ReasonUnmeasured},
+			{peer: "c", tunnel: "t", flow: true, sent: 5000, lost: 100, want: overTLS, reason: ReasonUnmeasured},
 		}},
-		{"a lossy link takes QUIC, flows and packet sessions", []step{
-			{peer: "b", tunnel: "t", flow: true, sent: 5000, lost: 100, want: overQUIC, reason: ReasonLossy},
+		{"packet sessions take QUIC on a lossy link", []step{
 			{peer: "b", tunnel: "t", flow: false, sent: 5000, lost: 100, want: overQUIC, reason: ReasonLossy},
+			// Too few packets to call the link lossy.
+			{peer: "c", tunnel: "t", flow: false, sent: 10, lost: 5, want: overTLS, reason: ReasonUnmeasured},
+			{peer: "d", tunnel: "t", flow: false, sent: 5000, lost: 10, want: overTLS, reason: ReasonUnmeasured},
 		}},
 		{"TLS flows' retransmissions make a link lossy too", []step{
-			{peer: "b", tunnel: "t", flow: true, want: overTLS, reason: ReasonClean},
-			{do: func(c *chooser) { c.tcpLoss("b", 3000, 60) }, peer: "b", tunnel: "t", flow: true, sent: 100, want: overQUIC, reason: ReasonLossy},
+			{peer: "b", tunnel: "t", flow: true, want: overTLS, reason: ReasonUnmeasured},
+			{do: func(c *chooser) { c.tcpLoss("b", 3000, 60) }, peer: "b", tunnel: "t", flow: false, sent: 100, want: overQUIC, reason: ReasonLossy},
 			// Another link is not.
-			{peer: "c", tunnel: "t", flow: true, want: overTLS, reason: ReasonClean},
+			{peer: "c", tunnel: "t", flow: false, want: overTLS, reason: ReasonUnmeasured},
 		}},
 		{"short flows ride QUIC, others of the same link do not", []step{
 			{name: "four 1 KiB flows", do: func(c *chooser) {
 				for range shortFlows {
-					c.done("b", "short", overTLS, 1024, time.Millisecond, t0)
+					c.done("b", "short", overTLS, 1024, 0, time.Millisecond, t0)
 				}
 			}, peer: "b", tunnel: "short", flow: true, want: overQUIC, reason: ReasonShort},
-			{peer: "b", tunnel: "other", flow: true, want: overTLS, reason: ReasonClean},
+			{peer: "b", tunnel: "other", flow: true, want: overTLS, reason: ReasonUnmeasured},
 			// A packet session is bulk whatever its Tunnel's flows were.
-			{peer: "b", tunnel: "short", flow: false, want: overTLS, reason: ReasonClean},
+			{peer: "b", tunnel: "short", flow: false, want: overTLS, reason: ReasonUnmeasured},
+		}},
+		{"interactive flows ride QUIC however long", []step{
+			// 2 MB in 2,000 turns: seed 002's 1,000 echoes of 1,000 bytes.
+			{do: func(c *chooser) {
+				for range shortFlows {
+					c.done("b", "rr", overTLS, 2e6, 2000, 10*time.Second, t0)
+				}
+			}, peer: "b", tunnel: "rr", flow: true, want: overQUIC, reason: ReasonInteractive},
+			// They were no goodput samples: bulk still knows nothing.
+			{peer: "b", tunnel: "bulk", flow: true, want: overTLS, reason: ReasonUnmeasured},
 		}},
 		{"few short flows are not yet a shape", []step{
 			{do: func(c *chooser) {
 				for range shortFlows - 1 {
-					c.done("b", "t", overTLS, 1024, time.Millisecond, t0)
+					c.done("b", "t", overTLS, 1024, 0, time.Millisecond, t0)
 				}
-			}, peer: "b", tunnel: "t", flow: true, want: overTLS, reason: ReasonClean},
+			}, peer: "b", tunnel: "t", flow: true, want: overTLS, reason: ReasonUnmeasured},
 		}},
 		{"measured goodput decides, with a margin", []step{
 			{do: func(c *chooser) {
@@ -84,15 +95,15 @@ func TestAutoChoosesPerLinkAndFlow(t *testing.T) {
 					bulk(c, "b", "t", overTLS, 5000, t0)
 				}
 			}, peer: "b", tunnel: "t", flow: true, want: overTLS, reason: ReasonMeasured},
-			// Measurement outranks a lossy prior.
-			{peer: "b", tunnel: "t", flow: true, sent: 5000, lost: 250, want: overTLS, reason: ReasonMeasured},
+			// Measurement outranks a lossy link's prior.
+			{peer: "b", tunnel: "t", flow: false, sent: 5000, lost: 250, want: overTLS, reason: ReasonMeasured},
 		}},
 		{"small flows are no goodput sample", []step{
 			{do: func(c *chooser) {
 				for range 10 {
-					c.done("b", "t", overQUIC, 512<<10, time.Millisecond, t0)
+					c.done("b", "t", overQUIC, 512<<10, 0, time.Millisecond, t0)
 				}
-			}, peer: "b", tunnel: "big", flow: true, want: overTLS, reason: ReasonClean},
+			}, peer: "b", tunnel: "big", flow: true, want: overTLS, reason: ReasonUnmeasured},
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -128,7 +139,7 @@ func TestAutoSamplesTheOtherTransport(t *testing.T) {
 	}
 	// Fresh figures for both: no more sampling until they are stale.
 	for _, tr := range []v1alpha1.Transport{overQUIC, overQUIC, overTLS, overTLS} {
-		c.done("b", "t", tr, 4<<20, 10*time.Millisecond, now)
+		c.done("b", "t", tr, 4<<20, 0, 10*time.Millisecond, now)
 	}
 	for range 4 * sampleEvery {
 		if tr, reason, _ := c.pick("b", "t", true, 0, 0, now); reason != ReasonMeasured {
@@ -155,8 +166,15 @@ func TestAutoReportsChangesAndForgets(t *testing.T) {
 	now := time.Unix(1000, 0)
 	c.pick("b", "t", true, 0, 0, now)
 	c.pick("b", "t", true, 0, 0, now)
-	c.pick("b", "t", true, 1000, 100, now)
-	if want := []string{"b:>tls:clean_link", "b:tls>quic:lossy_link"}; len(changes) != 2 || changes[0] != want[0] || changes[1] != want[1] {
+	for _, tr := range []v1alpha1.Transport{overQUIC, overQUIC, overTLS, overTLS} {
+		bps := 1.0
+		if tr == overQUIC {
+			bps = 2
+		}
+		c.done("b", "t", tr, 4<<20, 0, time.Duration(float64(time.Second)/bps), now)
+	}
+	c.pick("b", "t", true, 0, 0, now)
+	if want := []string{"b:>tls:unmeasured", "b:tls>quic:measured"}; len(changes) != 2 || changes[0] != want[0] || changes[1] != want[1] {
 		t.Fatalf("changes %q, want %q", changes, want)
 	}
 	c.forget(func(string) bool { return false })

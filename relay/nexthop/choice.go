@@ -24,12 +24,13 @@ type Choice struct {
 	spareOnly bool
 }
 
-// Count returns c, counting into the choice's meter too under auto.
-func (ch *Choice) Count(c flow.Counter) flow.Counter {
+// Count returns c, the counter of direction dir (flow.Up or flow.Down),
+// counting into the choice's meter too under auto.
+func (ch *Choice) Count(c flow.Counter, dir int32) flow.Counter {
 	if ch == nil || ch.meter == nil {
 		return c
 	}
-	return ch.meter.Count(c)
+	return ch.meter.Count(c, dir)
 }
 
 // Done feeds the finished flow back.
@@ -41,7 +42,7 @@ func (ch *Choice) Done() {
 		sent, retransmitted := t.Segments()
 		ch.p.auto.tcpLoss(ch.peer, sent, retransmitted)
 	}
-	ch.p.auto.done(ch.peer, ch.tunnel, ch.Transport, ch.meter.Bytes(), ch.meter.Active(), time.Now())
+	ch.p.auto.done(ch.peer, ch.tunnel, ch.Transport, ch.meter.Bytes(), ch.meter.Turns(), ch.meter.Active(), time.Now())
 }
 
 // choose settles the transport of a new hop for h.
