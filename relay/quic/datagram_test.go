@@ -16,6 +16,15 @@ import (
 )
 
 func testEndpoint(t *testing.T, ca *pki.CA, name string, accepted chan<- *Conn) *Endpoint {
+	return testEndpointWith(t, ca, name, func(c *Conn, s *quicgo.Stream) {
+		s.CancelRead(0)
+		s.Close()
+		accepted <- c
+	})
+}
+
+// testEndpointWith starts an endpoint whose peers' streams go to handler.
+func testEndpointWith(t *testing.T, ca *pki.CA, name string, handler func(*Conn, *quicgo.Stream)) *Endpoint {
 	t.Helper()
 	id, err := ca.Identity(name)
 	if err != nil {
@@ -23,13 +32,9 @@ func testEndpoint(t *testing.T, ca *pki.CA, name string, accepted chan<- *Conn) 
 	}
 	e, err := Listen(Options{Name: name, Identity: id, Listen: "127.0.0.1:0",
 		KnownPeer: func(string) bool { return true },
-		Handler: func(c *Conn, s *quicgo.Stream) {
-			s.CancelRead(0)
-			s.Close()
-			accepted <- c
-		},
-		Metrics: metrics.New(prometheus.NewRegistry()),
-		Log:     slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Handler:   handler,
+		Metrics:   metrics.New(prometheus.NewRegistry()),
+		Log:       slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,16 +2,12 @@ package quic
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	quicgo "github.com/quic-go/quic-go"
 
-	"github.com/hoplink/hoplink/metrics"
 	"github.com/hoplink/hoplink/pki"
 )
 
@@ -23,20 +19,8 @@ func sessionPair(t *testing.T) (near, far *Session) {
 		t.Fatal(err)
 	}
 	streams := make(chan *Session, 1)
-	start := func(name string) *Endpoint {
-		id, _ := ca.Identity(name)
-		e, err := Listen(Options{Name: name, Identity: id, Listen: "127.0.0.1:0",
-			KnownPeer: func(string) bool { return true },
-			Handler:   func(c *Conn, s *quicgo.Stream) { streams <- NewSession(c, s) },
-			Metrics:   metrics.New(prometheus.NewRegistry()),
-			Log:       slog.New(slog.NewTextHandler(io.Discard, nil))})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { e.Close() })
-		return e
-	}
-	a, b := start("a"), start("b")
+	handler := func(c *Conn, s *quicgo.Stream) { streams <- NewSession(c, s) }
+	a, b := testEndpointWith(t, ca, "a", handler), testEndpointWith(t, ca, "b", handler)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	c, s, err := a.Link("b", "t", []string{b.Addr().String()}).OpenStream(ctx)
