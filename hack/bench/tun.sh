@@ -5,7 +5,7 @@
 #   through wireguard-go (the Go module, configured with wg from Debian);
 #   through hoplink tun Tunnels, entry relay in the client's namespace and
 #     exit relay in the server's: flow mode and packet mode, over the TLS
-#     transport and over QUIC, with offload on and off.
+#     transport, over QUIC and with the default (auto), with offload on and off.
 # Each figure is the median of REPEAT runs. Reported: Gbit/s, retransmits,
 # CPU of the forwarders (the two relays, or the two wireguard-go processes)
 # in cores, and the relays' peak RSS. It writes its table into
@@ -63,7 +63,7 @@ ip -n "$A" link set lo up; ip -n "$B" link set lo up
 ip link add veth-a netns "$A" type veth peer name veth-b netns "$B"
 ip -n "$A" addr add 10.9.0.1/24 dev veth-a; ip -n "$B" addr add 10.9.0.2/24 dev veth-b
 ip -n "$A" link set veth-a up; ip -n "$B" link set veth-b up
-for i in 1 2 3 4; do ip -n "$B" addr add "10.77.$i.1/32" dev lo; done
+for i in 1 2 3 4 5 6; do ip -n "$B" addr add "10.77.$i.1/32" dev lo; done
 start iperf3 ip netns exec "$B" iperf3 -s
 
 cpu_ticks() { # summed utime+stime of pids, in clock ticks
@@ -145,6 +145,11 @@ spec: {entry: a, exit: b, route: [a, b], transport: tls}
 apiVersion: hoplink.dev/v1alpha1
 kind: Chain
 metadata: {name: quic}
+spec: {entry: a, exit: b, route: [a, b], transport: quic}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: Chain
+metadata: {name: auto}
 spec: {entry: a, exit: b, route: [a, b]}
 ---
 apiVersion: hoplink.dev/v1alpha1
@@ -166,6 +171,16 @@ apiVersion: hoplink.dev/v1alpha1
 kind: Tunnel
 metadata: {name: pkt-quic}
 spec: {chain: quic, protocol: tun, tun: {name: hl-pq, address: 10.204.0.1/24, routes: [10.77.4.0/24], mode: packet}}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: Tunnel
+metadata: {name: flow-auto}
+spec: {chain: auto, protocol: tun, tun: {name: hl-fa, address: 10.205.0.1/24, routes: [10.77.5.0/24]}}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: Tunnel
+metadata: {name: pkt-auto}
+spec: {chain: auto, protocol: tun, tun: {name: hl-pa, address: 10.206.0.1/24, routes: [10.77.6.0/24], mode: packet}}
 YAML
 $HOPLINK cert ca --dir "$work/certs" >/dev/null
 $HOPLINK cert issue --dir "$work/certs" a b >/dev/null
@@ -176,9 +191,9 @@ for offload in true false; do
   rb=$last_pid
   start "relay-a-$offload" ip netns exec "$A" "$HOPLINK" relay -f "$work/tun.yaml" --name a --certs "$work/certs" --tun-offload="$offload"
   ra=$last_pid
-  for _ in $(seq 100); do ip -n "$A" link show hl-pq >/dev/null 2>&1 && ip -n "$B" link show hl-pq >/dev/null 2>&1 && break; sleep 0.1; done
+  for _ in $(seq 100); do ip -n "$A" link show hl-pa >/dev/null 2>&1 && ip -n "$B" link show hl-pa >/dev/null 2>&1 && break; sleep 0.1; done
   sleep 1
-  for t in flow-tls:1 pkt-tls:2 flow-quic:3 pkt-quic:4; do
+  for t in flow-tls:1 pkt-tls:2 flow-quic:3 pkt-quic:4 flow-auto:5 pkt-auto:6; do
     name=${t%%:*}-$offload
     RES[$name]=$(measure "$name" "10.77.${t#*:}.1" $ra $rb); echo "$name: ${RES[$name]}" >&2
   done
@@ -201,6 +216,8 @@ row() { # label key
   echo "|---|---|---|---|---|---|"
   row "direct veth" direct
   row "wireguard-go $WG_VERSION" wireguard
+  row "hoplink packet mode, default (auto), offload" pkt-auto-true
+  row "hoplink flow mode, default (auto), offload" flow-auto-true
   row "hoplink packet mode, TLS, offload" pkt-tls-true
   row "hoplink flow mode, TLS, offload" flow-tls-true
   row "hoplink packet mode, QUIC, offload" pkt-quic-true
@@ -209,6 +226,8 @@ row() { # label key
   row "hoplink flow mode, TLS, no offload" flow-tls-false
   row "hoplink packet mode, QUIC, no offload" pkt-quic-false
   row "hoplink flow mode, QUIC, no offload" flow-quic-false
+  row "hoplink packet mode, default (auto), no offload" pkt-auto-false
+  row "hoplink flow mode, default (auto), no offload" flow-auto-false
   echo "<!-- tun:end -->"
 } >"$work/table.md"
 cat "$work/table.md"
