@@ -42,6 +42,9 @@ type Metrics struct {
 	// achieved per transport.
 	LinkTransport *prometheus.GaugeVec
 	LinkGoodput   *prometheus.GaugeVec
+	// LinkFlows counts the flows a relay opened on a link of a transport:
+	// auto chains' by the reason of each choice.
+	LinkFlows *prometheus.CounterVec
 	// TargetRTT is an exit relay's connect time to a Tunnel's target.
 	TargetRTT *prometheus.GaugeVec
 	TargetUp  *prometheus.GaugeVec
@@ -152,6 +155,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "hoplink_link_transport_info",
 			Help: "1 for the transport (quic, tls) bulk flows and packet sessions of transport: auto chains take on a link, with the reason it was chosen (unmeasured, measured).",
 		}, []string{"from", "to", "transport", "reason"}),
+		LinkFlows: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hoplink_link_flows_total",
+			Help: "TCP flows a relay opened toward the next relay, by transport and the reason it was taken (explicit: the chain names it; short_flows, interactive, unmeasured, measured, sampling, no_spare, lossy_link under auto).",
+		}, []string{"from", "to", "transport", "reason"}),
 		LinkGoodput: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "hoplink_link_goodput_bits_per_second",
 			Help: "Moving average of what bulk flows (1 MiB or more) achieved on a link per transport, while they moved.",
@@ -187,7 +194,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	}
 	reg.MustRegister(m.Bytes, m.Flows, m.ActiveFlows, m.FlowSetup, m.FlowErrors, m.Rejected,
 		m.Ready, m.PeerUp, m.Handshakes, m.UDPSessions, m.UDPDropped, m.UDPFramed, m.SendLost, m.UDPBuffer,
-		m.LinkUp, m.LinkRTT, m.LinkRTTMin, m.LinkSmoothed, m.LinkJitter, m.LinkLoss, m.LinkProbes, m.LinkTransport, m.LinkGoodput,
+		m.LinkUp, m.LinkRTT, m.LinkRTTMin, m.LinkSmoothed, m.LinkJitter, m.LinkLoss, m.LinkProbes, m.LinkTransport, m.LinkGoodput, m.LinkFlows,
 		m.TargetRTT, m.TargetUp, m.ChainRoute, m.TUNPackets, m.TUNBytes, m.TUNDropped, m.TUNFlows)
 	m.Route = NewRoute(reg)
 	return m

@@ -26,9 +26,13 @@ var routes = map[string]struct {
 	"3hop":     {4, []string{"r0", "r1", "r2", "r3"}, "quic"},
 	"1hop-tls": {2, []string{"r0", "r1"}, "tls"},
 	"3hop-tls": {4, []string{"r0", "r1", "r2", "r3"}, "tls"},
+	// auto: the first flows of a Tunnel take TLS spares, then QUIC when
+	// none is ready; its transports change under the flows.
+	"1hop-auto": {2, []string{"r0", "r1"}, "auto"},
+	"3hop-auto": {4, []string{"r0", "r1", "r2", "r3"}, "auto"},
 }
 
-var transports = []string{"quic", "tls"}
+var transports = []string{"quic", "tls", "auto"}
 
 // TestTCPIntegrityAndHalfClose sends 32 MiB up, closes the client's write
 // side, and only then has the target answer with 32 MiB: both directions
@@ -201,5 +205,54 @@ func testTCPClientReset(t *testing.T, transport string) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("target never saw the client's reset")
+	}
+}
+
+// TestAutoLearnsAShape: under transport auto the relays learn a Tunnel's
+// shape from its flows. Request/response flows (many turns of direction),
+// here 600 KB each so not short, ride QUIC once four have ended, at every
+// hop; before that they took the link's bulk choice (TLS from a warm
+// pool, else QUIC). The choices show in hoplink_link_flows_total.
+func TestAutoLearnsAShape(t *testing.T) {
+	target := testutil.TCPServer(t, testutil.Echo)
+	port := testutil.FreePort(t)
+	_, m, _ := networkOver(t, "auto", 3, []string{"r0", "r1", "r2"}, tunnelSpec{name: "rr", protocol: "tcp", target: target, port: port})
+	flows := func(from, to, transport, reason string) float64 {
+		return promtest.ToFloat64(m.LinkFlows.WithLabelValues(from, to, transport, reason))
+	}
+	exchange := func() {
+		c := dialTunnel(t, port)
+		defer c.Close()
+		msg, buf := bytes.Repeat([]byte{'q'}, 1000), make([]byte, 1000)
+		for range 300 {
+			if _, err := c.Write(msg); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.ReadFull(c, buf); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for range 4 {
+		exchange()
+	}
+	for _, l := range [][2]string{{"r0", "r1"}, {"r1", "r2"}} {
+		if n := flows(l[0], l[1], "quic", "interactive"); n != 0 {
+			t.Fatalf("%s -> %s: %v interactive flows before the shape was known", l[0], l[1], n)
+		}
+	}
+	// Each relay counts a flow's end when its own side of the flow ends,
+	// which may come after the next flow started: a few more flows.
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		exchange()
+		if flows("r0", "r1", "quic", "interactive") > 0 && flows("r1", "r2", "quic", "interactive") > 0 {
+			break
+		}
+	}
+	for _, l := range [][2]string{{"r0", "r1"}, {"r1", "r2"}} {
+		if n := flows(l[0], l[1], "quic", "interactive"); n == 0 {
+			t.Errorf("%s -> %s: no flow rode QUIC as interactive; flows: %v", l[0], l[1], promtest.CollectAndCount(m.LinkFlows))
+		}
 	}
 }

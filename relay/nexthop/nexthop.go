@@ -18,6 +18,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/prometheus/client_golang/prometheus"
 	quicgo "github.com/quic-go/quic-go"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
@@ -125,8 +126,11 @@ func (p *Peers) Connect(set *manifest.Set) {
 			return true
 		}
 		if m := p.o.Metrics; m != nil {
-			m.LinkTransport.DeletePartialMatch(map[string]string{"from": p.o.Name, "to": peer})
-			m.LinkGoodput.DeletePartialMatch(map[string]string{"from": p.o.Name, "to": peer})
+			for _, v := range []interface {
+				DeletePartialMatch(prometheus.Labels) int
+			}{m.LinkTransport, m.LinkGoodput, m.LinkFlows} {
+				v.DeletePartialMatch(prometheus.Labels{"from": p.o.Name, "to": peer})
+			}
 		}
 		return false
 	})
@@ -250,6 +254,9 @@ func (p *Peers) Open(ctx context.Context, h *hop.Header, transport v1alpha1.Tran
 		return nil, nil, err
 	}
 	ch.out = out
+	if m := p.o.Metrics; m != nil && h.Kind == hop.KindTCP {
+		m.LinkFlows.WithLabelValues(p.o.Name, ch.peer, string(ch.Transport), ch.Reason).Inc()
+	}
 	return out, ch, nil
 }
 
