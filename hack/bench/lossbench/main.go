@@ -30,6 +30,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -135,6 +136,22 @@ func runProfile(hoplink string, p profile, echoes, size int, bulk time.Duration)
 		return nil, err
 	}
 	defer n.Close()
+	// Interrupted, it still removes its namespaces (the relays die with
+	// this process: Pdeathsig).
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sig)
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case <-sig:
+			n.Close()
+			os.RemoveAll(dir)
+			os.Exit(130)
+		case <-done:
+		}
+	}()
 	nodes := map[string]*linkemu.Node{}
 	for _, name := range []string{"a", "m1", "m2", "b"} {
 		if nodes[name], err = n.AddNode(name); err != nil {
