@@ -142,7 +142,8 @@ func (c *chooser) link(peer string) *linkChoice {
 }
 
 // pick chooses the transport of a new flow of tunnel to peer. quicSent and
-// quicLost are the packets the QUIC connections to peer sent and lost.
+// quicLost are the packets the QUIC connections to peer sent and lost;
+// only packet sessions look at them.
 // Packet sessions pass isFlow false: they are bulk, and short flows do not
 // apply. bulk says the Tunnel's flows are known to be bulk (worth a
 // handshake).
@@ -159,13 +160,8 @@ func (c *chooser) pick(peer, tunnel string, isFlow bool, quicSent, quicLost uint
 	}
 	bulk = !isFlow || known
 	l := c.link(peer)
-	packets := quicSent + l.tcpSent
-	var loss float64
-	if packets > 0 {
-		loss = float64(quicLost+l.tcpLost) / float64(packets)
-	}
 	c.decide(peer, l, now)
-	if !isFlow && l.reason != ReasonMeasured && packets >= lossPackets && loss >= lossyLink {
+	if !isFlow && l.reason != ReasonMeasured && lossy(quicSent+l.tcpSent, quicLost+l.tcpLost) {
 		// Packets of TCP flows inside a TLS connection would be
 		// retransmitted twice, each layer stalling the other.
 		return v1alpha1.TransportQUIC, ReasonLossy, bulk
@@ -177,6 +173,11 @@ func (c *chooser) pick(peer, tunnel string, isFlow bool, quicSent, quicLost uint
 		}
 	}
 	return l.bulk, l.reason, bulk
+}
+
+// lossy says whether lost of sent packets make a link lossy.
+func lossy(sent, lost uint64) bool {
+	return sent >= lossPackets && float64(lost) >= lossyLink*float64(sent)
 }
 
 // decide settles a link's bulk transport from what is known now.

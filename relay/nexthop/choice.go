@@ -73,7 +73,12 @@ func (p *Peers) PacketTransport(h *hop.Header, transport v1alpha1.Transport) v1a
 }
 
 func (p *Peers) pick(peer, tunnel string, isFlow bool) (v1alpha1.Transport, string, bool) {
-	sent, lost := p.quic.Loss(peer)
+	// The loss counts walk every connection to the peer: only a packet
+	// session's choice uses them, so a TCP flow's setup does not pay it.
+	var sent, lost uint64
+	if !isFlow {
+		sent, lost = p.quic.Loss(peer)
+	}
 	return p.auto.pick(peer, tunnel, isFlow, sent, lost, time.Now())
 }
 
