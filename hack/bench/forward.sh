@@ -58,6 +58,8 @@ start() { local name=$1; shift; (exec "$@") >"$work/$name.log" 2>&1 & last_pid=$
 IPERF=5201 ECHO=7000
 start iperf3 iperf3 -s -p $IPERF
 start echo $FB echo -addr 127.0.0.1:$ECHO
+QECHO=7001
+start quicecho $FB quicecho -addr 127.0.0.1:$QECHO
 
 # --- hoplink: four relays, three chains ----------------------------------------
 cat >"$work/bench.yaml" <<YAML
@@ -245,6 +247,12 @@ for name in direct:$ECHO haproxy:$E_HAPROXY one:$E_ONE three:$E_THREE one_tls:$E
   out=$($FB ttfb -addr 127.0.0.1:${name#*:} -n "$TTFB_N"); echo "${name%%:*}: $out" >&2
   TTFB50[${name%%:*}]=$(echo "$out" | kv p50_us); TTFB99[${name%%:*}]=$(echo "$out" | kv p99_us)
 done
+# The floor of one hop: a small round trip of bare quic-go and of TCP
+# between two processes, on connections already open.
+out=$($FB quicrtt -addr 127.0.0.1:$QECHO -n "$TTFB_N"); echo "bare quic-go: $out" >&2
+FLOOR_QUIC=$(echo "$out" | kv p50_us)
+out=$($FB tcprtt -addr 127.0.0.1:$ECHO -n "$TTFB_N"); echo "bare TCP: $out" >&2
+FLOOR_TCP=$(echo "$out" | kv p50_us)
 log "$RR_CLIENTS request/response clients, ${RR_SECONDS}s each"
 for name in direct:$ECHO one:$E_ONE three:$E_THREE one_tls:$E_ONE_TLS three_tls:$E_THREE_TLS one_auto:$E_ONE_AUTO three_auto:$E_THREE_AUTO; do
   RR[${name%%:*}]=$($FB rr -addr 127.0.0.1:${name#*:} -clients "$RR_CLIENTS" -duration "${RR_SECONDS}s"); echo "${name%%:*}: ${RR[${name%%:*}]}" >&2
@@ -299,6 +307,11 @@ la_line=$(echo "$HOLD" | grep "pid=${relay_pid[la]} ")
   for k in direct haproxy one_auto three_auto one three one_tls three_tls $( ((have_rathole)) && echo rathole); do
     printf '| %s | %s | %s | %s |\n' "$k" "${TTFB50[$k]}" "${TTFB99[$k]}" "$(python3 -c "print('%.0f' % (${TTFB50[$k]}-${TTFB50[direct]}))")"
   done
+  echo
+  echo "The floor of a hop, between two processes on connections already open (p50 µs): a new"
+  echo "stream's 1-byte round trip on bare quic-go ${FLOOR_QUIC}, a 1-byte round trip on TCP ${FLOOR_TCP}."
+  echo "Three QUIC hops and the client's extra TCP leg cannot add less than"
+  echo "$(python3 -c "print('%.0f' % (3*$FLOOR_QUIC+$FLOOR_TCP))") µs to the first byte (3 x quic + tcp), before any relay work."
   echo
   echo "**Request/response**: $RR_CLIENTS clients, one connection each, 64-byte request and answer, 50 ms think time, ${RR_SECONDS} s"
   echo

@@ -1,6 +1,7 @@
 // Command flowbench measures what iperf3 does not: time to first byte of
 // new connections, request/response latency under many concurrent clients,
-// and relay memory with many open flows. hack/bench/forward.sh runs it
+// relay memory with many open flows, and the round trip of bare quic-go and
+// TCP between two processes (the floor of a hop). hack/bench/forward.sh runs it
 // against the direct path and each forwarder in one run; it prints
 // key=value lines for the script to tabulate.
 package main
@@ -22,7 +23,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: flowbench echo|ttfb|rr|hold [flags]")
+		fmt.Fprintln(os.Stderr, "usage: flowbench echo|ttfb|rr|hold|quicecho|quicrtt|tcprtt [flags]")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
@@ -45,6 +46,12 @@ func main() {
 		err = rr(*addr, *clients, *duration, *think, *size)
 	case "hold":
 		err = hold(*addr, *n, *pids)
+	case "quicecho":
+		err = quicEcho(*addr)
+	case "quicrtt":
+		err = quicRTT(*addr, *n)
+	case "tcprtt":
+		err = tcpRTT(*addr, *n)
 	default:
 		err = fmt.Errorf("unknown mode %q", os.Args[1])
 	}

@@ -1,0 +1,129 @@
+package main
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"time"
+
+	"github.com/quic-go/quic-go"
+)
+
+// The floor of a hop: what bare quic-go and bare TCP take for one small
+// round trip between two processes on this machine. A relay hop cannot be
+// faster than its transport's round trip, so these rows bound what the time
+// to first byte of a chain can reach.
+
+const benchALPN = "hoplink-bench"
+
+// quicEcho accepts QUIC connections on addr and echoes each stream.
+func quicEcho(addr string) error {
+	cert, err := selfSigned()
+	if err != nil {
+		return err
+	}
+	ln, err := quic.ListenAddr(addr, &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{benchALPN}},
+		&quic.Config{MaxIncomingStreams: 1 << 16})
+	if err != nil {
+		return err
+	}
+	for {
+		c, err := ln.Accept(context.Background())
+		if err != nil {
+			return err
+		}
+		go func() {
+			for {
+				s, err := c.AcceptStream(context.Background())
+				if err != nil {
+					return
+				}
+				go func() {
+					buf := make([]byte, 4096)
+					io.CopyBuffer(struct{ io.Writer }{s}, struct{ io.Reader }{s}, buf)
+					s.Close()
+				}()
+			}
+		}()
+	}
+}
+
+// quicRTT opens one connection to a quicEcho, then n streams one after
+// another; each writes one byte and waits for its echo, as a new flow does
+// on a relay's warm link.
+func quicRTT(addr string, n int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// The bench measures transport latency, not trust: the echo's
+	// certificate is throwaway.
+	c, err := quic.DialAddr(ctx, addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{benchALPN}}, &quic.Config{})
+	if err != nil {
+		return err
+	}
+	defer c.CloseWithError(0, "")
+	lat := make([]time.Duration, 0, n)
+	b := []byte{1}
+	for range n {
+		start := time.Now()
+		s, err := c.OpenStreamSync(ctx)
+		if err != nil {
+			return err
+		}
+		if _, err := s.Write(b); err != nil {
+			return err
+		}
+		if _, err := io.ReadFull(s, b); err != nil {
+			return fmt.Errorf("no echo: %w", err)
+		}
+		lat = append(lat, time.Since(start))
+		s.Close()
+	}
+	printStats("quic_rtt", lat)
+	return nil
+}
+
+// tcpRTT sends one byte at a time over one open connection to an echo.
+func tcpRTT(addr string, n int) error {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(time.Minute))
+	lat := make([]time.Duration, 0, n)
+	b := []byte{1}
+	for range n {
+		start := time.Now()
+		if _, err := c.Write(b); err != nil {
+			return err
+		}
+		if _, err := io.ReadFull(c, b); err != nil {
+			return err
+		}
+		lat = append(lat, time.Since(start))
+	}
+	printStats("tcp_rtt", lat)
+	return nil
+}
+
+func selfSigned() (tls.Certificate, error) {
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	t := x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "flowbench"},
+		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(24 * time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, &t, &t, &k.PublicKey, k)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: k}, nil
+}
