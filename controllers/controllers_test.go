@@ -178,8 +178,12 @@ func TestRelayNodeBecomesDaemonSetWithCertificateAndRBAC(t *testing.T) {
 	if !pod.HostNetwork || pod.NodeSelector["hoplink.dev/edge"] != "true" || len(pod.Tolerations) != 1 || pod.ServiceAccountName != name.Name {
 		t.Errorf("pod spec does not follow the RelayNode: %+v", pod)
 	}
-	if c.Image != "hoplink:test" || strings.Join(c.Args, " ") != "relay --kube --relaynode hk --namespace "+ns+" --metrics-addr :7501" {
+	if c.Image != "hoplink:test" || strings.Join(c.Args, " ") != "relay --kube --relaynode hk --namespace "+ns+" --metrics-addr :7501 --drain-timeout 30s" {
 		t.Errorf("container: image %s args %v", c.Image, c.Args)
+	}
+	// The kubelet waits for the relay's drain before it kills the pod.
+	if g := pod.TerminationGracePeriodSeconds; g == nil || *g <= 30 {
+		t.Errorf("terminationGracePeriodSeconds %v: the relay drains for 30s and needs a little more", g)
 	}
 	if c.Ports[0].ContainerPort != 7500 || c.Ports[0].Protocol != corev1.ProtocolUDP || c.ReadinessProbe.HTTPGet.Port.IntVal != 7501 {
 		t.Errorf("ports/probes: %+v %+v", c.Ports, c.ReadinessProbe)

@@ -288,7 +288,7 @@ func (r *RelayNodeReconciler) daemonSetSpec(rn *v1alpha1.RelayNode) appsv1.Daemo
 		Name:  "relay",
 		Image: image,
 		Args: []string{"relay", "--kube", "--relaynode", rn.Name, "--namespace", rn.Namespace,
-			"--metrics-addr", ":" + itoa(mport)},
+			"--metrics-addr", ":" + itoa(mport), "--drain-timeout", itoa(v1alpha1.DefaultDrainSeconds) + "s"},
 		Ports: []corev1.ContainerPort{
 			{Name: "quic", ContainerPort: port, Protocol: corev1.ProtocolUDP},
 			{Name: "tls", ContainerPort: port, Protocol: corev1.ProtocolTCP},
@@ -343,11 +343,16 @@ func (r *RelayNodeReconciler) daemonSetSpec(rn *v1alpha1.RelayNode) appsv1.Daemo
 		Tolerations:        rn.Spec.Tolerations,
 		Containers:         []corev1.Container{c},
 		Volumes:            volumes,
-		// Let open flows finish when a relay is replaced.
-		TerminationGracePeriodSeconds: ptr.To[int64](30),
+		// Let open flows finish when a relay is replaced: the relay drains
+		// for --drain-timeout after SIGTERM; a little more before SIGKILL.
+		TerminationGracePeriodSeconds: ptr.To[int64](v1alpha1.DefaultDrainSeconds + drainSlack),
 	}
 	return spec
 }
+
+// drainSlack is the time a relay pod has after its drain to close before
+// the kubelet kills it.
+const drainSlack = 5
 
 // httpProbe spells out the numbers the API server would default, so that
 // comparing with the stored DaemonSet sees no change where there is none.

@@ -28,6 +28,11 @@ type env struct {
 	set          *atomic.Pointer[manifest.Set]
 	setupTimeout time.Duration
 	flows        *quota // a token per flow in progress
+	// draining: the relay takes no new flows (Relay.Drain).
+	draining atomic.Bool
+	// openTCP counts the TCP flows in progress, in every role: what a
+	// drain waits for (UDP and packet sessions have no end of their own).
+	openTCP *atomic.Int64
 
 	ctx context.Context // ends when the relay closes
 	wg  *sync.WaitGroup // the relay's goroutines, waited for by Close
@@ -38,6 +43,10 @@ func (e *env) manifests() *manifest.Set { return e.set.Load() }
 // acquire takes a flow token for a flow of tunnel, from client host at
 // an entry (else the zero Addr), or counts the flow refused.
 func (e *env) acquire(tunnel string, host netip.Addr) bool {
+	if e.draining.Load() {
+		e.flowError(tunnel, refusedDraining)
+		return false
+	}
 	if reason := e.flows.take(tunnel, host); reason != "" {
 		e.flowError(tunnel, reason)
 		return false
@@ -74,6 +83,16 @@ func (e *env) begin(tunnel, role string) (flowCounters, func()) {
 		up:   e.m.Bytes.WithLabelValues(e.name, tunnel, "up"),
 		down: e.m.Bytes.WithLabelValues(e.name, tunnel, "down"),
 	}, active.Dec
+}
+
+// beginTCP is begin for a TCP flow, which a drain waits for.
+func (e *env) beginTCP(tunnel, role string) (flowCounters, func()) {
+	e.openTCP.Add(1)
+	fc, done := e.begin(tunnel, role)
+	return fc, func() {
+		done()
+		e.openTCP.Add(-1)
+	}
 }
 
 func (e *env) flowError(tunnel, reason string) {

@@ -29,6 +29,8 @@ const (
 	flowLimit   = "flow_limit"
 	tunnelLimit = "tunnel_limit"
 	sourceLimit = "source_limit"
+	// refusedDraining: the relay drains (shuts down) and takes no new flow.
+	refusedDraining = "draining"
 )
 
 // Shares of the relay's flows, when Config leaves them out: a quarter for

@@ -82,12 +82,13 @@ type Config struct {
 
 // Relay is one running relay.
 type Relay struct {
-	cfg    Config
-	set    atomic.Pointer[manifest.Set]
-	env    *env
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	ready  atomic.Bool
+	cfg       Config
+	set       atomic.Pointer[manifest.Set]
+	env       *env
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	ready     atomic.Bool
+	drainOnce sync.Once // Drain's first call takes the relay out of service
 
 	hops     *nexthop.Peers
 	routes   *routeBook
@@ -141,7 +142,7 @@ func New(cfg Config) (*Relay, error) {
 		perSource = min(cfg.MaxFlowsPerSource, perTunnel)
 	}
 	r.env = &env{name: cfg.Name, log: cfg.Log, warn: ratelog.New(cfg.Log), m: cfg.Metrics, set: &r.set, setupTimeout: cfg.SetupTimeout,
-		flows: newQuota(cfg.MaxFlows, perTunnel, perSource), ctx: ctx, wg: &r.wg}
+		flows: newQuota(cfg.MaxFlows, perTunnel, perSource), openTCP: new(atomic.Int64), ctx: ctx, wg: &r.wg}
 	r.routes = newRouteBook(r.env, cfg.Route)
 	return r, nil
 }
@@ -165,7 +166,8 @@ func (r *Relay) Start() error {
 	self := set.Relay(r.cfg.Name)
 	e := r.env
 	links := probe.NewLinks(probe.LinkOptions{Relay: e.name, Metrics: e.m, Conn: func(peer string) probe.Sender {
-		if c := r.hops.Live(peer); c != nil {
+		// A draining peer is down for routing: it takes no new flows.
+		if c := r.hops.Live(peer); c != nil && !r.hops.Draining(peer) {
 			return c
 		}
 		return nil
@@ -183,8 +185,14 @@ func (r *Relay) Start() error {
 		TLS:              func(peer string, c *tls.Conn) { r.dispatch.serveTLS(peer, c) },
 		Admin:            adminapi.Handler(adminBackend{r.measure}),
 		OnProbeEcho:      links.Echo,
-		Metrics:          e.m,
-		Log:              e.log,
+		OnPeerDraining: func(peer string) {
+			links.Stale(peer)
+			if r.ctl != nil {
+				r.ctl.Kick()
+			}
+		},
+		Metrics: e.m,
+		Log:     e.log,
 	})
 	// Every role exists before the first peer's stream can arrive.
 	r.hops, r.measure.hops = hops, hops
@@ -268,7 +276,7 @@ func (r *Relay) Update(set *manifest.Set) error {
 		r.mu.Lock()
 		_, open := r.tunnels[key]
 		r.mu.Unlock()
-		if !open {
+		if !open && !r.env.draining.Load() {
 			errs = append(errs, r.openTunnel(t))
 		}
 	}
@@ -338,6 +346,61 @@ func (r *Relay) openTUN(t *v1alpha1.Tunnel, key string) (stop func(), err error)
 		return r.packets.openEntry(t, key, addr, routes)
 	}
 	return r.tun.open(t, key, addr, routes)
+}
+
+// DefaultDrainTimeout is how long a relay told to stop lets its open flows
+// go on (hoplink relay --drain-timeout); the DaemonSet's grace period
+// leaves it a few seconds more.
+const DefaultDrainTimeout = v1alpha1.DefaultDrainSeconds * time.Second
+
+// drainPoll is how often Drain looks whether the open flows ended.
+const drainPoll = 20 * time.Millisecond
+
+// Drain takes the relay out of service without cutting a flow. It turns
+// not ready; closes its TCP Tunnels' listeners, so clients connecting now
+// are refused at once and can retry elsewhere; refuses every new flow
+// (UDP sessions, a tun device's flows, peers' streams, reset with
+// CodeShutdown); tells its peers, which then send it no new flows and
+// route around it; and waits until the open TCP flows end or ctx does.
+// UDP and packet sessions, which have no end of their own, are carried
+// meanwhile. It returns how many TCP flows were still open. Close ends
+// what is left.
+func (r *Relay) Drain(ctx context.Context) (open int) {
+	r.drainOnce.Do(func() {
+		r.env.draining.Store(true)
+		r.ready.Store(false)
+		r.cfg.Metrics.Ready.WithLabelValues(r.cfg.Name).Set(0)
+		r.mu.Lock()
+		var stops []func()
+		for key, et := range r.tunnels {
+			if et.spec.Protocol == v1alpha1.ProtocolTCP {
+				stops = append(stops, et.stop)
+				delete(r.tunnels, key)
+			}
+		}
+		r.mu.Unlock()
+		for _, stop := range stops {
+			stop()
+		}
+		if r.hops != nil {
+			r.hops.Drain()
+		}
+		r.cfg.Log.Info("draining: no new flows; waiting for the open TCP flows", "open", r.env.openTCP.Load())
+	})
+	t := time.NewTicker(drainPoll)
+	defer t.Stop()
+	for {
+		if open = int(r.env.openTCP.Load()); open == 0 {
+			r.cfg.Log.Info("drained: every flow ended")
+			return 0
+		}
+		select {
+		case <-ctx.Done():
+			r.cfg.Log.Info("drain ended with TCP flows open", "open", open)
+			return open
+		case <-t.C:
+		}
+	}
 }
 
 // Close stops the listeners, ends every flow and connection, and waits for

@@ -93,7 +93,7 @@ func testEnv(t *testing.T, yaml string) (*env, *metrics.Metrics) {
 	m := metrics.New(prometheus.NewRegistry())
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	return &env{name: "hk", log: log, warn: ratelog.New(log), m: m, set: &p,
-		setupTimeout: time.Second, flows: newQuota(4, 3, 2), ctx: context.Background(), wg: &sync.WaitGroup{}}, m
+		setupTimeout: time.Second, flows: newQuota(4, 3, 2), openTCP: new(atomic.Int64), ctx: context.Background(), wg: &sync.WaitGroup{}}, m
 }
 
 func TestNewChecksItsConfig(t *testing.T) {
@@ -174,13 +174,13 @@ func TestRouteBook(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 
-	if rt, err := b.Route(ctx, set.Chain("default/static")); err != nil || strings.Join(rt, ",") != "hk,la" {
+	if rt, err := b.Route(ctx, set.Chain("default/static"), nil); err != nil || strings.Join(rt, ",") != "hk,la" {
 		t.Fatalf("static route: %v %v", rt, err)
 	}
 	// A routed chain's new flows wait for its first decision.
 	got := make(chan []string, 1)
 	go func() {
-		rt, _ := b.Route(ctx, set.Chain("default/fast"))
+		rt, _ := b.Route(ctx, set.Chain("default/fast"), nil)
 		got <- rt
 	}()
 	select {
@@ -199,7 +199,7 @@ func TestRouteBook(t *testing.T) {
 	short, cancel2 := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel2()
 	b.update(set) // keeps a route the spec allows
-	if _, err := b.Route(short, set.Chain("default/fast")); err != nil {
+	if _, err := b.Route(short, set.Chain("default/fast"), nil); err != nil {
 		t.Fatalf("an allowed decision was forgotten: %v", err)
 	}
 	gone, _ := manifest.Parse("test.yaml", []byte(strings.Replace(twoRelays, "exit: la, mode: sum", "exit: hk, mode: static, route: [hk]", 1)))
@@ -250,5 +250,85 @@ func TestTraceAtTheExitHasADeadline(t *testing.T) {
 	}
 	if n := e.flows.inUse(); n != 0 {
 		t.Fatalf("%d flow tokens still taken", n)
+	}
+}
+
+const fourRelays = `
+apiVersion: hoplink.dev/v1alpha1
+kind: RelayNode
+metadata: {name: hk}
+spec: {listen: {port: 7401}, endpoints: ["127.0.0.1:7401"]}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: RelayNode
+metadata: {name: m1}
+spec: {listen: {port: 7402}, endpoints: ["127.0.0.1:7402"]}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: RelayNode
+metadata: {name: m2}
+spec: {listen: {port: 7403}, endpoints: ["127.0.0.1:7403"]}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: RelayNode
+metadata: {name: la}
+spec: {listen: {port: 7404}, endpoints: ["127.0.0.1:7404"]}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: Chain
+metadata: {name: static}
+spec: {entry: hk, exit: la, via: [m1], route: [hk, m1, la]}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: Chain
+metadata: {name: fast}
+spec: {entry: hk, exit: la, via: [m1, m2], mode: sum, probe: {interval: 300ms}}
+`
+
+// TestRouteBookAvoidsDrainingRelays: a route through a relay that drains is
+// not taken. A fixed route fails at once; a routed chain waits for a round
+// to move, and fails after it if the route stayed.
+func TestRouteBookAvoidsDrainingRelays(t *testing.T) {
+	e, _ := testEnv(t, fourRelays)
+	set := e.manifests()
+	b := newRouteBook(e, true)
+	m1Drains := func(r string) bool { return r == "m1" }
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+
+	start := time.Now()
+	if _, err := b.Route(ctx, set.Chain("default/static"), m1Drains); err == nil || !strings.Contains(err.Error(), "m1") {
+		t.Fatalf("a fixed route through a draining relay: %v, want an error naming m1", err)
+	}
+	if d := time.Since(start); d > 50*time.Millisecond {
+		t.Errorf("a fixed route through a draining relay failed after %v, want at once", d)
+	}
+	if rt, err := b.Route(ctx, set.Chain("default/static"), func(string) bool { return false }); err != nil || strings.Join(rt, ",") != "hk,m1,la" {
+		t.Fatalf("no relay drains: %v %v", rt, err)
+	}
+
+	b.decide(routectl.Decision{Chain: "default/fast", Route: []string{"hk", "m1", "la"}})
+	got := make(chan []string, 1)
+	go func() {
+		rt, _ := b.Route(ctx, set.Chain("default/fast"), m1Drains)
+		got <- rt
+	}()
+	select {
+	case rt := <-got:
+		t.Fatalf("a routed chain took %v through a draining relay", rt)
+	case <-time.After(50 * time.Millisecond):
+	}
+	b.decide(routectl.Decision{Chain: "default/fast", Route: []string{"hk", "m2", "la"}})
+	if rt := <-got; strings.Join(rt, ",") != "hk,m2,la" {
+		t.Fatalf("after the round moved the chain: %v", rt)
+	}
+
+	// No round moves it: the flow fails after about an interval, not at
+	// the end of its setup time.
+	b.decide(routectl.Decision{Chain: "default/fast", Route: []string{"hk", "m1", "la"}})
+	start = time.Now()
+	_, err := b.Route(ctx, set.Chain("default/fast"), m1Drains)
+	if d := time.Since(start); err == nil || d < 250*time.Millisecond || d > 2*time.Second {
+		t.Fatalf("a routed chain with every route draining: %v after %v, want an error after about 300ms", err, d)
 	}
 }

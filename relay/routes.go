@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/manifest"
@@ -51,19 +52,34 @@ var errNoRoute = errors.New("the chain has no route yet")
 
 // Route returns the route new flows of chain c take. A routed chain
 // without one yet (its first round is under way) is waited for until ctx
-// ends.
-func (b *routeBook) Route(ctx context.Context, c *v1alpha1.Chain) ([]string, error) {
+// ends. A route through a relay that avoid names (it drains) is not
+// taken: a chain this relay routes waits at most a round for another (the
+// news of the drain starts one), any other fails at once.
+func (b *routeBook) Route(ctx context.Context, c *v1alpha1.Chain, avoid func(string) bool) ([]string, error) {
 	key := manifest.Key(c.Namespace, c.Name)
+	var reroute <-chan time.Time
 	for {
 		b.mu.Lock()
+		routing := b.self && c.Spec.Mode.Routed()
 		var rt []string
-		if b.self && c.Spec.Mode.Routed() {
+		if routing {
 			rt = b.decided[key]
 		} else {
 			rt = manifest.Route(c)
 		}
 		changed := b.changed
 		b.mu.Unlock()
+		if bad := crossing(rt, avoid); bad != "" {
+			if !routing {
+				return nil, fmt.Errorf("relay %s of the chain's route drains (shuts down) and the route is fixed", bad)
+			}
+			if reroute == nil {
+				t := time.NewTimer(routectl.Interval(c))
+				defer t.Stop()
+				reroute = t.C
+			}
+			rt = nil
+		}
 		if len(rt) > 0 {
 			return rt, nil
 		}
@@ -73,10 +89,25 @@ func (b *routeBook) Route(ctx context.Context, c *v1alpha1.Chain) ([]string, err
 			if c == nil {
 				return nil, fmt.Errorf("chain %q is gone", key)
 			}
+		case <-reroute:
+			return nil, fmt.Errorf("every route of the chain crosses a relay that drains (shuts down)")
 		case <-ctx.Done():
 			return nil, fmt.Errorf("%w: %v", errNoRoute, context.Cause(ctx))
 		}
 	}
+}
+
+// crossing is the first relay after the entry of rt that avoid names.
+func crossing(rt []string, avoid func(string) bool) string {
+	if avoid == nil || len(rt) < 2 {
+		return ""
+	}
+	for _, r := range rt[1:] {
+		if avoid(r) {
+			return r
+		}
+	}
+	return ""
 }
 
 // update applies a new manifest set: routes the changed specs no longer

@@ -110,7 +110,7 @@ func (d *dispatcher) serveQUIC(c *rquic.Conn, s *quicgo.Stream) {
 		}
 	}
 	if !d.acquire(h.Tunnel, netip.Addr{}) {
-		flow.Reset(s, hop.CodeRejected)
+		flow.Reset(s, d.refusal())
 		return
 	}
 	defer d.release(h.Tunnel, netip.Addr{})
@@ -126,6 +126,16 @@ func (d *dispatcher) serveQUIC(c *rquic.Conn, s *quicgo.Stream) {
 	default: // a UDP or packet session: datagrams and frames
 		d.udp.middle(c, s, &h)
 	}
+}
+
+// refusal is the code a flow refused its token is reset with: shutdown
+// while the relay drains (the peer learns the relay takes no new flows),
+// else rejected (a limit).
+func (d *dispatcher) refusal() quicgo.StreamErrorCode {
+	if d.draining.Load() {
+		return hop.CodeShutdown
+	}
+	return hop.CodeRejected
 }
 
 // serveTLS serves a flow a peer sent over a TLS connection: the same

@@ -84,7 +84,7 @@ func (f *tcpFlows) serve(ln *net.TCPListener, t *v1alpha1.Tunnel) {
 // client, or a TCP flow a tun Tunnel's stack terminated.
 func (f *tcpFlows) entry(in flow.End, t *v1alpha1.Tunnel, key, target string) {
 	start := time.Now()
-	fc, done := f.begin(key, "entry")
+	fc, done := f.beginTCP(key, "entry")
 	defer done()
 	ctx, cancel := f.setupContext()
 	defer cancel()
@@ -144,7 +144,7 @@ func (f *tcpFlows) forward(ctx context.Context, in flow.End, t *v1alpha1.Tunnel,
 // middle carries a flow one hop further, over the chain's transport (under
 // auto, this relay's choice for its link to the next).
 func (f *tcpFlows) middle(in flow.End, h *hop.Header, t *v1alpha1.Tunnel, chain *v1alpha1.Chain) {
-	fc, done := f.begin(h.Tunnel, "middle")
+	fc, done := f.beginTCP(h.Tunnel, "middle")
 	defer done()
 	ctx, cancel := f.setupContext()
 	out, via, err := f.hops.Open(ctx, nexthop.Onward(h), chain.Spec.Transport)
@@ -161,7 +161,7 @@ func (f *tcpFlows) middle(in flow.End, h *hop.Header, t *v1alpha1.Tunnel, chain 
 // exit connects a flow to its target.
 func (f *tcpFlows) exit(in flow.End, h *hop.Header, t *v1alpha1.Tunnel) {
 	start := time.Now()
-	fc, done := f.begin(h.Tunnel, "exit")
+	fc, done := f.beginTCP(h.Tunnel, "exit")
 	defer done()
 	ctx, cancel := f.setupContext()
 	defer cancel()

@@ -184,6 +184,17 @@ func (c *Controller) Remove(key string) {
 	}
 }
 
+// Kick starts a round of every chain now rather than at its next
+// interval: a relay went away (it drains), and the chains through it move
+// within a round.
+func (c *Controller) Kick() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, l := range c.loops {
+		l.poke()
+	}
+}
+
 // Close stops every chain's rounds and waits for them.
 func (c *Controller) Close() {
 	c.cancel()
@@ -215,10 +226,14 @@ func (l *loop) update(ch *v1alpha1.Chain) {
 	l.chain = ch
 	l.mu.Unlock()
 	if !equality.Semantic.DeepEqual(old.Spec, ch.Spec) {
-		select {
-		case l.kick <- struct{}{}:
-		default:
-		}
+		l.poke()
+	}
+}
+
+func (l *loop) poke() {
+	select {
+	case l.kick <- struct{}{}:
+	default:
 	}
 }
 

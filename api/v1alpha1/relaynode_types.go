@@ -9,6 +9,10 @@ import (
 // RelayNode does not set spec.listen.port.
 const DefaultRelayPort = 7401
 
+// DefaultDrainSeconds is how long a relay told to stop (SIGTERM) lets its
+// open flows go on while it takes no new ones.
+const DefaultDrainSeconds = 30
+
 // LabelRelayNode marks the pods (and the objects) of one RelayNode: the
 // relay DaemonSet's pods, and the workload pods that get a sidecar relay.
 const LabelRelayNode = "hoplink.dev/relaynode"

@@ -62,7 +62,7 @@ func useSlog(log *slog.Logger) {
 	klog.SetLogger(l)
 }
 
-func runKubeRelay(log *slog.Logger, kf *kubeFlags, name, metricsAddr string, profiling bool, o kube.Options) error {
+func runKubeRelay(log *slog.Logger, kf *kubeFlags, name, metricsAddr string, profiling bool, drain time.Duration, o kube.Options) error {
 	if name == "" {
 		return fmt.Errorf("--relaynode: required: the RelayNode this process runs")
 	}
@@ -77,8 +77,19 @@ func runKubeRelay(log *slog.Logger, kf *kubeFlags, name, metricsAddr string, pro
 	if err != nil {
 		return err
 	}
-	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	go func() {
+		select {
+		case <-sigs:
+			log.Info("shutting down")
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	var srv *metricsrv.Server
 	if metricsAddr != "" {
 		if srv, err = metricsrv.Serve(metricsAddr, reg, k.Ready, profiling, log); err != nil {
@@ -87,6 +98,9 @@ func runKubeRelay(log *slog.Logger, kf *kubeFlags, name, metricsAddr string, pro
 		defer srv.Close()
 	}
 	err = k.Run(ctx)
+	dctx, dcancel := drainContext(sigs, drain, log)
+	k.Shutdown(dctx)
+	dcancel()
 	log.Info("shut down")
 	return err
 }

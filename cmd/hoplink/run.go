@@ -9,10 +9,12 @@ import (
 	"runtime/debug"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/hoplink/hoplink/manifest"
@@ -44,11 +46,15 @@ func loadManifests(paths []string, log *slog.Logger) (*manifest.Set, error) {
 	return set, nil
 }
 
-// serveUntilSignal runs until SIGINT or SIGTERM, then stops the admin
-// server and calls stop.
-func serveUntilSignal(log *slog.Logger, metricsAddr string, profiling bool, reg *prometheus.Registry, ready func() bool, stop func() error) error {
-	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer cancel()
+// serveUntilSignal runs until SIGINT or SIGTERM; then drain (when not nil)
+// takes the process out of service for up to grace or until a second
+// signal, and stop ends the rest. The admin server answers until the end,
+// so /readyz says not ready while the process drains.
+func serveUntilSignal(log *slog.Logger, metricsAddr string, profiling bool, reg *prometheus.Registry, ready func() bool,
+	drain func(context.Context) int, grace time.Duration, stop func() error) error {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
 	var srv *metricsrv.Server
 	if metricsAddr != "" {
 		var err error
@@ -57,12 +63,36 @@ func serveUntilSignal(log *slog.Logger, metricsAddr string, profiling bool, reg 
 			return fmt.Errorf("--metrics-addr: %w", err)
 		}
 	}
-	<-ctx.Done()
+	<-sigs
 	log.Info("shutting down")
+	if drain != nil {
+		ctx, cancel := drainContext(sigs, grace, log)
+		drain(ctx)
+		cancel()
+	}
 	if srv != nil {
 		srv.Close()
 	}
 	return stop()
+}
+
+// drainContext ends after grace, or at once on another signal on sigs.
+func drainContext(sigs <-chan os.Signal, grace time.Duration, log *slog.Logger) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	go func() {
+		select {
+		case <-sigs:
+			log.Info("second signal: closing open flows now")
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
+
+// drainFlag registers --drain-timeout.
+func drainFlag(f *pflag.FlagSet, d *time.Duration) {
+	f.DurationVar(d, "drain-timeout", relay.DefaultDrainTimeout, "on SIGTERM, how long open flows may go on while the relay takes no new ones (a second signal ends them at once; 0 ends them at once)")
 }
 
 func newLocalCmd(lf *logFlags) *cobra.Command {
@@ -88,7 +118,7 @@ func newLocalCmd(lf *logFlags) *cobra.Command {
 				return err
 			}
 			log.Info("local network ready", "relays", len(n.Relays), "tunnels", len(set.Tunnels))
-			return serveUntilSignal(log, metricsAddr, profiling, reg, n.Ready, n.Close)
+			return serveUntilSignal(log, metricsAddr, profiling, reg, n.Ready, nil, 0, n.Close)
 		},
 	}
 	cmd.Flags().StringSliceVarP(&files, "file", "f", nil, "manifest file or directory (repeatable)")
@@ -109,6 +139,7 @@ func newRelayCmd(lf *logFlags) *cobra.Command {
 		kubeMode                   bool
 		kf                         kubeFlags
 		separateDial               bool
+		drainTimeout               time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "relay (-f FILE_OR_DIR --name NAME --certs DIR | --kube --relaynode NAME)",
@@ -136,7 +167,7 @@ injected sidecar relays run.`,
 				if len(files) > 0 || caFile != "" || certFile != "" || keyFile != "" {
 					return fmt.Errorf("--kube reads manifests and certificates from the cluster: drop -f, --ca, --cert and --key")
 				}
-				return runKubeRelay(log, &kf, name, metricsAddr, profiling, kube.Options{MaxFlows: maxFlows, MaxFlowsPerTunnel: perTunnel,
+				return runKubeRelay(log, &kf, name, metricsAddr, profiling, drainTimeout, kube.Options{MaxFlows: maxFlows, MaxFlowsPerTunnel: perTunnel,
 					MaxFlowsPerSource: perSource, NoTUNOffload: !tunOffload, CertsDir: certDir})
 			}
 			if name == "" {
@@ -167,7 +198,7 @@ injected sidecar relays run.`,
 			if err := r.Start(); err != nil {
 				return err
 			}
-			return serveUntilSignal(log, metricsAddr, profiling, reg, r.Ready, r.Close)
+			return serveUntilSignal(log, metricsAddr, profiling, reg, r.Ready, r.Drain, drainTimeout, r.Close)
 		},
 	}
 	f := cmd.Flags()
@@ -187,6 +218,7 @@ injected sidecar relays run.`,
 	f.IntVar(&perTunnel, "max-flows-per-tunnel", 0, "most flows of one Tunnel (default a quarter of --max-flows)")
 	f.IntVar(&perSource, "max-flows-per-source", 0, "most flows of one Tunnel from one client host at its entry (default a sixteenth of the Tunnel's, at least 64)")
 	f.BoolVar(&tunOffload, "tun-offload", true, "open tun Tunnels' devices with segmentation offload where the kernel has it")
+	drainFlag(f, &drainTimeout)
 	return cmd
 }
 

@@ -66,9 +66,15 @@ func ReadFrame(r io.Reader, buf []byte) ([]byte, error) {
 // a multiple of 4. A relay answers every ProbeFlow datagram with a
 // ProbeEchoFlow datagram carrying the same payload, and the prober that
 // sent it times the round trip.
+//
+// A relay that drains (shutting down: it takes no new flows, its open
+// flows go on) sends DrainFlow, with no payload, on each of its
+// connections, and answers probes with it instead of an echo, so a peer
+// that missed the first learns within a probe round.
 const (
 	ProbeFlow     = 1
 	ProbeEchoFlow = 2
+	DrainFlow     = 3
 	// MaxProbe bounds a probe's payload; larger ones are not answered.
 	MaxProbe = 64
 )

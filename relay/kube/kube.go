@@ -112,7 +112,8 @@ func (k *Relay) Ready() bool {
 	return r != nil && r.Ready()
 }
 
-// Run watches and relays until ctx ends, then closes the relay.
+// Run watches and relays until ctx ends; Shutdown then drains and closes
+// the relay.
 func (k *Relay) Run(ctx context.Context) error {
 	poke := toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { k.poke() },
@@ -145,11 +146,6 @@ func (k *Relay) Run(ctx context.Context) error {
 		return fmt.Errorf("watching namespace %q: caches did not sync (check the API server address and the relay's RBAC)", k.o.Namespace)
 	}
 	k.o.Log.Info("watching the cluster")
-	defer func() {
-		if r := k.relay.Swap(nil); r != nil {
-			r.Close()
-		}
-	}()
 	for {
 		select {
 		case <-ctx.Done():
@@ -170,6 +166,15 @@ func (k *Relay) Run(ctx context.Context) error {
 		if err := k.apply(ctx); err != nil {
 			k.o.Log.Warn("cannot apply the cluster's state yet", "err", err)
 		}
+	}
+}
+
+// Shutdown drains the relay until ctx ends (see relay.Relay.Drain), then
+// closes it. Run must have returned.
+func (k *Relay) Shutdown(ctx context.Context) {
+	if r := k.relay.Swap(nil); r != nil {
+		r.Drain(ctx)
+		r.Close()
 	}
 }
 

@@ -34,8 +34,11 @@ import (
 // Router knows the routes of chains.
 type Router interface {
 	// Route returns the route new flows of chain c take; a routed chain
-	// without one yet is waited for until ctx ends.
-	Route(ctx context.Context, c *v1alpha1.Chain) ([]string, error)
+	// without one yet is waited for until ctx ends. A route that crosses
+	// a relay avoid names (one that drains) is not taken: a routed chain
+	// waits for a round to find another, a chain with a fixed route fails
+	// at once.
+	Route(ctx context.Context, c *v1alpha1.Chain, avoid func(relay string) bool) ([]string, error)
 }
 
 // Options configure Peers.
@@ -56,8 +59,11 @@ type Options struct {
 	// Admin serves the admin API on the TLS port.
 	Admin       http.Handler
 	OnProbeEcho func(peer string, payload []byte)
-	Metrics     *metrics.Metrics
-	Log         *slog.Logger
+	// OnPeerDraining is told when a peer says it drains: it takes no new
+	// flows, and new flows fail at once rather than try it.
+	OnPeerDraining func(peer string)
+	Metrics        *metrics.Metrics
+	Log            *slog.Logger
 }
 
 // Peers is a relay's side of its links to other relays.
@@ -89,7 +95,7 @@ func (p *Peers) Listen() error {
 	o := p.o
 	known := func(name string) bool { return o.Manifests().Relay(name) != nil }
 	q, err := rquic.Listen(rquic.Options{Name: o.Name, Identity: o.Identity, Listen: o.Listen, KnownPeer: known, SeparateDialPort: o.SeparateDialPort,
-		Handler: o.Stream, OnProbeEcho: o.OnProbeEcho, Metrics: o.Metrics, Log: o.Log})
+		Handler: o.Stream, OnProbeEcho: o.OnProbeEcho, OnPeerDraining: o.OnPeerDraining, Metrics: o.Metrics, Log: o.Log})
 	if err != nil {
 		return err
 	}
@@ -182,6 +188,36 @@ func class(h *hop.Header) string {
 	return h.Tunnel
 }
 
+// ErrDraining is a next hop that drains: it takes no new flows.
+var ErrDraining = errors.New("the relay is draining (shutting down): it takes no new flows")
+
+// Drain tells the peers that this relay takes no new flows.
+func (p *Peers) Drain() { p.quic.Drain() }
+
+// Draining reports whether a peer (every replica of a sidecar peer) said
+// it drains.
+func (p *Peers) Draining(peer string) bool {
+	r := p.o.Manifests().Relay(peer)
+	if r == nil || !r.Spec.IsSidecar() {
+		return p.quic.PeerDraining(peer)
+	}
+	for _, a := range r.Spec.Endpoints {
+		if !p.quic.ReplicaDraining(peer, a) {
+			return false
+		}
+	}
+	return len(r.Spec.Endpoints) > 0
+}
+
+// refuseDraining fails a flow whose next hop drains, at once: waiting
+// would only end in its refusal.
+func (p *Peers) refuseDraining(next string) error {
+	if p.Draining(next) {
+		return &Error{Reason: NextHop, Next: next, Err: ErrDraining}
+	}
+	return nil
+}
+
 // Live returns the connection to a peer if it is up now, without waiting.
 func (p *Peers) Live(peer string) *rquic.Conn { return p.quic.Live(peer) }
 
@@ -217,7 +253,7 @@ func (p *Peers) Route(ctx context.Context, t *v1alpha1.Tunnel) (*v1alpha1.Chain,
 	if chain == nil {
 		return nil, nil, &Error{Reason: NoRoute, Err: ErrChainGone}
 	}
-	route, err := p.o.Router.Route(ctx, chain)
+	route, err := p.o.Router.Route(ctx, chain, p.Draining)
 	if err != nil {
 		return nil, nil, &Error{Reason: NoRoute, Err: err}
 	}
@@ -236,6 +272,9 @@ func Onward(h *hop.Header) *hop.Header {
 // auto this relay's choice for the link; the Choice says which and takes
 // the flow's figures back.
 func (p *Peers) Open(ctx context.Context, h *hop.Header, transport v1alpha1.Transport) (flow.End, *Choice, error) {
+	if err := p.refuseDraining(h.Route[0]); err != nil {
+		return nil, nil, err
+	}
 	ch := p.choose(h, transport)
 	var out flow.End
 	var err error
@@ -320,6 +359,9 @@ func (p *Peers) Session(ctx context.Context, h *hop.Header) (*rquic.Conn, *quicg
 	set := p.o.Manifests()
 	if set.Relay(next) == nil {
 		return nil, nil, unknown(next)
+	}
+	if err := p.refuseDraining(next); err != nil {
+		return nil, nil, err
 	}
 	link, err := p.link(set.Relay(next), class(h))
 	if err != nil {

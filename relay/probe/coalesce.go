@@ -75,6 +75,15 @@ func (c *coalescer[K, V]) set(key K, v V) bool {
 	return true
 }
 
+// stale makes key's value too old to reuse: the next call measures.
+func (c *coalescer[K, V]) stale(key K) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s := c.slots[key]; s != nil {
+		s.done = time.Time{}
+	}
+}
+
 // retain forgets every key for which keep is false and returns them.
 func (c *coalescer[K, V]) retain(keep func(K) bool) []K {
 	c.mu.Lock()

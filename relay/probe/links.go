@@ -237,6 +237,10 @@ func (l *Links) export(link measure.Link, sent, answered int) {
 	}
 }
 
+// Stale drops peer's last round from reuse: something changed (the peer
+// drains) that the next round must see.
+func (l *Links) Stale(peer string) { l.last.stale(peer) }
+
 // Retain forgets every peer not in keep (peers the relay no longer uses),
 // and their metrics.
 func (l *Links) Retain(keep []string) {

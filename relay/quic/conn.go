@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	quicgo "github.com/quic-go/quic-go"
@@ -17,6 +18,8 @@ type Conn struct {
 	*quicgo.Conn
 	// Peer is the relay name of the other end, from its certificate.
 	Peer string
+	// draining: the peer said it drains (hop.DrainFlow) on this connection.
+	draining atomic.Bool
 
 	mu      sync.Mutex
 	sinks   map[uint64]func([]byte)
@@ -92,10 +95,16 @@ func (c *Conn) SendFlowDatagram(id uint64, payload []byte) error {
 	return c.SendDatagram(hop.AppendDatagram(buf[:0], id, payload))
 }
 
+// Draining reports whether the peer said, on this connection, that it
+// takes no new flows.
+func (c *Conn) Draining() bool { return c.draining.Load() }
+
 // runDatagrams dispatches datagrams until the connection ends: UDP packets
-// to their session's sink, link probes back to the peer, probe echoes to
-// onEcho. Datagrams it cannot route are counted through onDrop.
-func (c *Conn) runDatagrams(onDrop func(reason string), onEcho func(peer string, payload []byte)) {
+// to their session's sink, link probes back to the peer (or, while e
+// drains, the news that it does), probe echoes and a peer's drain to e.
+// Datagrams it cannot route are counted as dropped.
+func (c *Conn) runDatagrams(e *Endpoint) {
+	onDrop := e.dropped
 	ctx := c.Context()
 	// Echoes are cheap, but a peer must not make us send without bound.
 	echoes := rate.NewLimiter(maxEchoRate, maxEchoRate/2)
@@ -111,14 +120,22 @@ func (c *Conn) runDatagrams(onDrop func(reason string), onEcho func(peer string,
 		}
 		switch id {
 		case hop.ProbeFlow:
-			if len(payload) <= hop.MaxProbe && echoes.Allow() {
-				c.SendDatagram(hop.AppendDatagram(nil, hop.ProbeEchoFlow, payload))
-			} else {
+			switch {
+			case len(payload) > hop.MaxProbe || !echoes.Allow():
 				onDrop("probe_limit")
+			case e.draining.Load():
+				c.SendDatagram(hop.AppendDatagram(nil, hop.DrainFlow, nil))
+			default:
+				c.SendDatagram(hop.AppendDatagram(nil, hop.ProbeEchoFlow, payload))
 			}
 			continue
 		case hop.ProbeEchoFlow:
-			onEcho(c.Peer, payload)
+			e.echo(c.Peer, payload)
+			continue
+		case hop.DrainFlow:
+			if !c.draining.Swap(true) {
+				e.peerDraining(c)
+			}
 			continue
 		}
 		c.mu.Lock()

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	quicgo "github.com/quic-go/quic-go"
 	"golang.org/x/sys/unix"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/hoplink/hoplink/metrics"
 	"github.com/hoplink/hoplink/pki"
+	"github.com/hoplink/hoplink/relay/hop"
 	"github.com/hoplink/hoplink/relay/ratelog"
 )
 
@@ -46,8 +48,10 @@ type Options struct {
 	// OnProbeEcho receives the answers to link probes sent on connections
 	// this endpoint dialed (see Conn.SendProbe).
 	OnProbeEcho func(peer string, payload []byte)
-	Metrics     *metrics.Metrics
-	Log         *slog.Logger
+	// OnPeerDraining is told when a peer says it drains (see Drain).
+	OnPeerDraining func(peer string)
+	Metrics        *metrics.Metrics
+	Log            *slog.Logger
 }
 
 // Endpoint is a relay's QUIC side: it accepts peers and dials them.
@@ -71,6 +75,11 @@ type Endpoint struct {
 	// its connection to and has not reconnected since.
 	replicaLost sync.Map
 	conns       map[*Conn]struct{}
+	// drainers holds the connections on which a peer said it drains, by
+	// peer, while they last: a peer that restarts connects anew.
+	drainers map[string][]*Conn
+
+	draining atomic.Bool // this relay drains
 }
 
 // Listen binds the UDP socket and starts accepting peers.
@@ -209,7 +218,7 @@ func (e *Endpoint) accept() {
 		e.wg.Add(2)
 		go func() {
 			defer e.wg.Done()
-			c.runDatagrams(e.dropped, e.echo)
+			c.runDatagrams(e)
 		}()
 		go func() {
 			defer e.wg.Done()
@@ -231,6 +240,65 @@ func (e *Endpoint) echo(peer string, payload []byte) {
 	if e.opts.OnProbeEcho != nil {
 		e.opts.OnProbeEcho(peer, payload)
 	}
+}
+
+// Drain tells every peer connected now that this relay takes no new flows;
+// from now on it answers their probes with the same news. Open flows and
+// connections go on.
+func (e *Endpoint) Drain() {
+	e.draining.Store(true)
+	msg := hop.AppendDatagram(nil, hop.DrainFlow, nil)
+	for _, c := range e.allConns() {
+		c.SendDatagram(msg)
+	}
+}
+
+// allConns is every connection up now, accepted and dialed.
+func (e *Endpoint) allConns() []*Conn {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	conns := make([]*Conn, 0, len(e.conns)+len(e.links))
+	for c := range e.conns {
+		conns = append(conns, c)
+	}
+	for _, l := range e.links {
+		if c := l.Live(); c != nil {
+			conns = append(conns, c)
+		}
+	}
+	return conns
+}
+
+func (e *Endpoint) peerDraining(c *Conn) {
+	e.mu.Lock()
+	if e.drainers == nil {
+		e.drainers = map[string][]*Conn{}
+	}
+	e.drainers[c.Peer] = append(e.drainers[c.Peer], c)
+	e.mu.Unlock()
+	e.opts.Log.Info("peer draining: no new flows through it", "peer", c.Peer)
+	if e.opts.OnPeerDraining != nil {
+		e.opts.OnPeerDraining(c.Peer)
+	}
+}
+
+// PeerDraining reports whether peer said it drains on a connection that is
+// still up.
+func (e *Endpoint) PeerDraining(peer string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	live := e.drainers[peer][:0]
+	for _, c := range e.drainers[peer] {
+		if c.Context().Err() == nil {
+			live = append(live, c)
+		}
+	}
+	if len(live) == 0 {
+		delete(e.drainers, peer)
+		return false
+	}
+	e.drainers[peer] = live
+	return true
 }
 
 func (e *Endpoint) dropped(reason string) {
@@ -333,10 +401,25 @@ func (e *Endpoint) ReplicaUp(peer, addr string) bool {
 	if _, lost := e.replicaLost.Load(linkKey{peer, "", addr}); lost {
 		return false
 	}
+	c := e.replicaConn(peer, addr)
+	return c != nil && !c.Draining()
+}
+
+// ReplicaDraining reports whether a replica said it drains on the
+// connection up now.
+func (e *Endpoint) ReplicaDraining(peer, addr string) bool {
+	c := e.replicaConn(peer, addr)
+	return c != nil && c.Draining()
+}
+
+func (e *Endpoint) replicaConn(peer, addr string) *Conn {
 	e.mu.Lock()
 	l := e.links[linkKey{peer, Control, addr}]
 	e.mu.Unlock()
-	return l != nil && l.Live() != nil
+	if l == nil {
+		return nil
+	}
+	return l.Live()
 }
 
 // replicaState records that a link to a replica connected or lost its connection.

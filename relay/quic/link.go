@@ -195,7 +195,7 @@ func (l *Link) run() {
 		l.e.wg.Add(1)
 		go func() {
 			defer l.e.wg.Done()
-			c.runDatagrams(l.e.dropped, l.e.echo)
+			c.runDatagrams(l.e)
 		}()
 		l.mu.Lock()
 		l.conn = c
