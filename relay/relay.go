@@ -171,7 +171,7 @@ func (r *Relay) Start() error {
 			return c
 		}
 		return nil
-	}})
+	}, Answered: func(peer string, ok bool) { r.hops.Answering(peer, ok) }})
 	targets := probe.NewTargets(e.name, e.m)
 	r.measure = &measurer{env: e, links: links, targets: targets, routes: r.routes}
 	hops := nexthop.New(nexthop.Options{

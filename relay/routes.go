@@ -52,8 +52,8 @@ var errNoRoute = errors.New("the chain has no route yet")
 
 // Route returns the route new flows of chain c take. A routed chain
 // without one yet (its first round is under way) is waited for until ctx
-// ends. A route through a relay that avoid names (it drains) is not
-// taken: a chain this relay routes waits at most a round for another (the
+// ends. A route through a relay that avoid names (it drains, or is
+// down) is not taken: a chain this relay routes waits at most a round for another (the
 // news of the drain starts one), any other fails at once.
 func (b *routeBook) Route(ctx context.Context, c *v1alpha1.Chain, avoid func(string) bool) ([]string, error) {
 	key := manifest.Key(c.Namespace, c.Name)
@@ -71,7 +71,7 @@ func (b *routeBook) Route(ctx context.Context, c *v1alpha1.Chain, avoid func(str
 		b.mu.Unlock()
 		if bad := crossing(rt, avoid); bad != "" {
 			if !routing {
-				return nil, fmt.Errorf("relay %s of the chain's route drains (shuts down) and the route is fixed", bad)
+				return nil, fmt.Errorf("relay %s of the chain's route drains (shuts down) or does not answer, and the route is fixed", bad)
 			}
 			if reroute == nil {
 				t := time.NewTimer(routectl.Interval(c))
@@ -90,7 +90,7 @@ func (b *routeBook) Route(ctx context.Context, c *v1alpha1.Chain, avoid func(str
 				return nil, fmt.Errorf("chain %q is gone", key)
 			}
 		case <-reroute:
-			return nil, fmt.Errorf("every route of the chain crosses a relay that drains (shuts down)")
+			return nil, fmt.Errorf("every route of the chain crosses a relay that drains (shuts down) or does not answer")
 		case <-ctx.Done():
 			return nil, fmt.Errorf("%w: %v", errNoRoute, context.Cause(ctx))
 		}

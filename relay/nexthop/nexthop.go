@@ -35,7 +35,7 @@ import (
 type Router interface {
 	// Route returns the route new flows of chain c take; a routed chain
 	// without one yet is waited for until ctx ends. A route that crosses
-	// a relay avoid names (one that drains) is not taken: a routed chain
+	// a relay avoid names (one that drains or is down) is not taken: a routed chain
 	// waits for a round to find another, a chain with a fixed route fails
 	// at once.
 	Route(ctx context.Context, c *v1alpha1.Chain, avoid func(relay string) bool) ([]string, error)
@@ -209,6 +209,16 @@ func (p *Peers) Draining(peer string) bool {
 	return len(r.Spec.Endpoints) > 0
 }
 
+// Answering records whether peer answered the last round of link probes
+// (see rquic.Endpoint.Answering).
+func (p *Peers) Answering(peer string, ok bool) { p.quic.Answering(peer, ok) }
+
+// unavailable reports a relay new flows should not be sent through: it
+// drains, or it stopped answering.
+func (p *Peers) unavailable(peer string) bool {
+	return p.Draining(peer) || p.quic.PeerDown(peer)
+}
+
 // refuseDraining fails a flow whose next hop drains, at once: waiting
 // would only end in its refusal.
 func (p *Peers) refuseDraining(next string) error {
@@ -253,7 +263,7 @@ func (p *Peers) Route(ctx context.Context, t *v1alpha1.Tunnel) (*v1alpha1.Chain,
 	if chain == nil {
 		return nil, nil, &Error{Reason: NoRoute, Err: ErrChainGone}
 	}
-	route, err := p.o.Router.Route(ctx, chain, p.Draining)
+	route, err := p.o.Router.Route(ctx, chain, p.unavailable)
 	if err != nil {
 		return nil, nil, &Error{Reason: NoRoute, Err: err}
 	}

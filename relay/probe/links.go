@@ -34,8 +34,12 @@ type LinkOptions struct {
 	// Relay is the relay that probes: the from label of its metrics.
 	Relay string
 	// Conn returns the live connection to a peer, or nil when it is down.
-	Conn    func(peer string) Sender
-	Metrics *metrics.Metrics
+	Conn func(peer string) Sender
+	// Answered, when set, hears after each round that sent probes whether
+	// the peer answered any: a live connection whose peer answers none of
+	// a round's probes leads to a peer that died or is cut off.
+	Answered func(peer string, answered bool)
+	Metrics  *metrics.Metrics
 	// Probes sent per round, Gap apart so that each rides its own packet.
 	Probes int
 	Gap    time.Duration
@@ -175,6 +179,9 @@ func (l *Links) round(ctx context.Context, peer string) measure.Link {
 		smoothed = c.SmoothedRTT()
 	}
 
+	if sent > 0 && l.o.Answered != nil {
+		l.o.Answered(peer, len(samples) > 0)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	st := l.stats[peer]

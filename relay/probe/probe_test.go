@@ -185,3 +185,32 @@ func TestTargets(t *testing.T) {
 		t.Errorf("after Retain, %d target series remain; want 1", n)
 	}
 }
+
+// Answered hears each round that sent probes: whether the peer answered
+// any. A peer without a connection sends none, and is not reported.
+func TestLinksReportSilentPeers(t *testing.T) {
+	quick, dead := &echoer{}, &echoer{}
+	dead.delay.Store(int64(time.Hour))
+	l, _ := newProber(t, map[string]*echoer{"quick": quick, "dead": dead})
+	heard := map[string]bool{}
+	var mu sync.Mutex
+	l.o.Answered = func(peer string, ok bool) {
+		mu.Lock()
+		heard[peer] = ok
+		mu.Unlock()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	l.Measure(ctx, []string{"quick", "dead", "unconnected"}, 0)
+	mu.Lock()
+	defer mu.Unlock()
+	if ok, seen := heard["quick"]; !seen || !ok {
+		t.Errorf("quick: heard %v, %v; want answered", ok, seen)
+	}
+	if ok, seen := heard["dead"]; !seen || ok {
+		t.Errorf("dead: heard %v, %v; want silent", ok, seen)
+	}
+	if _, seen := heard["unconnected"]; seen {
+		t.Error("a peer without a connection was reported")
+	}
+}

@@ -74,7 +74,9 @@ type Endpoint struct {
 	// replicaLost holds the replicas (key: peer and replica) a link lost
 	// its connection to and has not reconnected since.
 	replicaLost sync.Map
-	conns       map[*Conn]struct{}
+	// silent holds the peers that answered no probe of their last round.
+	silent sync.Map
+	conns  map[*Conn]struct{}
 	// drainers holds the connections on which a peer said it drains, by
 	// peer, while they last: a peer that restarts connects anew.
 	drainers map[string][]*Conn
@@ -472,6 +474,30 @@ func (e *Endpoint) Loss(peer string) (sent, lost uint64) {
 		}
 	}
 	return sent, lost
+}
+
+// Answering records whether peer answered the last round of link probes.
+// A peer that answers none is down for new flows (PeerDown) before its
+// connection times out: within a probe round of its death.
+func (e *Endpoint) Answering(peer string, ok bool) {
+	if ok {
+		e.silent.Delete(peer)
+	} else {
+		e.silent.Store(peer, true)
+	}
+}
+
+// PeerDown reports whether peer is known unreachable now: it answered no
+// probe of the last round, or its connection timed out or a dial failed
+// and none is up since.
+func (e *Endpoint) PeerDown(peer string) bool {
+	if _, silent := e.silent.Load(peer); silent {
+		return true
+	}
+	e.mu.Lock()
+	l := e.links[linkKey{peer, Control, ""}]
+	e.mu.Unlock()
+	return l != nil && l.Down()
 }
 
 func (e *Endpoint) Live(peer string) *Conn {

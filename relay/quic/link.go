@@ -51,6 +51,11 @@ type Link struct {
 	mu   sync.Mutex
 	conn *Conn
 	up   chan struct{} // closed while conn is set
+	// down is closed while the peer is known unreachable: its connection
+	// timed out (it stopped answering) or went away after it said it
+	// drains, or a dial failed; until a connection is up again. New flows
+	// fail at once then, rather than wait out their setup time.
+	down chan struct{}
 }
 
 // errLinkGone is a class link that closed for being idle while a flow was
@@ -58,7 +63,7 @@ type Link struct {
 var errLinkGone = errors.New("link closed")
 
 func newLink(e *Endpoint, peer, class string, addrs []string) *Link {
-	l := &Link{e: e, peer: peer, class: class, addrs: addrs, up: make(chan struct{}), done: make(chan struct{})}
+	l := &Link{e: e, peer: peer, class: class, addrs: addrs, up: make(chan struct{}), down: make(chan struct{}), done: make(chan struct{})}
 	l.lastUsed.Store(time.Now().UnixNano())
 	return l
 }
@@ -116,17 +121,57 @@ func (l *Link) Live() *Conn {
 	return nil
 }
 
-// Conn returns the live connection, waiting for one until ctx ends.
+// Down reports whether the peer is known unreachable now (see Link.down).
+func (l *Link) Down() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	select {
+	case <-l.down:
+		return true
+	default:
+		return false
+	}
+}
+
+// markDown records that the peer is unreachable until the next connection.
+func (l *Link) markDown() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	select {
+	case <-l.down:
+	default:
+		close(l.down)
+	}
+}
+
+// downCheck is how often a flow waiting for a link's connection looks
+// whether its peer became known unreachable meanwhile.
+const downCheck = 100 * time.Millisecond
+
+// Conn returns the live connection, waiting for one until ctx ends; it
+// fails at once while the peer is known unreachable.
 func (l *Link) Conn(ctx context.Context) (*Conn, error) {
+	var check <-chan time.Time
 	for {
 		l.mu.Lock()
-		c, up := l.conn, l.up
+		c, up, down := l.conn, l.up, l.down
 		l.mu.Unlock()
 		if c != nil && c.Context().Err() == nil {
 			return c, nil
 		}
+		if l.e.PeerDown(l.peer) {
+			return nil, fmt.Errorf("%w: %s does not answer", ErrPeerDown, l.peer)
+		}
+		if check == nil {
+			t := time.NewTicker(downCheck)
+			defer t.Stop()
+			check = t.C
+		}
 		select {
 		case <-up:
+		case <-check:
+		case <-down:
+			return nil, fmt.Errorf("%w: %s does not answer", ErrPeerDown, l.peer)
 		case <-ctx.Done():
 			return nil, fmt.Errorf("%w: %s: %v", ErrPeerDown, l.peer, context.Cause(ctx))
 		case <-l.e.ctx.Done():
@@ -176,6 +221,7 @@ func (l *Link) run() {
 				return
 			}
 			l.e.handshake("dial", "failed")
+			l.markDown()
 			log.Warn("cannot reach peer", "err", err, "retry_in", backoff)
 			wait := backoff/2 + rand.N(backoff/2+1)
 			select {
@@ -200,7 +246,15 @@ func (l *Link) run() {
 		l.mu.Lock()
 		l.conn = c
 		close(l.up)
+		select {
+		case <-l.down:
+			l.down = make(chan struct{})
+		default:
+		}
 		l.mu.Unlock()
+		if l.class == Control && l.replica == "" {
+			l.e.silent.Delete(l.peer) // a new connection: probes will tell
+		}
 		setUp(1)
 		l.e.replicaState(l, true)
 		start := time.Now()
@@ -258,6 +312,12 @@ func (l *Link) run() {
 			return
 		}
 		l.e.replicaState(l, false)
+		var timedOut *quicgo.IdleTimeoutError
+		if errors.As(context.Cause(c.Context()), &timedOut) || c.Draining() {
+			// It stopped answering, or left after its drain: it will
+			// not take a flow until a new connection says otherwise.
+			l.markDown()
+		}
 		log.Warn("peer connection lost", "err", context.Cause(c.Context()))
 		if time.Since(start) > stableAfter {
 			backoff = minBackoff
