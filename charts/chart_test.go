@@ -220,10 +220,10 @@ func TestTemplateAppliesToAPIServer(t *testing.T) {
 		args []string
 		want []string // kinds that must be rendered
 	}{
-		{"defaults", nil, []string{"Deployment", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ServiceAccount", "Service", "CustomResourceDefinition", "MutatingWebhookConfiguration"}},
+		{"defaults", nil, []string{"Deployment", "PodDisruptionBudget", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ServiceAccount", "Service", "CustomResourceDefinition", "MutatingWebhookConfiguration"}},
 		{"everything on", []string{"--set", "metrics.podMonitor.enabled=true,metrics.serviceMonitor.enabled=true,grafana.dashboard.enabled=true,ca.existingSecret=my-ca,operator.replicas=2,relay.image=relay:1"},
 			[]string{"PodMonitor", "ServiceMonitor", "ConfigMap", "Deployment"}},
-		{"no leader election", []string{"--set", "operator.leaderElection=false"}, []string{"Deployment"}},
+		{"no leader election", []string{"--set", "operator.leaderElection=false,operator.replicas=1"}, []string{"Deployment"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ns := "hl-" + strings.ReplaceAll(tc.name, " ", "-")

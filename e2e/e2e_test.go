@@ -475,7 +475,7 @@ spec: {chain: fast, protocol: tcp, listen: {port: 8082}, target: "kubernetes.def
 		if out, err := a.try("-n", "edge", "run", "plain", "--image", appImage, "--", "serve", ":8080"); err != nil {
 			t.Errorf("an unlabelled pod with the webhook down: %v: %s", err, out)
 		}
-		a.kubectl(t, "-n", "hoplink-system", "scale", "deployment", "hoplink-operator", "--replicas=1")
+		a.kubectl(t, "-n", "hoplink-system", "scale", "deployment", "hoplink-operator", "--replicas=2")
 	})
 
 	t.Run("cleanup on uninstall", func(t *testing.T) {
