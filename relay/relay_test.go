@@ -21,6 +21,7 @@ import (
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	quicgo "github.com/quic-go/quic-go"
 
+	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/manifest"
 	"github.com/hoplink/hoplink/metrics"
 	"github.com/hoplink/hoplink/pki"
@@ -330,5 +331,34 @@ func TestRouteBookAvoidsDrainingRelays(t *testing.T) {
 	_, err := b.Route(ctx, set.Chain("default/fast"), m1Drains)
 	if d := time.Since(start); err == nil || d < 250*time.Millisecond || d > 2*time.Second {
 		t.Fatalf("a routed chain with every route draining: %v after %v, want an error after about 300ms", err, d)
+	}
+}
+
+// A relay that follows the operator's routes (in a cluster) does not wait
+// for the operator when the route in status crosses a relay it knows is
+// gone: it takes the best candidate of the status that avoids it, and the
+// operator's route again once that is whole.
+func TestRouteBookStandsInForABrokenStatusRoute(t *testing.T) {
+	e, _ := testEnv(t, fourRelays)
+	b := newRouteBook(e, false)
+	c := e.manifests().Chain("default/fast").DeepCopy()
+	c.Status.Route = []string{"hk", "m1", "la"}
+	c.Status.Candidates = []v1alpha1.RouteCandidate{{Route: []string{"hk", "m1", "la"}}, {Route: []string{"hk", "m2", "la"}}, {Route: []string{"hk", "la"}}}
+	ctx := context.Background()
+	none := func(string) bool { return false }
+	if rt, err := b.Route(ctx, c, none); err != nil || strings.Join(rt, ",") != "hk,m1,la" {
+		t.Fatalf("a whole status route: %v %v", rt, err)
+	}
+	m1 := func(r string) bool { return r == "m1" }
+	if rt, err := b.Route(ctx, c, m1); err != nil || strings.Join(rt, ",") != "hk,m2,la" {
+		t.Fatalf("status route through a relay that is gone: %v %v, want the next candidate hk,m2,la", rt, err)
+	}
+	both := func(r string) bool { return r == "m1" || r == "m2" || r == "la" }
+	start := time.Now()
+	if rt, err := b.Route(ctx, c, both); err == nil || time.Since(start) > 50*time.Millisecond {
+		t.Fatalf("no candidate avoids the relays gone: %v %v after %v, want an error at once", rt, err, time.Since(start))
+	}
+	if rt, _ := b.Route(ctx, c, none); strings.Join(rt, ",") != "hk,m1,la" {
+		t.Fatalf("once the route is whole again: %v, want the operator's", rt)
 	}
 }

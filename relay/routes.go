@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -33,13 +34,16 @@ type routeBook struct {
 	learned map[string][]string
 	// exported is the route label each chain has in hoplink_chain_route_info.
 	exported map[string]string
+	// standIns is the candidate each chain's flows take while the
+	// operator's route is broken, as last logged.
+	standIns map[string]string
 	// changed is closed and replaced whenever a route may have changed.
 	changed chan struct{}
 }
 
 func newRouteBook(e *env, self bool) *routeBook {
 	return &routeBook{env: e, self: self, decided: map[string][]string{}, learned: map[string][]string{},
-		exported: map[string]string{}, changed: make(chan struct{})}
+		exported: map[string]string{}, standIns: map[string]string{}, changed: make(chan struct{})}
 }
 
 func (b *routeBook) notifyLocked() {
@@ -70,6 +74,17 @@ func (b *routeBook) Route(ctx context.Context, c *v1alpha1.Chain, avoid func(str
 		changed := b.changed
 		b.mu.Unlock()
 		if bad := crossing(rt, avoid); bad != "" {
+			if !routing && c.Spec.Mode.Routed() {
+				// The operator routes this chain, and its route is broken
+				// where this relay can see: until it routes again (it may
+				// be down too), take the best of its last candidates that
+				// avoids what this relay knows is gone.
+				if alt := standIn(c, avoid); alt != nil {
+					b.standingIn(key, rt, alt, bad)
+					return alt, nil
+				}
+				return nil, fmt.Errorf("relay %s of the chain's route drains (shuts down) or does not answer, and no candidate in the chain's status avoids it", bad)
+			}
 			if !routing {
 				return nil, fmt.Errorf("relay %s of the chain's route drains (shuts down) or does not answer, and the route is fixed", bad)
 			}
@@ -94,6 +109,31 @@ func (b *routeBook) Route(ctx context.Context, c *v1alpha1.Chain, avoid func(str
 		case <-ctx.Done():
 			return nil, fmt.Errorf("%w: %v", errNoRoute, context.Cause(ctx))
 		}
+	}
+}
+
+// standIn is the first of a routed chain's status candidates (best first)
+// that the spec allows and that crosses no relay avoid names.
+func standIn(c *v1alpha1.Chain, avoid func(string) bool) []string {
+	for _, cand := range c.Status.Candidates {
+		if manifest.ValidRoute(c, cand.Route) == nil && crossing(cand.Route, avoid) == "" {
+			return cand.Route
+		}
+	}
+	return nil
+}
+
+// standingIn logs, once per change, that flows of a chain take a stand-in
+// for the operator's broken route.
+func (b *routeBook) standingIn(chain string, broken, alt []string, bad string) {
+	label := strings.Join(alt, ",")
+	b.mu.Lock()
+	same := b.standIns[chain] == label
+	b.standIns[chain] = label
+	b.mu.Unlock()
+	if !same {
+		b.log.Warn("the chain's route is broken; new flows take the best other candidate until the operator routes again",
+			"chain", chain, "route", broken, "unavailable", bad, "stand_in", alt)
 	}
 }
 

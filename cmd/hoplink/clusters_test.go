@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -65,7 +66,7 @@ func startCluster(t *testing.T, name string, operatorArgs ...string) *cluster {
 }
 
 // run starts a hoplink process for this cluster, stopped when the test ends.
-func (c *cluster) run(t *testing.T, bin, name string, args ...string) {
+func (c *cluster) run(t *testing.T, bin, name string, args ...string) *exec.Cmd {
 	t.Helper()
 	logf := filepath.Join(c.dir, name+".log")
 	cmd := startProcess(t, logf, bin, args...)
@@ -84,10 +85,11 @@ func (c *cluster) run(t *testing.T, bin, name string, args ...string) {
 			t.Logf("--- cluster %s, %s log:\n%s", c.name, name, log)
 		}
 	})
+	return cmd
 }
 
-func (c *cluster) operator(t *testing.T, bin string, args ...string) {
-	c.run(t, bin, "operator", append([]string{"operator", "--kubeconfig", c.kubeconfig, "--namespace", "hoplink-system",
+func (c *cluster) operator(t *testing.T, bin string, args ...string) *exec.Cmd {
+	return c.run(t, bin, "operator", append([]string{"operator", "--kubeconfig", c.kubeconfig, "--namespace", "hoplink-system",
 		"--relay-image", "hoplink:test", "--metrics-bind-address", "0", "--health-probe-bind-address", "0", "--webhook-port", "0"}, args...)...)
 }
 

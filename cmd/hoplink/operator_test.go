@@ -47,8 +47,9 @@ func TestOperatorAndKubeRelays(t *testing.T) {
 	ctx := context.Background()
 	const ns = "edge"
 	bin := buildHoplink(t)
-	start := func(name string, args ...string) { c.run(t, bin, name, args...) }
-	c.operator(t, bin, "--log-level", "debug")
+	procs := map[string]*exec.Cmd{}
+	start := func(name string, args ...string) { procs[name] = c.run(t, bin, name, args...) }
+	operator := c.operator(t, bin, "--log-level", "debug")
 
 	// The samples as a user would apply them, made to run on one host: each
 	// relay on its own loopback port, published as spec.endpoints.
@@ -148,6 +149,38 @@ func TestOperatorAndKubeRelays(t *testing.T) {
 	waitFor(t, "the routed chain carries traffic", func() error {
 		return tcpExchange(func() (net.Conn, error) { return net.DialTimeout("tcp", routedAddr, 5*time.Second) }, 1<<20)
 	})
+
+	// With the operator stopped, the relays keep routing: when the route in
+	// status crosses a relay that died, the entry takes the best candidate
+	// of the status that avoids it, without waiting for the operator.
+	operator.Process.Signal(syscall.SIGTERM)
+	operator.Wait()
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(fast), fast); err != nil {
+		t.Fatal(err)
+	}
+	fast.Status.Route = []string{"hk", "seattle", "useast"}
+	fast.Status.Candidates = []v1alpha1.RouteCandidate{{Route: []string{"hk", "seattle", "useast"}}, {Route: []string{"hk", "la", "useast"}}}
+	if err := k8s.Status().Update(ctx, fast); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // the relays see the status
+	procs["relay-seattle"].Process.Kill()
+	killed := time.Now()
+	var err2 error
+	for time.Since(killed) < 8*time.Second {
+		if err2 = tcpExchange(func() (net.Conn, error) { return net.DialTimeout("tcp", routedAddr, 5*time.Second) }, 1<<20); err2 == nil {
+			break
+		}
+	}
+	if err2 != nil {
+		t.Fatalf("with the operator down and seattle dead, the routed chain carries nothing: %v", err2)
+	}
+	t.Logf("with the operator down, flows took a stand-in route %v after seattle died", time.Since(killed))
+	for i := range 3 {
+		if err := tcpExchange(func() (net.Conn, error) { return net.DialTimeout("tcp", routedAddr, 5*time.Second) }, 1<<20); err != nil {
+			t.Fatalf("flow %d on the stand-in route: %v", i, err)
+		}
+	}
 }
 
 func create(t *testing.T, c client.Client, o client.Object) {
