@@ -17,6 +17,11 @@ type Metrics struct {
 	Rejected    *prometheus.CounterVec
 	PeerUp      *prometheus.GaugeVec
 	Ready       *prometheus.GaugeVec
+	// TunnelOpen is 1 while a Tunnel's entry is open on its entry relay,
+	// 0 while it cannot open (retried).
+	TunnelOpen *prometheus.GaugeVec
+	// CertExpiry is when the relay's certificate expires (Unix seconds).
+	CertExpiry  *prometheus.GaugeVec
 	Handshakes  *prometheus.CounterVec
 	UDPSessions *prometheus.GaugeVec
 	UDPDropped  *prometheus.CounterVec
@@ -94,6 +99,14 @@ func New(reg prometheus.Registerer) *Metrics {
 		Ready: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "hoplink_relay_ready",
 			Help: "1 while a relay runs and is ready (its tunnels open, its listener up), 0 once it stops.",
+		}, []string{"relay"}),
+		TunnelOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "hoplink_tunnel_open",
+			Help: "1 while a Tunnel's entry (listener or device) is open on its entry relay, 0 while it cannot open (the relay retries every 5 s).",
+		}, []string{"relay", "tunnel"}),
+		CertExpiry: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "hoplink_certificate_expiry_seconds",
+			Help: "When the certificate a relay presents expires, in Unix seconds: alert on hoplink_certificate_expiry_seconds - time() < 7 * 86400.",
 		}, []string{"relay"}),
 		PeerUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "hoplink_peer_up",
@@ -193,7 +206,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"relay", "tunnel", "protocol"}),
 	}
 	reg.MustRegister(m.Bytes, m.Flows, m.ActiveFlows, m.FlowSetup, m.FlowErrors, m.Rejected,
-		m.Ready, m.PeerUp, m.Handshakes, m.UDPSessions, m.UDPDropped, m.UDPFramed, m.SendLost, m.UDPBuffer,
+		m.Ready, m.CertExpiry, m.TunnelOpen, m.PeerUp, m.Handshakes, m.UDPSessions, m.UDPDropped, m.UDPFramed, m.SendLost, m.UDPBuffer,
 		m.LinkUp, m.LinkRTT, m.LinkRTTMin, m.LinkSmoothed, m.LinkJitter, m.LinkLoss, m.LinkProbes, m.LinkTransport, m.LinkGoodput, m.LinkFlows,
 		m.TargetRTT, m.TargetUp, m.ChainRoute, m.TUNPackets, m.TUNBytes, m.TUNDropped, m.TUNFlows)
 	m.Route = NewRoute(reg)

@@ -218,23 +218,63 @@ func ParseCA(certPEM, keyPEM []byte) (*CA, error) {
 
 // Identity is what a relay presents and trusts.
 type Identity struct {
-	Name  string
-	Cert  tls.Certificate // as loaded; handshakes use the latest Renew
-	Roots *x509.CertPool
+	Name string
+	Cert tls.Certificate // as loaded; handshakes use the latest Renew or Update
 
 	current atomic.Pointer[tls.Certificate]
+	roots   atomic.Pointer[x509.CertPool]
 }
+
+// Roots are the CAs peers' certificates must chain to now: a bundle during
+// a CA rotation (the old CA and the new).
+func (id *Identity) Roots() *x509.CertPool { return id.roots.Load() }
+
+// SetRoots replaces the CAs peers must chain to (tests, and Update).
+func (id *Identity) SetRoots(p *x509.CertPool) { id.roots.Store(p) }
 
 // Renew replaces the certificate that new handshakes present, after the same
 // checks as NewIdentity against the same CA. Connections already up keep
 // theirs. The operator renews relay certificates well before they expire.
 func (id *Identity) Renew(certPEM, keyPEM []byte) error {
-	pair, err := verifiedPair(id.Name, id.Roots, certPEM, keyPEM)
+	pair, err := verifiedPair(id.Name, id.Roots(), certPEM, keyPEM)
 	if err != nil {
 		return err
 	}
 	id.current.Store(&pair)
 	return nil
+}
+
+// Update replaces the trusted CAs and the certificate together, the
+// certificate checked against the new CAs: how a CA rotation rolls through
+// relays (first a bundle of the old and new CA with the old certificate,
+// then certificates of the new CA, then the new CA alone) without a
+// restart and without a moment in which two relays distrust each other.
+// New handshakes use the new CAs; connections already up keep the trust
+// they were made under, until they end or the certificate they were made
+// with expires. Nothing changes when the new files fail a check.
+func (id *Identity) Update(caPEM, certPEM, keyPEM []byte) error {
+	roots, err := parseRoots(caPEM)
+	if err != nil {
+		return err
+	}
+	pair, err := verifiedPair(id.Name, roots, certPEM, keyPEM)
+	if err != nil {
+		return err
+	}
+	id.roots.Store(roots)
+	id.current.Store(&pair)
+	return nil
+}
+
+// NotAfter is when the certificate new handshakes present expires.
+func (id *Identity) NotAfter() time.Time { return id.Certificate().Leaf.NotAfter }
+
+func parseRoots(caPEM []byte) (*x509.CertPool, error) {
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(caPEM) {
+		return nil, errors.New("CA file holds no PEM certificate")
+	}
+	return roots, nil
 }
 
 // Certificate is the certificate new handshakes present.
@@ -249,15 +289,17 @@ func (id *Identity) Certificate() *tls.Certificate {
 // certificate names the relay and chains to the CA, so a mix-up of files
 // fails at start and not at the first handshake.
 func NewIdentity(name string, caPEM, certPEM, keyPEM []byte) (*Identity, error) {
-	roots := x509.NewCertPool()
-	if !roots.AppendCertsFromPEM(caPEM) {
-		return nil, errors.New("CA file holds no PEM certificate")
+	roots, err := parseRoots(caPEM)
+	if err != nil {
+		return nil, err
 	}
 	pair, err := verifiedPair(name, roots, certPEM, keyPEM)
 	if err != nil {
 		return nil, err
 	}
-	return &Identity{Name: name, Cert: pair, Roots: roots}, nil
+	id := &Identity{Name: name, Cert: pair}
+	id.roots.Store(roots)
+	return id, nil
 }
 
 func verifiedPair(name string, roots *x509.CertPool, certPEM, keyPEM []byte) (tls.Certificate, error) {
@@ -375,7 +417,7 @@ func (id *Identity) verifyPeer(raw [][]byte) error {
 		inter.AddCert(c)
 	}
 	if _, err := certs[0].Verify(x509.VerifyOptions{
-		Roots:         id.Roots,
+		Roots:         id.Roots(),
 		Intermediates: inter,
 		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	}); err != nil {
@@ -393,7 +435,7 @@ func (id *Identity) ClientConfig(peer string) *tls.Config {
 	return &tls.Config{
 		MinVersion:           tls.VersionTLS13,
 		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return id.Certificate(), nil },
-		RootCAs:              id.Roots,
+		RootCAs:              id.Roots(),
 		ServerName:           peer,
 		NextProtos:           []string{ALPN},
 	}

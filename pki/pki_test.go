@@ -1,6 +1,8 @@
 package pki
 
 import (
+	"crypto/x509"
+	"encoding/pem"
 	"os"
 	"path/filepath"
 	"strings"
@@ -117,4 +119,70 @@ func TestRenewChecksAndSwapsTheCertificate(t *testing.T) {
 	if got, _ := id.ServerConfig(nil).GetCertificate(nil); got != id.Certificate() {
 		t.Error("the server config does not present the renewed certificate")
 	}
+}
+
+// A CA rotation in three steps: trust both CAs, take a certificate of the
+// new one, drop the old. At no step does a relay distrust a peer that is
+// one step ahead or behind; a step taken out of order is refused and
+// changes nothing.
+func TestUpdateRotatesTheCA(t *testing.T) {
+	oldCA, _ := NewCA("old")
+	newCA, _ := NewCA("new")
+	id, err := oldCA.Identity("hk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldPeer, _ := oldCA.Identity("la")
+	newPeer, _ := newCA.Identity("la")
+	bundle := append(append([]byte{}, oldCA.PEM...), newCA.PEM...)
+	newCert, newKey, _ := newCA.Issue("hk")
+	oldCert, oldKey, _ := oldCA.Issue("hk")
+
+	// Out of order: a certificate of the new CA while trusting the old alone.
+	if err := id.Update(oldCA.PEM, newCert, newKey); err == nil {
+		t.Fatal("a certificate of a CA not in the CA file was taken")
+	}
+	if err := id.verifyPeer(newPeer.Cert.Certificate); err == nil {
+		t.Fatal("a refused update changed the trust")
+	}
+
+	if err := id.Update(bundle, oldCert, oldKey); err != nil {
+		t.Fatalf("step 1, trust both: %v", err)
+	}
+	for name, p := range map[string]*Identity{"old": oldPeer, "new": newPeer} {
+		if err := id.verifyPeer(p.Cert.Certificate); err != nil {
+			t.Errorf("step 1: a peer of the %s CA refused: %v", name, err)
+		}
+	}
+	if err := id.Update(bundle, newCert, newKey); err != nil {
+		t.Fatalf("step 2, a certificate of the new CA: %v", err)
+	}
+	if !id.Certificate().Leaf.Equal(mustLeaf(t, newCert)) {
+		t.Error("step 2: handshakes do not present the new certificate")
+	}
+	if err := id.Update(newCA.PEM, newCert, newKey); err != nil {
+		t.Fatalf("step 3, the new CA alone: %v", err)
+	}
+	if err := id.verifyPeer(oldPeer.Cert.Certificate); err == nil {
+		t.Error("step 3: a peer of the dropped CA is still trusted")
+	}
+	if err := id.verifyPeer(newPeer.Cert.Certificate); err != nil {
+		t.Errorf("step 3: a peer of the new CA refused: %v", err)
+	}
+	if c, k, _ := oldCA.Issue("hk"); id.Renew(c, k) == nil {
+		t.Error("a renewal is checked against the CAs trusted now, not those loaded first")
+	}
+	if id.NotAfter() != id.Certificate().Leaf.NotAfter {
+		t.Error("NotAfter is not the presented certificate's")
+	}
+}
+
+func mustLeaf(t *testing.T, certPEM []byte) *x509.Certificate {
+	t.Helper()
+	block, _ := pem.Decode(certPEM)
+	c, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

@@ -102,6 +102,7 @@ type Relay struct {
 
 	mu      sync.Mutex
 	tunnels map[string]*entryTunnel // open entries by Tunnel key
+	failed  map[string]error        // entries that could not open, retried
 }
 
 // entryTunnel is a Tunnel's open entry on this relay, with the spec it was
@@ -130,7 +131,7 @@ func New(cfg Config) (*Relay, error) {
 		cfg.Log = slog.Default()
 	}
 	cfg.Log = cfg.Log.With("relay", cfg.Name)
-	r := &Relay{cfg: cfg, tunnels: map[string]*entryTunnel{}}
+	r := &Relay{cfg: cfg, tunnels: map[string]*entryTunnel{}, failed: map[string]error{}}
 	r.set.Store(cfg.Manifests)
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
@@ -207,13 +208,14 @@ func (r *Relay) Start() error {
 
 	hops.Connect(set)
 	r.packets.sync(set)
+	// A Tunnel that cannot open (its port taken, its device refused) is
+	// reported and retried; it keeps no other Tunnel from serving.
 	for _, t := range set.EntryTunnels(r.cfg.Name) {
-		if err := r.openTunnel(t); err != nil {
-			r.Close()
-			return err
-		}
+		r.openTunnel(t)
 	}
+	e.spawn(r.retryTunnels)
 	e.spawn(r.measure.probeLoop)
+	e.spawn(r.watchCertificates)
 	if r.cfg.Route {
 		r.ctl = routectl.New(routectl.Options{Measurer: r.measure, Decide: r.routes.decide, Metrics: e.m.Route, Log: e.log})
 	}
@@ -251,6 +253,9 @@ func (r *Relay) Update(set *manifest.Set) error {
 		return fmt.Errorf("RelayNode %q is no longer in the manifests; keeping the previous ones", r.cfg.Name)
 	}
 	r.set.Store(set)
+	// Peers the manifests dropped lose their connections; TLS sessions
+	// stop resuming under CAs an Identity().Update replaced.
+	r.hops.Recheck(true)
 	r.hops.Connect(set)
 	r.routingUpdated(set)
 	r.packets.sync(set)
@@ -264,7 +269,16 @@ func (r *Relay) Update(set *manifest.Set) error {
 		if t := want[key]; t == nil || !equality.Semantic.DeepEqual(et.spec, t.Spec) {
 			stops = append(stops, et.stop)
 			delete(r.tunnels, key)
+			if t == nil {
+				r.cfg.Metrics.TunnelOpen.DeleteLabelValues(r.cfg.Name, key)
+			}
 			r.cfg.Log.Info("tunnel closed", "tunnel", key)
+		}
+	}
+	for key := range r.failed {
+		if want[key] == nil {
+			delete(r.failed, key)
+			r.cfg.Metrics.TunnelOpen.DeleteLabelValues(r.cfg.Name, key)
 		}
 	}
 	r.mu.Unlock()
@@ -283,8 +297,80 @@ func (r *Relay) Update(set *manifest.Set) error {
 	return errors.Join(errs...)
 }
 
-// openTunnel opens a Tunnel's entry with the role of its protocol.
+// tunnelRetry spaces the attempts to open an entry that failed.
+const tunnelRetry = 5 * time.Second
+
+// retryTunnels opens again, every tunnelRetry, the entries that failed:
+// a port another process held may be free now.
+func (r *Relay) retryTunnels() {
+	t := time.NewTicker(tunnelRetry)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-r.env.ctx.Done():
+			return
+		}
+		if r.env.draining.Load() {
+			continue
+		}
+		set := r.set.Load()
+		r.mu.Lock()
+		var retry []*v1alpha1.Tunnel
+		for key := range r.failed {
+			if tn := set.Tunnel(key); tn != nil && r.tunnels[key] == nil {
+				retry = append(retry, tn)
+			}
+		}
+		r.mu.Unlock()
+		for _, tn := range retry {
+			r.openTunnel(tn)
+		}
+	}
+}
+
+// TunnelErrors are the entries this relay should open and could not, by
+// Tunnel key, with why.
+func (r *Relay) TunnelErrors() map[string]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string]string, len(r.failed))
+	for k, err := range r.failed {
+		out[k] = err.Error()
+	}
+	return out
+}
+
+// openTunnel opens a Tunnel's entry, or records and reports why it could
+// not (the error it returns): the entry is then retried.
 func (r *Relay) openTunnel(t *v1alpha1.Tunnel) error {
+	key := manifest.Key(t.Namespace, t.Name)
+	err := r.open(t)
+	r.mu.Lock()
+	_, had := r.failed[key]
+	if err != nil {
+		r.failed[key] = err
+	} else {
+		delete(r.failed, key)
+	}
+	r.mu.Unlock()
+	r.cfg.Metrics.TunnelOpen.WithLabelValues(r.cfg.Name, key).Set(boolGauge(err == nil))
+	if err != nil && !had {
+		r.cfg.Log.Error("cannot open the Tunnel's entry; the relay serves the others and retries it", "tunnel", key,
+			"retry_every", tunnelRetry, "err", err)
+	}
+	return err
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// open opens a Tunnel's entry with the role of its protocol.
+func (r *Relay) open(t *v1alpha1.Tunnel) error {
 	var addr string
 	if l := t.Spec.Listen; l != nil {
 		addr = net.JoinHostPort(l.Address, strconv.Itoa(int(l.Port)))
@@ -352,6 +438,28 @@ func (r *Relay) openTUN(t *v1alpha1.Tunnel, key string) (stop func(), err error)
 // go on (hoplink relay --drain-timeout); the DaemonSet's grace period
 // leaves it a few seconds more.
 const DefaultDrainTimeout = v1alpha1.DefaultDrainSeconds * time.Second
+
+// certCheck is how often a relay looks for connections whose peer's
+// certificate expired, and exports its own certificate's expiry.
+const certCheck = time.Second
+
+// watchCertificates closes connections whose peer's certificate expired,
+// within certCheck of the expiry (a connection would otherwise outlive
+// the certificate it was made with), and exports when the relay's own
+// expires.
+func (r *Relay) watchCertificates() {
+	t := time.NewTicker(certCheck)
+	defer t.Stop()
+	for {
+		r.cfg.Metrics.CertExpiry.WithLabelValues(r.cfg.Name).Set(float64(r.cfg.Identity.NotAfter().Unix()))
+		r.hops.Recheck(false)
+		select {
+		case <-t.C:
+		case <-r.env.ctx.Done():
+			return
+		}
+	}
+}
 
 // drainPoll is how often Drain looks whether the open flows ended.
 const drainPoll = 20 * time.Millisecond

@@ -198,6 +198,11 @@ injected sidecar relays run.`,
 			if err := r.Start(); err != nil {
 				return err
 			}
+			watched := &standaloneFiles{manifests: files, ca: caFile, cert: certFile, key: keyFile, log: log, relay: r, identity: id}
+			watched.loaded()
+			stop := make(chan struct{})
+			defer close(stop)
+			go watched.watch(stop)
 			return serveUntilSignal(log, metricsAddr, profiling, reg, r.Ready, r.Drain, drainTimeout, r.Close)
 		},
 	}

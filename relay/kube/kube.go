@@ -66,6 +66,7 @@ type Relay struct {
 	relay   atomic.Pointer[relay.Relay] // nil until the certificate and RelayNode exist
 
 	certPEM  []byte   // the certificate the relay presents
+	caPEM    []byte   // the CAs it trusts
 	problems []string // the last manifest problems logged
 }
 
@@ -225,12 +226,14 @@ func (k *Relay) apply(ctx context.Context) error {
 	if r == nil {
 		return k.start(set, secret)
 	}
-	if cert := secret.Data[corev1.TLSCertKey]; !bytes.Equal(cert, k.certPEM) {
-		if err := r.Identity().Renew(cert, secret.Data[corev1.TLSPrivateKeyKey]); err != nil {
-			k.o.Log.Error("renewed certificate rejected; keeping the current one", "err", err)
+	// A renewed certificate, or a CA rotation's bundle: both at once, the
+	// certificate checked against the CAs that come with it.
+	if cert, ca := secret.Data[corev1.TLSCertKey], secret.Data["ca.crt"]; !bytes.Equal(cert, k.certPEM) || !bytes.Equal(ca, k.caPEM) {
+		if err := r.Identity().Update(ca, cert, secret.Data[corev1.TLSPrivateKeyKey]); err != nil {
+			k.o.Log.Error("new certificate or CA rejected; keeping the current ones", "err", err)
 		} else {
-			k.certPEM = cert
-			k.o.Log.Info("certificate renewed")
+			k.certPEM, k.caPEM = cert, ca
+			k.o.Log.Info("certificate renewed", "expires", r.Identity().NotAfter().UTC().Format(time.RFC3339))
 		}
 	}
 	return r.Update(set)
@@ -253,7 +256,7 @@ func (k *Relay) start(set *manifest.Set, secret *corev1.Secret) error {
 	if err := r.Start(); err != nil {
 		return err
 	}
-	k.certPEM = secret.Data[corev1.TLSCertKey]
+	k.certPEM, k.caPEM = secret.Data[corev1.TLSCertKey], secret.Data["ca.crt"]
 	k.relay.Store(r)
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -162,3 +163,64 @@ func TestIdleTCPFlowsEnd(t *testing.T) {
 		t.Fatal("no idle flow counted")
 	}
 }
+
+// A Tunnel whose port another process holds keeps no other Tunnel of its
+// entry relay from serving: the relay starts, reports the entry it could
+// not open (hoplink_tunnel_open 0, TunnelErrors) and opens it once the
+// port is free.
+func TestTunnelWhosePortIsTakenDoesNotStopTheRelay(t *testing.T) {
+	holder, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	taken := holder.Addr().(*net.TCPAddr).Port
+	echo := testutil.EchoServer(t)
+	okPort := testutil.FreePort(t)
+	n, m, _ := network(t, 2, []string{"r0", "r1"},
+		tunnelSpec{name: "blocked", protocol: "tcp", target: echo, port: taken},
+		tunnelSpec{name: "ok", protocol: "tcp", target: echo, port: okPort})
+	if !n.Ready() {
+		t.Fatal("the relays are not ready")
+	}
+	exchange := func(port int) error {
+		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 2*time.Second)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Write([]byte("ping")); err != nil {
+			return err
+		}
+		b := make([]byte, 4)
+		_, err = io.ReadFull(c, b)
+		return err
+	}
+	if err := exchange(okPort); err != nil {
+		t.Fatalf("the other Tunnel of the relay: %v", err)
+	}
+	errs := n.Relays[0].TunnelErrors()
+	if !strings.Contains(errs["default/blocked"], "address already in use") {
+		t.Errorf("TunnelErrors %v, want default/blocked's bind error", errs)
+	}
+	if v := promtest.ToFloat64(m.TunnelOpen.WithLabelValues("r0", "default/blocked")); v != 0 {
+		t.Errorf("hoplink_tunnel_open %v for the Tunnel that cannot open", v)
+	}
+	holder.Close()
+	deadline := time.Now().Add(3 * tunnelRetryForTest)
+	for promtest.ToFloat64(m.TunnelOpen.WithLabelValues("r0", "default/blocked")) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the Tunnel did not open once its port was free")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := exchange(taken); err != nil {
+		t.Fatalf("the Tunnel opened on retry: %v", err)
+	}
+	if errs := n.Relays[0].TunnelErrors(); len(errs) != 0 {
+		t.Errorf("TunnelErrors after the retry: %v", errs)
+	}
+}
+
+// tunnelRetryForTest is relay's retry interval.
+const tunnelRetryForTest = 5 * time.Second

@@ -42,8 +42,9 @@ func TestForeignCertificateRejected(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	foreign.Roots = x509.NewCertPool() // trust the real CA, so only our certificate is wrong
-	foreign.Roots.AddCert(n.CA.Cert)
+	trust := x509.NewCertPool() // trust the real CA, so only our certificate is wrong
+	trust.AddCert(n.CA.Cert)
+	foreign.SetRoots(trust)
 	if c, err := dialRelay(ctx, foreign, "r1", exit.Addr()); err == nil {
 		// The server may reject after the client's handshake completes.
 		if _, err := c.AcceptStream(ctx); err == nil {

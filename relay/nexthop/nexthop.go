@@ -209,6 +209,13 @@ func (p *Peers) Draining(peer string) bool {
 	return len(r.Spec.Endpoints) > 0
 }
 
+// Recheck closes the connections, QUIC and TLS, whose peer no longer
+// holds: its certificate expired, or (full) the manifests no longer name
+// it; with full, TLS sessions made under the previous CAs stop resuming.
+func (p *Peers) Recheck(full bool) int {
+	return p.quic.Recheck(full) + p.tls.Recheck(full)
+}
+
 // Answering records whether peer answered the last round of link probes
 // (see rquic.Endpoint.Answering).
 func (p *Peers) Answering(peer string, ok bool) { p.quic.Answering(peer, ok) }

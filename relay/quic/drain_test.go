@@ -2,8 +2,16 @@ package quic
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	quicgo "github.com/quic-go/quic-go"
 
 	"github.com/hoplink/hoplink/pki"
 )
@@ -63,5 +71,91 @@ func TestDrainReachesPeers(t *testing.T) {
 	c.CloseWithError(0, "")
 	if a.PeerDraining("b") {
 		t.Error("b still counts as draining once the connection it said so on is gone")
+	}
+}
+
+// A peer the manifests no longer name loses its connections at the next
+// full recheck; an expiry-only recheck leaves them.
+func TestRecheckClosesForgottenPeers(t *testing.T) {
+	ca, err := pki.NewCA("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := testEndpoint(t, ca, "b", make(chan *Conn, 8))
+	var known atomic.Bool
+	known.Store(true)
+	id, _ := ca.Identity("a")
+	a, err := Listen(Options{Name: "a", Identity: id, Listen: "127.0.0.1:0", KnownPeer: func(string) bool { return known.Load() },
+		Metrics: b.opts.Metrics, Log: b.opts.Log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := a.Link("b", Control, []string{b.Addr().String()}).Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := a.Recheck(true); n != 0 || c.Context().Err() != nil {
+		t.Fatalf("a known peer with a valid certificate lost its connection (%d closed)", n)
+	}
+	known.Store(false)
+	if n := a.Recheck(false); n != 0 {
+		t.Fatalf("an expiry-only recheck closed %d connections of a peer whose certificate holds", n)
+	}
+	if n := a.Recheck(true); n != 1 {
+		t.Fatalf("a full recheck closed %d connections of a forgotten peer, want 1", n)
+	}
+	select {
+	case <-c.Context().Done():
+	case <-ctx.Done():
+		t.Fatal("the connection to a forgotten peer stayed up")
+	}
+}
+
+// A connection does not outlive its peer's certificate: an expiry recheck
+// (a relay runs one every second) closes it once the certificate expired.
+func TestRecheckClosesOnExpiry(t *testing.T) {
+	ca, err := pki.NewCA("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	der, _ := x509.MarshalPKCS8PrivateKey(key)
+	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
+	// Issued a minute back: valid for two more seconds.
+	certPEM, _, notAfter, err := ca.IssueFor(key.Public(), "b", time.Minute+2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, err := pki.NewIdentity("b", ca.PEM, certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := testEndpoint(t, ca, "a", nil)
+	b, err := Listen(Options{Name: "b", Identity: short, Listen: "127.0.0.1:0", KnownPeer: func(string) bool { return true },
+		Handler: func(_ *Conn, s *quicgo.Stream) { s.CancelRead(0) }, Metrics: a.opts.Metrics, Log: a.opts.Log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := a.Link("b", Control, []string{b.Addr().String()}).Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := a.Recheck(false); n != 0 {
+		t.Fatalf("closed %d connections before the peer's certificate expired", n)
+	}
+	time.Sleep(time.Until(notAfter) + 100*time.Millisecond)
+	if n := a.Recheck(false); n != 1 {
+		t.Fatalf("closed %d connections after the peer's certificate expired, want 1", n)
+	}
+	select {
+	case <-c.Context().Done():
+	case <-ctx.Done():
+		t.Fatal("the connection outlived its peer's certificate")
 	}
 }

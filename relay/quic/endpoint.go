@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	quicgo "github.com/quic-go/quic-go"
 	"golang.org/x/sys/unix"
@@ -253,6 +254,30 @@ func (e *Endpoint) Drain() {
 	for _, c := range e.allConns() {
 		c.SendDatagram(msg)
 	}
+}
+
+// Recheck closes every connection whose peer no longer holds: its
+// certificate expired, or (full) the manifests no longer name it. Flows on
+// such a connection end. It returns how many it closed.
+func (e *Endpoint) Recheck(full bool) int {
+	n := 0
+	now := time.Now()
+	for _, c := range e.allConns() {
+		var err error
+		st := c.ConnectionState().TLS
+		switch {
+		case len(st.PeerCertificates) > 0 && now.After(st.PeerCertificates[0].NotAfter):
+			err = fmt.Errorf("its certificate expired at %s", st.PeerCertificates[0].NotAfter.UTC().Format(time.RFC3339))
+		case full && e.opts.KnownPeer != nil && !e.opts.KnownPeer(c.Peer):
+			err = errors.New("the manifests no longer name it")
+		}
+		if err != nil {
+			e.opts.Log.Warn("closing the connection to a peer that no longer holds", "peer", c.Peer, "transport", "quic", "err", err)
+			c.CloseWithError(0, "peer no longer trusted")
+			n++
+		}
+	}
+	return n
 }
 
 // allConns is every connection up now, accepted and dialed.

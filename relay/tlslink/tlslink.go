@@ -9,7 +9,9 @@ package tlslink
 
 import (
 	"context"
+	crand "crypto/rand"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,6 +21,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -82,7 +85,12 @@ type Endpoint struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
+	// serverConf is the listener's TLS config; its session ticket keys
+	// change when the CAs do, so no session of the old trust resumes.
+	serverConf *tls.Config
+
 	mu          sync.Mutex
+	trusted     *x509.CertPool // the CAs the pools and tickets were made under
 	pools       map[string]*Pool
 	active      map[*tls.Conn]struct{} // connections carrying flows, closed by Close
 	shaking     int                    // handshakes in progress
@@ -113,6 +121,15 @@ func Listen(opts Options) (*Endpoint, error) {
 			}}
 		go e.admin.Serve(e.adminL)
 	}
+	protos := []string{pki.ALPN}
+	if e.opts.Admin != nil {
+		protos = append(protos, pki.AdminALPN)
+	}
+	e.trusted = opts.Identity.Roots()
+	e.serverConf = e.opts.Identity.ServerConfig(func(remote net.Addr, err error) {
+		e.handshake("accept", "rejected")
+		e.warn.Warn("rejected peer certificate", "transport", "tls", "remote", remote, "err", err)
+	}, protos...)
 	e.wg.Add(1)
 	go e.accept()
 	return e, nil
@@ -180,14 +197,7 @@ func (e *Endpoint) handshake(direction, result string) {
 
 func (e *Endpoint) accept() {
 	defer e.wg.Done()
-	protos := []string{pki.ALPN}
-	if e.opts.Admin != nil {
-		protos = append(protos, pki.AdminALPN)
-	}
-	conf := e.opts.Identity.ServerConfig(func(remote net.Addr, err error) {
-		e.handshake("accept", "rejected")
-		e.warn.Warn("rejected peer certificate", "transport", "tls", "remote", remote, "err", err)
-	}, protos...)
+	conf := e.serverConf
 	for {
 		raw, err := e.ln.Accept()
 		if err != nil {
@@ -289,6 +299,65 @@ func (e *Endpoint) track(c *tls.Conn) bool {
 	return true
 }
 
+// Recheck closes every connection carrying a flow whose peer no longer
+// holds: its certificate expired, or (full) the manifests no longer name
+// it. With full, new handshakes also check peers against the CAs trusted
+// now (no session made before resumes). It returns how many it closed.
+func (e *Endpoint) Recheck(full bool) int {
+	e.mu.Lock()
+	conns := make([]*tls.Conn, 0, len(e.active))
+	for c := range e.active {
+		conns = append(conns, c)
+	}
+	var pools []*Pool
+	retrust := full && e.trusted != e.opts.Identity.Roots()
+	if retrust {
+		e.trusted = e.opts.Identity.Roots()
+		for _, p := range e.pools {
+			pools = append(pools, p)
+		}
+	}
+	e.mu.Unlock()
+	if retrust {
+		// Sessions resume without a certificate check: none made under
+		// the old trust may.
+		var key [32]byte
+		crand.Read(key[:])
+		e.serverConf.SetSessionTicketKeys([][32]byte{key})
+		for _, p := range pools {
+			p.retrust()
+			p.drain() // spares were checked under the old trust
+			p.refill()
+		}
+	}
+	n := 0
+	for _, c := range conns {
+		if err := e.peerHolds(c.ConnectionState(), full); err != nil {
+			peer, _ := pki.PeerName(c.ConnectionState())
+			e.opts.Log.Warn("closing the connection to a peer that no longer holds", "peer", peer, "transport", "tls", "err", err)
+			c.NetConn().Close()
+			n++
+		}
+	}
+	return n
+}
+
+func (e *Endpoint) peerHolds(st tls.ConnectionState, full bool) error {
+	if len(st.PeerCertificates) == 0 {
+		return nil // not yet handshaken
+	}
+	if leaf := st.PeerCertificates[0]; time.Now().After(leaf.NotAfter) {
+		return fmt.Errorf("its certificate expired at %s", leaf.NotAfter.UTC().Format(time.RFC3339))
+	}
+	if !full {
+		return nil
+	}
+	if peer, err := pki.PeerName(st); err != nil || (e.opts.KnownPeer != nil && !e.opts.KnownPeer(peer)) {
+		return errors.New("the manifests no longer name it")
+	}
+	return nil
+}
+
 // Done tells the endpoint a connection's flow has ended and it is closed.
 func (e *Endpoint) Done(c *tls.Conn) {
 	e.mu.Lock()
@@ -331,9 +400,8 @@ func (e *Endpoint) pool(key, peer string, addrs []string) *Pool {
 		p.mu.Unlock()
 		return p
 	}
-	conf := e.opts.Identity.ClientConfig(peer)
-	conf.ClientSessionCache = tls.NewLRUClientSessionCache(64)
-	p := &Pool{e: e, peer: peer, addrs: addrs, wake: make(chan struct{}, 1), stop: make(chan struct{}), conf: conf, dialing: make(chan struct{}, poolDials)}
+	p := &Pool{e: e, peer: peer, addrs: addrs, wake: make(chan struct{}, 1), stop: make(chan struct{}), dialing: make(chan struct{}, poolDials)}
+	p.retrust()
 	e.pools[key] = p
 	if e.ctx.Err() == nil {
 		e.wg.Add(1)
@@ -376,7 +444,7 @@ type Pool struct {
 	// signatures and verification, the costly part of a handshake. The
 	// peer's identity is bound to the ticket it issued after a full,
 	// verified handshake.
-	conf *tls.Config
+	conf atomic.Pointer[tls.Config]
 	// dialing bounds this pool's handshakes in progress, so that a burst
 	// of new flows stays within what the peer's listener lets one host
 	// run (MaxHandshakesPerSource).
@@ -384,6 +452,15 @@ type Pool struct {
 
 	mu     sync.Mutex
 	spares []spare
+}
+
+// retrust makes the pool's dials check the peer against the CAs trusted
+// now, with a session cache of their own: a session made under the old
+// trust does not resume.
+func (p *Pool) retrust() {
+	conf := p.e.opts.Identity.ClientConfig(p.peer)
+	conf.ClientSessionCache = tls.NewLRUClientSessionCache(64)
+	p.conf.Store(conf)
 }
 
 type spare struct {
@@ -427,7 +504,7 @@ func (p *Pool) Spare() *tls.Conn {
 		s := p.spares[n-1]
 		p.spares = p.spares[:n-1]
 		p.mu.Unlock()
-		if time.Since(s.born) < spareMaxAge && alive(s.c) && p.e.track(s.c) {
+		if time.Since(s.born) < spareMaxAge && alive(s.c) && p.e.peerHolds(s.c.ConnectionState(), false) == nil && p.e.track(s.c) {
 			return s.c
 		}
 		s.c.Close()
@@ -547,7 +624,7 @@ func (p *Pool) dial(ctx context.Context) (*tls.Conn, error) {
 			errs = append(errs, err)
 			continue
 		}
-		c := tls.Client(raw, p.conf)
+		c := tls.Client(raw, p.conf.Load())
 		if err := c.HandshakeContext(ctx); err != nil {
 			raw.Close()
 			p.e.handshake("dial", "failed")
