@@ -100,6 +100,7 @@ func TestValuesRejected(t *testing.T) {
 		{"ca.existingSecret=Not_A_Name", "/ca/existingSecret"},
 		{"operator.replicas=2,operator.leaderElection=false", "operator.leaderElection"},
 		{"operator.replica=2", "replica"},
+		{"relay.privileged=everyone", "/relay/privileged"},
 	} {
 		_, err := run(t, h, "template", "t", chart, "--set", tc.set)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -221,7 +222,7 @@ func TestTemplateAppliesToAPIServer(t *testing.T) {
 		want []string // kinds that must be rendered
 	}{
 		{"defaults", nil, []string{"Deployment", "PodDisruptionBudget", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ServiceAccount", "Service", "CustomResourceDefinition", "MutatingWebhookConfiguration"}},
-		{"everything on", []string{"--set", "metrics.podMonitor.enabled=true,metrics.serviceMonitor.enabled=true,grafana.dashboard.enabled=true,ca.existingSecret=my-ca,operator.replicas=2,relay.image=relay:1"},
+		{"everything on", []string{"--set", "metrics.podMonitor.enabled=true,metrics.serviceMonitor.enabled=true,grafana.dashboard.enabled=true,ca.existingSecret=my-ca,operator.replicas=2,relay.image=relay:1,relay.allowedImages={reg.example/hoplink:},relay.privileged=any"},
 			[]string{"PodMonitor", "ServiceMonitor", "ConfigMap", "Deployment"}},
 		{"no leader election", []string{"--set", "operator.leaderElection=false,operator.replicas=1"}, []string{"Deployment"}},
 	} {

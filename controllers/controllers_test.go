@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -25,8 +26,14 @@ import (
 
 var nsSeq atomic.Int32
 
+// mustCreateNamespace makes a namespace whose RelayNodes may run
+// privileged (host-network, TUN) relays, as most tests' do.
 func mustCreateNamespace(ctx context.Context, name string) {
-	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil && !apierrors.IsAlreadyExists(err) {
+	mustCreateNamespaceWith(ctx, name, map[string]string{LabelPrivilegedRelays: "true"})
+}
+
+func mustCreateNamespaceWith(ctx context.Context, name string, labels map[string]string) {
+	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}); err != nil && !apierrors.IsAlreadyExists(err) {
 		panic(err)
 	}
 }
@@ -590,4 +597,89 @@ func TestEndpointsOfRunningRelayBeforeReady(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// The operator, not the RelayNode, says which images run and where relays
+// may take the host network or a TUN device: a user sees why in the
+// RelayNode's Ready condition, and no DaemonSet runs until it is allowed.
+func TestRelayNodeAdmissionRules(t *testing.T) {
+	needAPI(t)
+	ctx := context.Background()
+	ns := namespace(t) + "-plain"
+	mustCreateNamespaceWith(ctx, ns, nil)
+	refused := func(rn *v1alpha1.RelayNode, reason string, says ...string) {
+		t.Helper()
+		eventually(t, rn.Name+" refused", func() error {
+			c, err := readyCondition(rn)
+			if err != nil {
+				return err
+			}
+			if c.Status != metav1.ConditionFalse || c.Reason != reason {
+				return fmt.Errorf("Ready %s %s: %s", c.Status, c.Reason, c.Message)
+			}
+			for _, s := range says {
+				if !strings.Contains(c.Message, s) {
+					return fmt.Errorf("message %q does not say %q", c.Message, s)
+				}
+			}
+			return nil
+		})
+		var ds appsv1.DaemonSet
+		if err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: RelayObjectName(rn.Name)}, &ds); !apierrors.IsNotFound(err) {
+			t.Errorf("%s: a DaemonSet runs although the RelayNode is refused (%v)", rn.Name, err)
+		}
+	}
+
+	host := relayNode(ns, "hostnet")
+	create(t, host)
+	refused(host, "PrivilegesNotAllowed", "spec.hostNetwork", "kubectl label namespace "+ns+" "+LabelPrivilegedRelays+"=true")
+	tun := relayNode(ns, "tunrelay", func(r *v1alpha1.RelayNode) { r.Spec.HostNetwork = ptr.To(false); r.Spec.TUN = true })
+	create(t, tun)
+	refused(tun, "PrivilegesNotAllowed", "spec.tun", "NET_ADMIN")
+	img := relayNode(ns, "ownimage", func(r *v1alpha1.RelayNode) { r.Spec.HostNetwork = ptr.To(false); r.Spec.Image = "evil.example/relay:1" })
+	create(t, img)
+	refused(img, "ImageNotAllowed", `spec.image "evil.example/relay:1"`, "hoplink:test", "allowed.example/hoplink:")
+
+	// Allowed: pod network with the operator's image or an allowed one.
+	for _, rn := range []*v1alpha1.RelayNode{
+		relayNode(ns, "podnet", func(r *v1alpha1.RelayNode) { r.Spec.HostNetwork = ptr.To(false) }),
+		relayNode(ns, "allowedimage", func(r *v1alpha1.RelayNode) {
+			r.Spec.HostNetwork = ptr.To(false)
+			r.Spec.Image = "allowed.example/hoplink:2"
+		}),
+	} {
+		create(t, rn)
+		eventually(t, rn.Name+"'s DaemonSet", func() error {
+			var ds appsv1.DaemonSet
+			return k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: RelayObjectName(rn.Name)}, &ds)
+		})
+	}
+
+	// The namespace opts in: the host-network relay runs, with the
+	// runtime's default seccomp profile.
+	var nsObj corev1.Namespace
+	if err := k8s.Get(ctx, types.NamespacedName{Name: ns}, &nsObj); err != nil {
+		t.Fatal(err)
+	}
+	nsObj.Labels = map[string]string{LabelPrivilegedRelays: "true"}
+	if err := k8s.Update(ctx, &nsObj); err != nil {
+		t.Fatal(err)
+	}
+	// A namespace change is not watched: the next change of the RelayNode
+	// (or its requeue within 30 s) applies it.
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(host), host); err != nil {
+		t.Fatal(err)
+	}
+	host.Spec.Endpoints = []string{"198.51.100.1:7401"}
+	if err := k8s.Update(ctx, host); err != nil {
+		t.Fatal(err)
+	}
+	var ds appsv1.DaemonSet
+	eventually(t, "the host-network relay's DaemonSet once the namespace opted in", func() error {
+		return k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: RelayObjectName(host.Name)}, &ds)
+	})
+	sc := ds.Spec.Template.Spec.Containers[0].SecurityContext
+	if sc == nil || sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("relay container seccomp profile %+v, want RuntimeDefault", sc)
+	}
 }

@@ -37,6 +37,12 @@ import (
 type Options struct {
 	// Image is the relay image (this binary) for RelayNodes without spec.image.
 	Image string
+	// AllowedRelayImages are prefixes of other images RelayNodes may name in
+	// spec.image; none: the operator's image alone.
+	AllowedRelayImages []string
+	// PrivilegedRelays says where RelayNodes may run host-network and TUN
+	// relays: PrivilegedNamespaceLabel (default) or PrivilegedAny.
+	PrivilegedRelays string
 	// RelayResources are the requests and limits of relay containers whose
 	// RelayNode sets none.
 	RelayResources *corev1.ResourceRequirements
@@ -186,7 +192,12 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 		mgr.GetWebhookServer().Register(inject.Path, &webhook.Admission{Handler: &inject.Webhook{Reader: mgr.GetAPIReader(),
 			Config: inject.Config{Image: o.Image, Version: o.Version, Resources: o.RelayResources, PodCertificates: podCerts}}})
 	}
-	rn := &RelayNodeReconciler{Client: mgr.GetClient(), Scheme: scheme, CA: ca, Image: o.Image, RenewBefore: o.RenewBefore, Resources: o.RelayResources, Version: o.Version}
+	policy := RelayPolicy{Image: o.Image, AllowedImages: o.AllowedRelayImages, Privileged: o.PrivilegedRelays}
+	if policy.Privileged == "" {
+		policy.Privileged = PrivilegedNamespaceLabel
+	}
+	rn := &RelayNodeReconciler{Client: mgr.GetClient(), Scheme: scheme, CA: ca, Image: o.Image, RenewBefore: o.RenewBefore, Resources: o.RelayResources, Version: o.Version,
+		Policy: policy, Reader: mgr.GetAPIReader()}
 	if err := rn.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("RelayNode controller: %w", err)
 	}

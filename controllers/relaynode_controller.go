@@ -28,11 +28,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
+	"github.com/hoplink/hoplink/inject"
 	"github.com/hoplink/hoplink/pki"
 )
-
-// relayUID is the unprivileged user relay containers run as.
-const relayUID = 65532
 
 // RelayNodeReconciler turns a RelayNode into a relay DaemonSet, the relay's
 // certificate Secret, a ServiceAccount with read-only RBAC, and a status
@@ -50,6 +48,12 @@ type RelayNodeReconciler struct {
 	Resources *corev1.ResourceRequirements
 	// Version of the operator: injected pods that carry another are outdated.
 	Version string
+	// Policy says which images, and in which namespaces host network and
+	// TUN devices, RelayNodes may ask for.
+	Policy RelayPolicy
+	// Reader reads namespaces (their labels opt in to privileged relays)
+	// from the API server, without a cache of every namespace.
+	Reader client.Reader
 }
 
 // +kubebuilder:rbac:groups=hoplink.dev,resources=relaynodes,verbs=get;list;watch
@@ -119,6 +123,22 @@ func (r *RelayNodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	}
 	status.Injected, status.Outdated = 0, 0
 
+	if ref, err := r.refusal(ctx, &rn); err != nil {
+		return ctrl.Result{}, err
+	} else if ref != nil {
+		// Nothing runs that the policy does not allow, whatever ran before.
+		if err := r.deleteWorkload(ctx, &rn); err != nil {
+			return ctrl.Result{}, err
+		}
+		status.Desired, status.Ready, status.Endpoints = 0, 0, nil
+		meta.SetStatusCondition(&status.Conditions, metav1.Condition{
+			Type: conditionReady, Status: metav1.ConditionFalse, Reason: ref.reason, ObservedGeneration: rn.Generation, Message: ref.message,
+		})
+		// Namespaces are not watched: a label added later applies within
+		// policyRecheck.
+		return ctrl.Result{RequeueAfter: min(renewIn, policyRecheck)}, patchStatus(ctx, r.Client, &rn, &rn.Status, status)
+	}
+
 	ds, err := r.ensureWorkload(ctx, &rn)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -141,6 +161,26 @@ func (r *RelayNodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	}
 	meta.SetStatusCondition(&status.Conditions, cond)
 	return ctrl.Result{RequeueAfter: renewIn}, patchStatus(ctx, r.Client, &rn, &rn.Status, status)
+}
+
+// policyRecheck is how soon a refused RelayNode is looked at again.
+const policyRecheck = 30 * time.Second
+
+// refusal checks a RelayNode against the operator's policy.
+func (r *RelayNodeReconciler) refusal(ctx context.Context, rn *v1alpha1.RelayNode) (*refusal, error) {
+	var labels map[string]string
+	if r.Policy.Privileged != PrivilegedAny {
+		var ns corev1.Namespace
+		reader := r.Reader
+		if reader == nil {
+			reader = r.Client
+		}
+		if err := reader.Get(ctx, types.NamespacedName{Name: rn.Namespace}, &ns); err != nil {
+			return nil, fmt.Errorf("read namespace %s: %w", rn.Namespace, err)
+		}
+		labels = ns.Labels
+	}
+	return r.Policy.check(rn, labels), nil
 }
 
 // nameTaken returns the namespace of an older RelayNode with the same name,
@@ -294,15 +334,9 @@ func (r *RelayNodeReconciler) daemonSetSpec(rn *v1alpha1.RelayNode) appsv1.Daemo
 			{Name: "tls", ContainerPort: port, Protocol: corev1.ProtocolTCP},
 			{Name: "metrics", ContainerPort: mport, Protocol: corev1.ProtocolTCP},
 		},
-		ReadinessProbe: httpProbe("/readyz", mport, 5),
-		LivenessProbe:  httpProbe("/healthz", mport, 10),
-		SecurityContext: &corev1.SecurityContext{
-			RunAsNonRoot:             ptr.To(true),
-			RunAsUser:                ptr.To[int64](relayUID),
-			AllowPrivilegeEscalation: ptr.To(false),
-			ReadOnlyRootFilesystem:   ptr.To(true),
-			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-		},
+		ReadinessProbe:  httpProbe("/readyz", mport, 5),
+		LivenessProbe:   httpProbe("/healthz", mport, 10),
+		SecurityContext: inject.RelaySecurityContext(rn.Spec.TUN),
 	}
 	switch {
 	case rn.Spec.Resources != nil:
@@ -312,13 +346,6 @@ func (r *RelayNodeReconciler) daemonSetSpec(rn *v1alpha1.RelayNode) appsv1.Daemo
 	}
 	var volumes []corev1.Volume
 	if rn.Spec.TUN {
-		// Root, because Kubernetes grants added capabilities to root only
-		// (a non-root process would get none in its effective set), and
-		// CAP_NET_ADMIN alone: creating a TUN device and setting its
-		// address and routes need nothing more.
-		sc := c.SecurityContext
-		sc.RunAsNonRoot, sc.RunAsUser = ptr.To(false), ptr.To[int64](0)
-		sc.Capabilities.Add = []corev1.Capability{"NET_ADMIN"}
 		volumes = []corev1.Volume{{Name: "dev-net-tun", VolumeSource: corev1.VolumeSource{
 			HostPath: &corev1.HostPathVolumeSource{Path: "/dev/net/tun", Type: ptr.To(corev1.HostPathCharDev)}}}}
 		c.VolumeMounts = []corev1.VolumeMount{{Name: "dev-net-tun", MountPath: "/dev/net/tun"}}

@@ -97,7 +97,7 @@ func startSuite() error {
 	mustCreateNamespace(ctx, testCA.Namespace)
 	wh := &env.WebhookInstallOptions
 	mgr, err := NewManager(ctx, cfg, Options{
-		Image: "hoplink:test", CASecret: testCA, CreateCA: true,
+		Image: "hoplink:test", AllowedRelayImages: []string{"allowed.example/hoplink:"}, CASecret: testCA, CreateCA: true,
 		MetricsAddr: "0", ProbeAddr: "0", Version: testVersion,
 		Webhook: WebhookOptions{Port: wh.LocalServingPort, Host: wh.LocalServingHost, Hosts: []string{wh.LocalServingHost},
 			Secret: testWebhookSecret, Config: testWebhookConfig},

@@ -304,6 +304,7 @@ func TestClusters(t *testing.T) {
 
 	a.helmInstall(t)
 	a.kubectl(t, "create", "namespace", "edge")
+	a.kubectl(t, "label", "namespace", "edge", "hoplink.dev/privileged-relays=true")
 	a.kubectl(t, "apply", "-n", "edge", "-k", "config/samples")
 
 	t.Run("relays ready on every node", func(t *testing.T) {
@@ -370,6 +371,7 @@ spec: {chain: to-east, protocol: udp, listen: {port: 5353}, target: "kube-dns.ku
 			"--cert", filepath.Join(work, "ca.crt"), "--key", filepath.Join(work, "ca.key"))
 		b.helmInstall(t, "--set", "ca.existingSecret=hoplink-ca-from-a")
 		b.kubectl(t, "create", "namespace", "edge")
+		b.kubectl(t, "label", "namespace", "edge", "hoplink.dev/privileged-relays=true")
 
 		hkIP, east2IP := a.nodeIP(t, "hk"), b.nodeIP(t, "east2")
 		shared := `---

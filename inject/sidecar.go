@@ -94,14 +94,7 @@ func Container(rn *v1alpha1.RelayNode, c Config) corev1.Container {
 			{Name: certsVolume, MountPath: CertsDir, ReadOnly: true},
 			{Name: apiVolume, MountPath: apiDir, ReadOnly: true},
 		},
-		SecurityContext: &corev1.SecurityContext{
-			RunAsNonRoot:             ptr.To(true),
-			RunAsUser:                ptr.To[int64](relayUID),
-			AllowPrivilegeEscalation: ptr.To(false),
-			ReadOnlyRootFilesystem:   ptr.To(true),
-			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-		},
+		SecurityContext: RelaySecurityContext(rn.Spec.TUN),
 	}
 	switch {
 	case rn.Spec.Resources != nil:
@@ -110,14 +103,32 @@ func Container(rn *v1alpha1.RelayNode, c Config) corev1.Container {
 		ctr.Resources = *c.Resources.DeepCopy()
 	}
 	if rn.Spec.TUN {
-		// As the DaemonSet relay: root, because Kubernetes grants added
-		// capabilities only to root, and NET_ADMIN alone.
-		sc := ctr.SecurityContext
-		sc.RunAsNonRoot, sc.RunAsUser = ptr.To(false), ptr.To[int64](0)
-		sc.Capabilities.Add = []corev1.Capability{"NET_ADMIN"}
 		ctr.VolumeMounts = append(ctr.VolumeMounts, corev1.VolumeMount{Name: tunVolume, MountPath: "/dev/net/tun"})
 	}
 	return ctr
+}
+
+// RelaySecurityContext is a relay container's, in a DaemonSet pod or as a
+// sidecar: not root, no capability, no privilege escalation, a read-only
+// root and the runtime's default seccomp profile. With a TUN device it runs
+// as root, because Kubernetes grants added capabilities only to root (a
+// non-root process would get none in its effective set), with NET_ADMIN
+// alone: creating a TUN device and setting its address and routes need
+// nothing more.
+func RelaySecurityContext(tun bool) *corev1.SecurityContext {
+	sc := &corev1.SecurityContext{
+		RunAsNonRoot:             ptr.To(true),
+		RunAsUser:                ptr.To[int64](relayUID),
+		AllowPrivilegeEscalation: ptr.To(false),
+		ReadOnlyRootFilesystem:   ptr.To(true),
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+	if tun {
+		sc.RunAsNonRoot, sc.RunAsUser = ptr.To(false), ptr.To[int64](0)
+		sc.Capabilities.Add = []corev1.Capability{"NET_ADMIN"}
+	}
+	return sc
 }
 
 const tunVolume = "hoplink-dev-net-tun"

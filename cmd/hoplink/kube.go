@@ -130,6 +130,10 @@ func newOperatorCmd(lf *logFlags) *cobra.Command {
 			if o.RelayResources, err = parseResources(relayResources); err != nil {
 				return err
 			}
+			if o.PrivilegedRelays != controllers.PrivilegedNamespaceLabel && o.PrivilegedRelays != controllers.PrivilegedAny {
+				return fmt.Errorf("--privileged-relays %q: want %s (namespaces labelled %s=true) or %s",
+					o.PrivilegedRelays, controllers.PrivilegedNamespaceLabel, controllers.LabelPrivilegedRelays, controllers.PrivilegedAny)
+			}
 			cfg, err := kf.config()
 			if err != nil {
 				return fmt.Errorf("kubernetes config: %w", err)
@@ -176,6 +180,9 @@ func newOperatorCmd(lf *logFlags) *cobra.Command {
 	f.IntVar(&webhookPort, "webhook-port", 9443, "serve the sidecar injection webhook on this port (0: no webhook)")
 	f.StringVar(&webhookService, "webhook-service", "hoplink-webhook", "the Service in --namespace in front of the webhook: its serving certificate names it (and is kept in the Secret <service>-cert)")
 	f.StringVar(&webhookConfig, "webhook-config", "hoplink-sidecar-injector", "the MutatingWebhookConfiguration whose caBundle the operator keeps current (empty: none)")
+	f.StringSliceVar(&o.AllowedRelayImages, "allowed-relay-images", nil, "prefixes of images a RelayNode's spec.image may name besides the operator's relay image (default none)")
+	f.StringVar(&o.PrivilegedRelays, "privileged-relays", controllers.PrivilegedNamespaceLabel, "where RelayNodes may run relays on the host network or with TUN devices: "+
+		controllers.PrivilegedNamespaceLabel+" (namespaces labelled "+controllers.LabelPrivilegedRelays+"=true) or "+controllers.PrivilegedAny)
 	f.DurationVar(&renewBefore, "renew-before", 0, "renew relay certificates this long before expiry (default: a third of their validity)")
 	return cmd
 }

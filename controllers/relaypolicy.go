@@ -1,0 +1,62 @@
+package controllers
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/hoplink/hoplink/api/v1alpha1"
+)
+
+// LabelPrivilegedRelays, set to "true" on a namespace, lets its RelayNodes
+// run relay pods on the host network or with a TUN device (as root, with
+// NET_ADMIN) when the operator runs with --privileged-relays=namespace-label.
+const LabelPrivilegedRelays = "hoplink.dev/privileged-relays"
+
+// Who may run privileged relays (--privileged-relays).
+const (
+	PrivilegedNamespaceLabel = "namespace-label" // namespaces labelled LabelPrivilegedRelays=true
+	PrivilegedAny            = "any"             // every namespace
+)
+
+// RelayPolicy is what the operator lets a RelayNode ask for: anyone who may
+// create a RelayNode in a namespace gets a DaemonSet, so its image, the host
+// network and TUN devices are the operator's to allow, not the RelayNode's.
+type RelayPolicy struct {
+	// Image is the operator's relay image, always allowed.
+	Image string
+	// AllowedImages are prefixes of other images a RelayNode's spec.image
+	// may name ("registry.example/hoplink:" allows every tag).
+	AllowedImages []string
+	// Privileged is PrivilegedNamespaceLabel (the default) or PrivilegedAny.
+	Privileged string
+}
+
+// refusal is why a RelayNode may not run as it asks: a condition reason and
+// a message that names the field and the fix.
+type refusal struct{ reason, message string }
+
+// check says whether rn may run, in a namespace with these labels. Sidecar
+// and external relays run no DaemonSet: only the sidecar's own rules apply.
+func (p RelayPolicy) check(rn *v1alpha1.RelayNode, nsLabels map[string]string) *refusal {
+	if rn.Spec.External || rn.Spec.IsSidecar() {
+		return nil
+	}
+	if img := rn.Spec.Image; img != "" && img != p.Image && !slices.ContainsFunc(p.AllowedImages, func(pre string) bool { return strings.HasPrefix(img, pre) }) {
+		allowed := append([]string{p.Image}, p.AllowedImages...)
+		return &refusal{"ImageNotAllowed", fmt.Sprintf("spec.image %q is not an image this operator runs (allowed: %s, and images starting with the others); "+
+			"remove spec.image to run the operator's, or have its admin allow it (hoplink operator --allowed-relay-images, chart value relay.allowedImages)",
+			img, strings.Join(allowed, ", "))}
+	}
+	if p.Privileged == PrivilegedAny || nsLabels[LabelPrivilegedRelays] == "true" {
+		return nil
+	}
+	fix := fmt.Sprintf("label the namespace (kubectl label namespace %s %s=true) if its RelayNodes may run privileged relays", rn.Namespace, LabelPrivilegedRelays)
+	if rn.Spec.TUN {
+		return &refusal{"PrivilegesNotAllowed", fmt.Sprintf("spec.tun runs relay pods as root with NET_ADMIN, which namespace %q does not allow: %s, or remove spec.tun", rn.Namespace, fix)}
+	}
+	if rn.Spec.HostNetwork == nil || *rn.Spec.HostNetwork {
+		return &refusal{"PrivilegesNotAllowed", fmt.Sprintf("spec.hostNetwork (true unless set) runs relay pods on their nodes' network, which namespace %q does not allow: %s, or set spec.hostNetwork: false", rn.Namespace, fix)}
+	}
+	return nil
+}
