@@ -6,12 +6,14 @@
 //
 //	GET  /v1/links?chain=NS/NAME&fresh=DURATION       this relay's measure.Table for the chain
 //	POST /v1/pipe?chain=NS/NAME  {"routes": [[...]]}   from the entry: a measure.Trace per route
+//	GET  /v1/status                                     what only this relay sees go wrong: a Status
 package adminapi
 
 import (
 	"context"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/hoplink/hoplink/measure"
 )
@@ -19,8 +21,9 @@ import (
 // Paths. The trace endpoint serves pipe mode and kept its first name, so
 // operators and relays one version apart still understand each other.
 const (
-	PathLinks = "/v1/links"
-	PathTrace = "/v1/pipe"
+	PathLinks  = "/v1/links"
+	PathTrace  = "/v1/pipe"
+	PathStatus = "/v1/status"
 )
 
 // Limits.
@@ -33,6 +36,44 @@ const (
 	// MaxAnswer bounds an answer's body, so that a client can refuse more.
 	MaxAnswer = measure.MaxTableSize
 )
+
+// Status is what a relay reports of itself: the Tunnel entries it should
+// open and whether it could, and the problems it saw lately. The operator
+// turns them into conditions and Events.
+type Status struct {
+	Relay    string  `json:"relay"`
+	Draining bool    `json:"draining,omitempty"`
+	Entries  []Entry `json:"entries,omitempty"`
+	// Problems are the latest of each kind and Tunnel, at most MaxProblems.
+	Problems []Problem `json:"problems,omitempty"`
+}
+
+// Entry is a Tunnel's entry on this relay: open, or why not.
+type Entry struct {
+	Tunnel string `json:"tunnel"`
+	Open   bool   `json:"open"`
+	Error  string `json:"error,omitempty"`
+}
+
+// Problem kinds.
+const (
+	ProblemDialTarget = "dial_target" // the exit could not connect to a Tunnel's target
+	ProblemHandshake  = "handshake"   // a peer's handshake was refused (certificate, unknown relay)
+	ProblemDevice     = "device"      // a Tunnel's TUN device could not open at the exit
+)
+
+// Problem is one kind of failure, for one Tunnel (or none): how often since
+// the relay started, and the last one.
+type Problem struct {
+	Kind   string    `json:"kind"`
+	Tunnel string    `json:"tunnel,omitempty"`
+	Count  int64     `json:"count"`
+	Last   string    `json:"last"`
+	At     time.Time `json:"at"`
+}
+
+// MaxProblems bounds the problems a relay keeps and reports.
+const MaxProblems = 64
 
 // TraceRequest is the body of a trace request.
 type TraceRequest struct {

@@ -58,6 +58,12 @@ func (b *backend) Trace(_ context.Context, client, chain string, routes [][]stri
 	return out, nil
 }
 
+func (b *backend) Status(_ context.Context, client string) (*Status, error) {
+	b.record("status " + client)
+	return &Status{Relay: b.name, Entries: []Entry{{Tunnel: "default/web", Error: "listen tcp :80: bind: address already in use"}},
+		Problems: []Problem{{Kind: ProblemDialTarget, Tunnel: "default/api", Count: 3, Last: "connection refused"}}}, nil
+}
+
 // server serves Handler(b) over TLS as the relay `as`, the way a relay's
 // TLS endpoint does: mutual TLS with the admin protocol, then plain
 // HTTP/1.1 on the connection, with the client's proven name recorded.
@@ -137,9 +143,20 @@ func TestLinksAndTrace(t *testing.T) {
 	if len(traces) != 2 || traces[1].RTT.D() != 2*time.Millisecond || traces[1].Route[1] != "la" {
 		t.Fatalf("traces %+v", traces)
 	}
+	st, err := c.Status(ctx, "la", ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Entries) != 1 || st.Entries[0].Open || !strings.Contains(st.Entries[0].Error, "in use") || len(st.Problems) != 1 || st.Problems[0].Count != 3 {
+		t.Fatalf("status %+v", st)
+	}
+	if _, err := c.Status(ctx, "hk", ep); err == nil || !strings.Contains(err.Error(), "not hk") {
+		t.Fatalf("status asked of hk at la's address: %v", err)
+	}
 	want := []string{
 		"links " + pki.OperatorName + " default/fast 500ms",
 		"trace " + pki.OperatorName + " default/fast [[hk useast] [hk la useast]]",
+		"status " + pki.OperatorName,
 	}
 	if strings.Join(b.asks, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("backend was asked:\n%s\nwant:\n%s", strings.Join(b.asks, "\n"), strings.Join(want, "\n"))

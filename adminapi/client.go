@@ -79,6 +79,18 @@ func (c *Client) Trace(ctx context.Context, relay, endpoint, chain string, route
 	return res, nil
 }
 
+// Status asks relay, at endpoint, what it sees go wrong.
+func (c *Client) Status(ctx context.Context, relay, endpoint string) (*Status, error) {
+	var s Status
+	if err := c.call(ctx, relay, http.MethodGet, endpoint, PathStatus, nil, nil, &s); err != nil {
+		return nil, err
+	}
+	if s.Relay != relay {
+		return nil, fmt.Errorf("%s answered as relay %q, not %q", endpoint, s.Relay, relay)
+	}
+	return &s, nil
+}
+
 // call does one request and decodes its JSON answer; a refusal comes back
 // as an *Error.
 func (c *Client) call(ctx context.Context, relay, method, endpoint, path string, q url.Values, body []byte, v any) error {

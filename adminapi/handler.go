@@ -19,6 +19,8 @@ type Backend interface {
 	Links(ctx context.Context, client, chain string, fresh time.Duration) (*measure.Table, error)
 	// Trace measures routes of chain end to end, from this relay, its entry.
 	Trace(ctx context.Context, client, chain string, routes [][]string) ([]measure.Trace, error)
+	// Status reports the relay's entries and problems.
+	Status(ctx context.Context, client string) (*Status, error)
 }
 
 // Handler serves the admin API from b.
@@ -47,6 +49,10 @@ func Handler(b Backend) http.Handler {
 		}
 		res, err := b.Trace(req.Context(), ClientOf(req.Context()), req.URL.Query().Get("chain"), body.Routes)
 		answer(w, res, err)
+	})
+	mux.HandleFunc("GET "+PathStatus, func(w http.ResponseWriter, req *http.Request) {
+		s, err := b.Status(req.Context(), ClientOf(req.Context()))
+		answer(w, s, err)
 	})
 	return mux
 }

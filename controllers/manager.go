@@ -196,8 +196,14 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 	if policy.Privileged == "" {
 		policy.Privileged = PrivilegedNamespaceLabel
 	}
+	admin := newRelayAdmin(mgr.GetClient(), ca)
+	// What only relays see go wrong, asked of them on the leader.
+	reports := newRelayReports(mgr.GetClient(), admin, mgr.GetEventRecorder("hoplink-relay-reports"))
+	if err := mgr.Add(reports); err != nil {
+		return nil, err
+	}
 	rn := &RelayNodeReconciler{Client: mgr.GetClient(), Scheme: scheme, CA: ca, Image: o.Image, RenewBefore: o.RenewBefore, Resources: o.RelayResources, Version: o.Version,
-		Policy: policy, Reader: mgr.GetAPIReader()}
+		Policy: policy, Reader: mgr.GetAPIReader(), Reports: reports}
 	if err := rn.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("RelayNode controller: %w", err)
 	}
@@ -208,7 +214,7 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 	writer := &routeWriter{client: mgr.GetClient(), api: mgr.GetAPIReader(), recorder: mgr.GetEventRecorder("hoplink-route-controller"),
 		log: o.Log, written: map[string]time.Time{}, failing: map[string]bool{}}
 	routes := routectl.New(routectl.Options{
-		Measurer: newRelayAdmin(mgr.GetClient(), ca),
+		Measurer: admin,
 		Decide:   writer.decided,
 		Metrics:  metrics.NewRoute(ctrlmetrics.Registry),
 		Log:      o.Log.With("controller", "route"),
@@ -223,7 +229,7 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 	if err := (&ChainReconciler{Client: mgr.GetClient(), Routes: routes, writer: writer}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("Chain controller: %w", err)
 	}
-	if err := (&TunnelReconciler{Client: mgr.GetClient(), Scheme: scheme}).SetupWithManager(mgr); err != nil {
+	if err := (&TunnelReconciler{Client: mgr.GetClient(), Scheme: scheme, Reports: reports}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("Tunnel controller: %w", err)
 	}
 	return mgr, nil

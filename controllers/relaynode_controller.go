@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/inject"
@@ -54,6 +55,8 @@ type RelayNodeReconciler struct {
 	// Reader reads namespaces (their labels opt in to privileged relays)
 	// from the API server, without a cache of every namespace.
 	Reader client.Reader
+	// Reports are the relays' own word on what goes wrong.
+	Reports *relayReports
 }
 
 // +kubebuilder:rbac:groups=hoplink.dev,resources=relaynodes,verbs=get;list;watch
@@ -160,6 +163,10 @@ func (r *RelayNodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		cond.Message = fmt.Sprintf("0 of %d relay pods ready: see `kubectl -n %s get pods -l %s=%s`", status.Desired, rn.Namespace, LabelRelayNode, rn.Name)
 	}
 	meta.SetStatusCondition(&status.Conditions, cond)
+	if h := r.Reports.healthy(&rn); h != nil {
+		h.ObservedGeneration = rn.Generation
+		meta.SetStatusCondition(&status.Conditions, *h)
+	}
 	return ctrl.Result{RequeueAfter: renewIn}, patchStatus(ctx, r.Client, &rn, &rn.Status, status)
 }
 
@@ -448,7 +455,11 @@ func (r *RelayNodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		func(o client.Object) []string { return []string{o.GetName()} }); err != nil {
 		return err
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr)
+	if r.Reports != nil {
+		b = b.WatchesRawSource(source.Channel(r.Reports.relays, &handler.EnqueueRequestForObject{}))
+	}
+	return b.
 		For(&v1alpha1.RelayNode{}).
 		Owns(&appsv1.DaemonSet{}).
 		Owns(&corev1.Secret{}).

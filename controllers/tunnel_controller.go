@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
 )
@@ -31,6 +32,8 @@ import (
 type TunnelReconciler struct {
 	client.Client
 	Scheme *runtime.Scheme
+	// Reports are the entry relays' own word on whether they listen.
+	Reports *relayReports
 }
 
 // +kubebuilder:rbac:groups=hoplink.dev,resources=tunnels,verbs=get;list;watch
@@ -48,9 +51,32 @@ func (r *TunnelReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if cond.Reason == "" { // a transient error, nothing to tell the user yet
 		return ctrl.Result{}, err
 	}
+	if l, open := r.listening(ctx, &t); l != nil {
+		l.ObservedGeneration = t.Generation
+		meta.SetStatusCondition(&status.Conditions, *l)
+		if open == 0 && cond.Status == metav1.ConditionTrue {
+			// No entry relay listens: clients cannot connect, whatever
+			// else is in place.
+			cond = metav1.Condition{Status: metav1.ConditionFalse, Reason: l.Reason, Message: l.Message}
+		}
+	}
 	cond.Type, cond.ObservedGeneration = conditionReady, t.Generation
 	meta.SetStatusCondition(&status.Conditions, cond)
 	return ctrl.Result{}, errors.Join(err, patchStatus(ctx, r.Client, &t, &t.Status, status))
+}
+
+// listening is the Tunnel's Listening condition from its entry relays'
+// reports, and on how many the entry is open; nil before any answered or
+// for a tun Tunnel (no listener).
+func (r *TunnelReconciler) listening(ctx context.Context, t *v1alpha1.Tunnel) (*metav1.Condition, int) {
+	if r.Reports == nil || t.Spec.Protocol == v1alpha1.ProtocolTUN {
+		return nil, 0
+	}
+	var ch v1alpha1.Chain
+	if r.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: t.Spec.Chain}, &ch) != nil {
+		return nil, 0
+	}
+	return r.Reports.listening(t, ch.Spec.Entry)
 }
 
 func (r *TunnelReconciler) reconcile(ctx context.Context, t *v1alpha1.Tunnel, status *v1alpha1.TunnelStatus) (metav1.Condition, error) {
@@ -207,7 +233,11 @@ func (r *TunnelReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		func(o client.Object) []string { return []string{o.(*v1alpha1.Tunnel).Spec.Chain} }); err != nil {
 		return err
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr)
+	if r.Reports != nil {
+		b = b.WatchesRawSource(source.Channel(r.Reports.tunnels, &handler.EnqueueRequestForObject{}))
+	}
+	return b.
 		For(&v1alpha1.Tunnel{}).
 		Owns(&corev1.Service{}).
 		Watches(&v1alpha1.Chain{}, enqueueReferrers(mgr.GetClient(), &v1alpha1.TunnelList{}, indexTunnelChain)).

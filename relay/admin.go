@@ -12,8 +12,18 @@ import (
 )
 
 // adminBackend answers the operator's admin API calls (adminapi) from the
-// relay's measurer, after admit.Admin let them through.
-type adminBackend struct{ m *measurer }
+// relay's measurer and its status, after admit let them through.
+type adminBackend struct {
+	m      *measurer
+	status func() *adminapi.Status
+}
+
+func (a adminBackend) Status(_ context.Context, client string) (*adminapi.Status, error) {
+	if ref := admit.AdminStatus(client); ref != nil {
+		return nil, adminapi.NotFound(ref.Reason, ref)
+	}
+	return a.status(), nil
+}
 
 func (a adminBackend) admit(client string, call admit.AdminCall, chain string) (*v1alpha1.Chain, error) {
 	c, ref := admit.Admin(a.m.manifests(), a.m.name, client, call, chain)

@@ -30,6 +30,8 @@ type env struct {
 	flows        *quota // a token per flow in progress
 	// draining: the relay takes no new flows (Relay.Drain).
 	draining atomic.Bool
+	// problems keeps what went wrong lately, for the operator.
+	problems *problemBook
 	// openTCP counts the TCP flows in progress, in every role: what a
 	// drain waits for (UDP and packet sessions have no end of their own).
 	openTCP *atomic.Int64

@@ -143,7 +143,7 @@ func New(cfg Config) (*Relay, error) {
 		perSource = min(cfg.MaxFlowsPerSource, perTunnel)
 	}
 	r.env = &env{name: cfg.Name, log: cfg.Log, warn: ratelog.New(cfg.Log), m: cfg.Metrics, set: &r.set, setupTimeout: cfg.SetupTimeout,
-		flows: newQuota(cfg.MaxFlows, perTunnel, perSource), openTCP: new(atomic.Int64), ctx: ctx, wg: &r.wg}
+		flows: newQuota(cfg.MaxFlows, perTunnel, perSource), openTCP: new(atomic.Int64), problems: &problemBook{}, ctx: ctx, wg: &r.wg}
 	r.routes = newRouteBook(r.env, cfg.Route)
 	return r, nil
 }
@@ -184,8 +184,11 @@ func (r *Relay) Start() error {
 		Router:           r.routes,
 		Stream:           func(c *rquic.Conn, s *quicgo.Stream) { r.dispatch.serveQUIC(c, s) },
 		TLS:              func(peer string, c *tls.Conn) { r.dispatch.serveTLS(peer, c) },
-		Admin:            adminapi.Handler(adminBackend{r.measure}),
+		Admin:            adminapi.Handler(adminBackend{m: r.measure, status: r.status}),
 		OnProbeEcho:      links.Echo,
+		OnRejected: func(remote net.Addr, err error) {
+			e.problems.add(adminapi.ProblemHandshake, "", fmt.Sprintf("from %v: %v", remote, err))
+		},
 		OnPeerDraining: func(peer string) {
 			links.Stale(peer)
 			if r.ctl != nil {
@@ -327,6 +330,23 @@ func (r *Relay) retryTunnels() {
 			r.openTunnel(tn)
 		}
 	}
+}
+
+// status is what the relay reports to the operator: its entries, open or
+// why not, and its problems.
+func (r *Relay) status() *adminapi.Status {
+	s := &adminapi.Status{Relay: r.cfg.Name, Draining: r.env.draining.Load(), Problems: r.env.problems.list()}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, t := range r.set.Load().EntryTunnels(r.cfg.Name) {
+		key := manifest.Key(t.Namespace, t.Name)
+		e := adminapi.Entry{Tunnel: key, Open: r.tunnels[key] != nil}
+		if err := r.failed[key]; err != nil {
+			e.Error = err.Error()
+		}
+		s.Entries = append(s.Entries, e)
+	}
+	return s
 }
 
 // TunnelErrors are the entries this relay should open and could not, by

@@ -6,6 +6,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/hoplink/hoplink/adminapi"
 	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/manifest"
 	"github.com/hoplink/hoplink/relay/flow"
@@ -190,7 +191,8 @@ func (f *tcpFlows) dial(ctx context.Context, tunnel, target, role string, start 
 	c, err := d.DialContext(ctx, "tcp", target)
 	if err != nil {
 		f.flowError(tunnel, "dial_target")
-		f.log.Warn("cannot connect to target", "tunnel", tunnel, "target", target, "err", err)
+		f.problems.add(adminapi.ProblemDialTarget, tunnel, err.Error())
+		f.warn.Warn("cannot connect to target", "tunnel", tunnel, "target", target, "err", err)
 		return nil, err
 	}
 	c.(*net.TCPConn).SetWriteBuffer(endBuffer)

@@ -18,6 +18,7 @@ import (
 	quicgo "github.com/quic-go/quic-go"
 	"k8s.io/apimachinery/pkg/api/equality"
 
+	"github.com/hoplink/hoplink/adminapi"
 	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/manifest"
 	"github.com/hoplink/hoplink/relay/admit"
@@ -535,6 +536,7 @@ func (p *packetTunnels) sync(set *manifest.Set) {
 		x, err := p.openExit(t, key)
 		if err != nil {
 			p.log.Error("cannot open the exit device of a packet-mode Tunnel; its sessions are refused", "tunnel", key, "err", err)
+			p.problems.add(adminapi.ProblemDevice, key, err.Error())
 			continue
 		}
 		p.mu.Lock()

@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -18,6 +20,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -120,6 +123,55 @@ func TestOperatorAndKubeRelays(t *testing.T) {
 	apiAddr := fmt.Sprintf("127.0.0.1:%d", api.Spec.Listen.Port)
 	waitFor(t, "new Tunnel carries traffic", func() error {
 		return tcpExchange(func() (net.Conn, error) { return net.DialTimeout("tcp", apiAddr, 5*time.Second) }, 1<<20)
+	})
+
+	// A Tunnel whose port another process holds on the entry's host: the
+	// relay serves the others, and the operator says which relay and port
+	// in the Tunnel's conditions, from the relay's own report.
+	holder, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	takenPort := holder.Addr().(*net.TCPAddr).Port
+	taken := &v1alpha1.Tunnel{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "taken"}, Spec: v1alpha1.TunnelSpec{
+		Chain: "to-east", Listen: &v1alpha1.TunnelListen{Address: "127.0.0.1", Port: int32(takenPort)}, Target: echoLn.Addr().String(),
+	}}
+	create(t, k8s, taken)
+	waitFor(t, "the taken port in the Tunnel's conditions", func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(taken), taken); err != nil {
+			return err
+		}
+		l := meta.FindStatusCondition(taken.Status.Conditions, "Listening")
+		r := meta.FindStatusCondition(taken.Status.Conditions, "Ready")
+		if l == nil || r == nil || l.Status != metav1.ConditionFalse || r.Status != metav1.ConditionFalse ||
+			!strings.Contains(l.Message, "relay hk") || !strings.Contains(l.Message, fmt.Sprintf("127.0.0.1:%d", takenPort)) ||
+			!strings.Contains(l.Message, "address already in use") {
+			return fmt.Errorf("conditions %+v", taken.Status.Conditions)
+		}
+		return nil
+	})
+	t.Logf("the Tunnel's Listening condition: %s", meta.FindStatusCondition(taken.Status.Conditions, "Listening").Message)
+	var evs corev1.EventList
+	if err := k8s.List(ctx, &evs, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(evs.Items, func(e corev1.Event) bool { return e.Reason == "ListenFailed" && e.InvolvedObject.Name == "taken" }) {
+		t.Error("no ListenFailed Event on the Tunnel")
+	}
+	// The other Tunnels of hk go on.
+	if err := tcpExchange(func() (net.Conn, error) { return net.DialTimeout("tcp", apiAddr, 5*time.Second) }, 1<<20); err != nil {
+		t.Fatalf("another Tunnel of the relay with a taken port: %v", err)
+	}
+	holder.Close()
+	waitFor(t, "the Tunnel listens once its port is free", func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(taken), taken); err != nil {
+			return err
+		}
+		if l := meta.FindStatusCondition(taken.Status.Conditions, "Listening"); l == nil || l.Status != metav1.ConditionTrue {
+			return fmt.Errorf("conditions %+v", taken.Status.Conditions)
+		}
+		return nil
 	})
 
 	// A sum chain over the same relays: the operator measures them through

@@ -181,6 +181,14 @@ func Admin(set *manifest.Set, self, client string, call AdminCall, chain string)
 	return c, nil
 }
 
+// AdminStatus admits a call for the relay's own status: the operator's.
+func AdminStatus(client string) *Refusal {
+	if client != pki.OperatorName {
+		return refuse(NotOperator, "%q may not use the admin API", client)
+	}
+	return nil
+}
+
 // TraceRoute says whether the entry self may trace route rt of chain c: a
 // route the spec allows that starts here and has a hop to trace.
 func TraceRoute(c *v1alpha1.Chain, self string, rt []string) *Refusal {

@@ -62,8 +62,10 @@ type Options struct {
 	// OnPeerDraining is told when a peer says it drains: it takes no new
 	// flows, and new flows fail at once rather than try it.
 	OnPeerDraining func(peer string)
-	Metrics        *metrics.Metrics
-	Log            *slog.Logger
+	// OnRejected is told of every peer handshake refused, QUIC or TLS.
+	OnRejected func(remote net.Addr, err error)
+	Metrics    *metrics.Metrics
+	Log        *slog.Logger
 }
 
 // Peers is a relay's side of its links to other relays.
@@ -95,12 +97,12 @@ func (p *Peers) Listen() error {
 	o := p.o
 	known := func(name string) bool { return o.Manifests().Relay(name) != nil }
 	q, err := rquic.Listen(rquic.Options{Name: o.Name, Identity: o.Identity, Listen: o.Listen, KnownPeer: known, SeparateDialPort: o.SeparateDialPort,
-		Handler: o.Stream, OnProbeEcho: o.OnProbeEcho, OnPeerDraining: o.OnPeerDraining, Metrics: o.Metrics, Log: o.Log})
+		Handler: o.Stream, OnProbeEcho: o.OnProbeEcho, OnPeerDraining: o.OnPeerDraining, OnRejected: o.OnRejected, Metrics: o.Metrics, Log: o.Log})
 	if err != nil {
 		return err
 	}
 	t, err := tlslink.Listen(tlslink.Options{Name: o.Name, Identity: o.Identity, Listen: o.Listen, KnownPeer: known,
-		Handler: o.TLS, Admin: o.Admin, Metrics: o.Metrics, Log: o.Log})
+		Handler: o.TLS, Admin: o.Admin, OnRejected: o.OnRejected, Metrics: o.Metrics, Log: o.Log})
 	if err != nil {
 		q.Close()
 		return err

@@ -49,6 +49,8 @@ type Options struct {
 	// OnProbeEcho receives the answers to link probes sent on connections
 	// this endpoint dialed (see Conn.SendProbe).
 	OnProbeEcho func(peer string, payload []byte)
+	// OnRejected is told of every peer handshake refused.
+	OnRejected func(remote net.Addr, err error)
 	// OnPeerDraining is told when a peer says it drains (see Drain).
 	OnPeerDraining func(peer string)
 	Metrics        *metrics.Metrics
@@ -147,6 +149,7 @@ func Listen(opts Options) (*Endpoint, error) {
 	tlsConf := opts.Identity.ServerConfig(func(remote net.Addr, err error) {
 		e.handshake("accept", "rejected")
 		e.warn.Warn("rejected peer certificate", "remote", remote, "err", err)
+		e.rejected(remote, err)
 	})
 	e.ln, err = e.tr.Listen(tlsConf, listenConfig(opts.MaxStreams))
 	if err != nil {
@@ -208,6 +211,7 @@ func (e *Endpoint) accept() {
 		if err != nil {
 			e.handshake("accept", "rejected")
 			e.warn.Warn("rejected peer", "remote", qc.RemoteAddr(), "err", err)
+			e.rejected(qc.RemoteAddr(), err)
 			qc.CloseWithError(1, "unknown relay")
 			continue
 		}
@@ -242,6 +246,12 @@ func (e *Endpoint) accept() {
 func (e *Endpoint) echo(peer string, payload []byte) {
 	if e.opts.OnProbeEcho != nil {
 		e.opts.OnProbeEcho(peer, payload)
+	}
+}
+
+func (e *Endpoint) rejected(remote net.Addr, err error) {
+	if e.opts.OnRejected != nil {
+		e.opts.OnRejected(remote, err)
 	}
 }
 

@@ -68,10 +68,12 @@ type Options struct {
 	Handler func(peer string, c *tls.Conn)
 	// Admin, when set, serves the admin API to the operator: connections
 	// that negotiate pki.AdminALPN with the operator's certificate.
-	Admin   http.Handler
-	Spares  int
-	Metrics *metrics.Metrics
-	Log     *slog.Logger
+	Admin  http.Handler
+	Spares int
+	// OnRejected is told of every peer handshake refused.
+	OnRejected func(remote net.Addr, err error)
+	Metrics    *metrics.Metrics
+	Log        *slog.Logger
 }
 
 // Endpoint accepts and dials TLS links for one relay.
@@ -129,6 +131,7 @@ func Listen(opts Options) (*Endpoint, error) {
 	e.serverConf = e.opts.Identity.ServerConfig(func(remote net.Addr, err error) {
 		e.handshake("accept", "rejected")
 		e.warn.Warn("rejected peer certificate", "transport", "tls", "remote", remote, "err", err)
+		e.rejected(remote, err)
 	}, protos...)
 	e.wg.Add(1)
 	go e.accept()
@@ -277,6 +280,7 @@ func (e *Endpoint) serve(c *tls.Conn, handshaken func()) {
 	if err != nil {
 		e.handshake("accept", "rejected")
 		e.warn.Warn("rejected peer", "transport", "tls", "remote", c.RemoteAddr(), "err", err)
+		e.rejected(c.RemoteAddr(), err)
 		c.Close()
 		return
 	}
@@ -297,6 +301,12 @@ func (e *Endpoint) track(c *tls.Conn) bool {
 	}
 	e.active[c] = struct{}{}
 	return true
+}
+
+func (e *Endpoint) rejected(remote net.Addr, err error) {
+	if e.opts.OnRejected != nil {
+		e.opts.OnRejected(remote, err)
+	}
 }
 
 // Recheck closes every connection carrying a flow whose peer no longer

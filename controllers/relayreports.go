@@ -1,0 +1,308 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+
+	"github.com/hoplink/hoplink/adminapi"
+	"github.com/hoplink/hoplink/api/v1alpha1"
+	"github.com/hoplink/hoplink/manifest"
+)
+
+// relayReports asks every relay the operator runs what only it can see go
+// wrong (adminapi.Status: Tunnel entries that cannot open, targets that
+// refuse, handshakes refused, devices that cannot open), keeps the answers
+// for the Tunnel and RelayNode reconcilers, which turn them into
+// conditions, and records an Event when a problem is new. It runs on the
+// leader, every reportEvery.
+type relayReports struct {
+	client   client.Reader
+	admin    *relayAdmin
+	recorder recorder.EventRecorder
+	every    time.Duration
+
+	// Reconciles of the objects whose report changed.
+	tunnels, relays chan event.GenericEvent
+
+	mu      sync.Mutex
+	reports map[types.NamespacedName][]endpointReport // by RelayNode
+	seen    map[string]int64                          // problem counts already told as Events
+}
+
+// endpointReport is one relay pod's answer.
+type endpointReport struct {
+	endpoint string
+	status   *adminapi.Status
+	err      error
+}
+
+// reportEvery is how often relays are asked; recentProblem is how long a
+// problem keeps a RelayNode's RelaysHealthy condition False.
+const (
+	reportEvery   = 10 * time.Second
+	recentProblem = 10 * time.Minute
+)
+
+func newRelayReports(c client.Reader, admin *relayAdmin, rec recorder.EventRecorder) *relayReports {
+	return &relayReports{client: c, admin: admin, recorder: rec, every: reportEvery,
+		tunnels: make(chan event.GenericEvent, 256), relays: make(chan event.GenericEvent, 256),
+		reports: map[types.NamespacedName][]endpointReport{}, seen: map[string]int64{}}
+}
+
+// NeedLeaderElection: one operator replica asks, the leader.
+func (r *relayReports) NeedLeaderElection() bool { return true }
+
+// Start asks the relays every r.every until ctx ends.
+func (r *relayReports) Start(ctx context.Context) error {
+	t := time.NewTicker(r.every)
+	defer t.Stop()
+	for {
+		r.round(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// round asks every relay once and tells the reconcilers what changed.
+func (r *relayReports) round(ctx context.Context) {
+	var list v1alpha1.RelayNodeList
+	if err := r.client.List(ctx, &list); err != nil {
+		return
+	}
+	for i := range list.Items {
+		rn := &list.Items[i]
+		if rn.Spec.External || len(rn.Status.Endpoints) == 0 {
+			continue
+		}
+		key := client.ObjectKeyFromObject(rn)
+		eps := rn.Status.Endpoints
+		if rn.Spec.IsSidecar() {
+			eps = eps[:min(len(eps), measuredReplicas)]
+		}
+		got := make([]endpointReport, len(eps))
+		var wg sync.WaitGroup
+		for j, ep := range eps {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+				defer cancel()
+				s, err := r.admin.api.Status(cctx, rn.Name, ep)
+				got[j] = endpointReport{endpoint: ep, status: s, err: err}
+			}()
+		}
+		wg.Wait()
+		r.mu.Lock()
+		old := r.reports[key]
+		r.reports[key] = got
+		r.mu.Unlock()
+		if summary(old) != summary(got) {
+			select {
+			case r.relays <- event.GenericEvent{Object: rn}:
+			default: // the next round will
+			}
+			r.touchTunnels(ctx, rn.Namespace)
+		}
+		r.tell(ctx, rn, got)
+	}
+}
+
+// touchTunnels requeues the Tunnels of a namespace: their entries' reports
+// changed.
+func (r *relayReports) touchTunnels(ctx context.Context, ns string) {
+	var list v1alpha1.TunnelList
+	if err := r.client.List(ctx, &list, client.InNamespace(ns)); err != nil {
+		return
+	}
+	for i := range list.Items {
+		select {
+		case r.tunnels <- event.GenericEvent{Object: &list.Items[i]}:
+		default: // the next round will
+		}
+	}
+}
+
+// summary is what the conditions are computed from, to see a change.
+func summary(reports []endpointReport) string {
+	var b strings.Builder
+	for _, e := range reports {
+		fmt.Fprintf(&b, "%s:%v|", e.endpoint, e.err != nil)
+		if e.status == nil {
+			continue
+		}
+		for _, en := range e.status.Entries {
+			fmt.Fprintf(&b, "%s=%v %s;", en.Tunnel, en.Open, en.Error)
+		}
+		for _, p := range e.status.Problems {
+			if time.Since(p.At) < recentProblem {
+				fmt.Fprintf(&b, "%s/%s;", p.Kind, p.Tunnel)
+			}
+		}
+	}
+	return b.String()
+}
+
+// tell records an Event for each problem a relay counted since the last
+// round: on the Tunnel it concerns, else on the RelayNode.
+func (r *relayReports) tell(ctx context.Context, rn *v1alpha1.RelayNode, reports []endpointReport) {
+	for _, e := range reports {
+		if e.status == nil {
+			continue
+		}
+		for _, en := range e.status.Entries {
+			if en.Error == "" {
+				continue
+			}
+			k := "listen/" + e.endpoint + "/" + en.Tunnel
+			r.mu.Lock()
+			told := r.seen[k] > 0
+			r.seen[k] = 1
+			r.mu.Unlock()
+			if !told {
+				r.event(ctx, rn, en.Tunnel, "ListenFailed", "relay %s at %s cannot open the Tunnel's entry: %s", rn.Name, e.endpoint, en.Error)
+			}
+		}
+		for _, p := range e.status.Problems {
+			k := p.Kind + "/" + e.endpoint + "/" + p.Tunnel
+			r.mu.Lock()
+			before := r.seen[k]
+			r.seen[k] = p.Count
+			r.mu.Unlock()
+			if p.Count <= before {
+				continue
+			}
+			reason := map[string]string{adminapi.ProblemDialTarget: "TargetRefused", adminapi.ProblemHandshake: "HandshakeRefused",
+				adminapi.ProblemDevice: "DeviceFailed"}[p.Kind]
+			r.event(ctx, rn, p.Tunnel, reason, "relay %s at %s, %d more time(s): %s", rn.Name, e.endpoint, p.Count-before, p.Last)
+		}
+	}
+	if len(r.seen) > 4*adminapi.MaxProblems*max(1, len(reports)) {
+		r.mu.Lock()
+		clear(r.seen) // bounded: at worst a problem is told again
+		r.mu.Unlock()
+	}
+}
+
+func (r *relayReports) event(ctx context.Context, rn *v1alpha1.RelayNode, tunnel, reason, format string, args ...any) {
+	var obj client.Object = rn
+	if ns, name, ok := strings.Cut(tunnel, "/"); ok && ns == rn.Namespace {
+		var t v1alpha1.Tunnel
+		if r.client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &t) == nil {
+			obj = &t
+		}
+	}
+	r.recorder.Eventf(obj, nil, corev1.EventTypeWarning, reason, "Relay", format, args...)
+}
+
+// listening is a Tunnel's Listening condition from its entry relays'
+// reports, and on how many the entry is open; nil before any answered.
+func (r *relayReports) listening(t *v1alpha1.Tunnel, entry string) (*metav1.Condition, int) {
+	if r == nil {
+		return nil, 0
+	}
+	r.mu.Lock()
+	reports := slices.Clone(r.reports[types.NamespacedName{Namespace: t.Namespace, Name: entry}])
+	r.mu.Unlock()
+	key := manifest.Key(t.Namespace, t.Name)
+	open, asked := 0, 0
+	var failures []string
+	for _, e := range reports {
+		if e.status == nil {
+			continue
+		}
+		for _, en := range e.status.Entries {
+			if en.Tunnel != key {
+				continue
+			}
+			asked++
+			if en.Open {
+				open++
+			} else if en.Error != "" {
+				failures = append(failures, fmt.Sprintf("relay %s at %s: %s", entry, e.endpoint, en.Error))
+			} else {
+				failures = append(failures, fmt.Sprintf("relay %s at %s: not open (it drains, or has not applied the Tunnel yet)", entry, e.endpoint))
+			}
+		}
+	}
+	if asked == 0 {
+		return nil, 0
+	}
+	c := &metav1.Condition{Type: conditionListening, Status: metav1.ConditionTrue, Reason: "Listening",
+		Message: fmt.Sprintf("open on %d of %d entry relays", open, asked)}
+	if open < asked {
+		c.Status, c.Reason = metav1.ConditionFalse, "ListenFailed"
+		c.Message = fmt.Sprintf("open on %d of %d entry relays; %s; free the port on that node or change spec.listen (the relay retries every 5 s)",
+			open, asked, strings.Join(failures, "; "))
+	}
+	return c, open
+}
+
+// healthy is a RelayNode's RelaysHealthy condition from its relays'
+// reports (problems of the last recentProblem), or nil before any answer.
+func (r *relayReports) healthy(rn *v1alpha1.RelayNode) *metav1.Condition {
+	if r == nil {
+		return nil
+	}
+	r.mu.Lock()
+	reports := slices.Clone(r.reports[client.ObjectKeyFromObject(rn)])
+	r.mu.Unlock()
+	answered, troubled := 0, 0
+	var seen []string
+	for _, e := range reports {
+		if e.status == nil {
+			continue
+		}
+		answered++
+		var mine []string
+		for _, en := range e.status.Entries {
+			if en.Error != "" {
+				mine = append(mine, fmt.Sprintf("Tunnel %s cannot open: %s", en.Tunnel, en.Error))
+			}
+		}
+		for _, p := range e.status.Problems {
+			if time.Since(p.At) < recentProblem {
+				what := p.Kind
+				if p.Tunnel != "" {
+					what += " (" + p.Tunnel + ")"
+				}
+				mine = append(mine, fmt.Sprintf("%s x%d, last: %s", what, p.Count, p.Last))
+			}
+		}
+		if len(mine) > 0 {
+			troubled++
+			seen = append(seen, e.endpoint+": "+strings.Join(mine, "; "))
+		}
+	}
+	if answered == 0 {
+		return nil
+	}
+	if troubled == 0 {
+		return &metav1.Condition{Type: conditionRelaysHealthy, Status: metav1.ConditionTrue, Reason: "NoProblems",
+			Message: fmt.Sprintf("%d relays answered; none reports a problem in the last %v", answered, recentProblem)}
+	}
+	msg := fmt.Sprintf("%d of %d relays report problems: %s", troubled, answered, strings.Join(seen, " | "))
+	if len(msg) > 1024 {
+		msg = msg[:1021] + "..."
+	}
+	return &metav1.Condition{Type: conditionRelaysHealthy, Status: metav1.ConditionFalse, Reason: "RelayProblems", Message: msg}
+}
+
+// Condition types the reports set, beside Ready.
+const (
+	conditionListening     = "Listening"
+	conditionRelaysHealthy = "RelaysHealthy"
+)

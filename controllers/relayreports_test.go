@@ -1,0 +1,56 @@
+package controllers
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/hoplink/hoplink/adminapi"
+	"github.com/hoplink/hoplink/api/v1alpha1"
+)
+
+// The conditions come from what the relays said: how many entry relays
+// listen, and which relays saw what go wrong lately.
+func TestRelayReportsConditions(t *testing.T) {
+	r := &relayReports{reports: map[types.NamespacedName][]endpointReport{}}
+	tn := &v1alpha1.Tunnel{ObjectMeta: metav1.ObjectMeta{Namespace: "edge", Name: "web"}}
+	hk := &v1alpha1.RelayNode{ObjectMeta: metav1.ObjectMeta{Namespace: "edge", Name: "hk"}}
+	if c, _ := r.listening(tn, "hk"); c != nil || r.healthy(hk) != nil {
+		t.Fatal("conditions before any relay answered")
+	}
+	key := types.NamespacedName{Namespace: "edge", Name: "hk"}
+	r.reports[key] = []endpointReport{
+		{endpoint: "10.0.0.1:7401", status: &adminapi.Status{Relay: "hk", Entries: []adminapi.Entry{{Tunnel: "edge/web", Open: true}}}},
+		{endpoint: "10.0.0.2:7401", status: &adminapi.Status{Relay: "hk", Entries: []adminapi.Entry{{Tunnel: "edge/web", Error: "listen tcp :80: bind: address already in use"}},
+			Problems: []adminapi.Problem{{Kind: adminapi.ProblemDialTarget, Tunnel: "edge/web", Count: 4, Last: "connection refused", At: time.Now()}}}},
+		{endpoint: "10.0.0.3:7401", err: errors.New("timeout")},
+	}
+	c, open := r.listening(tn, "hk")
+	if c == nil || open != 1 || c.Status != metav1.ConditionFalse || c.Reason != "ListenFailed" ||
+		!strings.Contains(c.Message, "open on 1 of 2 entry relays") || !strings.Contains(c.Message, "10.0.0.2:7401") || !strings.Contains(c.Message, "already in use") {
+		t.Errorf("listening %+v, open %d", c, open)
+	}
+	h := r.healthy(hk)
+	if h == nil || h.Status != metav1.ConditionFalse || !strings.Contains(h.Message, "1 of 2 relays report problems") ||
+		!strings.Contains(h.Message, "dial_target (edge/web) x4") || !strings.Contains(h.Message, "cannot open") {
+		t.Errorf("healthy %+v", h)
+	}
+
+	// Every entry open, problems long past: all well.
+	r.reports[key] = []endpointReport{{endpoint: "10.0.0.1:7401", status: &adminapi.Status{Relay: "hk",
+		Entries:  []adminapi.Entry{{Tunnel: "edge/web", Open: true}},
+		Problems: []adminapi.Problem{{Kind: adminapi.ProblemHandshake, Count: 1, Last: "old", At: time.Now().Add(-time.Hour)}}}}}
+	if c, open := r.listening(tn, "hk"); c == nil || c.Status != metav1.ConditionTrue || open != 1 {
+		t.Errorf("all open: %+v", c)
+	}
+	if h := r.healthy(hk); h == nil || h.Status != metav1.ConditionTrue {
+		t.Errorf("no recent problem: %+v", h)
+	}
+	if summary(r.reports[key]) == summary(nil) {
+		t.Error("a report and none summarize alike: a change would go unseen")
+	}
+}
