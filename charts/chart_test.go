@@ -101,6 +101,8 @@ func TestValuesRejected(t *testing.T) {
 		{"operator.replicas=2,operator.leaderElection=false", "operator.leaderElection"},
 		{"operator.replica=2", "replica"},
 		{"relay.privileged=everyone", "/relay/privileged"},
+		{"operator.watchNamespaces={edge}", "sidecar.injector.enabled: false"},
+		{"operator.watchNamespaces={Not_A_Namespace},sidecar.injector.enabled=false", "/operator/watchNamespaces/0"},
 	} {
 		_, err := run(t, h, "template", "t", chart, "--set", tc.set)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -225,6 +227,7 @@ func TestTemplateAppliesToAPIServer(t *testing.T) {
 		{"everything on", []string{"--set", "metrics.podMonitor.enabled=true,metrics.serviceMonitor.enabled=true,grafana.dashboard.enabled=true,ca.existingSecret=my-ca,operator.replicas=2,relay.image=relay:1,relay.allowedImages={reg.example/hoplink:},relay.privileged=any"},
 			[]string{"PodMonitor", "ServiceMonitor", "ConfigMap", "Deployment"}},
 		{"no leader election", []string{"--set", "operator.leaderElection=false,operator.replicas=1"}, []string{"Deployment"}},
+		{"namespace-scoped", []string{"--set", "operator.watchNamespaces={hl-namespace-scoped},sidecar.injector.enabled=false"}, []string{"Deployment", "Role", "RoleBinding"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ns := "hl-" + strings.ReplaceAll(tc.name, " ", "-")
@@ -242,6 +245,9 @@ func TestTemplateAppliesToAPIServer(t *testing.T) {
 				if !seen[k] {
 					t.Errorf("no %s rendered", k)
 				}
+			}
+			if strings.Contains(strings.Join(tc.args, " "), "watchNamespaces") && (seen["ClusterRole"] || seen["ClusterRoleBinding"] || seen["MutatingWebhookConfiguration"]) {
+				t.Error("a namespace-scoped install renders cluster-wide RBAC or the webhook")
 			}
 			nsObj := &unstructured.Unstructured{}
 			nsObj.SetAPIVersion("v1")

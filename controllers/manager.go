@@ -43,6 +43,11 @@ type Options struct {
 	// PrivilegedRelays says where RelayNodes may run host-network and TUN
 	// relays: PrivilegedNamespaceLabel (default) or PrivilegedAny.
 	PrivilegedRelays string
+	// WatchNamespaces, when set, confines the operator to these namespaces
+	// (and its own, for its CA and lease): a namespace-scoped install, with
+	// Roles where a cluster-wide one has ClusterRoles. It then signs no pod
+	// certificates and reads no namespaces (both cluster-scoped).
+	WatchNamespaces []string
 	// RelayResources are the requests and limits of relay containers whose
 	// RelayNode sets none.
 	RelayResources *corev1.ResourceRequirements
@@ -96,6 +101,19 @@ func logOr(l *slog.Logger) *slog.Logger {
 		return slog.Default()
 	}
 	return l
+}
+
+// watched is the cache's namespaces: every one (nil) unless the operator is
+// confined to some, then those and its own.
+func watched(o Options) map[string]cache.Config {
+	if len(o.WatchNamespaces) == 0 {
+		return nil
+	}
+	m := map[string]cache.Config{o.CASecret.Namespace: {}}
+	for _, ns := range o.WatchNamespaces {
+		m[ns] = cache.Config{}
+	}
+	return m
 }
 
 // Scheme knows the Kubernetes kinds the operator touches and hoplink's own.
@@ -154,7 +172,7 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 		LeaderElection:          o.LeaderElection,
 		LeaderElectionID:        "operator.hoplink.dev",
 		LeaderElectionNamespace: o.LeaderElectionNamespace,
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+		Cache: cache.Options{DefaultNamespaces: watched(o), ByObject: map[client.Object]cache.ByObject{
 			// Not every Pod and Secret of the cluster: only relay pods and the
 			// Secrets the operator wrote.
 			&corev1.Pod{}:    {Label: labels.NewSelector().Add(*hasRelay)},
@@ -177,7 +195,7 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 	// Per-pod certificates where the cluster serves PodCertificateRequests
 	// (GA in Kubernetes 1.37); the RelayNode's Secret elsewhere.
 	_, err = mgr.GetRESTMapper().RESTMapping(schema.GroupKind{Group: certificatesv1.GroupName, Kind: "PodCertificateRequest"}, "v1")
-	podCerts := err == nil
+	podCerts := err == nil && len(o.WatchNamespaces) == 0
 	if podCerts {
 		if err := (&PodCertificateSigner{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), CA: ca}).SetupWithManager(mgr); err != nil {
 			return nil, fmt.Errorf("pod certificate signer: %w", err)

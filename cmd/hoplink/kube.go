@@ -134,6 +134,13 @@ func newOperatorCmd(lf *logFlags) *cobra.Command {
 				return fmt.Errorf("--privileged-relays %q: want %s (namespaces labelled %s=true) or %s",
 					o.PrivilegedRelays, controllers.PrivilegedNamespaceLabel, controllers.LabelPrivilegedRelays, controllers.PrivilegedAny)
 			}
+			if len(o.WatchNamespaces) > 0 && o.PrivilegedRelays == controllers.PrivilegedNamespaceLabel {
+				return fmt.Errorf("--watch-namespaces with --privileged-relays=%s: reading namespaces' labels is a cluster-wide permission a namespace-scoped operator does not have; "+
+					"the namespaces you watch are the opt-in: use --privileged-relays=%s", controllers.PrivilegedNamespaceLabel, controllers.PrivilegedAny)
+			}
+			if len(o.WatchNamespaces) > 0 && webhookPort != 0 {
+				return fmt.Errorf("--watch-namespaces with the sidecar webhook: its configuration is cluster-wide; use --webhook-port=0 in a namespace-scoped install")
+			}
 			cfg, err := kf.config()
 			if err != nil {
 				return fmt.Errorf("kubernetes config: %w", err)
@@ -180,6 +187,7 @@ func newOperatorCmd(lf *logFlags) *cobra.Command {
 	f.IntVar(&webhookPort, "webhook-port", 9443, "serve the sidecar injection webhook on this port (0: no webhook)")
 	f.StringVar(&webhookService, "webhook-service", "hoplink-webhook", "the Service in --namespace in front of the webhook: its serving certificate names it (and is kept in the Secret <service>-cert)")
 	f.StringVar(&webhookConfig, "webhook-config", "hoplink-sidecar-injector", "the MutatingWebhookConfiguration whose caBundle the operator keeps current (empty: none)")
+	f.StringSliceVar(&o.WatchNamespaces, "watch-namespaces", nil, "serve only these namespaces (and --namespace): a namespace-scoped install with Roles, not ClusterRoles (default every namespace)")
 	f.StringSliceVar(&o.AllowedRelayImages, "allowed-relay-images", nil, "prefixes of images a RelayNode's spec.image may name besides the operator's relay image (default none)")
 	f.StringVar(&o.PrivilegedRelays, "privileged-relays", controllers.PrivilegedNamespaceLabel, "where RelayNodes may run relays on the host network or with TUN devices: "+
 		controllers.PrivilegedNamespaceLabel+" (namespaces labelled "+controllers.LabelPrivilegedRelays+"=true) or "+controllers.PrivilegedAny)

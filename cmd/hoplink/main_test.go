@@ -48,6 +48,9 @@ func TestRelayFlagErrors(t *testing.T) {
 		{[]string{"local", "-f", "../../examples/local", "--log-level", "loud"}, `--log-level "loud"`},
 		{[]string{"operator", "--relay-resources", `{"requests":{"cpu":"lots"}}`}, "--relay-resources"},
 		{[]string{"operator", "--relay-resources", `{"request":{"cpu":"1"}}`}, `unknown field "request"`},
+		{[]string{"operator", "--privileged-relays", "all"}, `--privileged-relays "all": want namespace-label`},
+		{[]string{"operator", "--watch-namespaces", "edge", "--webhook-port", "0"}, "use --privileged-relays=any"},
+		{[]string{"operator", "--watch-namespaces", "edge", "--privileged-relays", "any"}, "use --webhook-port=0"},
 	} {
 		_, err := execute(tc.args...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
