@@ -37,6 +37,13 @@ func LoadOrCreateCA(ctx context.Context, c client.Client, key types.NamespacedNa
 		if err != nil {
 			return nil, fmt.Errorf("CA Secret %s: %w (it needs %s and %s in PEM)", key, err, keyCert, keyKey)
 		}
+		// ca.crt, when present, is what relays trust: the old and the new
+		// CA while one replaces the other.
+		if b := s.Data[keyCACert]; len(b) > 0 {
+			if err := ca.SetTrust(b); err != nil {
+				return nil, fmt.Errorf("CA Secret %s: %s: %w", key, keyCACert, err)
+			}
+		}
 		return ca, nil
 	case !apierrors.IsNotFound(err):
 		return nil, fmt.Errorf("read CA Secret %s: %w", key, err)

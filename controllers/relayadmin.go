@@ -44,8 +44,12 @@ type relayAdmin struct {
 const operatorCertValidity = 30 * 24 * time.Hour
 
 func newRelayAdmin(c client.Reader, ca *pki.CA) *relayAdmin {
+	// Relays' certificates chain to one of the CAs they trust: during a
+	// rotation, some still to the old one.
 	roots := x509.NewCertPool()
-	roots.AddCert(ca.Cert)
+	if !roots.AppendCertsFromPEM(ca.TrustPEM()) {
+		roots.AddCert(ca.Cert)
+	}
 	a := &relayAdmin{client: c, ca: ca}
 	a.api = adminapi.NewClient(roots, a.certificate)
 	return a

@@ -1,7 +1,6 @@
 package controllers
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -224,13 +223,15 @@ func (r *RelayNodeReconciler) ensureCertificate(ctx context.Context, rn *v1alpha
 		}
 		if exp, ok := r.certStillGood(rn.Name, s.Data); ok {
 			notAfter = exp
+			// A new trust bundle reaches the relay without a new certificate.
+			s.Data[keyCACert] = r.CA.TrustPEM()
 			return nil
 		}
 		certPEM, keyPEM, err := r.CA.Issue(rn.Name)
 		if err != nil {
 			return err
 		}
-		s.Data = map[string][]byte{keyCert: certPEM, keyKey: keyPEM, keyCACert: r.CA.PEM}
+		s.Data = map[string][]byte{keyCert: certPEM, keyKey: keyPEM, keyCACert: r.CA.TrustPEM()}
 		notAfter, err = certNotAfter(certPEM)
 		return err
 	})
@@ -240,10 +241,10 @@ func (r *RelayNodeReconciler) ensureCertificate(ctx context.Context, rn *v1alpha
 	return notAfter, nil
 }
 
+// certStillGood: the Secret's certificate is for name, from the CA that
+// signs now (after a rotation, every relay gets one of the new CA), and
+// far from its expiry.
 func (r *RelayNodeReconciler) certStillGood(name string, data map[string][]byte) (time.Time, bool) {
-	if !bytes.Equal(data[keyCACert], r.CA.PEM) {
-		return time.Time{}, false
-	}
 	id, err := pki.NewIdentity(name, r.CA.PEM, data[keyCert], data[keyKey])
 	if err != nil {
 		return time.Time{}, false

@@ -5,6 +5,7 @@
 package pki
 
 import (
+	"bytes"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -47,6 +48,31 @@ type CA struct {
 	Cert *x509.Certificate
 	Key  crypto.Signer
 	PEM  []byte // the certificate, PEM encoded
+	// Trust, when set, is what relays trust instead of PEM alone: a bundle
+	// of this CA and others (the old and the new during a rotation).
+	Trust []byte
+}
+
+// TrustPEM is the CA certificates relays trust, this one among them.
+func (ca *CA) TrustPEM() []byte {
+	if len(ca.Trust) > 0 {
+		return ca.Trust
+	}
+	return ca.PEM
+}
+
+// SetTrust makes relays trust bundle (PEM) as well as this CA; the CA is
+// added to it when missing.
+func (ca *CA) SetTrust(bundle []byte) error {
+	pool, err := parseRoots(bundle)
+	if err != nil {
+		return err
+	}
+	if _, err := ca.Cert.Verify(x509.VerifyOptions{Roots: pool}); err != nil {
+		bundle = append(append(bytes.TrimRight(bundle, "\n"), '\n'), ca.PEM...)
+	}
+	ca.Trust = bundle
+	return nil
 }
 
 // NewCA makes a self-signed ECDSA P-256 CA.
