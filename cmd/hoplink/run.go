@@ -99,6 +99,7 @@ func newLocalCmd(lf *logFlags) *cobra.Command {
 	var files []string
 	var metricsAddr string
 	var profiling, tunOffload bool
+	var drainTimeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "local -f FILE_OR_DIR",
 		Short: "Run every relay of the manifests in this process, with an in-memory CA",
@@ -118,13 +119,14 @@ func newLocalCmd(lf *logFlags) *cobra.Command {
 				return err
 			}
 			log.Info("local network ready", "relays", len(n.Relays), "tunnels", len(set.Tunnels))
-			return serveUntilSignal(log, metricsAddr, profiling, reg, n.Ready, nil, 0, n.Close)
+			return serveUntilSignal(log, metricsAddr, profiling, reg, n.Ready, n.Drain, drainTimeout, n.Close)
 		},
 	}
 	cmd.Flags().StringSliceVarP(&files, "file", "f", nil, "manifest file or directory (repeatable)")
 	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz here, e.g. 127.0.0.1:9090")
 	cmd.Flags().BoolVar(&profiling, "pprof", false, "also serve /debug/pprof on --metrics-addr")
 	cmd.Flags().BoolVar(&tunOffload, "tun-offload", true, "open tun Tunnels' devices with segmentation offload where the kernel has it")
+	drainFlag(cmd.Flags(), &drainTimeout)
 	return cmd
 }
 

@@ -4,10 +4,13 @@
 package local
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/hoplink/hoplink/manifest"
 	"github.com/hoplink/hoplink/pki"
@@ -74,6 +77,22 @@ func (n *Network) Ready() bool {
 		}
 	}
 	return len(n.Relays) > 0
+}
+
+// Drain drains every relay at once (see relay.Relay.Drain) until their
+// open TCP flows end or ctx does, and returns how many were left open.
+func (n *Network) Drain(ctx context.Context) int {
+	var open atomic.Int64
+	var wg sync.WaitGroup
+	for _, r := range n.Relays {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			open.Add(int64(r.Drain(ctx)))
+		}()
+	}
+	wg.Wait()
+	return int(open.Load())
 }
 
 // Close stops every relay.
