@@ -293,7 +293,7 @@ func TestRouteBookAvoidsDrainingRelays(t *testing.T) {
 	e, _ := testEnv(t, fourRelays)
 	set := e.manifests()
 	b := newRouteBook(e, true)
-	m1Drains := func(r string) bool { return r == "m1" }
+	m1Drains := func(r string, _ bool) bool { return r == "m1" }
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 
@@ -304,8 +304,14 @@ func TestRouteBookAvoidsDrainingRelays(t *testing.T) {
 	if d := time.Since(start); d > 50*time.Millisecond {
 		t.Errorf("a fixed route through a draining relay failed after %v, want at once", d)
 	}
-	if rt, err := b.Route(ctx, set.Chain("default/static"), func(string) bool { return false }); err != nil || strings.Join(rt, ",") != "hk,m1,la" {
+	if rt, err := b.Route(ctx, set.Chain("default/static"), func(string, bool) bool { return false }); err != nil || strings.Join(rt, ",") != "hk,m1,la" {
 		t.Fatalf("no relay drains: %v %v", rt, err)
+	}
+	// This relay cannot reach la itself (a link cut): that says nothing of
+	// m1's link to la, so the route stands.
+	laDownFromHere := func(r string, next bool) bool { return r == "la" && next }
+	if rt, err := b.Route(ctx, set.Chain("default/static"), laDownFromHere); err != nil || strings.Join(rt, ",") != "hk,m1,la" {
+		t.Fatalf("a relay beyond the next hop down from here: %v %v, want the route", rt, err)
 	}
 
 	b.decide(routectl.Decision{Chain: "default/fast", Route: []string{"hk", "m1", "la"}})
@@ -345,15 +351,15 @@ func TestRouteBookStandsInForABrokenStatusRoute(t *testing.T) {
 	c.Status.Route = []string{"hk", "m1", "la"}
 	c.Status.Candidates = []v1alpha1.RouteCandidate{{Route: []string{"hk", "m1", "la"}}, {Route: []string{"hk", "m2", "la"}}, {Route: []string{"hk", "la"}}}
 	ctx := context.Background()
-	none := func(string) bool { return false }
+	none := func(string, bool) bool { return false }
 	if rt, err := b.Route(ctx, c, none); err != nil || strings.Join(rt, ",") != "hk,m1,la" {
 		t.Fatalf("a whole status route: %v %v", rt, err)
 	}
-	m1 := func(r string) bool { return r == "m1" }
+	m1 := func(r string, _ bool) bool { return r == "m1" }
 	if rt, err := b.Route(ctx, c, m1); err != nil || strings.Join(rt, ",") != "hk,m2,la" {
 		t.Fatalf("status route through a relay that is gone: %v %v, want the next candidate hk,m2,la", rt, err)
 	}
-	both := func(r string) bool { return r == "m1" || r == "m2" || r == "la" }
+	both := func(r string, _ bool) bool { return r == "m1" || r == "m2" || r == "la" }
 	start := time.Now()
 	if rt, err := b.Route(ctx, c, both); err == nil || time.Since(start) > 50*time.Millisecond {
 		t.Fatalf("no candidate avoids the relays gone: %v %v after %v, want an error at once", rt, err, time.Since(start))

@@ -59,7 +59,7 @@ var errNoRoute = errors.New("the chain has no route yet")
 // ends. A route through a relay that avoid names (it drains, or is
 // down) is not taken: a chain this relay routes waits at most a round for another (the
 // news of the drain starts one), any other fails at once.
-func (b *routeBook) Route(ctx context.Context, c *v1alpha1.Chain, avoid func(string) bool) ([]string, error) {
+func (b *routeBook) Route(ctx context.Context, c *v1alpha1.Chain, avoid func(relay string, next bool) bool) ([]string, error) {
 	key := manifest.Key(c.Namespace, c.Name)
 	var reroute <-chan time.Time
 	for {
@@ -114,7 +114,7 @@ func (b *routeBook) Route(ctx context.Context, c *v1alpha1.Chain, avoid func(str
 
 // standIn is the first of a routed chain's status candidates (best first)
 // that the spec allows and that crosses no relay avoid names.
-func standIn(c *v1alpha1.Chain, avoid func(string) bool) []string {
+func standIn(c *v1alpha1.Chain, avoid func(relay string, next bool) bool) []string {
 	for _, cand := range c.Status.Candidates {
 		if manifest.ValidRoute(c, cand.Route) == nil && crossing(cand.Route, avoid) == "" {
 			return cand.Route
@@ -137,13 +137,15 @@ func (b *routeBook) standingIn(chain string, broken, alt []string, bad string) {
 	}
 }
 
-// crossing is the first relay after the entry of rt that avoid names.
-func crossing(rt []string, avoid func(string) bool) string {
+// crossing is the first relay after the entry of rt that avoid names; next
+// tells avoid whether the relay is this one's next hop (what this relay
+// knows of its own links, it knows only of that one).
+func crossing(rt []string, avoid func(relay string, next bool) bool) string {
 	if avoid == nil || len(rt) < 2 {
 		return ""
 	}
-	for _, r := range rt[1:] {
-		if avoid(r) {
+	for i, r := range rt[1:] {
+		if avoid(r, i == 0) {
 			return r
 		}
 	}

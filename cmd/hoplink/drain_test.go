@@ -60,6 +60,13 @@ func startDrainNet(t *testing.T, bin, target string, middles []string, chain str
 			out.Close()
 		})
 	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for r := range n.logs {
+				t.Logf("--- %s log:\n%s", r, n.log(r))
+			}
+		}
+	})
 	waitFor(t, "the chain carries a flow", func() error {
 		return tcpExchange(func() (net.Conn, error) { return net.Dial("tcp", n.listen) }, 1000)
 	})

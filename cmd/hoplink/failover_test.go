@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"net"
+	"syscall"
 	"strings"
 	"testing"
 	"time"
@@ -51,6 +52,27 @@ func TestFailover(t *testing.T) {
 		}
 		if took > 200*time.Millisecond {
 			t.Errorf("a new flow once the middle is known dead was refused after %v, want at once", took)
+		}
+	})
+
+	// A middle that hangs (SIGSTOP: its kernel still acknowledges TCP, so
+	// TLS flows would hang for good) costs its TLS flows two probe rounds.
+	t.Run("hung middle over tls", func(t *testing.T) {
+		n := startDrainNet(t, bin, target, []string{"m"}, "{entry: hk, exit: la, via: [m], route: [hk, m, la], transport: tls}")
+		done := make(chan error, 1)
+		go func() { done <- slowExchange(n.listen, 4<<20, 20*time.Second) }()
+		time.Sleep(300 * time.Millisecond)
+		stopped := time.Now()
+		n.procs["m"].Process.Signal(syscall.SIGSTOP)
+		defer n.procs["m"].Process.Signal(syscall.SIGCONT)
+		select {
+		case err := <-done:
+			if err == nil {
+				t.Fatal("a transfer through a hung relay completed")
+			}
+			t.Logf("the open TLS transfer failed %v after its middle hung", time.Since(stopped))
+		case <-time.After(12 * time.Second):
+			t.Fatalf("the open TLS transfer still hangs 12s after its middle hung\n%s", n.log("hk"))
 		}
 	})
 

@@ -35,10 +35,10 @@ import (
 type Router interface {
 	// Route returns the route new flows of chain c take; a routed chain
 	// without one yet is waited for until ctx ends. A route that crosses
-	// a relay avoid names (one that drains or is down) is not taken: a routed chain
-	// waits for a round to find another, a chain with a fixed route fails
-	// at once.
-	Route(ctx context.Context, c *v1alpha1.Chain, avoid func(relay string) bool) ([]string, error)
+	// a relay avoid names (one that drains; the next hop also when it is
+	// down) is not taken: a routed chain waits for a round to find another,
+	// a chain with a fixed route fails at once.
+	Route(ctx context.Context, c *v1alpha1.Chain, avoid func(relay string, next bool) bool) ([]string, error)
 }
 
 // Options configure Peers.
@@ -97,7 +97,8 @@ func (p *Peers) Listen() error {
 	o := p.o
 	known := func(name string) bool { return o.Manifests().Relay(name) != nil }
 	q, err := rquic.Listen(rquic.Options{Name: o.Name, Identity: o.Identity, Listen: o.Listen, KnownPeer: known, SeparateDialPort: o.SeparateDialPort,
-		Handler: o.Stream, OnProbeEcho: o.OnProbeEcho, OnPeerDraining: o.OnPeerDraining, OnRejected: o.OnRejected, Metrics: o.Metrics, Log: o.Log})
+		Handler: o.Stream, OnProbeEcho: o.OnProbeEcho, OnPeerDraining: o.OnPeerDraining, OnRejected: o.OnRejected, OnPeerLost: p.peerLost,
+		Metrics: o.Metrics, Log: o.Log})
 	if err != nil {
 		return err
 	}
@@ -222,10 +223,22 @@ func (p *Peers) Recheck(full bool) int {
 // (see rquic.Endpoint.Answering).
 func (p *Peers) Answering(peer string, ok bool) { p.quic.Answering(peer, ok) }
 
+// peerLost ends the TLS flows of a peer whose QUIC control connection
+// timed out: it stopped answering (a host lost, a process hung). QUIC's
+// idle timeout ended its QUIC flows; TCP would keep TLS flows hanging for
+// as long as its kernel acknowledges or its retransmissions last.
+func (p *Peers) peerLost(peer string) {
+	if n := p.tls.ClosePeer(peer); n > 0 && p.o.Log != nil {
+		p.o.Log.Warn("peer stopped answering: its TLS flows end", "peer", peer, "flows", n)
+	}
+}
+
 // unavailable reports a relay new flows should not be sent through: it
-// drains, or it stopped answering.
-func (p *Peers) unavailable(peer string) bool {
-	return p.Draining(peer) || p.quic.PeerDown(peer)
+// drains, or, as this relay's next hop, it stopped answering. That this
+// relay cannot reach a relay further on says nothing of the route: the
+// relay before that one reaches it (a link cut between two relays).
+func (p *Peers) unavailable(peer string, next bool) bool {
+	return p.Draining(peer) || (next && p.quic.PeerDown(peer))
 }
 
 // refuseDraining fails a flow whose next hop drains, at once: waiting

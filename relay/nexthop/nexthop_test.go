@@ -24,7 +24,7 @@ import (
 
 type staticRouter struct{}
 
-func (staticRouter) Route(_ context.Context, c *v1alpha1.Chain, _ func(string) bool) ([]string, error) {
+func (staticRouter) Route(_ context.Context, c *v1alpha1.Chain, _ func(string, bool) bool) ([]string, error) {
 	return manifest.Route(c), nil
 }
 

@@ -51,6 +51,9 @@ type Options struct {
 	OnProbeEcho func(peer string, payload []byte)
 	// OnRejected is told of every peer handshake refused.
 	OnRejected func(remote net.Addr, err error)
+	// OnPeerLost is told when a peer's control connection timed out: the
+	// peer stopped answering.
+	OnPeerLost func(peer string)
 	// OnPeerDraining is told when a peer says it drains (see Drain).
 	OnPeerDraining func(peer string)
 	Metrics        *metrics.Metrics

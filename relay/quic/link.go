@@ -318,6 +318,9 @@ func (l *Link) run() {
 			// not take a flow until a new connection says otherwise.
 			l.markDown()
 		}
+		if timedOut != nil && l.class == Control && l.replica == "" && l.e.opts.OnPeerLost != nil {
+			l.e.opts.OnPeerLost(l.peer)
+		}
 		log.Warn("peer connection lost", "err", context.Cause(c.Context()))
 		if time.Since(start) > stableAfter {
 			backoff = minBackoff

@@ -352,6 +352,25 @@ func (e *Endpoint) Recheck(full bool) int {
 	return n
 }
 
+// ClosePeer closes every connection carrying a flow to or from peer, and
+// returns how many: the peer stopped answering, and TCP would keep its
+// flows hanging for as long as its kernel still acknowledges (a stopped
+// process) or its retransmissions last (a lost host).
+func (e *Endpoint) ClosePeer(peer string) int {
+	e.mu.Lock()
+	var conns []*tls.Conn
+	for c := range e.active {
+		if name, err := pki.PeerName(c.ConnectionState()); err == nil && name == peer {
+			conns = append(conns, c)
+		}
+	}
+	e.mu.Unlock()
+	for _, c := range conns {
+		c.NetConn().Close()
+	}
+	return len(conns)
+}
+
 func (e *Endpoint) peerHolds(st tls.ConnectionState, full bool) error {
 	if len(st.PeerCertificates) == 0 {
 		return nil // not yet handshaken
