@@ -3,8 +3,8 @@ package main
 import (
 	"errors"
 	"net"
-	"syscall"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
