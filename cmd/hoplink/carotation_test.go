@@ -42,12 +42,7 @@ func TestClusterCARotation(t *testing.T) {
 		operator = c.operator(t, bin)
 	}
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go serveSinkThenSource(ln)
+	target := sinkThenSource(t)
 	for _, r := range []string{"hk", "la"} {
 		p := testutil.FreePort(t)
 		create(t, c.k8s, &v1alpha1.RelayNode{ObjectMeta: metav1.ObjectMeta{Namespace: "edge", Name: r},
@@ -57,7 +52,7 @@ func TestClusterCARotation(t *testing.T) {
 		Spec: v1alpha1.ChainSpec{Entry: "hk", Exit: "la", Route: []string{"hk", "la"}, Transport: v1alpha1.TransportQUIC}})
 	port := testutil.FreePort(t)
 	create(t, c.k8s, &v1alpha1.Tunnel{ObjectMeta: metav1.ObjectMeta{Namespace: "edge", Name: "t"},
-		Spec: v1alpha1.TunnelSpec{Chain: "c", Listen: &v1alpha1.TunnelListen{Address: "127.0.0.1", Port: int32(port)}, Target: ln.Addr().String()}})
+		Spec: v1alpha1.TunnelSpec{Chain: "c", Listen: &v1alpha1.TunnelListen{Address: "127.0.0.1", Port: int32(port)}, Target: target}})
 	relays := map[string]*exec.Cmd{}
 	startRelay := func(name string) {
 		kc := relayKubeconfig(t, c.cfg, c.dir, "edge", v1alpha1.RelayObjectName(name))

@@ -145,13 +145,7 @@ func refusedWithin(addr string) (time.Duration, error) {
 // before its drain timeout.
 func TestDrain(t *testing.T) {
 	bin := buildHoplink(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go serveSinkThenSource(ln)
-	target := ln.Addr().String()
+	target := sinkThenSource(t)
 
 	for _, transport := range []string{"quic", "tls"} {
 		for _, role := range []string{"hk", "m", "la"} {

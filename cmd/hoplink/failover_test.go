@@ -17,13 +17,7 @@ import (
 // round that finds the relay silent marks it down and moves the chain).
 func TestFailover(t *testing.T) {
 	bin := buildHoplink(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go serveSinkThenSource(ln)
-	target := ln.Addr().String()
+	target := sinkThenSource(t)
 	dial := func(addr string) func() (net.Conn, error) {
 		return func() (net.Conn, error) { return net.Dial("tcp", addr) }
 	}

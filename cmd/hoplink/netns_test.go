@@ -333,6 +333,19 @@ func waitFor(t *testing.T, what string, f func() error) {
 	}
 }
 
+// sinkThenSource starts a serveSinkThenSource target on loopback until the
+// test ends and returns its address.
+func sinkThenSource(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go serveSinkThenSource(ln)
+	return ln.Addr().String()
+}
+
 // serveSinkThenSource reads each connection to EOF, then answers with as
 // many pseudo-random bytes (seeded by the count) followed by the SHA-256 of
 // what it read, and closes.

@@ -98,14 +98,8 @@ func (n *reloadNet) dial(tunnel string) func() (net.Conn, error) {
 // the network never split.
 func TestReloadAndRotate(t *testing.T) {
 	bin := buildHoplink(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go serveSinkThenSource(ln)
 	dir := t.TempDir()
-	n := &reloadNet{t: t, bin: bin, dir: dir, target: ln.Addr().String(), procs: map[string]*exec.Cmd{}, logs: map[string]string{},
+	n := &reloadNet{t: t, bin: bin, dir: dir, target: sinkThenSource(t), procs: map[string]*exec.Cmd{}, logs: map[string]string{},
 		relayPorts: map[string]int{}, tunnelPorts: map[string]int{}}
 	for _, r := range []string{"hk", "m", "la"} {
 		n.relayPorts[r] = testutil.FreePort(t)
