@@ -420,14 +420,16 @@ spec: {external: true, endpoints: ["%s:7401"]}
 		a.apply(t, "edge", `apiVersion: hoplink.dev/v1alpha1
 kind: Chain
 metadata: {name: fast}
-spec: {entry: hk, exit: useast, via: [seattle, la], mode: sum, probe: {interval: 1s}}
+spec: {entry: hk, exit: useast, via: [seattle, la], mode: sum, maxHops: 2, probe: {interval: 1s}}
 ---
 apiVersion: hoplink.dev/v1alpha1
 kind: Tunnel
 metadata: {name: fastweb}
 spec: {chain: fast, protocol: tcp, listen: {port: 8082}, target: "kubernetes.default.svc.cluster.local:443"}
 `)
-		// Cut hk's direct link to useast, so the route must pass a relay.
+		// Cut hk's direct link to useast, so the route must pass a relay
+		// (one: maxHops 2 keeps the route to a single middle, which a sum
+		// chain of equal links would otherwise pick among ties).
 		useastIP := a.nodeIP(t, "useast")
 		if out, err := onNode(hkNode, fmt.Sprintf("iptables -I OUTPUT -d %s -p udp --dport 7401 -j DROP && iptables -I OUTPUT -d %s -p tcp --dport 7401 -j DROP", useastIP, useastIP)); err != nil {
 			t.Fatalf("iptables on hk: %v: %s", err, out)
