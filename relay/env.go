@@ -31,10 +31,10 @@ type env struct {
 	// draining: the relay takes no new flows (Relay.Drain).
 	draining atomic.Bool
 	// problems keeps what went wrong lately, for the operator.
-	problems *problemBook
+	problems problemBook
 	// openTCP counts the TCP flows in progress, in every role: what a
 	// drain waits for (UDP and packet sessions have no end of their own).
-	openTCP *atomic.Int64
+	openTCP atomic.Int64
 
 	ctx context.Context // ends when the relay closes
 	wg  *sync.WaitGroup // the relay's goroutines, waited for by Close

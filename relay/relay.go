@@ -143,7 +143,7 @@ func New(cfg Config) (*Relay, error) {
 		perSource = min(cfg.MaxFlowsPerSource, perTunnel)
 	}
 	r.env = &env{name: cfg.Name, log: cfg.Log, warn: ratelog.New(cfg.Log), m: cfg.Metrics, set: &r.set, setupTimeout: cfg.SetupTimeout,
-		flows: newQuota(cfg.MaxFlows, perTunnel, perSource), openTCP: new(atomic.Int64), problems: &problemBook{}, ctx: ctx, wg: &r.wg}
+		flows: newQuota(cfg.MaxFlows, perTunnel, perSource), ctx: ctx, wg: &r.wg}
 	r.routes = newRouteBook(r.env, cfg.Route)
 	return r, nil
 }

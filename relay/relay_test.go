@@ -94,7 +94,7 @@ func testEnv(t *testing.T, yaml string) (*env, *metrics.Metrics) {
 	m := metrics.New(prometheus.NewRegistry())
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	return &env{name: "hk", log: log, warn: ratelog.New(log), m: m, set: &p,
-		setupTimeout: time.Second, flows: newQuota(4, 3, 2), openTCP: new(atomic.Int64), ctx: context.Background(), wg: &sync.WaitGroup{}}, m
+		setupTimeout: time.Second, flows: newQuota(4, 3, 2), ctx: context.Background(), wg: &sync.WaitGroup{}}, m
 }
 
 func TestNewChecksItsConfig(t *testing.T) {

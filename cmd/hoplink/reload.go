@@ -2,6 +2,7 @@ package main
 
 import (
 	"crypto/sha256"
+	"errors"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -76,9 +77,9 @@ func (f *standaloneFiles) reload(forced bool) {
 	ca, err1 := os.ReadFile(f.ca)
 	cert, err2 := os.ReadFile(f.cert)
 	key, err3 := os.ReadFile(f.key)
-	switch {
-	case err1 != nil || err2 != nil || err3 != nil:
-		f.log.Error("cannot read the certificate files; keeping the current ones", "err", firstErr(err1, err2, err3))
+	switch err := errors.Join(err1, err2, err3); {
+	case err != nil:
+		f.log.Error("cannot read the certificate files; keeping the current ones", "err", err)
 	case !slices.Equal(ca, f.lastCA) || !slices.Equal(cert, f.lastCert) || !slices.Equal(key, f.lastKey):
 		if err := f.identity.Update(ca, cert, key); err != nil {
 			f.log.Error("new certificate files rejected; keeping the current ones", "ca", f.ca, "cert", f.cert, "err", err)
@@ -131,13 +132,4 @@ func (f *standaloneFiles) sum() [32]byte {
 	var s [32]byte
 	copy(s[:], h.Sum(nil))
 	return s
-}
-
-func firstErr(errs ...error) error {
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
 }

@@ -332,7 +332,7 @@ func (p *Peers) Open(ctx context.Context, h *hop.Header, transport v1alpha1.Tran
 }
 
 func (p *Peers) openStream(ctx context.Context, h *hop.Header) (flow.End, error) {
-	_, s, err := p.Session(ctx, h)
+	_, s, err := p.session(ctx, h) // Open checked the next hop already
 	if err != nil {
 		return nil, err
 	}
@@ -387,13 +387,17 @@ func (p *Peers) openTLS(ctx context.Context, h *hop.Header, spareOnly bool) (flo
 // Session opens a QUIC stream to h.Route[0] and sends it h: a datagram
 // session (UDP, packets), or a TCP flow or trace over QUIC.
 func (p *Peers) Session(ctx context.Context, h *hop.Header) (*rquic.Conn, *quicgo.Stream, error) {
+	if err := p.refuseDraining(h.Route[0]); err != nil {
+		return nil, nil, err
+	}
+	return p.session(ctx, h)
+}
+
+func (p *Peers) session(ctx context.Context, h *hop.Header) (*rquic.Conn, *quicgo.Stream, error) {
 	next := h.Route[0]
 	set := p.o.Manifests()
 	if set.Relay(next) == nil {
 		return nil, nil, unknown(next)
-	}
-	if err := p.refuseDraining(next); err != nil {
-		return nil, nil, err
 	}
 	link, err := p.link(set.Relay(next), class(h))
 	if err != nil {

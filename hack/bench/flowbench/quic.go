@@ -2,19 +2,15 @@ package main
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"time"
 
 	"github.com/quic-go/quic-go"
+
+	"github.com/hoplink/hoplink/pki"
 )
 
 // The floor of a hop: what bare quic-go and bare TCP take for one small
@@ -26,11 +22,16 @@ const benchALPN = "hoplink-bench"
 
 // quicEcho accepts QUIC connections on addr and echoes each stream.
 func quicEcho(addr string) error {
-	cert, err := selfSigned()
+	// A throwaway certificate: the bench measures transport latency, not trust.
+	ca, err := pki.NewCA("flowbench")
 	if err != nil {
 		return err
 	}
-	ln, err := quic.ListenAddr(addr, &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{benchALPN}},
+	id, err := ca.Identity("flowbench")
+	if err != nil {
+		return err
+	}
+	ln, err := quic.ListenAddr(addr, &tls.Config{Certificates: []tls.Certificate{*id.Certificate()}, NextProtos: []string{benchALPN}},
 		&quic.Config{MaxIncomingStreams: 1 << 16})
 	if err != nil {
 		return err
@@ -112,18 +113,4 @@ func tcpRTT(addr string, n int) error {
 	}
 	printStats("tcp_rtt", lat)
 	return nil
-}
-
-func selfSigned() (tls.Certificate, error) {
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return tls.Certificate{}, err
-	}
-	t := x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "flowbench"},
-		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(24 * time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, &t, &t, &k.PublicKey, k)
-	if err != nil {
-		return tls.Certificate{}, err
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: k}, nil
 }
