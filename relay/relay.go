@@ -520,6 +520,11 @@ func (r *Relay) Drain(ctx context.Context) (open int) {
 	for {
 		if open = int(r.env.openTCP.Load()); open == 0 {
 			r.cfg.Log.Info("drained: every flow ended")
+			if r.hops != nil {
+				if n := r.hops.Settle(ctx); n > 0 {
+					r.cfg.Log.Info("drain ended before every peer read what this relay sent", "peers", n)
+				}
+			}
 			return 0
 		}
 		select {

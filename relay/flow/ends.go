@@ -93,19 +93,29 @@ func (t *TCPEnd) Wait() error {
 
 // StreamEnd is a flow's QUIC stream to or from a peer relay.
 type StreamEnd struct {
-	s   *quicgo.Stream
-	one [1]byte
+	s       *quicgo.Stream
+	one     [1]byte
+	release func() // may run more than once
 }
 
 // Stream makes s an End.
-func Stream(s *quicgo.Stream) *StreamEnd { return &StreamEnd{s: s} }
+func Stream(s *quicgo.Stream) *StreamEnd { return &StreamEnd{s: s, release: func() {}} }
 
-func (e *StreamEnd) Read(b []byte) (int, error)       { return e.s.Read(b) }
-func (e *StreamEnd) Write(b []byte) (int, error)      { return e.s.Write(b) }
-func (e *StreamEnd) CloseWrite() error                { return e.s.Close() }
-func (e *StreamEnd) Close()                           {}
-func (e *StreamEnd) Abort()                           { e.Fail(hop.CodeReset) }
-func (e *StreamEnd) Fail(code quicgo.StreamErrorCode) { Reset(e.s, code) }
+// HeldStream is Stream for a TCP flow, calling release when the flow ends
+// (Close or Fail): its connection stays until then when its peer drains.
+func HeldStream(s *quicgo.Stream, release func()) *StreamEnd {
+	return &StreamEnd{s: s, release: release}
+}
+
+func (e *StreamEnd) Read(b []byte) (int, error)  { return e.s.Read(b) }
+func (e *StreamEnd) Write(b []byte) (int, error) { return e.s.Write(b) }
+func (e *StreamEnd) CloseWrite() error           { return e.s.Close() }
+func (e *StreamEnd) Close()                      { e.release() }
+func (e *StreamEnd) Abort()                      { e.Fail(hop.CodeReset) }
+func (e *StreamEnd) Fail(code quicgo.StreamErrorCode) {
+	Reset(e.s, code)
+	e.release()
+}
 
 // Wait peeks, which quic-go does without a buffer of ours.
 func (e *StreamEnd) Wait() error {

@@ -71,10 +71,16 @@ func ReadFrame(r io.Reader, buf []byte) ([]byte, error) {
 // flows go on) sends DrainFlow, with no payload, on each of its
 // connections, and answers probes with it instead of an echo, so a peer
 // that missed the first learns within a probe round.
+//
+// Once its last flow ended it sends DoneFlow, again until the connection
+// closes: closing a QUIC connection discards what the peer received but
+// has not read yet, so the peer closes it once its own flows on it ended,
+// and the draining relay exits when its peers have.
 const (
 	ProbeFlow     = 1
 	ProbeEchoFlow = 2
 	DrainFlow     = 3
+	DoneFlow      = 4
 	// MaxProbe bounds a probe's payload; larger ones are not answered.
 	MaxProbe = 64
 )

@@ -197,6 +197,11 @@ var ErrDraining = errors.New("the relay is draining (shutting down): it takes no
 // Drain tells the peers that this relay takes no new flows.
 func (p *Peers) Drain() { p.quic.Drain() }
 
+// Settle waits, after a drain saw its last flow end, until the peers
+// closed their QUIC connections (they do once they read what this relay
+// sent) or ctx ends; it returns how many were still up.
+func (p *Peers) Settle(ctx context.Context) int { return p.quic.Settle(ctx) }
+
 // Draining reports whether a peer (every replica of a sidecar peer) said
 // it drains.
 func (p *Peers) Draining(peer string) bool {
@@ -332,11 +337,11 @@ func (p *Peers) Open(ctx context.Context, h *hop.Header, transport v1alpha1.Tran
 }
 
 func (p *Peers) openStream(ctx context.Context, h *hop.Header) (flow.End, error) {
-	_, s, err := p.session(ctx, h) // Open checked the next hop already
+	c, s, err := p.session(ctx, h) // Open checked the next hop already
 	if err != nil {
 		return nil, err
 	}
-	return flow.Stream(s), nil
+	return flow.HeldStream(s, c.Hold()), nil
 }
 
 // openTLS takes a TLS connection to h.Route[0] and sends it h. With

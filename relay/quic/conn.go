@@ -20,6 +20,11 @@ type Conn struct {
 	Peer string
 	// draining: the peer said it drains (hop.DrainFlow) on this connection.
 	draining atomic.Bool
+	// flows counts this relay's TCP flows on the connection (Hold); once
+	// the peer said it is done (hop.DoneFlow) the last one to end closes
+	// the connection, which tells the peer that all it sent was read.
+	flows    atomic.Int64
+	peerDone atomic.Bool
 
 	mu      sync.Mutex
 	sinks   map[uint64]func([]byte)
@@ -95,6 +100,20 @@ func (c *Conn) SendFlowDatagram(id uint64, payload []byte) error {
 	return c.SendDatagram(hop.AppendDatagram(buf[:0], id, payload))
 }
 
+// Hold counts a TCP flow on the connection until release, which may be
+// called more than once.
+func (c *Conn) Hold() (release func()) {
+	c.flows.Add(1)
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			if c.flows.Add(-1) == 0 && c.peerDone.Load() {
+				c.CloseWithError(0, "peer drained")
+			}
+		})
+	}
+}
+
 // Draining reports whether the peer said, on this connection, that it
 // takes no new flows.
 func (c *Conn) Draining() bool { return c.draining.Load() }
@@ -135,6 +154,17 @@ func (c *Conn) runDatagrams(e *Endpoint) {
 		case hop.DrainFlow:
 			if !c.draining.Swap(true) {
 				e.peerDraining(c)
+			}
+			continue
+		case hop.DoneFlow:
+			// A peer that is done drained first, so this closes at most
+			// once its flows here end; it waits for the close to exit.
+			if !c.draining.Swap(true) {
+				e.peerDraining(c)
+			}
+			c.peerDone.Store(true)
+			if c.flows.Load() == 0 {
+				c.CloseWithError(0, "peer drained")
 			}
 			continue
 		}

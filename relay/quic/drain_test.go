@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"encoding/pem"
+	"io"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -157,5 +158,67 @@ func TestRecheckClosesOnExpiry(t *testing.T) {
 	case <-c.Context().Done():
 	case <-ctx.Done():
 		t.Fatal("the connection outlived its peer's certificate")
+	}
+}
+
+// A relay whose last flow ended waits, before it closes, until its peer
+// read all it sent: closing at once would discard what the peer received
+// but had not read (the tail of a transfer to a slow reader). The peer
+// closes the connection once its own flows on it ended.
+func TestSettleWaitsForThePeerToRead(t *testing.T) {
+	ca, err := pki.NewCA("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const size = 4 << 20
+	sent := make(chan struct{})
+	a := testEndpointWith(t, ca, "a", func(c *Conn, s *quicgo.Stream) {
+		io.Copy(io.Discard, s)
+		s.Write(make([]byte, size))
+		s.Close()
+		close(sent)
+	})
+	b := testEndpoint(t, ca, "b", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	c, err := b.Link("a", Control, []string{a.Addr().String()}).Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.OpenFlow(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := c.Hold()
+	s.Write([]byte("request"))
+	s.Close()
+	read := make(chan int64, 1)
+	go func() {
+		defer release()
+		// A slow reader: the tail waits in b's buffers when a is done.
+		var n int64
+		buf := make([]byte, 64<<10)
+		for {
+			k, err := s.Read(buf)
+			n += int64(k)
+			if err != nil {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		read <- n
+	}()
+	<-sent
+	a.Drain()
+	start := time.Now()
+	if open := a.Settle(ctx); open != 0 {
+		t.Errorf("a's peer kept %d connections up", open)
+	}
+	a.Close()
+	if n := <-read; n != size {
+		t.Fatalf("b read %d of %d bytes", n, size)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("the peer closed %v after it read everything, want at once", d)
 	}
 }

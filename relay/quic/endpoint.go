@@ -269,6 +269,39 @@ func (e *Endpoint) Drain() {
 	}
 }
 
+// settleResend is how often Settle repeats its news (a datagram may be
+// lost).
+const settleResend = 100 * time.Millisecond
+
+// Settle, once a drain saw every flow end, tells the peers so (DoneFlow)
+// and waits until each connection up now was closed by its peer, which it
+// does once it read all its flows on it; or until ctx ends. Closing first
+// would discard what a peer received but has not read. It returns how
+// many connections were still up.
+func (e *Endpoint) Settle(ctx context.Context) (open int) {
+	conns := e.allConns()
+	msg := hop.AppendDatagram(nil, hop.DoneFlow, nil)
+	t := time.NewTicker(settleResend)
+	defer t.Stop()
+	for {
+		live := conns[:0]
+		for _, c := range conns {
+			if c.Context().Err() == nil {
+				c.SendDatagram(msg)
+				live = append(live, c)
+			}
+		}
+		if conns = live; len(conns) == 0 {
+			return 0
+		}
+		select {
+		case <-ctx.Done():
+			return len(conns)
+		case <-t.C:
+		}
+	}
+}
+
 // Recheck closes every connection whose peer no longer holds: its
 // certificate expired, or (full) the manifests no longer name it. Flows on
 // such a connection end. It returns how many it closed.
