@@ -38,7 +38,7 @@ func TestClusterCARotation(t *testing.T) {
 	operator := c.operator(t, bin)
 	restartOperator := func() {
 		operator.Process.Signal(syscall.SIGTERM)
-		operator.Wait()
+		waitProc(operator)
 		operator = c.operator(t, bin)
 	}
 
@@ -123,7 +123,7 @@ func TestClusterCARotation(t *testing.T) {
 	// certificates; the network is whole.
 	for _, r := range []string{"la", "hk"} {
 		relays[r].Process.Signal(syscall.SIGTERM)
-		relays[r].Wait()
+		waitProc(relays[r])
 		startRelay(r)
 	}
 	waitFor(t, "a flow through the restarted relays", func() error { return tcpExchange(dial, 100000) })

@@ -75,7 +75,7 @@ func (c *cluster) run(t *testing.T, bin, name string, args ...string) *exec.Cmd 
 	t.Cleanup(func() {
 		cmd.Process.Signal(syscall.SIGTERM)
 		done := make(chan struct{})
-		go func() { cmd.Wait(); close(done) }()
+		go func() { waitProc(cmd); close(done) }()
 		select {
 		case <-done:
 		case <-time.After(10 * time.Second):

@@ -56,7 +56,7 @@ func startDrainNet(t *testing.T, bin, target string, middles []string, chain str
 		n.procs[r] = cmd
 		t.Cleanup(func() {
 			cmd.Process.Kill()
-			cmd.Wait()
+			waitProc(cmd)
 			out.Close()
 		})
 	}
@@ -158,7 +158,7 @@ func TestDrain(t *testing.T) {
 				stopped := time.Now()
 				p.Process.Signal(syscall.SIGTERM)
 				exited := make(chan error, 1)
-				go func() { exited <- p.Wait() }()
+				go func() { exited <- waitProc(p) }()
 
 				// The news reaches the entry within a round trip.
 				time.Sleep(100 * time.Millisecond)
@@ -202,7 +202,7 @@ func TestDrain(t *testing.T) {
 		p := n.procs["m1"]
 		p.Process.Signal(syscall.SIGTERM)
 		exited := make(chan error, 1)
-		go func() { exited <- p.Wait() }()
+		go func() { exited <- waitProc(p) }()
 		time.Sleep(100 * time.Millisecond) // the news reaches hk
 		for i := range 5 {
 			start := time.Now()
@@ -239,7 +239,7 @@ func TestDrain(t *testing.T) {
 		second := time.Now()
 		p.Process.Signal(syscall.SIGTERM)
 		exited := make(chan error, 1)
-		go func() { exited <- p.Wait() }()
+		go func() { exited <- waitProc(p) }()
 		select {
 		case <-exited:
 			if d := time.Since(second); d > 2*time.Second {

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -111,7 +112,7 @@ func (ns *netns) start(logf string, args ...string) *exec.Cmd {
 	}
 	ns.t.Cleanup(func() {
 		cmd.Process.Kill()
-		cmd.Wait()
+		waitProc(cmd)
 		out.Close()
 	})
 	return cmd
@@ -267,7 +268,7 @@ func TestNamespaces(t *testing.T) {
 	t.Run("middle relay restart", func(t *testing.T) {
 		p := procs["seattle"]
 		p.Process.Kill()
-		p.Wait()
+		waitProc(p)
 		if err := tcpExchange(dial, 1<<10); err == nil {
 			t.Fatal("flow succeeded with the middle relay down")
 		}
@@ -292,7 +293,7 @@ func TestNamespaces(t *testing.T) {
 		p := procs["hk"]
 		p.Process.Signal(syscall.SIGTERM)
 		done := make(chan error, 1)
-		go func() { done <- p.Wait() }()
+		go func() { done <- waitProc(p) }()
 		select {
 		case err := <-done:
 			if err != nil {
@@ -390,4 +391,14 @@ func tcpExchange(dial func() (net.Conn, error), size int64) error {
 		return fmt.Errorf("target received different bytes than were sent (%d-byte digest)", len(digest))
 	}
 	return nil
+}
+
+// procWaits holds one Wait per process: a test and its cleanup may both
+// wait for a relay, and exec.Cmd.Wait must not run twice at once.
+var procWaits sync.Map // *exec.Cmd -> func() error
+
+// waitProc waits for c to exit; every caller gets the same result.
+func waitProc(c *exec.Cmd) error {
+	w, _ := procWaits.LoadOrStore(c, sync.OnceValue(c.Wait))
+	return w.(func() error)()
 }

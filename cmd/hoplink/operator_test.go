@@ -206,7 +206,7 @@ func TestOperatorAndKubeRelays(t *testing.T) {
 	// status crosses a relay that died, the entry takes the best candidate
 	// of the status that avoids it, without waiting for the operator.
 	operator.Process.Signal(syscall.SIGTERM)
-	operator.Wait()
+	waitProc(operator)
 	if err := k8s.Get(ctx, client.ObjectKeyFromObject(fast), fast); err != nil {
 		t.Fatal(err)
 	}

@@ -55,7 +55,7 @@ func (n *reloadNet) start(r string) {
 	n.procs[r] = cmd
 	n.t.Cleanup(func() {
 		cmd.Process.Kill()
-		cmd.Wait()
+		waitProc(cmd)
 		out.Close()
 	})
 }
@@ -169,7 +169,7 @@ func TestReloadAndRotate(t *testing.T) {
 	// m restarts with the new files only: hk and la must take its new
 	// certificate, and it theirs, over new connections.
 	n.procs["m"].Process.Signal(syscall.SIGTERM)
-	n.procs["m"].Wait()
+	waitProc(n.procs["m"])
 	n.start("m")
 	waitFor(t, "a flow through the restarted m", func() error { return tcpExchange(n.dial("keep"), 100000) })
 	for _, r := range []string{"hk", "la"} {

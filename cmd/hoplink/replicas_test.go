@@ -150,7 +150,7 @@ func sidecarReplicas(t *testing.T, bin, transport string) {
 		}
 	}
 	procs[victim].cmd.Process.Signal(syscall.SIGKILL)
-	procs[victim].cmd.Wait()
+	waitProc(procs[victim].cmd)
 	start := time.Now()
 
 	// Its flows end (QUIC notices the dead peer within its idle timeout);

@@ -199,7 +199,7 @@ func TestTunTunnels(t *testing.T) {
 			p := procs[name]
 			p.Process.Signal(syscall.SIGTERM)
 			done := make(chan error, 1)
-			go func() { done <- p.Wait() }()
+			go func() { done <- waitProc(p) }()
 			select {
 			case err := <-done:
 				if err != nil {
