@@ -80,7 +80,8 @@ const (
 	ProbeFlow     = 1
 	ProbeEchoFlow = 2
 	DrainFlow     = 3
-	DoneFlow      = 4
+	// DoneFlow is 6, not 4: stream 4 can carry a session.
+	DoneFlow = 6
 	// MaxProbe bounds a probe's payload; larger ones are not answered.
 	MaxProbe = 64
 )

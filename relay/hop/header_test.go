@@ -145,3 +145,14 @@ func TestFrames(t *testing.T) {
 		t.Fatalf("short frame: %v", err)
 	}
 }
+
+// The datagram ids with a meaning of their own must not be one a UDP
+// session can have (the id of a stream the dialing relay opened: a
+// multiple of 4), or that session's datagrams would be taken for them.
+func TestReservedFlowIDsAreNoSessionIDs(t *testing.T) {
+	for name, id := range map[string]uint64{"ProbeFlow": ProbeFlow, "ProbeEchoFlow": ProbeEchoFlow, "DrainFlow": DrainFlow, "DoneFlow": DoneFlow} {
+		if id%4 == 0 {
+			t.Errorf("%s = %d is a client-opened bidirectional stream id", name, id)
+		}
+	}
+}
