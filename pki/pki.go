@@ -37,6 +37,23 @@ const AdminALPN = "hoplink-admin/1"
 // names are DNS labels, without dots, so no relay can hold it.
 const OperatorName = "operator.hoplink.dev"
 
+// ObserverName is the name in the certificate `hoplink status` and
+// `hoplink probe` present to relays' admin API: it may read a relay's
+// status and measure chains, nothing else, and is never a relay's.
+const ObserverName = "observer.hoplink.dev"
+
+// ObserverValidity is how long an observer certificate holds.
+const ObserverValidity = 90 * 24 * time.Hour
+
+// Observer files in a certificate directory.
+const (
+	ObserverCert = "observer.crt"
+	ObserverKey  = "observer.key"
+)
+
+// AdminClient says whether name may call a relay's admin API.
+func AdminClient(name string) bool { return name == OperatorName || name == ObserverName }
+
 // Validity of generated certificates.
 const (
 	CAValidity    = 10 * 365 * 24 * time.Hour
@@ -295,6 +312,9 @@ func (id *Identity) Update(caPEM, certPEM, keyPEM []byte) error {
 // NotAfter is when the certificate new handshakes present expires.
 func (id *Identity) NotAfter() time.Time { return id.Certificate().Leaf.NotAfter }
 
+// ParseRoots is the pool of the CA certificates in caPEM.
+func ParseRoots(caPEM []byte) (*x509.CertPool, error) { return parseRoots(caPEM) }
+
 func parseRoots(caPEM []byte) (*x509.CertPool, error) {
 	roots := x509.NewCertPool()
 	if !roots.AppendCertsFromPEM(caPEM) {
@@ -496,6 +516,16 @@ func (ca *CA) WriteRelay(dir, name string) error {
 		return err
 	}
 	return writeFiles(dir, map[string][]byte{name + ".crt": c, name + ".key": k})
+}
+
+// WriteObserver issues and writes the observer's client certificate
+// (ObserverCert, ObserverKey) into dir.
+func (ca *CA) WriteObserver(dir string) error {
+	c, k, err := ca.issue(ObserverName, ObserverValidity, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth})
+	if err != nil {
+		return err
+	}
+	return writeFiles(dir, map[string][]byte{ObserverCert: c, ObserverKey: k})
 }
 
 func writeFiles(dir string, files map[string][]byte) error {

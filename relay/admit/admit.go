@@ -116,6 +116,10 @@ func Stream(set *manifest.Set, self, peer string, h *hop.Header, tr Transport) (
 // routed Chain.
 func routing(set *manifest.Set, self, peer string, h *hop.Header, tr Transport) (Grant, *Refusal) {
 	c, ref := routedChain(set, h.Tunnel)
+	if h.Kind == hop.KindTrace {
+		// `hoplink probe` traces static chains too.
+		c, ref = anyChain(set, h.Tunnel)
+	}
 	if ref != nil {
 		return Grant{}, ref
 	}
@@ -133,6 +137,14 @@ func routing(set *manifest.Set, self, peer string, h *hop.Header, tr Transport) 
 		}
 	}
 	return Grant{Chain: c, Last: len(h.Route) == 1}, nil
+}
+
+func anyChain(set *manifest.Set, key string) (*v1alpha1.Chain, *Refusal) {
+	c := set.Chain(key)
+	if c == nil {
+		return nil, refuse(UnknownChain, "no Chain %q", key)
+	}
+	return c, nil
 }
 
 func routedChain(set *manifest.Set, key string) (*v1alpha1.Chain, *Refusal) {
@@ -157,20 +169,31 @@ const (
 )
 
 // Admin admits an admin API call from client (the name its certificate
-// proves) about chain: only the operator may call, only about routed
-// chains, a table only from a relay the chain's rounds ask, traces only
-// from the chain's entry.
+// proves) about chain: only the operator (about routed chains, which it
+// routes) and the observer (`hoplink probe`, any chain) may call; a table
+// only from a relay the chain's rounds ask, traces only from the chain's
+// entry.
 func Admin(set *manifest.Set, self, client string, call AdminCall, chain string) (*v1alpha1.Chain, *Refusal) {
-	if client != pki.OperatorName {
+	var c *v1alpha1.Chain
+	var ref *Refusal
+	switch client {
+	case pki.OperatorName:
+		c, ref = routedChain(set, chain)
+	case pki.ObserverName:
+		c, ref = anyChain(set, chain)
+	default:
 		return nil, refuse(NotOperator, "%q may not use the admin API", client)
 	}
-	c, ref := routedChain(set, chain)
 	if ref != nil {
 		return nil, ref
 	}
 	switch call {
 	case AdminLinks:
-		if !slices.Contains(manifest.Measured(c), self) {
+		asked := manifest.Measured(c)
+		if client == pki.ObserverName {
+			asked = manifest.Members(c)
+		}
+		if !slices.Contains(asked, self) {
 			return nil, refuse(NotMember, "relay %q is not on Chain %q", self, chain)
 		}
 	case AdminTrace:
@@ -181,9 +204,10 @@ func Admin(set *manifest.Set, self, client string, call AdminCall, chain string)
 	return c, nil
 }
 
-// AdminStatus admits a call for the relay's own status: the operator's.
+// AdminStatus admits a call for the relay's own status: the operator's
+// and the observer's.
 func AdminStatus(client string) *Refusal {
-	if client != pki.OperatorName {
+	if !pki.AdminClient(client) {
 		return refuse(NotOperator, "%q may not use the admin API", client)
 	}
 	return nil
@@ -192,7 +216,11 @@ func AdminStatus(client string) *Refusal {
 // TraceRoute says whether the entry self may trace route rt of chain c: a
 // route the spec allows that starts here and has a hop to trace.
 func TraceRoute(c *v1alpha1.Chain, self string, rt []string) *Refusal {
-	if err := manifest.ValidRoute(c, rt); err != nil || len(rt) < 2 || rt[0] != self {
+	valid := manifest.ValidRoute(c, rt) == nil
+	if !c.Spec.Mode.Routed() {
+		valid = slices.Equal(rt, manifest.Route(c))
+	}
+	if !valid || len(rt) < 2 || rt[0] != self {
 		return refuse(BadRoute, "route %v cannot be traced from relay %q", rt, self)
 	}
 	return nil

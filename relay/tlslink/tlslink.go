@@ -167,7 +167,7 @@ func (l *connListener) Addr() net.Addr { return l.addr }
 // it; anyone else with a certificate of the CA is turned away.
 func (e *Endpoint) serveAdmin(c *tls.Conn) {
 	peer, err := pki.PeerName(c.ConnectionState())
-	if err == nil && (e.admin == nil || peer != pki.OperatorName) {
+	if err == nil && (e.admin == nil || !pki.AdminClient(peer)) {
 		err = fmt.Errorf("%q may not use the admin API", peer)
 	}
 	if err != nil {
