@@ -41,18 +41,66 @@ const (
 // open and whether it could, and the problems it saw lately. The operator
 // turns them into conditions and Events.
 type Status struct {
-	Relay    string  `json:"relay"`
-	Draining bool    `json:"draining,omitempty"`
-	Entries  []Entry `json:"entries,omitempty"`
+	Relay    string `json:"relay"`
+	Version  string `json:"version,omitempty"`
+	Ready    bool   `json:"ready"`
+	Draining bool   `json:"draining,omitempty"`
+	// CertificateExpires is when the relay's certificate does.
+	CertificateExpires time.Time `json:"certificateExpires,omitzero"`
+	// Peers are the relays this one sends flows to, as it sees its links.
+	Peers []Peer `json:"peers,omitempty"`
+	// Chains are the chains this relay enters, with the route new flows take.
+	Chains  []ChainRoute `json:"chains,omitempty"`
+	Entries []Entry      `json:"entries,omitempty"`
 	// Problems are the latest of each kind and Tunnel, at most MaxProblems.
 	Problems []Problem `json:"problems,omitempty"`
+}
+
+// Peer is a relay's link to a next hop: whether it carries flows now, and
+// the QUIC connection's figures (smoothed round trip, its mean variation,
+// and the share of packets lost).
+type Peer struct {
+	Name     string           `json:"name"`
+	Up       bool             `json:"up"`
+	Draining bool             `json:"draining,omitempty"`
+	RTT      measure.Duration `json:"rtt,omitempty"`
+	Jitter   measure.Duration `json:"jitter,omitempty"`
+	Loss     float64          `json:"loss"`
+	// Transport is what bulk flows of transport: auto chains take on the
+	// link now, and why.
+	Transport       string `json:"transport,omitempty"`
+	TransportReason string `json:"transportReason,omitempty"`
+}
+
+// ChainRoute is a chain this relay enters: its route now and, for a
+// routed chain, the last round's reason and candidates.
+type ChainRoute struct {
+	Chain string   `json:"chain"`
+	Mode  string   `json:"mode"`
+	Route []string `json:"route,omitempty"`
+	// Reason is why the route is what it is (routed chains).
+	Reason string `json:"reason,omitempty"`
+	// Changed is when the route last changed (routed chains).
+	Changed    time.Time   `json:"changed,omitzero"`
+	Candidates []Candidate `json:"candidates,omitempty"`
+}
+
+// Candidate is a route the last round priced.
+type Candidate struct {
+	Route     []string         `json:"route"`
+	Cost      measure.Duration `json:"cost"`
+	Estimated measure.Duration `json:"estimated,omitempty"`
+	Measured  measure.Duration `json:"measured,omitempty"`
 }
 
 // Entry is a Tunnel's entry on this relay: open, or why not.
 type Entry struct {
 	Tunnel string `json:"tunnel"`
+	Listen string `json:"listen,omitempty"`
 	Open   bool   `json:"open"`
 	Error  string `json:"error,omitempty"`
+	// Flows is how many flows of the Tunnel enter here now.
+	Flows int64 `json:"flows"`
 }
 
 // Problem kinds.

@@ -78,6 +78,8 @@ type Config struct {
 	// network), where dialing from the relay port can take over the address
 	// of a host-network relay on the same node.
 	SeparateDialPort bool
+	// Version is what the relay reports in its status.
+	Version string
 }
 
 // Relay is one running relay.
@@ -334,21 +336,6 @@ func (r *Relay) retryTunnels() {
 
 // status is what the relay reports to the operator: its entries, open or
 // why not, and its problems.
-func (r *Relay) status() *adminapi.Status {
-	s := &adminapi.Status{Relay: r.cfg.Name, Draining: r.env.draining.Load(), Problems: r.env.problems.list()}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, t := range r.set.Load().EntryTunnels(r.cfg.Name) {
-		key := manifest.Key(t.Namespace, t.Name)
-		e := adminapi.Entry{Tunnel: key, Open: r.tunnels[key] != nil}
-		if err := r.failed[key]; err != nil {
-			e.Error = err.Error()
-		}
-		s.Entries = append(s.Entries, e)
-	}
-	return s
-}
-
 // TunnelErrors are the entries this relay should open and could not, by
 // Tunnel key, with why.
 func (r *Relay) TunnelErrors() map[string]string {

@@ -39,11 +39,19 @@ type routeBook struct {
 	standIns map[string]string
 	// changed is closed and replaced whenever a route may have changed.
 	changed chan struct{}
+	// rounds holds the last decision for each chain this relay routes,
+	// and when its route last changed, for the status.
+	rounds map[string]round
+}
+
+type round struct {
+	d       routectl.Decision
+	changed time.Time
 }
 
 func newRouteBook(e *env, self bool) *routeBook {
 	return &routeBook{env: e, self: self, decided: map[string][]string{}, learned: map[string][]string{},
-		exported: map[string]string{}, standIns: map[string]string{}, changed: make(chan struct{})}
+		exported: map[string]string{}, standIns: map[string]string{}, changed: make(chan struct{}), rounds: map[string]round{}}
 }
 
 func (b *routeBook) notifyLocked() {
@@ -166,6 +174,11 @@ func (b *routeBook) update(set *manifest.Set) {
 			delete(b.decided, key)
 		}
 	}
+	for key := range b.rounds {
+		if _, ok := b.decided[key]; !ok {
+			delete(b.rounds, key)
+		}
+	}
 	b.notifyLocked()
 	b.mu.Unlock()
 	b.export(set)
@@ -193,10 +206,13 @@ func (b *routeBook) decide(d routectl.Decision) {
 		return
 	}
 	b.mu.Lock()
+	r := round{d: d, changed: b.rounds[d.Chain].changed}
 	if !slices.Equal(b.decided[d.Chain], d.Route) {
 		b.decided[d.Chain] = d.Route
+		r.changed = time.Now()
 		b.notifyLocked()
 	}
+	b.rounds[d.Chain] = r
 	b.mu.Unlock()
 	b.export(b.manifests())
 }
@@ -224,15 +240,7 @@ func (b *routeBook) export(set *manifest.Set) {
 			continue
 		}
 		key := manifest.Key(c.Namespace, c.Name)
-		var cur []string
-		switch {
-		case b.self && c.Spec.Mode.Routed() && c.Spec.Entry == b.name:
-			cur = b.decided[key]
-		case b.self && c.Spec.Mode.Routed():
-			cur = b.learned[key]
-		default:
-			cur = manifest.Route(c)
-		}
+		cur := b.knownLocked(c)
 		if len(cur) == 0 {
 			continue
 		}
@@ -250,4 +258,32 @@ func (b *routeBook) export(set *manifest.Set) {
 			delete(b.exported, key)
 		}
 	}
+}
+
+// knownLocked is the route this relay knows new flows of c take: its own
+// decision, the one its entry announced, or the spec's (or status') route.
+func (b *routeBook) knownLocked(c *v1alpha1.Chain) []string {
+	key := manifest.Key(c.Namespace, c.Name)
+	switch {
+	case b.self && c.Spec.Mode.Routed() && c.Spec.Entry == b.name:
+		return b.decided[key]
+	case b.self && c.Spec.Mode.Routed():
+		return b.learned[key]
+	}
+	return manifest.Route(c)
+}
+
+// known is knownLocked for callers without the lock.
+func (b *routeBook) known(c *v1alpha1.Chain) []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.knownLocked(c)
+}
+
+// lastRound is the last decision for chain and when its route changed.
+func (b *routeBook) lastRound(chain string) (routectl.Decision, time.Time, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	r, ok := b.rounds[chain]
+	return r.d, r.changed, ok
 }

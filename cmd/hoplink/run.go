@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"syscall"
@@ -97,7 +98,7 @@ func drainFlag(f *pflag.FlagSet, d *time.Duration) {
 
 func newLocalCmd(lf *logFlags) *cobra.Command {
 	var files []string
-	var metricsAddr string
+	var metricsAddr, observerCerts string
 	var profiling, tunOffload bool
 	var drainTimeout time.Duration
 	cmd := &cobra.Command{
@@ -114,9 +115,15 @@ func newLocalCmd(lf *logFlags) *cobra.Command {
 				return err
 			}
 			reg, m := newRegistry()
-			n, err := local.Start(set, relay.Config{Metrics: m, Log: log, NoTUNOffload: !tunOffload})
+			n, err := local.Start(set, relay.Config{Metrics: m, Log: log, NoTUNOffload: !tunOffload, Version: version})
 			if err != nil {
 				return err
+			}
+			if observerCerts != "" {
+				if err := writeObserverFiles(n.CA, observerCerts); err != nil {
+					n.Close()
+					return fmt.Errorf("--observer-certs: %w", err)
+				}
 			}
 			log.Info("local network ready", "relays", len(n.Relays), "tunnels", len(set.Tunnels))
 			return serveUntilSignal(log, metricsAddr, profiling, reg, n.Ready, n.Drain, drainTimeout, n.Close)
@@ -126,8 +133,23 @@ func newLocalCmd(lf *logFlags) *cobra.Command {
 	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz here, e.g. 127.0.0.1:9090")
 	cmd.Flags().BoolVar(&profiling, "pprof", false, "also serve /debug/pprof on --metrics-addr")
 	cmd.Flags().BoolVar(&tunOffload, "tun-offload", true, "open tun Tunnels' devices with segmentation offload where the kernel has it")
+	cmd.Flags().StringVar(&observerCerts, "observer-certs", "", "write the in-memory CA's certificate and an observer certificate here (ca.crt, observer.crt, observer.key), for `hoplink status --certs DIR`")
 	drainFlag(cmd.Flags(), &drainTimeout)
 	return cmd
+}
+
+// writeObserverFiles writes ca's certificate (not its key) and a new
+// observer certificate into dir, replacing those of an earlier run.
+func writeObserverFiles(ca *pki.CA, dir string) error {
+	for _, f := range []string{"ca.crt", pki.ObserverCert, pki.ObserverKey} {
+		if err := os.Remove(filepath.Join(dir, f)); err != nil && !os.IsNotExist(err) {
+			return err
+		}
+	}
+	if err := ca.WriteObserver(dir); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "ca.crt"), ca.PEM, 0o644)
 }
 
 func newRelayCmd(lf *logFlags) *cobra.Command {
@@ -170,7 +192,7 @@ injected sidecar relays run.`,
 					return fmt.Errorf("--kube reads manifests and certificates from the cluster: drop -f, --ca, --cert and --key")
 				}
 				return runKubeRelay(log, &kf, name, metricsAddr, profiling, drainTimeout, kube.Options{MaxFlows: maxFlows, MaxFlowsPerTunnel: perTunnel,
-					MaxFlowsPerSource: perSource, NoTUNOffload: !tunOffload, CertsDir: certDir})
+					MaxFlowsPerSource: perSource, NoTUNOffload: !tunOffload, CertsDir: certDir, Version: version})
 			}
 			if name == "" {
 				return fmt.Errorf("--name: required: the RelayNode this process runs")
@@ -192,7 +214,7 @@ injected sidecar relays run.`,
 				return err
 			}
 			reg, m := newRegistry()
-			r, err := relay.New(relay.Config{Name: name, Manifests: set, Identity: id, Metrics: m, Log: log, MaxFlows: maxFlows, MaxFlowsPerTunnel: perTunnel,
+			r, err := relay.New(relay.Config{Name: name, Version: version, Manifests: set, Identity: id, Metrics: m, Log: log, MaxFlows: maxFlows, MaxFlowsPerTunnel: perTunnel,
 				MaxFlowsPerSource: perSource, Route: true, NoTUNOffload: !tunOffload, SeparateDialPort: separateDial})
 			if err != nil {
 				return err
@@ -281,10 +303,29 @@ func newCertCmd() *cobra.Command {
 			return nil
 		},
 	}
-	for _, c := range []*cobra.Command{ca, issue} {
+	observer := &cobra.Command{
+		Use:   "observer --dir DIR",
+		Short: "Issue the certificate `hoplink status` and `probe` read relays with: DIR/observer.crt and DIR/observer.key",
+		Long: `Issues a client certificate for the observer, signed by DIR/ca.*: relays let it
+read their status and measure chains over their admin API, nothing else. It is
+no relay's certificate and cannot carry flows.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := pki.LoadCA(dir+"/ca.crt", dir+"/ca.key")
+			if err != nil {
+				return err
+			}
+			if err := c.WriteObserver(dir); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s/%s and %s/%s\n", dir, pki.ObserverCert, dir, pki.ObserverKey)
+			return nil
+		},
+	}
+	for _, c := range []*cobra.Command{ca, issue, observer} {
 		c.Flags().StringVar(&dir, "dir", "certs", "directory for the certificate files")
 	}
-	cmd.AddCommand(ca, issue)
+	cmd.AddCommand(ca, issue, observer)
 	return cmd
 }
 

@@ -44,6 +44,7 @@ type Options struct {
 	Config    *rest.Config
 	Namespace string
 	Name      string // the RelayNode
+	Version   string // reported in the relay's status
 	Metrics   *metrics.Metrics
 	Log       *slog.Logger
 	MaxFlows  int
@@ -249,7 +250,7 @@ func (k *Relay) start(set *manifest.Set, secret *corev1.Secret) error {
 	podNetwork := self.IsSidecar() || self.HostNetwork != nil && !*self.HostNetwork
 	r, err := relay.New(relay.Config{Name: k.o.Name, Manifests: set, Identity: id, Metrics: k.o.Metrics, Log: k.o.Log,
 		MaxFlows: k.o.MaxFlows, MaxFlowsPerTunnel: k.o.MaxFlowsPerTunnel, MaxFlowsPerSource: k.o.MaxFlowsPerSource,
-		NoTUNOffload: k.o.NoTUNOffload, SeparateDialPort: podNetwork})
+		NoTUNOffload: k.o.NoTUNOffload, SeparateDialPort: podNetwork, Version: k.o.Version})
 	if err != nil {
 		return err
 	}

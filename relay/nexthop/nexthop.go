@@ -258,6 +258,12 @@ func (p *Peers) refuseDraining(next string) error {
 // Live returns the connection to a peer if it is up now, without waiting.
 func (p *Peers) Live(peer string) *rquic.Conn { return p.quic.Live(peer) }
 
+// Up says whether the link to peer carries new flows now: connected, not
+// counted down, not draining.
+func (p *Peers) Up(peer string) bool {
+	return p.quic.Live(peer) != nil && !p.quic.PeerDown(peer) && !p.Draining(peer)
+}
+
 // Reasons of an Error: the reason label of hoplink_flow_errors_total.
 const (
 	NoRoute = "no_route"

@@ -1,0 +1,88 @@
+package relay
+
+import (
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/hoplink/hoplink/adminapi"
+	"github.com/hoplink/hoplink/manifest"
+	"github.com/hoplink/hoplink/measure"
+)
+
+// status is what the relay tells the operator and `hoplink status` of
+// itself: readiness, its links to its next hops, the routes of the chains
+// it enters, its Tunnel entries and its latest problems.
+func (r *Relay) status() *adminapi.Status {
+	set := r.set.Load()
+	s := &adminapi.Status{Relay: r.cfg.Name, Version: r.cfg.Version, Ready: r.ready.Load(),
+		Draining: r.env.draining.Load(), Problems: r.env.problems.list()}
+	if id := r.cfg.Identity; id != nil {
+		s.CertificateExpires = id.NotAfter().UTC()
+	}
+	if r.hops != nil {
+		for _, peer := range set.NextHops(r.cfg.Name) {
+			s.Peers = append(s.Peers, r.peerStatus(peer))
+		}
+	}
+	for _, c := range set.Chains {
+		if c.Spec.Entry != r.cfg.Name {
+			continue
+		}
+		key := manifest.Key(c.Namespace, c.Name)
+		cr := adminapi.ChainRoute{Chain: key, Mode: string(c.Spec.Mode), Route: r.routes.known(c)}
+		if cr.Mode == "" {
+			cr.Mode = "static"
+		}
+		if d, changed, ok := r.routes.lastRound(key); ok {
+			cr.Reason, cr.Changed = d.Reason, changed.UTC()
+			for _, p := range d.Candidates {
+				cr.Candidates = append(cr.Candidates, adminapi.Candidate{Route: p.Relays, Cost: measure.Duration(p.Cost),
+					Estimated: measure.Duration(p.Estimated), Measured: measure.Duration(p.Measured)})
+			}
+		}
+		s.Chains = append(s.Chains, cr)
+	}
+	slices.SortFunc(s.Chains, func(a, b adminapi.ChainRoute) int { return strings.Compare(a.Chain, b.Chain) })
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, t := range set.EntryTunnels(r.cfg.Name) {
+		key := manifest.Key(t.Namespace, t.Name)
+		e := adminapi.Entry{Tunnel: key, Open: r.tunnels[key] != nil, Flows: r.env.entryFlows(key)}
+		if l := t.Spec.Listen; l != nil {
+			e.Listen = net.JoinHostPort(l.Address, strconv.Itoa(int(l.Port)))
+		}
+		if err := r.failed[key]; err != nil {
+			e.Error = err.Error()
+		}
+		s.Entries = append(s.Entries, e)
+	}
+	return s
+}
+
+// peerStatus is the link to peer as this relay sees it.
+func (r *Relay) peerStatus(peer string) adminapi.Peer {
+	p := adminapi.Peer{Name: peer, Up: r.hops.Up(peer), Draining: r.hops.Draining(peer)}
+	if c := r.hops.Live(peer); c != nil {
+		st := c.ConnectionStats()
+		p.RTT, p.Jitter = measure.Duration(st.SmoothedRTT), measure.Duration(st.MeanDeviation)
+		if st.PacketsSent > 0 {
+			p.Loss = float64(st.PacketsLost) / float64(st.PacketsSent)
+		}
+	}
+	tr, why := r.hops.LinkTransport(peer)
+	p.Transport, p.TransportReason = string(tr), why
+	return p
+}
+
+// entryFlows is how many flows of tunnel enter at this relay now.
+func (e *env) entryFlows(tunnel string) int64 {
+	var m dto.Metric
+	if err := e.m.ActiveFlows.WithLabelValues(e.name, tunnel, "entry").Write(&m); err != nil {
+		return 0
+	}
+	return int64(m.GetGauge().GetValue())
+}
