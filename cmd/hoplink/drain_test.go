@@ -23,6 +23,8 @@ type drainNet struct {
 	procs  map[string]*exec.Cmd
 	logs   map[string]string
 	listen string // the Tunnel's listen address on hk
+	file   string // the manifests
+	certs  string // ca.* and the relays' certificates
 }
 
 // startDrainNet starts relays hk, the middles and la (each its own
@@ -40,7 +42,8 @@ func startDrainNet(t *testing.T, bin, target string, middles []string, chain str
 	fmt.Fprintf(&b, "apiVersion: hoplink.dev/v1alpha1\nkind: Chain\nmetadata: {name: c}\nspec: %s\n---\n", chain)
 	fmt.Fprintf(&b, "apiVersion: hoplink.dev/v1alpha1\nkind: Tunnel\nmetadata: {name: t}\nspec: {chain: c, listen: {address: 127.0.0.1, port: %d}, target: %q}\n", tunnelPort, target)
 	certs := relayFiles(t, bin, dir, "net.yaml", b.String(), relays...)
-	n := &drainNet{t: t, procs: map[string]*exec.Cmd{}, logs: map[string]string{}, listen: fmt.Sprintf("127.0.0.1:%d", tunnelPort)}
+	n := &drainNet{t: t, procs: map[string]*exec.Cmd{}, logs: map[string]string{}, listen: fmt.Sprintf("127.0.0.1:%d", tunnelPort),
+		file: filepath.Join(dir, "net.yaml"), certs: certs}
 	for _, r := range relays {
 		n.logs[r] = filepath.Join(dir, r+".log")
 		out, err := os.Create(n.logs[r])

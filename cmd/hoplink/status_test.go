@@ -1,0 +1,158 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hoplink/hoplink/observe"
+	"github.com/hoplink/hoplink/pki"
+)
+
+// TestStatusAndProbe runs `hoplink status` and `hoplink probe` against
+// relay processes with the observer's certificate: every relay ready, the
+// links measured, the chain's route and candidates, the Tunnel open; probe
+// measures each hop, the target and every candidate; a killed relay shows
+// as down and --wait fails; a relay's certificate is not an observer's.
+func TestStatusAndProbe(t *testing.T) {
+	bin := buildHoplink(t)
+	target := sinkThenSource(t)
+	n := startDrainNet(t, bin, target, []string{"m1", "m2"},
+		"{entry: hk, exit: la, via: [m1, m2], mode: sum, maxHops: 2, probe: {interval: 500ms}}")
+	if out, err := exec.Command(bin, "cert", "observer", "--dir", n.certs).CombinedOutput(); err != nil {
+		t.Fatalf("cert observer: %v\n%s", err, out)
+	}
+	run := func(args ...string) (string, error) {
+		out, err := exec.Command(bin, append(args, "-f", n.file, "--certs", n.certs)...).CombinedOutput()
+		return string(out), err
+	}
+	status := func(args ...string) *observe.Report {
+		t.Helper()
+		out, err := run(append([]string{"status", "-o", "json"}, args...)...)
+		if err != nil && !strings.Contains(strings.Join(args, " "), "--wait") {
+			t.Fatalf("status: %v\n%s", err, out)
+		}
+		var r observe.Report
+		if err := json.Unmarshal([]byte(out[:strings.LastIndex(out, "}")+1]), &r); err != nil {
+			t.Fatalf("status -o json: %v\n%s", err, out)
+		}
+		return &r
+	}
+
+	r := status("--wait", "--wait-timeout", "30s")
+	if !r.Ready {
+		t.Fatalf("not ready: %v", r.NotReady)
+	}
+	relays := map[string]observe.Relay{}
+	for _, rl := range r.Relays {
+		relays[rl.Name] = rl
+		if rl.Status == nil || !rl.Status.Ready || rl.Status.CertificateExpires.Before(time.Now()) {
+			t.Errorf("relay %s: %+v", rl.Name, rl)
+		}
+	}
+	hk := relays["hk"].Status
+	if hk == nil || len(hk.Chains) != 1 || len(hk.Chains[0].Route) < 2 || len(hk.Chains[0].Candidates) < 2 {
+		t.Fatalf("hk's chains: %+v", hk)
+	}
+	route := hk.Chains[0].Route
+	if len(hk.Peers) != 3 {
+		t.Errorf("hk sees %d peers, want m1, m2 and la: %+v", len(hk.Peers), hk.Peers)
+	}
+	for _, p := range hk.Peers {
+		if !p.Up || p.RTT <= 0 {
+			t.Errorf("hk's link to %s: %+v", p.Name, p)
+		}
+	}
+	if len(hk.Entries) != 1 || !hk.Entries[0].Open || hk.Entries[0].Listen != n.listen {
+		t.Errorf("hk's entries: %+v", hk.Entries)
+	}
+	table, err := run("status")
+	if err != nil || !strings.Contains(table, "ready: every relay answers") || !strings.Contains(table, strings.Join(route, " -> ")) {
+		t.Errorf("status table (%v):\n%s", err, table)
+	}
+
+	out, err := run("probe", "c", "-o", "json")
+	if err != nil {
+		t.Fatalf("probe: %v\n%s", err, out)
+	}
+	var p observe.Probe
+	if err := json.Unmarshal([]byte(out), &p); err != nil {
+		t.Fatalf("probe -o json: %v\n%s", err, out)
+	}
+	if len(p.Hops) != len(p.Route)-1 || len(p.Route) < 2 {
+		t.Fatalf("probe hops %+v for route %v", p.Hops, p.Route)
+	}
+	for _, h := range p.Hops {
+		if h.Err != "" || h.RTT <= 0 {
+			t.Errorf("hop %s -> %s: %+v", h.From, h.To, h)
+		}
+	}
+	if len(p.Targets) != 1 || !p.Targets[0].Up || p.Targets[0].RTT <= 0 {
+		t.Errorf("probe targets: %+v (%s)", p.Targets, p.TargetErr)
+	}
+	if len(p.Traces) < 2 {
+		t.Errorf("probe traced %d routes, want the route and its candidates", len(p.Traces))
+	}
+	for _, tr := range p.Traces {
+		if tr.Err != "" || tr.RTT <= 0 {
+			t.Errorf("trace of %v: %+v", tr.Route, tr)
+		}
+	}
+	if out, err := run("probe", "nope"); err == nil || !strings.Contains(out, `no Chain "nope"`) {
+		t.Errorf("probe of an unknown chain: %v\n%s", err, out)
+	}
+
+	// A relay's certificate is no observer's.
+	relayCerts := t.TempDir()
+	for from, to := range map[string]string{"ca.crt": "ca.crt", "hk.crt": pki.ObserverCert, "hk.key": pki.ObserverKey} {
+		b, err := os.ReadFile(filepath.Join(n.certs, from))
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(relayCerts, to), b, 0o600)
+	}
+	b, _ := exec.Command(bin, "status", "-o", "json", "-f", n.file, "--certs", relayCerts).CombinedOutput()
+	out = string(b)
+	var refused observe.Report
+	json.Unmarshal([]byte(out[:strings.LastIndex(out, "}")+1]), &refused)
+	for _, rl := range refused.Relays {
+		if rl.Status != nil {
+			t.Errorf("relay %s answered a relay's certificate", rl.Name)
+		}
+	}
+	if refused.Ready || len(refused.Relays) != 4 {
+		t.Errorf("status with a relay's certificate: %s", out)
+	}
+
+	// A relay killed: it shows as unreachable, its peers count it down,
+	// and --wait gives up with a non-zero exit.
+	n.procs["m1"].Process.Signal(syscall.SIGKILL)
+	waitFor(t, "hk counts m1 down", func() error {
+		r := status()
+		for _, rl := range r.Relays {
+			if rl.Name == "m1" && rl.Status != nil {
+				return fmt.Errorf("m1 still answers")
+			}
+			if rl.Name == "hk" && rl.Status != nil {
+				for _, p := range rl.Status.Peers {
+					if p.Name == "m1" && p.Up {
+						return fmt.Errorf("hk counts m1 up")
+					}
+				}
+			}
+		}
+		if r.Ready || !strings.Contains(strings.Join(r.NotReady, "\n"), "relay m1: no answer") {
+			return fmt.Errorf("not ready says %v", r.NotReady)
+		}
+		return nil
+	})
+	if out, err := run("status", "--wait", "--wait-timeout", "2s"); err == nil || !strings.Contains(out, "not ready") {
+		t.Errorf("status --wait with a relay down: %v\n%s", err, out)
+	}
+}

@@ -1,0 +1,170 @@
+package observe
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/hoplink/hoplink/adminapi"
+	"github.com/hoplink/hoplink/manifest"
+	"github.com/hoplink/hoplink/measure"
+)
+
+// Prober measures through relays' admin APIs: adminapi.Client.
+type Prober interface {
+	Asker
+	Links(ctx context.Context, relay, endpoint, chain string, fresh time.Duration) (*measure.Table, error)
+	Trace(ctx context.Context, relay, endpoint, chain string, routes [][]string) ([]measure.Trace, error)
+}
+
+// Probe is a chain measured now, hop by hop like traceroute: each link of
+// its route as the relay at its start probes it, the exit's connect time to
+// each target, and the route and every candidate end to end through the
+// real relays.
+type Probe struct {
+	Chain string   `json:"chain"`
+	Mode  string   `json:"mode"`
+	Route []string `json:"route"`
+	Hops  []Hop    `json:"hops"`
+	// Targets are the exit's connect times to the chain's Tunnels' targets.
+	Targets []measure.Target `json:"targets,omitempty"`
+	// TargetErr says why the exit's connect times are missing.
+	TargetErr string `json:"targetError,omitempty"`
+	// Traces are the route (first) and the candidates, end to end.
+	Traces []measure.Trace `json:"traces"`
+}
+
+// Hop is one link of the route, measured by the relay it starts at.
+type Hop struct {
+	From string           `json:"from"`
+	To   string           `json:"to"`
+	RTT  measure.Duration `json:"rtt,omitempty"`
+	// Jitter and Loss are the probes' of the recent rounds.
+	Jitter measure.Duration `json:"jitter,omitempty"`
+	Loss   float64          `json:"loss"`
+	Err    string           `json:"error,omitempty"`
+}
+
+// ProbeChain measures chain (namespace/name, or a name in the default
+// namespace) of set now.
+func ProbeChain(ctx context.Context, set *manifest.Set, p Prober, chain string) (*Probe, error) {
+	c := set.Chain(chain)
+	if c == nil {
+		c = set.Chain(manifest.Key("default", chain))
+	}
+	if c == nil {
+		return nil, fmt.Errorf("no Chain %q in the manifests (chains: %v)", chain, chainNames(set))
+	}
+	key := manifest.Key(c.Namespace, c.Name)
+	endpoint := func(relay string) (string, error) {
+		rn := set.Relay(relay)
+		if rn == nil || len(rn.Spec.Endpoints) == 0 {
+			return "", fmt.Errorf("relay %s has no spec.endpoints to ask it at", relay)
+		}
+		return rn.Spec.Endpoints[0], nil
+	}
+	entryEP, err := endpoint(c.Spec.Entry)
+	if err != nil {
+		return nil, err
+	}
+	st, err := p.Status(ctx, c.Spec.Entry, entryEP)
+	if err != nil {
+		return nil, fmt.Errorf("the entry %s: %w", c.Spec.Entry, err)
+	}
+	out := &Probe{Chain: key, Mode: string(c.Spec.Mode)}
+	if out.Mode == "" {
+		out.Mode = "static"
+	}
+	var candidates [][]string
+	for _, cr := range st.Chains {
+		if cr.Chain == key {
+			out.Route = cr.Route
+			for _, cand := range cr.Candidates {
+				if !slices.Equal(cand.Route, cr.Route) {
+					candidates = append(candidates, cand.Route)
+				}
+			}
+		}
+	}
+	if len(out.Route) == 0 {
+		return nil, fmt.Errorf("chain %s has no route yet at its entry %s", key, c.Spec.Entry)
+	}
+
+	// Every relay of the route measures its links now, at once.
+	out.Hops = make([]Hop, len(out.Route)-1)
+	var wg sync.WaitGroup
+	for i := range out.Hops {
+		out.Hops[i] = Hop{From: out.Route[i], To: out.Route[i+1]}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			h := &out.Hops[i]
+			ep, err := endpoint(h.From)
+			if err != nil {
+				h.Err = err.Error()
+				return
+			}
+			t, err := p.Links(ctx, h.From, ep, key, 0)
+			if err != nil {
+				h.Err = err.Error()
+				return
+			}
+			for _, l := range t.Links {
+				if l.To == h.To {
+					h.RTT, h.Jitter, h.Loss = l.RTT, l.Jitter, l.Loss
+					if !l.Up {
+						h.Err = "no answer to this round's probes"
+					}
+					return
+				}
+			}
+			h.Err = "the relay did not measure this link"
+		}()
+	}
+	exit := out.Route[len(out.Route)-1]
+	var targetErr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		ep, err := endpoint(exit)
+		if err != nil {
+			targetErr = err
+			return
+		}
+		var t *measure.Table
+		if t, targetErr = p.Links(ctx, exit, ep, key, 0); targetErr == nil {
+			out.Targets = t.Targets
+		}
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		routes := append([][]string{out.Route}, candidates...)
+		if len(routes) > adminapi.MaxTraceRoutes {
+			routes = routes[:adminapi.MaxTraceRoutes]
+		}
+		tr, err := p.Trace(ctx, c.Spec.Entry, entryEP, key, routes)
+		if err != nil {
+			for _, rt := range routes {
+				out.Traces = append(out.Traces, measure.Trace{Route: rt, Err: err.Error()})
+			}
+			return
+		}
+		out.Traces = tr
+	}()
+	wg.Wait()
+	if targetErr != nil {
+		out.TargetErr = targetErr.Error()
+	}
+	return out, nil
+}
+
+func chainNames(set *manifest.Set) []string {
+	var out []string
+	for _, c := range set.Chains {
+		out = append(out, manifest.Key(c.Namespace, c.Name))
+	}
+	return out
+}

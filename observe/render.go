@@ -1,0 +1,172 @@
+package observe
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/hoplink/hoplink/measure"
+)
+
+// WriteReport renders r as tables: relays, links, chains (with their
+// candidates), Tunnels, then what is not ready.
+func WriteReport(w io.Writer, r *Report) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "RELAY\tREADY\tVERSION\tPEERS UP\tCERT EXPIRES\tENDPOINT")
+	for _, rl := range r.Relays {
+		s := rl.Status
+		if s == nil {
+			fmt.Fprintf(tw, "%s\tunreachable\t-\t-\t-\t%s\n", rl.Name, orDash(rl.Endpoint))
+			continue
+		}
+		ready := yesNo(s.Ready)
+		if s.Draining {
+			ready = "draining"
+		}
+		up := 0
+		for _, p := range s.Peers {
+			if p.Up {
+				up++
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%s\t%s\n", rl.Name, ready, orDash(s.Version), up, len(s.Peers), expires(s.CertificateExpires, r.Time), rl.Endpoint)
+	}
+	fmt.Fprintln(tw)
+	fmt.Fprintln(tw, "LINK\tUP\tRTT\tJITTER\tLOSS\tTRANSPORT")
+	for _, rl := range r.Relays {
+		if rl.Status == nil {
+			continue
+		}
+		for _, p := range rl.Status.Peers {
+			up := yesNo(p.Up)
+			if p.Draining {
+				up = "draining"
+			}
+			fmt.Fprintf(tw, "%s -> %s\t%s\t%s\t%s\t%.1f%%\t%s\n", rl.Name, p.Name, up, dur(p.RTT), dur(p.Jitter), 100*p.Loss, orDash(p.Transport))
+		}
+	}
+	fmt.Fprintln(tw)
+	fmt.Fprintln(tw, "CHAIN\tMODE\tROUTE\tCHANGED\tREASON")
+	var cands []string
+	for _, rl := range r.Relays {
+		if rl.Status == nil {
+			continue
+		}
+		for _, c := range rl.Status.Chains {
+			changed := "-"
+			if !c.Changed.IsZero() {
+				changed = r.Time.Sub(c.Changed).Round(time.Second).String() + " ago"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", c.Chain, c.Mode, routeString(c.Route), changed, orDash(c.Reason))
+			for _, cd := range c.Candidates {
+				cands = append(cands, fmt.Sprintf("%s\t%s\t%s\t%s\t%s", c.Chain, routeString(cd.Route), dur(cd.Cost), dur(cd.Estimated), dur(cd.Measured)))
+			}
+		}
+	}
+	if len(cands) > 0 {
+		fmt.Fprintln(tw)
+		fmt.Fprintln(tw, "CANDIDATE OF\tROUTE\tCOST\tESTIMATED\tMEASURED")
+		for _, c := range cands {
+			fmt.Fprintln(tw, c)
+		}
+	}
+	fmt.Fprintln(tw)
+	fmt.Fprintln(tw, "TUNNEL\tENTRY\tLISTEN\tOPEN\tFLOWS\tERROR")
+	for _, rl := range r.Relays {
+		if rl.Status == nil {
+			continue
+		}
+		for _, e := range rl.Status.Entries {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", e.Tunnel, rl.Name, orDash(e.Listen), yesNo(e.Open), e.Flows, orDash(e.Error))
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if r.Ready {
+		_, err := fmt.Fprintln(w, "\nready: every relay answers, every chain has a route whose links are up, every Tunnel listens")
+		return err
+	}
+	fmt.Fprintln(w, "\nnot ready:")
+	for _, n := range r.NotReady {
+		fmt.Fprintf(w, "  %s\n", n)
+	}
+	return nil
+}
+
+// WriteProbe renders p like traceroute: a line per hop, then the
+// targets, then the route and candidates end to end.
+func WriteProbe(w io.Writer, p *Probe) error {
+	fmt.Fprintf(w, "chain %s (%s), route %s\n\n", p.Chain, p.Mode, routeString(p.Route))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "HOP\tLINK\tRTT\tJITTER\tLOSS\tERROR")
+	for i, h := range p.Hops {
+		fmt.Fprintf(tw, "%d\t%s -> %s\t%s\t%s\t%.1f%%\t%s\n", i+1, h.From, h.To, dur(h.RTT), dur(h.Jitter), 100*h.Loss, orDash(h.Err))
+	}
+	fmt.Fprintln(tw)
+	fmt.Fprintln(tw, "TARGET\tTUNNEL\tCONNECT\tUP")
+	for _, t := range p.Targets {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.Target, t.Tunnel, dur(t.RTT), yesNo(t.Up))
+	}
+	if p.TargetErr != "" {
+		fmt.Fprintf(tw, "-\t-\t-\t%s\n", p.TargetErr)
+	}
+	fmt.Fprintln(tw)
+	fmt.Fprintln(tw, "END TO END\tROUND TRIP\tERROR")
+	for i, t := range p.Traces {
+		name := routeString(t.Route)
+		if i == 0 {
+			name += " (route)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", name, dur(t.RTT), orDash(t.Err))
+	}
+	return tw.Flush()
+}
+
+func routeString(rt []string) string {
+	if len(rt) == 0 {
+		return "-"
+	}
+	return strings.Join(rt, " -> ")
+}
+
+func dur(d measure.Duration) string {
+	if d == 0 {
+		return "-"
+	}
+	x := d.D()
+	switch {
+	case x < time.Millisecond:
+		return x.Round(time.Microsecond).String()
+	case x < time.Second:
+		return x.Round(10 * time.Microsecond).String()
+	}
+	return x.Round(time.Millisecond).String()
+}
+
+func expires(t, now time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	left := t.Sub(now)
+	if left < 0 {
+		return "EXPIRED " + t.Format(time.DateOnly)
+	}
+	return fmt.Sprintf("%s (%dd)", t.Format(time.DateOnly), int(left.Hours()/24))
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
