@@ -234,11 +234,15 @@ type ChainStatus struct {
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=ch,categories=hoplink
+// +kubebuilder:printcolumn:name="Entry",type=string,JSONPath=`.spec.entry`
+// +kubebuilder:printcolumn:name="Exit",type=string,JSONPath=`.spec.exit`
 // +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`
 // +kubebuilder:printcolumn:name="Route",type=string,JSONPath=`.status.route`
 // +kubebuilder:printcolumn:name="Latency",type=string,JSONPath=`.status.latency.measured`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Changes",type=integer,JSONPath=`.status.routeChanges`,priority=1
-// +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].message`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Chain struct {
 	metav1.TypeMeta   `json:",inline"`

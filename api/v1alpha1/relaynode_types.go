@@ -159,9 +159,12 @@ type RelayNodeStatus struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=rn,categories=hoplink
 // +kubebuilder:printcolumn:name="Desired",type=integer,JSONPath=`.status.desired`
-// +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.ready`
-// +kubebuilder:printcolumn:name="Endpoints",type=string,JSONPath=`.status.endpoints`
-// +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Available",type=integer,JSONPath=`.status.ready`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Cert Expires",type=string,JSONPath=`.status.certificateNotAfter`
+// +kubebuilder:printcolumn:name="Endpoints",type=string,JSONPath=`.status.endpoints`,priority=1
+// +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].message`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS label (lower-case letters, digits and '-', at most 63 characters): a relay's name is its certificate name"
 type RelayNode struct {
