@@ -228,6 +228,13 @@ func validatePortForward(t *v1alpha1.Tunnel, bad func(field, format string, args
 			bad("spec.tcp.idleTimeoutSeconds", "%d must be from 1 to 604800 (a week)", c.IdleTimeoutSeconds)
 		}
 	}
+	switch pp := t.Spec.ProxyProtocol; {
+	case pp == "":
+	case pp != v1alpha1.ProxyV1 && pp != v1alpha1.ProxyV2:
+		bad("spec.proxyProtocol", "%q is not a version; use v1 or v2", pp)
+	case pp == v1alpha1.ProxyV1 && t.Spec.Protocol == v1alpha1.ProtocolUDP:
+		bad("spec.proxyProtocol", "protocol udp takes only v2 (v1 is text for TCP)")
+	}
 	if u := t.Spec.UDP; u != nil {
 		if t.Spec.Protocol != v1alpha1.ProtocolUDP {
 			bad("spec.udp", "applies to protocol udp only")
@@ -259,6 +266,9 @@ func validateTun(t *v1alpha1.Tunnel, bad func(field, format string, args ...any)
 	}
 	if t.Spec.TCP != nil {
 		bad("spec.tcp", "applies to protocol tcp only")
+	}
+	if t.Spec.ProxyProtocol != "" {
+		bad("spec.proxyProtocol", "protocol tun has no target to tell; remove it")
 	}
 	u := t.Spec.TUN
 	if u == nil {

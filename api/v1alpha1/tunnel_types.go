@@ -162,6 +162,7 @@ const (
 // +kubebuilder:validation:XValidation:rule="(has(self.protocol) && self.protocol == 'tun') == has(self.tun)",message="spec.tun is required for protocol tun, and applies to it only"
 // +kubebuilder:validation:XValidation:rule="(has(self.protocol) && self.protocol == 'tun') || (has(self.listen) && has(self.target))",message="spec.listen and spec.target are required for protocol tcp and udp"
 // +kubebuilder:validation:XValidation:rule="!(has(self.protocol) && self.protocol == 'tun') || (!has(self.listen) && !has(self.target))",message="protocol tun takes no spec.listen or spec.target: spec.tun.routes say what it reaches"
+// +kubebuilder:validation:XValidation:rule="!has(self.proxyProtocol) || !has(self.protocol) || self.protocol == 'tcp' || (self.protocol == 'udp' && self.proxyProtocol == 'v2')",message="spec.proxyProtocol: protocol udp takes only v2 (v1 is text for TCP), and protocol tun none"
 type TunnelSpec struct {
 	// Chain is the name of the Chain this Tunnel's flows travel.
 	// +kubebuilder:validation:MinLength=1
@@ -190,7 +191,22 @@ type TunnelSpec struct {
 	// TUN is the device of a tun Tunnel.
 	// +optional
 	TUN *TunOptions `json:"tun,omitempty"`
+	// ProxyProtocol makes the exit tell the target each client's address
+	// with a PROXY protocol header: v1 (text, tcp) or v2 (binary, tcp and
+	// udp, where it starts every datagram). The target must expect it.
+	// Every relay of the chain must run a version that knows this field.
+	// +kubebuilder:validation:Enum=v1;v2
+	// +optional
+	ProxyProtocol ProxyProtocol `json:"proxyProtocol,omitempty"`
 }
+
+// ProxyProtocol is a version of the PROXY protocol.
+type ProxyProtocol string
+
+const (
+	ProxyV1 ProxyProtocol = "v1"
+	ProxyV2 ProxyProtocol = "v2"
+)
 
 // TunnelStatus says where clients connect and whether the Tunnel works.
 type TunnelStatus struct {

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 )
 
 // Version is the header version this relay writes and reads.
@@ -94,7 +95,15 @@ type Header struct {
 	Route []string
 	// Target is the host:port the exit relay dials.
 	Target string
+	// Client and Listener (ip:port) are the client's address and the one
+	// it connected to, as the entry saw them: set, for a Tunnel with
+	// spec.proxyProtocol, so the exit can tell the target. Older relays
+	// reject a header with them (trailing bytes).
+	Client, Listener string
 }
+
+// MaxAddr bounds Client and Listener.
+const MaxAddr = 64
 
 // Append encodes h after b. It fails if h breaks a limit that Parse enforces,
 // so a relay can never write a header its peer must reject.
@@ -113,6 +122,12 @@ func (h *Header) Append(b []byte) ([]byte, error) {
 	}
 	b = binary.BigEndian.AppendUint16(b, uint16(len(h.Target)))
 	b = append(b, h.Target...)
+	if h.Client != "" {
+		b = append(b, byte(len(h.Client)))
+		b = append(b, h.Client...)
+		b = append(b, byte(len(h.Listener)))
+		b = append(b, h.Listener...)
+	}
 	body := len(b) - start - PrefixLen
 	if body > MaxBodyLen {
 		return b[:start], ErrTooLong
@@ -223,6 +238,10 @@ func parseBody(kind Kind, body []byte) (Header, error) {
 		h.Route = append(h.Route, string(r.take(r.u8())))
 	}
 	h.Target = string(r.take(r.u16()))
+	if r.err == nil && len(r.b) > 0 {
+		h.Client = string(r.take(r.u8()))
+		h.Listener = string(r.take(r.u8()))
+	}
 	if r.err != nil {
 		return Header{}, r.err
 	}
@@ -254,7 +273,21 @@ func (h *Header) check() error {
 	if h.Kind.hasTarget() && !validTarget(h.Target) || !h.Kind.hasTarget() && h.Target != "" {
 		return fmt.Errorf("%w: target %q for a %s header", ErrField, h.Target, h.Kind)
 	}
+	if h.Client != "" || h.Listener != "" {
+		if !h.Kind.hasTarget() || !validAddr(h.Client) || !validAddr(h.Listener) {
+			return fmt.Errorf("%w: client %q, listener %q for a %s header", ErrField, h.Client, h.Listener, h.Kind)
+		}
+	}
 	return nil
+}
+
+// validAddr accepts an ip:port without a zone.
+func validAddr(s string) bool {
+	if len(s) > MaxAddr {
+		return false
+	}
+	a, err := netip.ParseAddrPort(s)
+	return err == nil && a.Addr().Zone() == "" && a.String() == s
 }
 
 // validLabel accepts lowercase letters, digits, '-' and '.', as Kubernetes

@@ -15,6 +15,8 @@ func TestHeaderRoundTrip(t *testing.T) {
 		{Kind: KindTrace, Tunnel: "default/to-east", Route: []string{"la", "useast"}},
 		{Kind: KindLinks, Tunnel: "default/to-east", Route: []string{"hk", "la", "useast"}},
 		{Kind: KindPacket, Tunnel: "default/site", Route: []string{"mid", "la"}},
+		{Kind: KindTCP, Tunnel: "default/web", Route: []string{"la"}, Target: "10.0.0.1:80", Client: "192.0.2.7:51234", Listener: "198.51.100.1:8080"},
+		{Kind: KindUDP, Tunnel: "default/dns", Route: []string{"la"}, Target: "10.0.0.1:53", Client: "[2001:db8::7]:5353", Listener: "[2001:db8::1]:53"},
 	} {
 		b, err := h.Append([]byte("x"))
 		if err != nil {
@@ -24,7 +26,7 @@ func TestHeaderRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatalf("parse %+v: %v", h, err)
 		}
-		if got.Kind != h.Kind || got.Tunnel != h.Tunnel || got.Target != h.Target || strings.Join(got.Route, ",") != strings.Join(h.Route, ",") {
+		if got.Kind != h.Kind || got.Tunnel != h.Tunnel || got.Target != h.Target || got.Client != h.Client || got.Listener != h.Listener || strings.Join(got.Route, ",") != strings.Join(h.Route, ",") {
 			t.Fatalf("round trip: got %+v, want %+v", got, h)
 		}
 		// Read must consume exactly the header and leave the flow's bytes.
@@ -70,6 +72,12 @@ func TestParseRejects(t *testing.T) {
 		{"route count past body", []byte{1, 1, 0, 4, 0, 1, 'a', 5}, ErrTruncated},
 		{"probe with a target", withKind(KindTrace, encodeRaw("default/c", []string{"la"}, "1.2.3.4:80")), ErrField},
 		{"links with a target", withKind(KindLinks, encodeRaw("default/c", []string{"la"}, "1.2.3.4:80")), ErrField},
+		{"client without a port", withAddrs(encodeRaw("default/t", []string{"la"}, "1.2.3.4:80"), "192.0.2.7", "198.51.100.1:80"), ErrField},
+		{"client without listener", withAddrs(encodeRaw("default/t", []string{"la"}, "1.2.3.4:80"), "192.0.2.7:1", ""), ErrField},
+		{"client with a zone", withAddrs(encodeRaw("default/t", []string{"la"}, "1.2.3.4:80"), "[fe80::1%eth0]:1", "[fe80::2]:80"), ErrField},
+		{"client not canonical", withAddrs(encodeRaw("default/t", []string{"la"}, "1.2.3.4:80"), "192.0.2.07:1", "198.51.100.1:80"), ErrField},
+		{"client length past body", append(encodeRaw("default/t", []string{"la"}, "1.2.3.4:80")[:0:0], fixLen(append(encodeRaw("default/t", []string{"la"}, "1.2.3.4:80"), 9, '1'))...), ErrTruncated},
+		{"trace with a client", withKind(KindTrace, withAddrs(encodeRaw("default/c", []string{"la"}, ""), "192.0.2.7:1", "198.51.100.1:80")), ErrField},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse(tc.in)
@@ -102,6 +110,22 @@ func encodeRaw(tunnel string, route []string, target string) []byte {
 	body = append(body, byte(len(target)>>8), byte(len(target)))
 	body = append(body, target...)
 	return append([]byte{Version, byte(KindTCP), byte(len(body) >> 8), byte(len(body))}, body...)
+}
+
+// withAddrs appends a client and listener to an encoded header.
+func withAddrs(b []byte, client, listener string) []byte {
+	b = append(b, byte(len(client)))
+	b = append(b, client...)
+	b = append(b, byte(len(listener)))
+	b = append(b, listener...)
+	return fixLen(b)
+}
+
+// fixLen sets the prefix's body length to what follows it.
+func fixLen(b []byte) []byte {
+	n := len(b) - PrefixLen
+	b[2], b[3] = byte(n>>8), byte(n)
+	return b
 }
 
 func withKind(k Kind, b []byte) []byte {
