@@ -99,7 +99,11 @@ func (f *tcpFlows) entry(in flow.End, t *v1alpha1.Tunnel, key, target string) {
 		f.forward(ctx, in, t, target, start, fc)
 		return
 	}
-	out, via, err := f.hops.Open(ctx, &hop.Header{Kind: hop.KindTCP, Tunnel: key, Route: route[1:], Target: target}, chain.Spec.Transport)
+	h := &hop.Header{Kind: hop.KindTCP, Tunnel: key, Route: route[1:], Target: target}
+	if a, ok := in.(*flow.TCPEnd); ok {
+		h.Client, h.Listener = proxyAddrs(t, a.Conn().RemoteAddr(), a.Conn().LocalAddr())
+	}
+	out, via, err := f.hops.Open(ctx, h, chain.Spec.Transport)
 	cancel()
 	if err != nil {
 		f.hopFailed(key, err)
@@ -136,10 +140,29 @@ func (f *tcpFlows) forward(ctx context.Context, in flow.End, t *v1alpha1.Tunnel,
 		return
 	}
 	if a, ok := in.(*flow.TCPEnd); ok {
+		client, listener := proxyAddrs(t, a.Conn().RemoteAddr(), a.Conn().LocalAddr())
+		if !f.tellTarget(tc, t, client, listener) {
+			in.Abort()
+			return
+		}
 		f.join(key, flow.Splice(a.Conn(), tc, fc.up, fc.down, tcpIdle(t)))
 		return
 	}
 	f.joinTarget(in, tc, fc, t)
+}
+
+// tellTarget writes the PROXY header t asks for, if any, to the target's
+// connection; false (the connection closed) when it cannot.
+func (f *tcpFlows) tellTarget(tc *net.TCPConn, t *v1alpha1.Tunnel, client, listener string) bool {
+	b := proxyHeader(t, false, client, listener)
+	if b == nil {
+		return true
+	}
+	if _, err := tc.Write(b); err != nil {
+		tc.Close()
+		return false
+	}
+	return true
 }
 
 // middle carries a flow one hop further, over the chain's transport (under
@@ -168,6 +191,10 @@ func (f *tcpFlows) exit(in flow.End, h *hop.Header, t *v1alpha1.Tunnel) {
 	defer cancel()
 	tc, err := f.dial(ctx, h.Tunnel, h.Target, "exit", start)
 	if err != nil {
+		in.Fail(hop.CodeDialFailed)
+		return
+	}
+	if !f.tellTarget(tc, t, h.Client, h.Listener) {
 		in.Fail(hop.CodeDialFailed)
 		return
 	}

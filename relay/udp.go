@@ -83,6 +83,7 @@ type udpSession struct {
 	queue chan []byte
 	out   *rquic.Session
 	local *net.UDPConn // the target, when the entry is also the exit
+	proxy []byte       // the PROXY header each datagram to local starts with
 
 	once sync.Once
 	done func()
@@ -259,7 +260,9 @@ func (s *udpSession) send(p []byte) {
 
 func (s *udpSession) forward(p []byte) {
 	var err error
-	if s.local != nil {
+	if s.local != nil && s.proxy != nil {
+		_, err = s.local.Write(append(s.proxy[:len(s.proxy):len(s.proxy)], p...))
+	} else if s.local != nil {
 		_, err = s.local.Write(p)
 	} else {
 		err = s.out.Send(p)
@@ -306,6 +309,8 @@ func (s *udpSession) connect() {
 			return
 		}
 		s.local = c
+		client, listener := proxyAddrs(u.t, net.UDPAddrFromAddrPort(s.client), u.ln.LocalAddr())
+		s.proxy = proxyHeader(u.t, true, client, listener)
 		s.markReady()
 		buf := make([]byte, hop.MaxFrame)
 		for {
@@ -317,7 +322,9 @@ func (s *udpSession) connect() {
 			s.reply(buf[:n])
 		}
 	}
-	conn, st, err := f.hops.Session(ctx, &hop.Header{Kind: hop.KindUDP, Tunnel: u.key, Route: route[1:], Target: u.t.Spec.Target})
+	h := &hop.Header{Kind: hop.KindUDP, Tunnel: u.key, Route: route[1:], Target: u.t.Spec.Target}
+	h.Client, h.Listener = proxyAddrs(u.t, net.UDPAddrFromAddrPort(s.client), u.ln.LocalAddr())
+	conn, st, err := f.hops.Session(ctx, h)
 	cancel()
 	if err != nil {
 		f.hopFailed(u.key, err)
@@ -471,8 +478,14 @@ func (f *udpFlows) exit(c *rquic.Conn, s *quicgo.Stream, h *hop.Header, t *v1alp
 	})
 	defer toTargetW.Close()
 	full := f.m.UDPDropped.WithLabelValues(f.name, h.Tunnel, "queue_full")
+	// With spec.proxyProtocol every datagram starts with the client's
+	// address (v2).
+	proxy := proxyHeader(t, true, h.Client, h.Listener)
 	toTarget := func(p []byte) {
 		last.Store(time.Now().UnixNano())
+		if proxy != nil {
+			p = append(proxy[:len(proxy):len(proxy)], p...)
+		}
 		if !toTargetW.Write(p) {
 			full.Inc()
 		}

@@ -1,0 +1,142 @@
+package local
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	proxyproto "github.com/pires/go-proxyproto"
+
+	"github.com/hoplink/hoplink/internal/testutil"
+)
+
+// proxyTarget is a target that expects a PROXY header: on TCP first on the
+// connection (then it echoes), on UDP first in every datagram (it answers
+// with the datagram's payload). It reports each header's source and
+// destination, or what was wrong.
+type proxyTarget struct {
+	addr string
+	seen chan string // "SRC DST", or "error: ..."
+}
+
+func tcpProxyTarget(t *testing.T) *proxyTarget {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	pt := &proxyTarget{addr: ln.Addr().String(), seen: make(chan string, 16)}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(20 * time.Second))
+				r := bufio.NewReader(c)
+				h, err := proxyproto.Read(r)
+				if err != nil {
+					pt.seen <- "error: " + err.Error()
+					return
+				}
+				pt.seen <- fmt.Sprintf("v%d %s %s", h.Version, h.SourceAddr, h.DestinationAddr)
+				io.Copy(c, r)
+			}()
+		}
+	}()
+	return pt
+}
+
+func udpProxyTarget(t *testing.T) *proxyTarget {
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pc.Close() })
+	pt := &proxyTarget{addr: pc.LocalAddr().String(), seen: make(chan string, 64)}
+	go func() {
+		buf := make([]byte, 65536)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			r := bufio.NewReader(bytes.NewReader(buf[:n]))
+			h, err := proxyproto.Read(r)
+			if err != nil {
+				pt.seen <- "error: " + err.Error()
+				continue
+			}
+			pt.seen <- fmt.Sprintf("v%d %s %s", h.Version, h.SourceAddr, h.DestinationAddr)
+			payload, _ := io.ReadAll(r)
+			pc.WriteTo(payload, from)
+		}
+	}()
+	return pt
+}
+
+// A target behind a Tunnel with spec.proxyProtocol sees each client's own
+// address and port, and the address it connected to, through a three-hop
+// chain and through a lone relay; TCP with v1 and v2, UDP with v2 on every
+// datagram; and the bytes after the header are the client's, intact.
+func TestProxyProtocol(t *testing.T) {
+	for _, route := range [][]string{{"r0", "r1", "r2", "r3"}, {"r0"}} {
+		for _, tc := range []struct{ protocol, version string }{{"tcp", "v1"}, {"tcp", "v2"}, {"udp", "v2"}} {
+			t.Run(fmt.Sprintf("%d relays/%s/%s", len(route), tc.protocol, tc.version), func(t *testing.T) {
+				var pt *proxyTarget
+				if tc.protocol == "tcp" {
+					pt = tcpProxyTarget(t)
+				} else {
+					pt = udpProxyTarget(t)
+				}
+				port := testutil.FreePort(t)
+				network(t, len(route), route, tunnelSpec{name: "p", protocol: tc.protocol, target: pt.addr, port: port, extra: ", proxyProtocol: " + tc.version})
+				listen := fmt.Sprintf("127.0.0.1:%d", port)
+				payload := make([]byte, 3000)
+				for i := range payload {
+					payload[i] = byte(i * 7)
+				}
+				var client string
+				if tc.protocol == "tcp" {
+					c := dialTunnel(t, port)
+					defer c.Close()
+					client = c.LocalAddr().String()
+					go func() { c.Write(payload); c.CloseWrite() }()
+					got, err := io.ReadAll(c)
+					if err != nil || !bytes.Equal(got, payload) {
+						t.Fatalf("echo: %d of %d bytes intact (%v)", len(got), len(payload), err)
+					}
+				} else {
+					c := udpClient(t, port)
+					client = c.LocalAddr().String()
+					for i := range 3 {
+						if err := roundTrip(c, payload[:1000+i]); err != nil {
+							t.Fatalf("datagram %d: %v", i, err)
+						}
+					}
+				}
+				want := fmt.Sprintf("%s %s %s", tc.version, client, listen)
+				headers := 1
+				if tc.protocol == "udp" {
+					headers = 3
+				}
+				for range headers {
+					select {
+					case got := <-pt.seen:
+						if got != want {
+							t.Fatalf("the target saw %q, want %q", got, want)
+						}
+					case <-time.After(5 * time.Second):
+						t.Fatal("the target saw no header")
+					}
+				}
+			})
+		}
+	}
+}
