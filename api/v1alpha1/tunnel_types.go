@@ -168,7 +168,8 @@ type TunnelSpec struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	Chain string `json:"chain"`
-	// Protocol is tcp or udp.
+	// Protocol is tcp (the default), udp, or tun (a whole subnet through a
+	// device; see spec.tun).
 	// +kubebuilder:default=tcp
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.protocol is immutable: create a new Tunnel for another protocol"
 	// +optional
@@ -182,10 +183,10 @@ type TunnelSpec struct {
 	// +kubebuilder:validation:Pattern=`^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?):([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])$`
 	// +optional
 	Target string `json:"target,omitempty"`
-	// TCP tunes TCP flows (protocol tcp only).
+	// TCP tunes TCP flows (protocol tcp only; refused on others).
 	// +optional
 	TCP *TCPOptions `json:"tcp,omitempty"`
-	// UDP tunes UDP sessions (protocol udp only).
+	// UDP tunes UDP sessions (protocol udp only; refused on others).
 	// +optional
 	UDP *UDPOptions `json:"udp,omitempty"`
 	// TUN is the device of a tun Tunnel.
