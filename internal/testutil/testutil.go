@@ -11,13 +11,19 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"sync"
 	"testing"
 
 	"github.com/hoplink/hoplink/hack/linkemu"
 )
 
+var handedOut sync.Map // port -> true
+
 // FreePort finds a loopback port free for both TCP and UDP: a relay listens
 // on both with one number.
+// A port is never handed out twice in one test process: the kernel may
+// offer a port again once its probe socket closed, and two listeners of
+// one test given the same number collide.
 func FreePort(t testing.TB) int {
 	t.Helper()
 	for range 50 {
@@ -30,7 +36,9 @@ func FreePort(t testing.TB) int {
 		l.Close()
 		if err == nil {
 			u.Close()
-			return port
+			if _, taken := handedOut.LoadOrStore(port, true); !taken {
+				return port
+			}
 		}
 	}
 	t.Fatal("no port free for both TCP and UDP")

@@ -321,8 +321,8 @@ func (l *Link) run() {
 		if timedOut != nil && l.class == Control && l.replica == "" && l.e.opts.OnPeerLost != nil {
 			l.e.opts.OnPeerLost(l.peer)
 		}
-		if c.Draining() {
-			log.Info("peer connection ended after its drain", "err", context.Cause(c.Context()))
+		if c.Draining() || l.e.draining.Load() {
+			log.Info("peer connection ended after a drain", "err", context.Cause(c.Context()))
 		} else {
 			log.Warn("peer connection lost", "err", context.Cause(c.Context()))
 		}
