@@ -27,6 +27,8 @@ type Report struct {
 	Ready bool `json:"ready"`
 	// NotReady says what is not, one line each.
 	NotReady []string `json:"notReady,omitempty"`
+	// API is what the cluster's objects say (status --kube).
+	API []Object `json:"api,omitempty"`
 }
 
 // Relay is one relay's answer, or why there is none.

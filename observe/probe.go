@@ -47,12 +47,12 @@ type Hop struct {
 	Err    string           `json:"error,omitempty"`
 }
 
-// ProbeChain measures chain (namespace/name, or a name in the default
-// namespace) of set now.
-func ProbeChain(ctx context.Context, set *manifest.Set, p Prober, chain string) (*Probe, error) {
+// ProbeChain measures chain (namespace/name, or a name in namespace ns)
+// of set now.
+func ProbeChain(ctx context.Context, set *manifest.Set, p Prober, chain, ns string) (*Probe, error) {
 	c := set.Chain(chain)
 	if c == nil {
-		c = set.Chain(manifest.Key("default", chain))
+		c = set.Chain(manifest.Key(ns, chain))
 	}
 	if c == nil {
 		return nil, fmt.Errorf("no Chain %q in the manifests (chains: %v)", chain, chainNames(set))

@@ -82,6 +82,13 @@ func WriteReport(w io.Writer, r *Report) error {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", e.Tunnel, rl.Name, orDash(e.Listen), yesNo(e.Open), e.Flows, orDash(e.Error))
 		}
 	}
+	if len(r.API) > 0 {
+		fmt.Fprintln(tw)
+		fmt.Fprintln(tw, "OBJECT\tREADY\tREASON\tMESSAGE")
+		for _, o := range r.API {
+			fmt.Fprintf(tw, "%s %s\t%s\t%s\t%s\n", o.Kind, o.Name, o.Ready, orDash(o.Reason), orDash(o.Message))
+		}
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}

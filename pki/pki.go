@@ -122,7 +122,17 @@ func NewCA(commonName string) (*CA, error) {
 // IssueOperator makes the operator's client certificate, in memory: it
 // reads the relays' admin API with it.
 func (ca *CA) IssueOperator(validity time.Duration) (tls.Certificate, error) {
-	certPEM, keyPEM, err := ca.issue(OperatorName, validity, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth})
+	return ca.issueClient(OperatorName, validity)
+}
+
+// IssueObserver makes an observer's client certificate in memory, as
+// `hoplink status --kube` does from the cluster's CA.
+func (ca *CA) IssueObserver(validity time.Duration) (tls.Certificate, error) {
+	return ca.issueClient(ObserverName, validity)
+}
+
+func (ca *CA) issueClient(name string, validity time.Duration) (tls.Certificate, error) {
+	certPEM, keyPEM, err := ca.issue(name, validity, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth})
 	if err != nil {
 		return tls.Certificate{}, err
 	}

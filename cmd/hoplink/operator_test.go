@@ -87,6 +87,7 @@ func TestOperatorAndKubeRelays(t *testing.T) {
 	webAddr := fmt.Sprintf("127.0.0.1:%d", web.Spec.Listen.Port)
 	dial := func() (net.Conn, error) { return net.DialTimeout("tcp", webAddr, 5*time.Second) }
 	waitFor(t, "8 MiB through hk -> seattle -> la -> useast", func() error { return tcpExchange(dial, 8<<20) })
+	checkKubeStatus(t, bin, c.kubeconfig, ns, len(set.Relays))
 
 	for _, rn := range set.Relays {
 		var ds appsv1.DaemonSet

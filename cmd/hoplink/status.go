@@ -9,12 +9,16 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	"github.com/hoplink/hoplink/adminapi"
+	"github.com/hoplink/hoplink/controllers"
 	"github.com/hoplink/hoplink/manifest"
 	"github.com/hoplink/hoplink/observe"
 	"github.com/hoplink/hoplink/pki"
@@ -28,10 +32,20 @@ type observeFlags struct {
 	certs   string
 	output  string
 	timeout time.Duration
+	// In a cluster: the objects from the API, the relays at the endpoints
+	// their status publishes, with an observer certificate issued in
+	// memory from the CA Secret (reading it takes an admin's rights).
+	kube     bool
+	kf       kubeFlags
+	caSecret string
+	api      client.Client // set by load with --kube
 }
 
 func (o *observeFlags) add(cmd *cobra.Command) {
 	f := cmd.Flags()
+	f.BoolVar(&o.kube, "kube", false, "read a cluster: the objects of --namespace from the API, and the relays through their admin API with a certificate issued in memory from --ca-secret")
+	o.kf.register(f)
+	f.StringVar(&o.caSecret, "ca-secret", "hoplink-system/hoplink-ca", "with --kube, the Secret (NAMESPACE/NAME) holding the relay CA")
 	f.StringSliceVarP(&o.files, "file", "f", nil, "manifest file or directory (repeatable): the relays to ask and their endpoints")
 	f.StringVar(&o.certs, "certs", "", "directory with ca.crt and the observer's certificate (observer.crt, observer.key; `hoplink cert observer`, or `hoplink local --observer-certs`)")
 	f.StringVarP(&o.output, "output", "o", "table", "output format: table, json or yaml")
@@ -40,12 +54,58 @@ func (o *observeFlags) add(cmd *cobra.Command) {
 
 // load reads the manifests and the observer's identity, and checks the
 // output format, before anything is asked.
-func (o *observeFlags) load() (*manifest.Set, *adminapi.Client, error) {
+func (o *observeFlags) load(ctx context.Context) (*manifest.Set, []observe.Object, *adminapi.Client, error) {
 	switch o.output {
 	case "table", "json", "yaml":
 	default:
-		return nil, nil, fmt.Errorf("-o %q: want table, json or yaml", o.output)
+		return nil, nil, nil, fmt.Errorf("-o %q: want table, json or yaml", o.output)
 	}
+	if o.kube {
+		return o.loadKube(ctx)
+	}
+	set, c, err := o.loadFiles()
+	return set, nil, c, err
+}
+
+// loadKube reads the cluster's objects and issues an observer certificate
+// from its CA.
+func (o *observeFlags) loadKube(ctx context.Context) (*manifest.Set, []observe.Object, *adminapi.Client, error) {
+	if len(o.files) > 0 || o.certs != "" {
+		return nil, nil, nil, errors.New("--kube reads the cluster: leave out -f and --certs")
+	}
+	ns, name, ok := strings.Cut(o.caSecret, "/")
+	if !ok || ns == "" || name == "" {
+		return nil, nil, nil, fmt.Errorf("--ca-secret %q: want NAMESPACE/NAME", o.caSecret)
+	}
+	cfg, err := o.kf.config()
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("kubernetes config: %w", err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: controllers.Scheme()})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	o.api = c
+	set, objs, err := observe.FromCluster(ctx, c, o.kf.ns("default"))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ca, err := controllers.LoadOrCreateCA(ctx, c, types.NamespacedName{Namespace: ns, Name: name}, false)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("--ca-secret: %w", err)
+	}
+	cert, err := ca.IssueObserver(time.Hour)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	roots, err := pki.ParseRoots(ca.TrustPEM())
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return set, objs, adminapi.NewClient(roots, func() (*tls.Certificate, error) { return &cert, nil }), nil
+}
+
+func (o *observeFlags) loadFiles() (*manifest.Set, *adminapi.Client, error) {
 	if o.certs == "" {
 		return nil, nil, errors.New("--certs: required: the directory with ca.crt, observer.crt and observer.key (make them with `hoplink cert observer --dir DIR`)")
 	}
@@ -100,7 +160,7 @@ func newStatusCmd() *cobra.Command {
 	var watch, wait bool
 	var interval, waitFor time.Duration
 	cmd := &cobra.Command{
-		Use:   "status -f FILE_OR_DIR --certs DIR",
+		Use:   "status (-f FILE_OR_DIR --certs DIR | --kube)",
 		Short: "Show the relays, their links, each chain's route and candidates, and each Tunnel, as the relays see them now",
 		Long: `Asks every relay of the manifests for its status over its admin API, with the
 observer's certificate (never a relay's): whether it is ready, its links to its
@@ -112,14 +172,25 @@ links are up and every Tunnel listens (exit 0), or --wait-timeout passes
 (exit 1); --watch prints the status every --interval until interrupted.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			set, client, err := of.load()
+			set, objs, client, err := of.load(cmd.Context())
 			if err != nil {
 				return err
 			}
+			rounds := 0
 			gather := func() *observe.Report {
 				ctx, cancel := context.WithTimeout(cmd.Context(), of.timeout)
 				defer cancel()
-				return observe.Gather(ctx, set, client)
+				if rounds++; of.kube && rounds > 1 {
+					// Each round after the first reads the API again.
+					if set, objs, err = observe.FromCluster(ctx, of.api, of.kf.ns("default")); err != nil {
+						return &observe.Report{Time: time.Now().UTC(), NotReady: []string{err.Error()}}
+					}
+				}
+				r := observe.Gather(ctx, set, client)
+				if of.kube {
+					r.WithAPI(objs)
+				}
+				return r
 			}
 			out := cmd.OutOrStdout()
 			show := func(r *observe.Report) error {
@@ -173,23 +244,23 @@ links are up and every Tunnel listens (exit 0), or --wait-timeout passes
 func newProbeCmd() *cobra.Command {
 	var of observeFlags
 	cmd := &cobra.Command{
-		Use:   "probe CHAIN -f FILE_OR_DIR --certs DIR",
+		Use:   "probe CHAIN (-f FILE_OR_DIR --certs DIR | --kube)",
 		Short: "Measure a chain now, hop by hop: each link of its route, the exit to its targets, and the route and every candidate end to end",
 		Long: `Like traceroute through the real relays: each relay of the chain's current
 route probes its link to the next now; the exit connects to the chain's
 targets; and the entry sends traces along the route and along every candidate
-of its last round, end to end, as a flow would travel. CHAIN is NAME (in the
-default namespace) or NAMESPACE/NAME.`,
+of its last round, end to end, as a flow would travel. CHAIN is NAME (in
+--namespace, default "default") or NAMESPACE/NAME.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			set, client, err := of.load()
+			set, _, client, err := of.load(cmd.Context())
 			if err != nil {
 				return err
 			}
 			// Probes and traces take up to a round each; give them room.
 			ctx, cancel := context.WithTimeout(cmd.Context(), of.timeout+10*time.Second)
 			defer cancel()
-			p, err := observe.ProbeChain(ctx, set, client, args[0])
+			p, err := observe.ProbeChain(ctx, set, client, args[0], of.kf.ns("default"))
 			if err != nil {
 				return err
 			}
