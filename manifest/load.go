@@ -8,13 +8,16 @@ package manifest
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -31,6 +34,8 @@ const DefaultNamespace = "default"
 type Source struct {
 	File string
 	Doc  int // 1-based document index within File
+	// Line is the line of File before the document: its "---", or 0.
+	Line int
 }
 
 func (s Source) String() string {
@@ -109,6 +114,7 @@ func Parse(name string, data []byte) (*Set, error) {
 
 func (s *Set) decodeFile(file string, data []byte) error {
 	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	seps := separatorLines(data)
 	var errs []error
 	for doc := 1; ; doc++ {
 		raw, err := r.Read()
@@ -116,14 +122,40 @@ func (s *Set) decodeFile(file string, data []byte) error {
 			break
 		}
 		src := Source{File: file, Doc: doc}
+		if doc > 1 && doc-2 < len(seps) {
+			src.Line = seps[doc-2]
+		}
 		if err != nil {
-			return fmt.Errorf("%s: not valid YAML: %w", src, err)
+			return fmt.Errorf("%s: not valid YAML: %s", src, src.fileLines(err))
 		}
 		if err := s.decodeDoc(src, raw); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// separatorLines are the line numbers (1-based) of the "---" lines that
+// split a file into documents, as the YAML reader splits it.
+func separatorLines(data []byte) []int {
+	var out []int
+	for i, l := range bytes.Split(data, []byte("\n")) {
+		if bytes.HasPrefix(l, []byte("---")) && (len(l) == 3 || l[3] == ' ' || l[3] == '\r' || l[3] == '\t') {
+			out = append(out, i+1)
+		}
+	}
+	return out
+}
+
+var yamlLine = regexp.MustCompile(`line (\d+)`)
+
+// fileLines turns a YAML error's line within the document into a line of
+// the file.
+func (s Source) fileLines(err error) string {
+	return yamlLine.ReplaceAllStringFunc(err.Error(), func(m string) string {
+		n, _ := strconv.Atoi(m[len("line "):])
+		return fmt.Sprintf("line %d", n+s.Line)
+	})
 }
 
 type typeMeta struct {
@@ -137,7 +169,7 @@ type typeMeta struct {
 func (s *Set) decodeDoc(src Source, raw []byte) error {
 	js, err := yaml.YAMLToJSON(raw)
 	if err != nil {
-		return fmt.Errorf("%s: not valid YAML: %w", src, err)
+		return fmt.Errorf("%s: not valid YAML: %s", src, src.fileLines(err))
 	}
 	if t := bytes.TrimSpace(js); len(t) == 0 || bytes.Equal(t, []byte("null")) {
 		return nil // empty document, e.g. after a trailing "---"
@@ -147,7 +179,13 @@ func (s *Set) decodeDoc(src Source, raw []byte) error {
 		return fmt.Errorf("%s: not a Kubernetes object: %w", src, err)
 	}
 	group, version, _ := strings.Cut(tm.APIVersion, "/")
+	ours := tm.Kind == "RelayNode" || tm.Kind == "Chain" || tm.Kind == "Tunnel"
 	if group != v1alpha1.GroupVersion.Group {
+		if ours {
+			// A hoplink kind under another apiVersion is a mistake, not
+			// another API's object to pass over.
+			return fmt.Errorf("%s: %s %q: apiVersion %q: a %s is %s; set apiVersion: %s", src, tm.Kind, tm.Metadata.Name, tm.APIVersion, tm.Kind, v1alpha1.GroupVersion, v1alpha1.GroupVersion)
+		}
 		s.Skipped = append(s.Skipped, fmt.Sprintf("%s: %s %s %q", src, tm.APIVersion, tm.Kind, tm.Metadata.Name))
 		return nil
 	}
@@ -155,14 +193,31 @@ func (s *Set) decodeDoc(src Source, raw []byte) error {
 		return fmt.Errorf("%s: %s %q: apiVersion %q is not served; use %s", src, tm.Kind, tm.Metadata.Name, tm.APIVersion, v1alpha1.GroupVersion)
 	}
 	strict := func(obj any) error {
+		where := fmt.Sprintf("%s: %s %q", src, tm.Kind, tm.Metadata.Name)
+		var generic map[string]any
+		if err := json.Unmarshal(js, &generic); err == nil {
+			if errs := checkScalars(reflect.TypeOf(obj), generic, ""); len(errs) > 0 {
+				return prefixed(where, errs)
+			}
+			if p, ok := explicitZeroPort(tm.Kind, generic); ok {
+				return fmt.Errorf("%s: %s: 0 is out of range; use 1-65535, or leave it out for %d", where, p, v1alpha1.DefaultRelayPort)
+			}
+		}
 		// sigs.k8s.io/json names the full path of an unknown or duplicate
 		// field ("spec.entyr"), which encoding/json does not.
 		strictErrs, err := kjson.UnmarshalStrict(js, obj)
-		if err == nil && len(strictErrs) > 0 {
-			err = errors.Join(strictErrs...)
-		}
 		if err != nil {
-			return fmt.Errorf("%s: %s %q: %s", src, tm.Kind, tm.Metadata.Name, cleanDecodeError(err))
+			return fmt.Errorf("%s: %s", where, cleanDecodeError(err))
+		}
+		if len(strictErrs) > 0 {
+			for i, e := range strictErrs {
+				if m := unknownField.FindStringSubmatch(e.Error()); m != nil {
+					if f := suggestField(reflect.TypeOf(obj), m[1]); f != "" {
+						strictErrs[i] = fmt.Errorf("%w; did you mean %q?", e, f)
+					}
+				}
+			}
+			return prefixed(where, strictErrs)
 		}
 		return nil
 	}
@@ -188,6 +243,31 @@ func (s *Set) decodeDoc(src Source, raw []byte) error {
 	default:
 		return fmt.Errorf("%s: kind %q is not a %s kind; use RelayNode, Chain or Tunnel", src, tm.Kind, v1alpha1.GroupVersion.Group)
 	}
+}
+
+var unknownField = regexp.MustCompile(`unknown field "([^"]+)"`)
+
+// prefixed is errs, each after where.
+func prefixed(where string, errs []error) error {
+	out := make([]error, len(errs))
+	for i, e := range errs {
+		out[i] = fmt.Errorf("%s: %s", where, cleanDecodeError(e))
+	}
+	return errors.Join(out...)
+}
+
+// explicitZeroPort finds a RelayNode's spec.listen.port written as 0,
+// which decoding cannot tell from one left out (the default).
+func explicitZeroPort(kind string, obj map[string]any) (string, bool) {
+	if kind != "RelayNode" {
+		return "", false
+	}
+	spec, _ := obj["spec"].(map[string]any)
+	listen, _ := spec["listen"].(map[string]any)
+	if p, ok := listen["port"].(float64); ok && p == 0 {
+		return "spec.listen.port", true
+	}
+	return "", false
 }
 
 var typeErr = regexp.MustCompile(`cannot unmarshal (\w+) into Go struct field \w+\.(\S+) of type (\S+)`)

@@ -41,7 +41,8 @@ func TestRelayFlagErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"relay", "-f", "x.yaml"}, "--name: required"},
-		{[]string{"relay", "-f", "x.yaml", "--name", "hk"}, "give --certs DIR"},
+		{[]string{"relay", "-f", "../../examples/local", "--name", "hk"}, "give --certs DIR"},
+		{[]string{"relay", "-f", "../../examples/local", "--name", "seatle", "--certs", "does-not-exist"}, `--name "seatle": no RelayNode of that name in the manifests (they have: hk, seattle, la); did you mean "seattle"?`},
 		{[]string{"relay", "--name", "hk", "--certs", "c"}, "-f: name at least one manifest"},
 		{[]string{"local"}, "-f: name at least one manifest"},
 		{[]string{"local", "-f", "does-not-exist"}, "does-not-exist"},

@@ -197,6 +197,19 @@ injected sidecar relays run.`,
 			if name == "" {
 				return fmt.Errorf("--name: required: the RelayNode this process runs")
 			}
+			// The manifests first: a name they lack is the mistake to
+			// report, not the certificate files it would name.
+			set, err := loadManifests(files, log)
+			if err != nil {
+				return err
+			}
+			if set.Relay(name) == nil {
+				var names []string
+				for _, rn := range set.Relays {
+					names = append(names, rn.Name)
+				}
+				return fmt.Errorf("--name %q: no RelayNode of that name in the manifests (they have: %s)%s", name, strings.Join(names, ", "), manifest.DidYouMean(name, names))
+			}
 			if certDir != "" {
 				caFile = orDefault(caFile, certDir+"/ca.crt")
 				certFile = orDefault(certFile, certDir+"/"+name+".crt")
@@ -204,10 +217,6 @@ injected sidecar relays run.`,
 			}
 			if caFile == "" || certFile == "" || keyFile == "" {
 				return fmt.Errorf("certificates: give --certs DIR, or all of --ca, --cert and --key (make them with 'hoplink cert')")
-			}
-			set, err := loadManifests(files, log)
-			if err != nil {
-				return err
 			}
 			id, err := pki.LoadIdentity(name, caFile, certFile, keyFile)
 			if err != nil {
