@@ -5,8 +5,8 @@ import "testing"
 func TestClosest(t *testing.T) {
 	names := []string{"entry", "exit", "via", "route", "mode", "maxHops", "transport"}
 	for _, tc := range []struct{ in, want string }{
-		{"entyr", "entry"},     // a swap
-		{"ext", "exit"},        // a letter left out
+		{"entyr", "entry"}, // a swap
+		{"ext", "exit"},    // a letter left out
 		{"trasnport", "transport"},
 		{"maxhops", "maxHops"}, // case
 		{"colour", ""},         // nothing near
