@@ -41,11 +41,11 @@ $(CONTROLLER_GEN):
 	mv bin/cg-tmp/controller-gen $@ && rmdir bin/cg-tmp
 
 # CRDs and the operator's ClusterRole from the markers in api/ and controllers/.
-# The Helm chart carries copies (charts/hoplink/crds, files/operator-role.yaml).
+# The Helm chart carries copies (charts/hoplink/files/crds, files/operator-role.yaml).
 manifests: $(CONTROLLER_GEN)
 	$(CONTROLLER_GEN) crd rbac:roleName=hoplink-operator paths=./api/... paths=./controllers/... \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
-	rm -f charts/hoplink/crds/*.yaml && cp config/crd/bases/*.yaml charts/hoplink/crds/
+	rm -f charts/hoplink/files/crds/*.yaml && cp config/crd/bases/*.yaml charts/hoplink/files/crds/
 	cp config/rbac/role.yaml charts/hoplink/files/operator-role.yaml
 
 generate: $(CONTROLLER_GEN)
@@ -57,7 +57,7 @@ verify-manifests: $(CONTROLLER_GEN)
 	@$(CONTROLLER_GEN) crd rbac:roleName=hoplink-operator paths=./api/... paths=./controllers/... \
 		output:crd:artifacts:config=bin/verify/crd output:rbac:artifacts:config=bin/verify/rbac
 	@diff -r bin/verify/crd config/crd/bases && diff bin/verify/rbac/role.yaml config/rbac/role.yaml && \
-		diff -r bin/verify/crd charts/hoplink/crds && diff bin/verify/rbac/role.yaml charts/hoplink/files/operator-role.yaml || \
+		diff -r bin/verify/crd charts/hoplink/files/crds && diff bin/verify/rbac/role.yaml charts/hoplink/files/operator-role.yaml || \
 		{ echo "config/ or charts/hoplink is stale: run make manifests"; exit 1; }
 	@cp api/v1alpha1/zz_generated.deepcopy.go bin/verify/deepcopy.orig && $(CONTROLLER_GEN) object paths=./api/... && \
 		{ diff -q bin/verify/deepcopy.orig api/v1alpha1/zz_generated.deepcopy.go >/dev/null || \

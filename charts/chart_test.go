@@ -65,9 +65,9 @@ func TestChartMatchesGeneratedManifests(t *testing.T) {
 		t.Fatalf("no generated CRDs: %v", err)
 	}
 	for _, g := range gen {
-		pairs[filepath.Join(chart, "crds", filepath.Base(g))] = g
+		pairs[filepath.Join(chart, "files", "crds", filepath.Base(g))] = g
 	}
-	inChart, _ := filepath.Glob(filepath.Join(chart, "crds", "*.yaml"))
+	inChart, _ := filepath.Glob(filepath.Join(chart, "files", "crds", "*.yaml"))
 	if len(inChart) != len(gen) {
 		t.Errorf("the chart has %d CRDs, config/crd/bases %d: run make manifests", len(inChart), len(gen))
 	}
@@ -289,4 +289,90 @@ func decode(t *testing.T, b []byte) []*unstructured.Unstructured {
 		objs = append(objs, &unstructured.Unstructured{Object: m})
 	}
 	return objs
+}
+
+// helm upgrade updates the CRDs (they are templates, not crds/ files, which
+// Helm installs once and never again), keeps them on uninstall by default,
+// and crds.install=false renders none.
+func TestHelmUpgradeUpdatesCRDs(t *testing.T) {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		t.Fatal("KUBEBUILDER_ASSETS is not set: run make test, or export KUBEBUILDER_ASSETS=$(hack/setup-envtest.sh)")
+	}
+	h := helm(t)
+	if out, err := run(t, h, "template", "rel", chart, "--set", "crds.install=false"); err != nil || bytes.Contains(out, []byte("kind: CustomResourceDefinition")) {
+		t.Errorf("crds.install=false still renders CRDs (%v)", err)
+	}
+	env := &envtest.Environment{}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Stop()
+	user, err := env.AddUser(envtest.User{Name: "helm", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := user.KubeConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	scheme := runtime.NewScheme()
+	apiextensionsv1.AddToScheme(scheme)
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	helmRun := func(args ...string) {
+		t.Helper()
+		args = append(args, "--namespace", "hl-upgrade", "--kubeconfig", kubeconfig)
+		if args[0] != "uninstall" {
+			args = append(args, "--set", "sidecar.injector.enabled=false")
+		}
+		if out, err := run(t, append([]string{h}, args...)...); err != nil {
+			t.Fatalf("helm %s: %v\n%s", args[0], err, out)
+		}
+	}
+	description := func() string {
+		var crd apiextensionsv1.CustomResourceDefinition
+		if err := c.Get(context.Background(), client.ObjectKey{Name: "tunnels.hoplink.dev"}, &crd); err != nil {
+			t.Fatal(err)
+		}
+		if crd.Annotations["helm.sh/resource-policy"] != "keep" {
+			t.Errorf("the CRD is not kept on uninstall: %v", crd.Annotations)
+		}
+		return crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"].Properties["proxyProtocol"].Description
+	}
+
+	helmRun("install", "rel", chart, "--create-namespace")
+	if d := description(); strings.Contains(d, "UPGRADED") {
+		t.Fatalf("before the upgrade: %q", d)
+	}
+	// The next version of the chart changes a CRD.
+	next := filepath.Join(dir, chart)
+	if out, err := exec.Command("cp", "-r", chart, next).CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v\n%s", err, out)
+	}
+	crdFile := filepath.Join(next, "files", "crds", "hoplink.dev_tunnels.yaml")
+	b, err := os.ReadFile(crdFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed := bytes.Replace(b, []byte("ProxyProtocol makes the exit"), []byte("UPGRADED ProxyProtocol makes the exit"), 1)
+	if bytes.Equal(b, changed) {
+		t.Fatal("the CRD has no proxyProtocol description to change")
+	}
+	if err := os.WriteFile(crdFile, changed, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	helmRun("upgrade", "rel", next)
+	if d := description(); !strings.Contains(d, "UPGRADED") {
+		t.Errorf("helm upgrade left the CRD as it was: %q", d)
+	}
+	helmRun("uninstall", "rel")
+	description() // still there
 }
