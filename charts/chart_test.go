@@ -12,11 +12,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -28,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/hoplink/hoplink/inject"
+	"github.com/hoplink/hoplink/metrics"
 )
 
 const chart = "hoplink"
@@ -101,6 +104,8 @@ func TestValuesRejected(t *testing.T) {
 		{"operator.replicas=2,operator.leaderElection=false", "operator.leaderElection"},
 		{"operator.replica=2", "replica"},
 		{"relay.privileged=everyone", "/relay/privileged"},
+		{"operator.priorityClassName=Not_A_Class", "/operator/priorityClassName"},
+		{"alerts.prometheusRule.for=soon", "/alerts/prometheusRule/for"},
 		{"operator.watchNamespaces={edge}", "sidecar.injector.enabled: false"},
 		{"operator.watchNamespaces={Not_A_Namespace},sidecar.injector.enabled=false", "/operator/watchNamespaces/0"},
 	} {
@@ -200,6 +205,7 @@ func TestTemplateAppliesToAPIServer(t *testing.T) {
 		CRDInstallOptions: envtest.CRDInstallOptions{Paths: []string{
 			filepath.Join(crdDir, "monitoring.coreos.com_podmonitors.yaml"),
 			filepath.Join(crdDir, "monitoring.coreos.com_servicemonitors.yaml"),
+			filepath.Join(crdDir, "monitoring.coreos.com_prometheusrules.yaml"),
 		}},
 		ErrorIfCRDPathMissing: true,
 	}
@@ -224,8 +230,9 @@ func TestTemplateAppliesToAPIServer(t *testing.T) {
 		want []string // kinds that must be rendered
 	}{
 		{"defaults", nil, []string{"Deployment", "PodDisruptionBudget", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ServiceAccount", "Service", "CustomResourceDefinition", "MutatingWebhookConfiguration"}},
-		{"everything on", []string{"--set", "metrics.podMonitor.enabled=true,metrics.serviceMonitor.enabled=true,grafana.dashboard.enabled=true,ca.existingSecret=my-ca,operator.replicas=2,relay.image=relay:1,relay.allowedImages={reg.example/hoplink:},relay.privileged=any"},
-			[]string{"PodMonitor", "ServiceMonitor", "ConfigMap", "Deployment"}},
+		{"everything on", []string{"--set", "metrics.podMonitor.enabled=true,metrics.serviceMonitor.enabled=true,grafana.dashboard.enabled=true,ca.existingSecret=my-ca,operator.replicas=2,relay.image=relay:1,relay.allowedImages={reg.example/hoplink:},relay.privileged=any," +
+			"alerts.prometheusRule.enabled=true,operator.podAnnotations.team=net,operator.podLabels.tier=infra,operator.priorityClassName=system-cluster-critical,operator.extraEnv[0].name=HTTPS_PROXY,operator.extraEnv[0].value=http://proxy:3128"},
+			[]string{"PodMonitor", "ServiceMonitor", "ConfigMap", "Deployment", "PrometheusRule"}},
 		{"no leader election", []string{"--set", "operator.leaderElection=false,operator.replicas=1"}, []string{"Deployment"}},
 		{"namespace-scoped", []string{"--set", "operator.watchNamespaces={hl-namespace-scoped},sidecar.injector.enabled=false"}, []string{"Deployment", "Role", "RoleBinding"}},
 	} {
@@ -376,3 +383,78 @@ func TestHelmUpgradeUpdatesCRDs(t *testing.T) {
 	helmRun("uninstall", "rel")
 	description() // still there
 }
+
+// The PrometheusRule's alerts are valid rules (promtool, from the Debian
+// prometheus package CI installs) over metrics hoplink exports.
+func TestAlertsAreValidRules(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Fatal("no promtool: apt-get install prometheus (.ci/run does)")
+	}
+	out, err := run(t, helm(t), "template", "rel", chart, "--set", "alerts.prometheusRule.enabled=true,alerts.prometheusRule.for=10m", "--show-only", "templates/alerts.yaml")
+	if err != nil {
+		t.Fatalf("helm template: %v", err)
+	}
+	objs := decode(t, out)
+	if len(objs) != 1 || objs[0].GetKind() != "PrometheusRule" {
+		t.Fatalf("rendered %d objects, want one PrometheusRule", len(objs))
+	}
+	groups, _, _ := unstructured.NestedSlice(objs[0].Object, "spec", "groups")
+	rules, err := json.Marshal(map[string]any{"groups": groups}) // JSON is YAML
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(file, rules, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := run(t, promtool, "check", "rules", file); err != nil {
+		t.Fatalf("promtool check rules: %v\n%s", err, out)
+	}
+
+	exported := map[string]bool{}
+	reg := describer(exported)
+	metrics.New(reg)
+	metrics.NewRoute(reg)
+	names := regexp.MustCompile(`hoplink_[a-z_]+`)
+	alerts := 0
+	for _, g := range groups {
+		rs, _, _ := unstructured.NestedSlice(g.(map[string]any), "rules")
+		for _, r := range rs {
+			alerts++
+			expr, _, _ := unstructured.NestedString(r.(map[string]any), "expr")
+			for _, n := range names.FindAllString(expr, -1) {
+				if !exported[n] {
+					t.Errorf("alert %v uses %s, which hoplink does not export", r.(map[string]any)["alert"], n)
+				}
+			}
+		}
+	}
+	if alerts < 5 {
+		t.Errorf("%d alerts, want relay, peer, route, certificate and drop alerts", alerts)
+	}
+}
+
+// describer is a Registerer that records the names of what registers.
+type describer map[string]bool
+
+var fqName = regexp.MustCompile(`fqName: "([^"]+)"`)
+
+func (d describer) Register(c prometheus.Collector) error {
+	ch := make(chan *prometheus.Desc, 64)
+	go func() { c.Describe(ch); close(ch) }()
+	for desc := range ch {
+		if m := fqName.FindStringSubmatch(desc.String()); m != nil {
+			d[m[1]] = true
+		}
+	}
+	return nil
+}
+
+func (d describer) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		d.Register(c)
+	}
+}
+
+func (d describer) Unregister(prometheus.Collector) bool { return false }
