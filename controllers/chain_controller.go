@@ -66,7 +66,7 @@ func (r *ChainReconciler) stopRouting(key string) {
 func (r *ChainReconciler) check(ctx context.Context, ch *v1alpha1.Chain, status *v1alpha1.ChainStatus) metav1.Condition {
 	var relays v1alpha1.RelayNodeList
 	if err := r.List(ctx, &relays, client.InNamespace(ch.Namespace)); err != nil {
-		return metav1.Condition{Status: metav1.ConditionUnknown, Reason: "ListFailed", Message: err.Error()}
+		return metav1.Condition{Status: metav1.ConditionUnknown, Reason: ReasonListFailed, Message: err.Error()}
 	}
 	byName := map[string]*v1alpha1.RelayNode{}
 	for i := range relays.Items {
@@ -74,7 +74,7 @@ func (r *ChainReconciler) check(ctx context.Context, ch *v1alpha1.Chain, status 
 	}
 	for _, ref := range chainRefs(ch) {
 		if byName[ref.name] == nil {
-			return metav1.Condition{Status: metav1.ConditionFalse, Reason: "RelayNotFound",
+			return metav1.Condition{Status: metav1.ConditionFalse, Reason: ReasonRelayNotFound,
 				Message: fmt.Sprintf("%s names RelayNode %q, which does not exist in namespace %q", ref.field, ref.name, ch.Namespace)}
 		}
 	}
@@ -88,7 +88,7 @@ func (r *ChainReconciler) check(ctx context.Context, ch *v1alpha1.Chain, status 
 		route = ch.Spec.Route
 	}
 	if len(route) == 0 {
-		return metav1.Condition{Status: metav1.ConditionFalse, Reason: "NoRoute",
+		return metav1.Condition{Status: metav1.ConditionFalse, Reason: ReasonNoRoute,
 			Message: fmt.Sprintf("mode %s: no route chosen yet; the route controller picks one once it has measured the links (see the Chain's events)", ch.Spec.Mode)}
 	}
 	var notReady []string
@@ -98,11 +98,11 @@ func (r *ChainReconciler) check(ctx context.Context, ch *v1alpha1.Chain, status 
 		}
 	}
 	if len(notReady) > 0 {
-		return metav1.Condition{Status: metav1.ConditionFalse, Reason: "RelayNotReady",
+		return metav1.Condition{Status: metav1.ConditionFalse, Reason: ReasonRelayNotReady,
 			Message: fmt.Sprintf("RelayNode %s on the route %s not ready; see `kubectl -n %s get relaynodes %s`",
 				quoteJoin(notReady), map[bool]string{true: "is", false: "are"}[len(notReady) == 1], ch.Namespace, strings.Join(notReady, " "))}
 	}
-	return metav1.Condition{Status: metav1.ConditionTrue, Reason: "RouteReady",
+	return metav1.Condition{Status: metav1.ConditionTrue, Reason: ReasonRouteReady,
 		Message: "every relay on route " + strings.Join(route, " -> ") + " is ready"}
 }
 

@@ -58,7 +58,7 @@ func (r *PodCertificateSigner) Reconcile(ctx context.Context, req ctrl.Request) 
 	now := metav1.Now()
 	if denial != "" {
 		meta.SetStatusCondition(&pcr.Status.Conditions, metav1.Condition{Type: certificatesv1.PodCertificateRequestConditionTypeDenied,
-			Status: metav1.ConditionTrue, Reason: "NotASidecarRelay", Message: denial, LastTransitionTime: now})
+			Status: metav1.ConditionTrue, Reason: ReasonNotASidecarRelay, Message: denial, LastTransitionTime: now})
 		return ctrl.Result{}, r.Status().Update(ctx, &pcr)
 	}
 	csr, err := x509.ParseCertificateRequest(pcr.Spec.StubPKCS10Request)
@@ -75,7 +75,7 @@ func (r *PodCertificateSigner) Reconcile(ctx context.Context, req ctrl.Request) 
 	certPEM, notBefore, notAfter, err := r.CA.IssueFor(csr.PublicKey, relay, lifetime)
 	if err != nil {
 		meta.SetStatusCondition(&pcr.Status.Conditions, metav1.Condition{Type: certificatesv1.PodCertificateRequestConditionTypeFailed,
-			Status: metav1.ConditionTrue, Reason: "IssueFailed", Message: err.Error(), LastTransitionTime: now})
+			Status: metav1.ConditionTrue, Reason: ReasonIssueFailed, Message: err.Error(), LastTransitionTime: now})
 		return ctrl.Result{}, r.Status().Update(ctx, &pcr)
 	}
 	pcr.Status.CertificateChain = string(certPEM)
@@ -83,7 +83,7 @@ func (r *PodCertificateSigner) Reconcile(ctx context.Context, req ctrl.Request) 
 	pcr.Status.NotAfter = &metav1.Time{Time: notAfter}
 	pcr.Status.BeginRefreshAt = &metav1.Time{Time: notBefore.Add(lifetime * 2 / 3)}
 	meta.SetStatusCondition(&pcr.Status.Conditions, metav1.Condition{Type: certificatesv1.PodCertificateRequestConditionTypeIssued,
-		Status: metav1.ConditionTrue, Reason: "Issued", Message: fmt.Sprintf("certificate for relay %q", relay), LastTransitionTime: now})
+		Status: metav1.ConditionTrue, Reason: ReasonIssued, Message: fmt.Sprintf("certificate for relay %q", relay), LastTransitionTime: now})
 	return ctrl.Result{}, r.Status().Update(ctx, &pcr)
 }
 

@@ -83,7 +83,7 @@ func (r *RelayNodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		return ctrl.Result{}, err
 	} else if other != "" {
 		meta.SetStatusCondition(&status.Conditions, metav1.Condition{
-			Type: conditionReady, Status: metav1.ConditionFalse, Reason: "NameConflict", ObservedGeneration: rn.Generation,
+			Type: conditionReady, Status: metav1.ConditionFalse, Reason: ReasonNameConflict, ObservedGeneration: rn.Generation,
 			Message: fmt.Sprintf("RelayNode %q already exists in namespace %q; a relay's name is its certificate name, so rename this one", rn.Name, other),
 		})
 		return ctrl.Result{}, patchStatus(ctx, r.Client, &rn, &rn.Status, status)
@@ -103,7 +103,7 @@ func (r *RelayNodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		status.Desired, status.Ready = 0, 0
 		status.Endpoints = slices.Clone(rn.Spec.Endpoints)
 		meta.SetStatusCondition(&status.Conditions, metav1.Condition{
-			Type: conditionReady, Status: metav1.ConditionTrue, Reason: "External", ObservedGeneration: rn.Generation,
+			Type: conditionReady, Status: metav1.ConditionTrue, Reason: ReasonExternal, ObservedGeneration: rn.Generation,
 			Message: fmt.Sprintf("runs outside this cluster; copy Secret %s to it; peers dial %v", RelayObjectName(rn.Name), rn.Spec.Endpoints),
 		})
 		return ctrl.Result{RequeueAfter: renewIn}, patchStatus(ctx, r.Client, &rn, &rn.Status, status)
@@ -152,13 +152,13 @@ func (r *RelayNodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	cond := metav1.Condition{Type: conditionReady, ObservedGeneration: rn.Generation}
 	switch {
 	case status.Ready > 0 && len(status.Endpoints) > 0:
-		cond.Status, cond.Reason = metav1.ConditionTrue, "RelaysReady"
+		cond.Status, cond.Reason = metav1.ConditionTrue, ReasonRelaysReady
 		cond.Message = fmt.Sprintf("%d of %d relay pods ready", status.Ready, status.Desired)
 	case status.Desired == 0:
-		cond.Status, cond.Reason = metav1.ConditionFalse, "NoNodes"
+		cond.Status, cond.Reason = metav1.ConditionFalse, ReasonNoNodes
 		cond.Message = "no node runs this relay yet: check spec.nodeSelector and spec.tolerations against the nodes' labels and taints"
 	default:
-		cond.Status, cond.Reason = metav1.ConditionFalse, "RelaysNotReady"
+		cond.Status, cond.Reason = metav1.ConditionFalse, ReasonRelaysNotReady
 		cond.Message = fmt.Sprintf("0 of %d relay pods ready: see `kubectl -n %s get pods -l %s=%s`", status.Desired, rn.Namespace, LabelRelayNode, rn.Name)
 	}
 	meta.SetStatusCondition(&status.Conditions, cond)

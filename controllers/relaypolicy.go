@@ -44,7 +44,7 @@ func (p RelayPolicy) check(rn *v1alpha1.RelayNode, nsLabels map[string]string) *
 	}
 	if img := rn.Spec.Image; img != "" && img != p.Image && !slices.ContainsFunc(p.AllowedImages, func(pre string) bool { return strings.HasPrefix(img, pre) }) {
 		allowed := append([]string{p.Image}, p.AllowedImages...)
-		return &refusal{"ImageNotAllowed", fmt.Sprintf("spec.image %q is not an image this operator runs (allowed: %s, and images starting with the others); "+
+		return &refusal{ReasonImageNotAllowed, fmt.Sprintf("spec.image %q is not an image this operator runs (allowed: %s, and images starting with the others); "+
 			"remove spec.image to run the operator's, or have its admin allow it (hoplink operator --allowed-relay-images, chart value relay.allowedImages)",
 			img, strings.Join(allowed, ", "))}
 	}
@@ -53,10 +53,10 @@ func (p RelayPolicy) check(rn *v1alpha1.RelayNode, nsLabels map[string]string) *
 	}
 	fix := fmt.Sprintf("label the namespace (kubectl label namespace %s %s=true) if its RelayNodes may run privileged relays", rn.Namespace, LabelPrivilegedRelays)
 	if rn.Spec.TUN {
-		return &refusal{"PrivilegesNotAllowed", fmt.Sprintf("spec.tun runs relay pods as root with NET_ADMIN, which namespace %q does not allow: %s, or remove spec.tun", rn.Namespace, fix)}
+		return &refusal{ReasonPrivilegesNotAllowed, fmt.Sprintf("spec.tun runs relay pods as root with NET_ADMIN, which namespace %q does not allow: %s, or remove spec.tun", rn.Namespace, fix)}
 	}
 	if rn.Spec.HostNetwork == nil || *rn.Spec.HostNetwork {
-		return &refusal{"PrivilegesNotAllowed", fmt.Sprintf("spec.hostNetwork (true unless set) runs relay pods on their nodes' network, which namespace %q does not allow: %s, or set spec.hostNetwork: false", rn.Namespace, fix)}
+		return &refusal{ReasonPrivilegesNotAllowed, fmt.Sprintf("spec.hostNetwork (true unless set) runs relay pods on their nodes' network, which namespace %q does not allow: %s, or set spec.hostNetwork: false", rn.Namespace, fix)}
 	}
 	return nil
 }

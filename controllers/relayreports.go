@@ -173,7 +173,7 @@ func (r *relayReports) tell(ctx context.Context, rn *v1alpha1.RelayNode, reports
 			r.seen[k] = 1
 			r.mu.Unlock()
 			if !told {
-				r.event(ctx, rn, en.Tunnel, "ListenFailed", "relay %s at %s cannot open the Tunnel's entry: %s", rn.Name, e.endpoint, en.Error)
+				r.event(ctx, rn, en.Tunnel, ReasonListenFailed, "relay %s at %s cannot open the Tunnel's entry: %s", rn.Name, e.endpoint, en.Error)
 			}
 		}
 		for _, p := range e.status.Problems {
@@ -185,8 +185,8 @@ func (r *relayReports) tell(ctx context.Context, rn *v1alpha1.RelayNode, reports
 			if p.Count <= before {
 				continue
 			}
-			reason := map[string]string{adminapi.ProblemDialTarget: "TargetRefused", adminapi.ProblemHandshake: "HandshakeRefused",
-				adminapi.ProblemDevice: "DeviceFailed"}[p.Kind]
+			reason := map[string]string{adminapi.ProblemDialTarget: ReasonTargetRefused, adminapi.ProblemHandshake: ReasonHandshakeRefused,
+				adminapi.ProblemDevice: ReasonDeviceFailed}[p.Kind]
 			r.event(ctx, rn, p.Tunnel, reason, "relay %s at %s, %d more time(s): %s", rn.Name, e.endpoint, p.Count-before, p.Last)
 		}
 	}
@@ -241,10 +241,10 @@ func (r *relayReports) listening(t *v1alpha1.Tunnel, entry string) (*metav1.Cond
 	if asked == 0 {
 		return nil, 0
 	}
-	c := &metav1.Condition{Type: conditionListening, Status: metav1.ConditionTrue, Reason: "Listening",
+	c := &metav1.Condition{Type: conditionListening, Status: metav1.ConditionTrue, Reason: ReasonListening,
 		Message: fmt.Sprintf("open on %d of %d entry relays", open, asked)}
 	if open < asked {
-		c.Status, c.Reason = metav1.ConditionFalse, "ListenFailed"
+		c.Status, c.Reason = metav1.ConditionFalse, ReasonListenFailed
 		c.Message = fmt.Sprintf("open on %d of %d entry relays; %s; free the port on that node or change spec.listen (the relay retries every 5 s)",
 			open, asked, strings.Join(failures, "; "))
 	}
@@ -291,14 +291,14 @@ func (r *relayReports) healthy(rn *v1alpha1.RelayNode) *metav1.Condition {
 		return nil
 	}
 	if troubled == 0 {
-		return &metav1.Condition{Type: conditionRelaysHealthy, Status: metav1.ConditionTrue, Reason: "NoProblems",
+		return &metav1.Condition{Type: conditionRelaysHealthy, Status: metav1.ConditionTrue, Reason: ReasonNoProblems,
 			Message: fmt.Sprintf("%d relays answered; none reports a problem in the last %v", answered, recentProblem)}
 	}
 	msg := fmt.Sprintf("%d of %d relays report problems: %s", troubled, answered, strings.Join(seen, " | "))
 	if len(msg) > 1024 {
 		msg = msg[:1021] + "..."
 	}
-	return &metav1.Condition{Type: conditionRelaysHealthy, Status: metav1.ConditionFalse, Reason: "RelayProblems", Message: msg}
+	return &metav1.Condition{Type: conditionRelaysHealthy, Status: metav1.ConditionFalse, Reason: ReasonRelayProblems, Message: msg}
 }
 
 // Condition types the reports set, beside Ready.

@@ -134,16 +134,16 @@ func (r *RelayNodeReconciler) sidecarStatus(rn *v1alpha1.RelayNode, pods []corev
 	cond := metav1.Condition{Type: conditionReady, ObservedGeneration: rn.Generation}
 	switch {
 	case status.Ready > 0:
-		cond.Status, cond.Reason = metav1.ConditionTrue, "SidecarsReady"
+		cond.Status, cond.Reason = metav1.ConditionTrue, ReasonSidecarsReady
 		cond.Message = fmt.Sprintf("%d of %d labelled pods have a ready sidecar relay", status.Ready, status.Desired)
 	case status.Desired == 0:
-		cond.Status, cond.Reason = metav1.ConditionFalse, "NoPods"
+		cond.Status, cond.Reason = metav1.ConditionFalse, ReasonNoPods
 		cond.Message = fmt.Sprintf("no pod in namespace %s carries the label %s=%s yet: add it to a workload's pod template", rn.Namespace, LabelRelayNode, rn.Name)
 	case status.Injected < status.Desired:
-		cond.Status, cond.Reason = metav1.ConditionFalse, "NotInjected"
+		cond.Status, cond.Reason = metav1.ConditionFalse, ReasonNotInjected
 		cond.Message = fmt.Sprintf("%d of %d labelled pods have no sidecar relay: they were created before the webhook answered; recreate them (kubectl rollout restart)", status.Desired-status.Injected, status.Desired)
 	default:
-		cond.Status, cond.Reason = metav1.ConditionFalse, "SidecarsNotReady"
+		cond.Status, cond.Reason = metav1.ConditionFalse, ReasonSidecarsNotReady
 		cond.Message = fmt.Sprintf("0 of %d sidecar relays ready: see `kubectl -n %s logs -l %s=%s -c %s`", status.Desired, rn.Namespace, LabelRelayNode, rn.Name, inject.ContainerName)
 	}
 	meta.SetStatusCondition(&status.Conditions, cond)

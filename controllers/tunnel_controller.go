@@ -86,7 +86,7 @@ func (r *TunnelReconciler) reconcile(ctx context.Context, t *v1alpha1.Tunnel, st
 			return metav1.Condition{}, err
 		}
 		status.Address = ""
-		return metav1.Condition{Status: metav1.ConditionFalse, Reason: "ChainNotFound",
+		return metav1.Condition{Status: metav1.ConditionFalse, Reason: ReasonChainNotFound,
 			Message: fmt.Sprintf("spec.chain names Chain %q, which does not exist in namespace %q", t.Spec.Chain, t.Namespace)}, r.deleteService(ctx, t)
 	}
 	if t.Spec.Protocol == v1alpha1.ProtocolTUN {
@@ -101,7 +101,7 @@ func (r *TunnelReconciler) reconcile(ctx context.Context, t *v1alpha1.Tunnel, st
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: t.Name, Namespace: t.Namespace}}
 	if err := r.Get(ctx, client.ObjectKeyFromObject(svc), svc); err == nil && !metav1.IsControlledBy(svc, t) {
 		status.Address = ""
-		return metav1.Condition{Status: metav1.ConditionFalse, Reason: "ServiceConflict",
+		return metav1.Condition{Status: metav1.ConditionFalse, Reason: ReasonServiceConflict,
 			Message: fmt.Sprintf("Service %q exists and is not this Tunnel's; rename the Tunnel or that Service", t.Name)}, nil
 	}
 	proto := corev1.ProtocolTCP
@@ -118,19 +118,19 @@ func (r *TunnelReconciler) reconcile(ctx context.Context, t *v1alpha1.Tunnel, st
 		return controllerutil.SetControllerReference(t, svc, r.Scheme)
 	}); err != nil {
 		status.Address = ""
-		return metav1.Condition{Status: metav1.ConditionFalse, Reason: "ServiceFailed",
+		return metav1.Condition{Status: metav1.ConditionFalse, Reason: ReasonServiceFailed,
 			Message: fmt.Sprintf("cannot create or update Service %q: %v", t.Name, err)}, fmt.Errorf("Service %s: %w", t.Name, err)
 	}
 	status.Address = fmt.Sprintf("%s.%s.svc:%d", t.Name, t.Namespace, t.Spec.Listen.Port)
 
 	if a, err := netip.ParseAddr(t.Spec.Listen.Address); err == nil && a.IsLoopback() {
-		return metav1.Condition{Status: metav1.ConditionFalse, Reason: "LoopbackListen",
+		return metav1.Condition{Status: metav1.ConditionFalse, Reason: ReasonLoopbackListen,
 			Message: fmt.Sprintf("spec.listen.address %s is loopback: the entry relay opens it, but the Service cannot reach it; leave the address empty", a)}, nil
 	}
 	if c := chainNotReady(&ch); c != nil {
 		return *c, nil
 	}
-	return metav1.Condition{Status: metav1.ConditionTrue, Reason: "Ready",
+	return metav1.Condition{Status: metav1.ConditionTrue, Reason: ReasonReady,
 		Message: fmt.Sprintf("clients connect to %s; entry relay %q", status.Address, ch.Spec.Entry)}, nil
 }
 
@@ -149,7 +149,7 @@ func (r *TunnelReconciler) reconcileSidecarEntry(ctx context.Context, t *v1alpha
 	if c := chainNotReady(ch); c != nil {
 		return *c, nil
 	}
-	return metav1.Condition{Status: metav1.ConditionTrue, Reason: "Ready",
+	return metav1.Condition{Status: metav1.ConditionTrue, Reason: ReasonReady,
 		Message: fmt.Sprintf("apps in the pods labelled %s=%s connect to %s (their sidecar relay)", LabelRelayNode, ch.Spec.Entry, status.Address)}, nil
 }
 
@@ -166,7 +166,7 @@ func (r *TunnelReconciler) reconcileTUN(ctx context.Context, t *v1alpha1.Tunnel,
 	if c, err := r.tunNotAllowed(ctx, t, ch); c != nil || err != nil {
 		return *c, err
 	}
-	return metav1.Condition{Status: metav1.ConditionTrue, Reason: "Ready",
+	return metav1.Condition{Status: metav1.ConditionTrue, Reason: ReasonReady,
 		Message: fmt.Sprintf("entry relay %q routes %v into its device (%s mode)", ch.Spec.Entry, t.Spec.TUN.Routes, t.Spec.TUN.Mode)}, nil
 }
 
@@ -195,7 +195,7 @@ func (r *TunnelReconciler) tunNotAllowed(ctx context.Context, t *v1alpha1.Tunnel
 	if len(missing) == 0 {
 		return nil, nil
 	}
-	return &metav1.Condition{Status: metav1.ConditionFalse, Reason: "TUNNotAllowed",
+	return &metav1.Condition{Status: metav1.ConditionFalse, Reason: ReasonTUNNotAllowed,
 		Message: fmt.Sprintf("RelayNode %s may not open TUN devices: set spec.tun: true on it (its pods then run with CAP_NET_ADMIN and /dev/net/tun)", strings.Join(missing, ", "))}, nil
 }
 
@@ -208,7 +208,7 @@ func chainNotReady(ch *v1alpha1.Chain) *metav1.Condition {
 	if c != nil {
 		msg = c.Message
 	}
-	return &metav1.Condition{Status: metav1.ConditionFalse, Reason: "ChainNotReady", Message: fmt.Sprintf("Chain %q is not ready: %s", ch.Name, msg)}
+	return &metav1.Condition{Status: metav1.ConditionFalse, Reason: ReasonChainNotReady, Message: fmt.Sprintf("Chain %q is not ready: %s", ch.Name, msg)}
 }
 
 func (r *TunnelReconciler) deleteService(ctx context.Context, t *v1alpha1.Tunnel) error {

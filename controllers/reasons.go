@@ -1,0 +1,46 @@
+package controllers
+
+// Reasons of the conditions and Events the operator writes. Each has a
+// section of docs/troubleshooting.md that says what it means and what to
+// do; a test holds the two together.
+const (
+	// RelayNode Ready.
+	ReasonRelaysReady          = "RelaysReady"
+	ReasonRelaysNotReady       = "RelaysNotReady"
+	ReasonNoNodes              = "NoNodes"
+	ReasonExternal             = "External"
+	ReasonNameConflict         = "NameConflict"
+	ReasonImageNotAllowed      = "ImageNotAllowed"
+	ReasonPrivilegesNotAllowed = "PrivilegesNotAllowed"
+	ReasonSidecarsReady        = "SidecarsReady"
+	ReasonSidecarsNotReady     = "SidecarsNotReady"
+	ReasonNoPods               = "NoPods"
+	ReasonNotInjected          = "NotInjected"
+	// RelayNode RelaysHealthy.
+	ReasonNoProblems    = "NoProblems"
+	ReasonRelayProblems = "RelayProblems"
+	// Chain Ready.
+	ReasonRouteReady    = "RouteReady"
+	ReasonRelayNotFound = "RelayNotFound"
+	ReasonRelayNotReady = "RelayNotReady"
+	ReasonNoRoute       = "NoRoute"
+	ReasonListFailed    = "ListFailed"
+	// Tunnel Ready and Listening.
+	ReasonReady           = "Ready"
+	ReasonChainNotFound   = "ChainNotFound"
+	ReasonChainNotReady   = "ChainNotReady"
+	ReasonServiceConflict = "ServiceConflict"
+	ReasonServiceFailed   = "ServiceFailed"
+	ReasonLoopbackListen  = "LoopbackListen"
+	ReasonTUNNotAllowed   = "TUNNotAllowed"
+	ReasonListening       = "Listening"
+	ReasonListenFailed    = "ListenFailed"
+	// Events of what relays report.
+	ReasonTargetRefused    = "TargetRefused"
+	ReasonHandshakeRefused = "HandshakeRefused"
+	ReasonDeviceFailed     = "DeviceFailed"
+	// PodCertificateRequest conditions (sidecar certificates).
+	ReasonIssued           = "Issued"
+	ReasonIssueFailed      = "IssueFailed"
+	ReasonNotASidecarRelay = "NotASidecarRelay"
+)
