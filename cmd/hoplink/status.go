@@ -60,6 +60,9 @@ func (o *observeFlags) load(ctx context.Context) (*manifest.Set, []observe.Objec
 	default:
 		return nil, nil, nil, fmt.Errorf("-o %q: want table, json or yaml", o.output)
 	}
+	if !o.kube && len(o.files) == 0 && filepath.Base(os.Args[0]) == "kubectl-hoplink" {
+		o.kube = true // `kubectl hoplink status`: kubectl runs plugins by that name
+	}
 	if o.kube {
 		return o.loadKube(ctx)
 	}

@@ -193,6 +193,14 @@ func checkKubeStatus(t *testing.T, bin, kubeconfig, ns string, relays int) {
 	if !kinds["RelayNode"] || !kinds["Chain"] || !kinds["Tunnel"] {
 		t.Errorf("status --kube lists %v", r.API)
 	}
+	// As a kubectl plugin (kubectl runs kubectl-hoplink), --kube is implied.
+	plugin := filepath.Join(t.TempDir(), "kubectl-hoplink")
+	if err := os.Symlink(bin, plugin); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(plugin, "status", "--kubeconfig", kubeconfig, "--namespace", ns).CombinedOutput(); err != nil || !strings.Contains(string(out), "OBJECT") {
+		t.Errorf("kubectl-hoplink status: %v\n%s", err, out)
+	}
 	out, err := exec.Command(bin, append([]string{"probe", "to-east"}, args...)...).CombinedOutput()
 	var p observe.Probe
 	if err != nil || json.Unmarshal(out, &p) != nil || len(p.Hops) == 0 {
