@@ -47,6 +47,7 @@ manifests: $(CONTROLLER_GEN)
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
 	rm -f charts/hoplink/files/crds/*.yaml && cp config/crd/bases/*.yaml charts/hoplink/files/crds/
 	cp config/rbac/role.yaml charts/hoplink/files/operator-role.yaml
+	go run ./hack/apidocs
 
 generate: $(CONTROLLER_GEN)
 	$(CONTROLLER_GEN) object paths=./api/...
