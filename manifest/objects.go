@@ -1,6 +1,9 @@
 package manifest
 
 import (
+	"fmt"
+	"strings"
+
 	"github.com/hoplink/hoplink/api/v1alpha1"
 )
 
@@ -55,6 +58,34 @@ func keep[T any](objs []T, ok func(T) bool) []T {
 	for _, o := range objs {
 		if ok(o) {
 			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// ClusterOnly lists, for each RelayNode that sets them, the fields that
+// only a cluster's operator acts on (how it runs relay pods), which local
+// mode and standalone relays leave alone: "RelayNode x: spec.image, ...".
+func (s *Set) ClusterOnly() []string {
+	var out []string
+	for _, rn := range s.Relays {
+		sp := rn.Spec
+		var f []string
+		for _, c := range []struct {
+			set   bool
+			field string
+		}{
+			{sp.External, "spec.external"}, {sp.HostNetwork != nil, "spec.hostNetwork"},
+			{len(sp.NodeSelector) > 0, "spec.nodeSelector"}, {len(sp.Tolerations) > 0, "spec.tolerations"},
+			{sp.Resources != nil, "spec.resources"}, {sp.Image != "", "spec.image"},
+			{sp.TUN, "spec.tun"}, {sp.Sidecar != nil, "spec.sidecar"},
+		} {
+			if c.set {
+				f = append(f, c.field)
+			}
+		}
+		if len(f) > 0 {
+			out = append(out, fmt.Sprintf("RelayNode %s: %s", rn.Name, strings.Join(f, ", ")))
 		}
 	}
 	return out

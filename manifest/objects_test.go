@@ -56,3 +56,25 @@ func TestFromObjectsLeavesOutBadObjectsAndDependents(t *testing.T) {
 		t.Error("FromObjects changed its input")
 	}
 }
+
+// Local mode and standalone relays say which fields they leave to a
+// cluster's operator.
+func TestClusterOnly(t *testing.T) {
+	s, err := Parse("x.yaml", []byte(`apiVersion: hoplink.dev/v1alpha1
+kind: RelayNode
+metadata: {name: a}
+spec: {listen: {port: 17501}, endpoints: ["127.0.0.1:17501"], nodeSelector: {zone: east}, image: relay:1}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: RelayNode
+metadata: {name: b}
+spec: {listen: {port: 17502}, endpoints: ["127.0.0.1:17502"]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := s.ClusterOnly()
+	if len(got) != 1 || got[0] != "RelayNode a: spec.nodeSelector, spec.image" {
+		t.Fatalf("ClusterOnly() = %q", got)
+	}
+}

@@ -98,7 +98,8 @@ const DefaultTCPIdleTimeout = 3600
 
 // TunnelListen is the address a Tunnel opens on its chain's entry relay.
 type TunnelListen struct {
-	// Address to bind on the entry relay; empty binds every address.
+	// Address to bind on the entry relay; empty binds every address, which
+	// on a host-network relay is every address of its node.
 	// +optional
 	Address string `json:"address,omitempty"`
 	// +kubebuilder:validation:Minimum=1

@@ -44,6 +44,9 @@ func loadManifests(paths []string, log *slog.Logger) (*manifest.Set, error) {
 	for _, s := range set.Skipped {
 		log.Debug("skipped object of another API group", "object", s)
 	}
+	for _, f := range set.ClusterOnly() {
+		log.Info("fields that only the operator acts on (running relay pods) are left alone here", "fields", f)
+	}
 	return set, nil
 }
 
