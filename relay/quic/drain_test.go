@@ -222,3 +222,37 @@ func TestSettleWaitsForThePeerToRead(t *testing.T) {
 		t.Errorf("the peer closed %v after it read everything, want at once", d)
 	}
 }
+
+// A peer of replicas (a sidecar RelayNode) is not down while one replica
+// is up: a probe round that went unanswered reached one replica only, and
+// a replica that died leaves the others to carry new flows.
+func TestReplicasAreDownOnlyTogether(t *testing.T) {
+	ca, err := pki.NewCA("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := testEndpoint(t, ca, "a", nil)
+	b1, b2 := testEndpoint(t, ca, "b", nil), testEndpoint(t, ca, "b", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	for _, b := range []*Endpoint{b1, b2} {
+		if _, err := a.Replica("b", Control, b.Addr().String()).Conn(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.Answering("b", false)
+	if a.PeerDown("b") {
+		t.Fatal("one silent probe round makes a peer of two live replicas down")
+	}
+	b1.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for a.ReplicaUp("b", b1.Addr().String()) && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if a.PeerDown("b") {
+		t.Fatal("a peer with a live replica left counts as down after another died")
+	}
+	if c := a.Live("b"); c == nil {
+		t.Fatal("no live replica of b")
+	}
+}

@@ -561,32 +561,49 @@ func (e *Endpoint) Answering(peer string, ok bool) {
 // PeerDown reports whether peer is known unreachable now: it answered no
 // probe of the last round, or its connection timed out or a dial failed
 // and none is up since.
+//
+// A peer of replicas (a sidecar RelayNode) is down only once every
+// replica's link is: a probe round reaches one replica, so its silence
+// says nothing of the others.
 func (e *Endpoint) PeerDown(peer string) bool {
+	l, replicas := e.controlLinks(peer)
+	if l == nil && len(replicas) > 0 {
+		for _, r := range replicas {
+			if !r.Down() {
+				return false
+			}
+		}
+		return true
+	}
 	if _, silent := e.silent.Load(peer); silent {
 		return true
 	}
-	e.mu.Lock()
-	l := e.links[linkKey{peer, Control, ""}]
-	e.mu.Unlock()
 	return l != nil && l.Down()
 }
 
-func (e *Endpoint) Live(peer string) *Conn {
+// controlLinks is peer's control link, or (a peer of replicas) the control
+// links of its replicas, in replica order.
+func (e *Endpoint) controlLinks(peer string) (*Link, []*Link) {
 	e.mu.Lock()
-	l := e.links[linkKey{peer, Control, ""}]
+	defer e.mu.Unlock()
+	if l := e.links[linkKey{peer, Control, ""}]; l != nil {
+		return l, nil
+	}
 	var replicas []*Link
-	if l == nil {
-		for k, r := range e.links {
-			if k.peer == peer && k.class == Control && k.replica != "" {
-				replicas = append(replicas, r)
-			}
+	for k, r := range e.links {
+		if k.peer == peer && k.class == Control && k.replica != "" {
+			replicas = append(replicas, r)
 		}
 	}
-	e.mu.Unlock()
+	slices.SortFunc(replicas, func(a, b *Link) int { return strings.Compare(a.replica, b.replica) })
+	return nil, replicas
+}
+
+func (e *Endpoint) Live(peer string) *Conn {
+	l, replicas := e.controlLinks(peer)
 	if l != nil {
 		return l.Live()
 	}
-	slices.SortFunc(replicas, func(a, b *Link) int { return strings.Compare(a.replica, b.replica) })
 	for _, r := range replicas {
 		if c := r.Live(); c != nil {
 			return c
