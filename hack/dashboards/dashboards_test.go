@@ -176,6 +176,7 @@ spec: {chain: static, protocol: tcp, listen: {address: 127.0.0.1, port: %[6]d}, 
 		return nil
 	})
 	exited := start(t, dir, "hoplink", bin, "local", "-f", dir, "--metrics-addr", metricsAddr)
+	began := time.Now()
 
 	// Traffic for the rates and histograms, until the test ends.
 	ctx, cancel := context.WithCancel(context.Background())
@@ -225,6 +226,23 @@ spec: {chain: static, protocol: tcp, listen: {address: 127.0.0.1, port: %[6]d}, 
 	}
 	for name, expr := range missing {
 		t.Errorf("%s returned no data within 60 s: %s", name, expr)
+	}
+	// For the picture in docs: HOPLINK_DASHBOARD_DUMP=FILE keeps the
+	// network running for a few minutes more, moving the routed chain
+	// back and forth, and writes what every panel shows.
+	if out := os.Getenv("HOPLINK_DASHBOARD_DUMP"); out != "" && !t.Failed() {
+		for i := range 6 {
+			time.Sleep(30 * time.Second)
+			if i%2 == 0 {
+				toLA.SetFrom(hk, slow, slow)
+				toLA.SetFrom(seattle, linkemu.Params{}, linkemu.Params{})
+			} else {
+				toLA.SetFrom(hk, linkemu.Params{}, linkemu.Params{})
+				toLA.SetFrom(seattle, slow, slow)
+			}
+		}
+		time.Sleep(30 * time.Second)
+		dumpRanges(t, promAddr, b, began, time.Now(), out)
 	}
 	if t.Failed() {
 		log, _ := os.ReadFile(filepath.Join(dir, "hoplink.log"))
