@@ -95,6 +95,11 @@ func wrap(err error, out string) error {
 	return nil
 }
 
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
 func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return strings.TrimSpace(lines[len(lines)-1])
@@ -169,7 +174,15 @@ nodes:
 	}
 	deleteCluster(name) // a leftover of an interrupted run
 	start := time.Now()
-	sh(t, kindBin, "create", "cluster", "--name", name, "--config", path, "--kubeconfig", c.kubeconfig, "--wait", "180s")
+	create := []string{kindBin, "create", "cluster", "--name", name, "--config", path, "--kubeconfig", c.kubeconfig, "--wait", "180s"}
+	if out, err := command(root, create...); err != nil {
+		// kind's node setup fails now and then before anything of ours
+		// runs (a worker's kubeadm join read a config not yet written):
+		// one more try, said in the log, rather than a failed run.
+		t.Logf("kind create cluster %s failed, trying once more: %v\n%s", name, err, lastLines(out, 5))
+		deleteCluster(name)
+		sh(t, create...)
+	}
 	t.Logf("cluster %s with %d nodes up in %s", name, len(sites), time.Since(start).Round(time.Second))
 	t.Cleanup(func() {
 		if os.Getenv("E2E_KEEP") != "" {
