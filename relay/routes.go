@@ -206,7 +206,13 @@ func (b *routeBook) decide(d routectl.Decision) {
 		return
 	}
 	b.mu.Lock()
-	r := round{d: d, changed: b.rounds[d.Chain].changed}
+	prev := b.rounds[d.Chain]
+	r := round{d: d, changed: prev.changed}
+	if r.d.Reason == "" {
+		// A round gives a reason only when it changes the route; the
+		// status says why the route is what it is: the last change's.
+		r.d.Reason = prev.d.Reason
+	}
 	if !slices.Equal(b.decided[d.Chain], d.Route) {
 		b.decided[d.Chain] = d.Route
 		r.changed = time.Now()

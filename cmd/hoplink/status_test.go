@@ -61,6 +61,9 @@ func TestStatusAndProbe(t *testing.T) {
 		t.Fatalf("hk's chains: %+v", hk)
 	}
 	route := hk.Chains[0].Route
+	if hk.Chains[0].Reason == "" || hk.Chains[0].Changed.IsZero() {
+		t.Errorf("hk's chain says neither why nor when its route was chosen: %+v", hk.Chains[0])
+	}
 	if len(hk.Peers) != 3 {
 		t.Errorf("hk sees %d peers, want m1, m2 and la: %+v", len(hk.Peers), hk.Peers)
 	}
@@ -102,6 +105,14 @@ func TestStatusAndProbe(t *testing.T) {
 	for _, tr := range p.Traces {
 		if tr.Err != "" || tr.RTT <= 0 {
 			t.Errorf("trace of %v: %+v", tr.Route, tr)
+		}
+	}
+	// Rounds later (every 500 ms) that kept the route, the status still
+	// says why it is what it is.
+	time.Sleep(1500 * time.Millisecond)
+	for _, rl := range status().Relays {
+		if rl.Name == "hk" && (len(rl.Status.Chains) != 1 || rl.Status.Chains[0].Reason == "") {
+			t.Errorf("rounds after the route was chosen, hk's chain gives no reason: %+v", rl.Status.Chains)
 		}
 	}
 	if out, err := run("probe", "nope"); err == nil || !strings.Contains(out, `no Chain "nope"`) {
