@@ -6,6 +6,8 @@ import (
 	"strconv"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
+
+	"github.com/hoplink/hoplink/api/v1alpha1"
 )
 
 // ReadyReplicas are the host:port endpoints of a sidecar relay: the ready
@@ -27,4 +29,19 @@ func ReadyReplicas(eps []discoveryv1.EndpointSlice, port int32) []string {
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+// Dialed is a copy of rn, read from a cluster, whose spec.endpoints are
+// where peers dial it: a sidecar RelayNode's ready replicas (eps: the
+// EndpointSlices of its headless Service), another's published endpoints
+// when its status has any, else its own.
+func Dialed(rn *v1alpha1.RelayNode, eps []discoveryv1.EndpointSlice) v1alpha1.RelayNode {
+	out := *rn.DeepCopy()
+	switch {
+	case rn.Spec.IsSidecar():
+		out.Spec.Endpoints = ReadyReplicas(eps, rn.Spec.RelayPort())
+	case len(rn.Status.Endpoints) > 0:
+		out.Spec.Endpoints = slices.Clone(rn.Status.Endpoints)
+	}
+	return out
 }

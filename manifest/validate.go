@@ -85,7 +85,7 @@ func (s *Set) validateChain(p *problems, c *v1alpha1.Chain) {
 			return false
 		}
 		if s.relays[relay] == nil {
-			bad(field, "unknown RelayNode %q (known: %s)%s", relay, strings.Join(s.relayNames(), ", "), DidYouMean(relay, s.relayNames()))
+			bad(field, "unknown RelayNode %q (known: %s)%s", relay, strings.Join(s.RelayNames(), ", "), DidYouMean(relay, s.RelayNames()))
 			return false
 		}
 		return true
@@ -137,7 +137,7 @@ func (s *Set) validateChain(p *problems, c *v1alpha1.Chain) {
 		f := fmt.Sprintf("spec.route[%d]", i)
 		switch {
 		case s.relays[hop] == nil:
-			bad(f, "unknown RelayNode %q (known: %s)%s", hop, strings.Join(s.relayNames(), ", "), DidYouMean(hop, s.relayNames()))
+			bad(f, "unknown RelayNode %q (known: %s)%s", hop, strings.Join(s.RelayNames(), ", "), DidYouMean(hop, s.RelayNames()))
 		case slices.Index(route, hop) != i:
 			bad(f, "%q appears twice; a route visits each relay once", hop)
 		case i > 0 && i < len(route)-1 && !slices.Contains(c.Spec.Via, hop):
@@ -462,7 +462,8 @@ func (s *Set) CheckSingleHost() error {
 	return p.err()
 }
 
-func (s *Set) relayNames() []string {
+// RelayNames are the RelayNodes' names, in the order read.
+func (s *Set) RelayNames() []string {
 	names := make([]string, 0, len(s.Relays))
 	for _, r := range s.Relays {
 		names = append(names, r.Name)

@@ -3,7 +3,6 @@ package observe
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -45,20 +44,16 @@ func FromCluster(ctx context.Context, c client.Reader, ns string) (*manifest.Set
 	}
 	relays := make([]v1alpha1.RelayNode, len(rl.Items))
 	for i := range rl.Items {
-		r := rl.Items[i].DeepCopy()
+		r := &rl.Items[i]
 		add("RelayNode", r.ObjectMeta, r.Status.Conditions)
-		switch {
-		case r.Spec.IsSidecar():
-			var eps discoveryv1.EndpointSliceList
+		var eps discoveryv1.EndpointSliceList
+		if r.Spec.IsSidecar() {
 			if err := c.List(ctx, &eps, client.InNamespace(ns),
 				client.MatchingLabels{discoveryv1.LabelServiceName: v1alpha1.RelayObjectName(r.Name)}); err != nil {
 				return nil, nil, fmt.Errorf("the endpoints of sidecar RelayNode %s: %w", r.Name, err)
 			}
-			r.Spec.Endpoints = manifest.ReadyReplicas(eps.Items, r.Spec.RelayPort())
-		case len(r.Status.Endpoints) > 0:
-			r.Spec.Endpoints = slices.Clone(r.Status.Endpoints)
 		}
-		relays[i] = *r
+		relays[i] = manifest.Dialed(r, eps.Items)
 	}
 	for _, ch := range cl.Items {
 		add("Chain", ch.ObjectMeta, ch.Status.Conditions)

@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/hoplink/hoplink/adminapi"
 	"github.com/hoplink/hoplink/measure"
 )
 
@@ -35,26 +36,20 @@ func WriteReport(w io.Writer, r *Report) error {
 	}
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "LINK\tUP\tRTT\tJITTER\tLOSS\tTRANSPORT")
-	for _, rl := range r.Relays {
-		if rl.Status == nil {
-			continue
-		}
-		for _, p := range rl.Status.Peers {
+	for _, st := range r.answers() {
+		for _, p := range st.Peers {
 			up := yesNo(p.Up)
 			if p.Draining {
 				up = "draining"
 			}
-			fmt.Fprintf(tw, "%s -> %s\t%s\t%s\t%s\t%.1f%%\t%s\n", rl.Name, p.Name, up, dur(p.RTT), dur(p.Jitter), 100*p.Loss, orDash(p.Transport))
+			fmt.Fprintf(tw, "%s -> %s\t%s\t%s\t%s\t%.1f%%\t%s\n", st.Relay, p.Name, up, dur(p.RTT), dur(p.Jitter), 100*p.Loss, orDash(p.Transport))
 		}
 	}
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "CHAIN\tMODE\tROUTE\tCHANGED\tREASON")
 	var cands []string
-	for _, rl := range r.Relays {
-		if rl.Status == nil {
-			continue
-		}
-		for _, c := range rl.Status.Chains {
+	for _, st := range r.answers() {
+		for _, c := range st.Chains {
 			changed := "-"
 			if !c.Changed.IsZero() {
 				changed = r.Time.Sub(c.Changed).Round(time.Second).String() + " ago"
@@ -74,12 +69,9 @@ func WriteReport(w io.Writer, r *Report) error {
 	}
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "TUNNEL\tENTRY\tLISTEN\tOPEN\tFLOWS\tERROR")
-	for _, rl := range r.Relays {
-		if rl.Status == nil {
-			continue
-		}
-		for _, e := range rl.Status.Entries {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", e.Tunnel, rl.Name, orDash(e.Listen), yesNo(e.Open), e.Flows, orDash(e.Error))
+	for _, st := range r.answers() {
+		for _, e := range st.Entries {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", e.Tunnel, st.Relay, orDash(e.Listen), yesNo(e.Open), e.Flows, orDash(e.Error))
 		}
 	}
 	if len(r.API) > 0 {
@@ -130,6 +122,17 @@ func WriteProbe(w io.Writer, p *Probe) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", name, dur(t.RTT), orDash(t.Err))
 	}
 	return tw.Flush()
+}
+
+// answers are the statuses of the relays that answered, in name order.
+func (r *Report) answers() []*adminapi.Status {
+	var out []*adminapi.Status
+	for _, rl := range r.Relays {
+		if rl.Status != nil {
+			out = append(out, rl.Status)
+		}
+	}
+	return out
 }
 
 func routeString(rt []string) string {

@@ -81,7 +81,7 @@ func (ca *CA) TrustPEM() []byte {
 // SetTrust makes relays trust bundle (PEM) as well as this CA; the CA is
 // added to it when missing.
 func (ca *CA) SetTrust(bundle []byte) error {
-	pool, err := parseRoots(bundle)
+	pool, err := ParseRoots(bundle)
 	if err != nil {
 		return err
 	}
@@ -306,7 +306,7 @@ func (id *Identity) Renew(certPEM, keyPEM []byte) error {
 // they were made under, until they end or the certificate they were made
 // with expires. Nothing changes when the new files fail a check.
 func (id *Identity) Update(caPEM, certPEM, keyPEM []byte) error {
-	roots, err := parseRoots(caPEM)
+	roots, err := ParseRoots(caPEM)
 	if err != nil {
 		return err
 	}
@@ -323,9 +323,7 @@ func (id *Identity) Update(caPEM, certPEM, keyPEM []byte) error {
 func (id *Identity) NotAfter() time.Time { return id.Certificate().Leaf.NotAfter }
 
 // ParseRoots is the pool of the CA certificates in caPEM.
-func ParseRoots(caPEM []byte) (*x509.CertPool, error) { return parseRoots(caPEM) }
-
-func parseRoots(caPEM []byte) (*x509.CertPool, error) {
+func ParseRoots(caPEM []byte) (*x509.CertPool, error) {
 	roots := x509.NewCertPool()
 	if !roots.AppendCertsFromPEM(caPEM) {
 		return nil, errors.New("CA file holds no PEM certificate")
@@ -345,7 +343,7 @@ func (id *Identity) Certificate() *tls.Certificate {
 // certificate names the relay and chains to the CA, so a mix-up of files
 // fails at start and not at the first handshake.
 func NewIdentity(name string, caPEM, certPEM, keyPEM []byte) (*Identity, error) {
-	roots, err := parseRoots(caPEM)
+	roots, err := ParseRoots(caPEM)
 	if err != nil {
 		return nil, err
 	}

@@ -207,10 +207,7 @@ injected sidecar relays run.`,
 				return err
 			}
 			if set.Relay(name) == nil {
-				var names []string
-				for _, rn := range set.Relays {
-					names = append(names, rn.Name)
-				}
+				names := set.RelayNames()
 				return fmt.Errorf("--name %q: no RelayNode of that name in the manifests (they have: %s)%s", name, strings.Join(names, ", "), manifest.DidYouMean(name, names))
 			}
 			if certDir != "" {

@@ -278,17 +278,14 @@ func (k *Relay) manifests(ctx context.Context) (*manifest.Set, error) {
 	relays := make([]v1alpha1.RelayNode, len(rl.Items))
 	var self *v1alpha1.RelayNode
 	for i, r := range rl.Items {
-		relays[i] = *r.DeepCopy()
-		switch {
-		case r.Spec.IsSidecar():
-			eps, err := k.replicas(ctx, &r)
-			if err != nil {
+		var eps []discoveryv1.EndpointSlice
+		if r.Spec.IsSidecar() {
+			var err error
+			if eps, err = k.replicaSlices(ctx, &r); err != nil {
 				return nil, err
 			}
-			relays[i].Spec.Endpoints = eps
-		case len(r.Status.Endpoints) > 0:
-			relays[i].Spec.Endpoints = slices.Clone(r.Status.Endpoints)
 		}
+		relays[i] = manifest.Dialed(&r, eps)
 		if r.Name == k.o.Name {
 			self = &relays[i]
 		}
@@ -314,15 +311,13 @@ func (k *Relay) manifests(ctx context.Context) (*manifest.Set, error) {
 	return set, nil
 }
 
-// replicas are the addresses of a sidecar relay's ready pods, from its
-// headless Service's EndpointSlices: peers spread new flows over them.
-func (k *Relay) replicas(ctx context.Context, rn *v1alpha1.RelayNode) ([]string, error) {
+// replicaSlices are the EndpointSlices of a sidecar relay's headless
+// Service: its ready pods are where peers spread new flows.
+func (k *Relay) replicaSlices(ctx context.Context, rn *v1alpha1.RelayNode) ([]discoveryv1.EndpointSlice, error) {
 	var eps discoveryv1.EndpointSliceList
-	if err := k.cache.List(ctx, &eps, client.InNamespace(rn.Namespace),
-		client.MatchingLabels{discoveryv1.LabelServiceName: v1alpha1.RelayObjectName(rn.Name)}); err != nil {
-		return nil, err
-	}
-	return manifest.ReadyReplicas(eps.Items, rn.Spec.RelayPort()), nil
+	err := k.cache.List(ctx, &eps, client.InNamespace(rn.Namespace),
+		client.MatchingLabels{discoveryv1.LabelServiceName: v1alpha1.RelayObjectName(rn.Name)})
+	return eps.Items, err
 }
 
 // onLoopback makes the Tunnels that enter at this sidecar relay listen on

@@ -24,32 +24,18 @@ type proxyTarget struct {
 }
 
 func tcpProxyTarget(t *testing.T) *proxyTarget {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	pt := &proxyTarget{addr: ln.Addr().String(), seen: make(chan string, 16)}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				c.SetDeadline(time.Now().Add(20 * time.Second))
-				r := bufio.NewReader(c)
-				h, err := proxyproto.Read(r)
-				if err != nil {
-					pt.seen <- "error: " + err.Error()
-					return
-				}
-				pt.seen <- fmt.Sprintf("v%d %s %s", h.Version, h.SourceAddr, h.DestinationAddr)
-				io.Copy(c, r)
-			}()
+	pt := &proxyTarget{seen: make(chan string, 16)}
+	pt.addr = testutil.TCPServer(t, func(c *net.TCPConn) {
+		c.SetDeadline(time.Now().Add(20 * time.Second))
+		r := bufio.NewReader(c)
+		h, err := proxyproto.Read(r)
+		if err != nil {
+			pt.seen <- "error: " + err.Error()
+			return
 		}
-	}()
+		pt.seen <- fmt.Sprintf("v%d %s %s", h.Version, h.SourceAddr, h.DestinationAddr)
+		io.Copy(c, r)
+	})
 	return pt
 }
 
