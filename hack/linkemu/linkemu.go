@@ -128,14 +128,36 @@ func (p *pipe) run() {
 			}
 			pk = got
 		}
-		if d := time.Until(pk.at); d > 0 {
-			t.Reset(d)
-			select {
-			case <-t.C:
-			case <-p.done:
-				return
-			}
+		if !waitUntil(pk.at, t, p.done) {
+			return
 		}
 		p.send(pk.data)
+	}
+}
+
+// coarse is how late a Go timer may fire: with nothing else to run, the
+// runtime's network poller sleeps in whole milliseconds, so a 100 µs timer
+// fires after about 1.1 ms and an emulated LAN would be a slow WAN.
+const coarse = 2 * time.Millisecond
+
+// waitUntil returns at at, to within tens of microseconds: a timer for all
+// but the last stretch, then a sleep of the thread itself. It reports false
+// when done closed first.
+func waitUntil(at time.Time, t *time.Timer, done <-chan struct{}) bool {
+	for {
+		d := time.Until(at)
+		if d <= 0 {
+			return true
+		}
+		if d <= coarse {
+			sleepPrecise(d)
+			continue
+		}
+		t.Reset(d - coarse)
+		select {
+		case <-t.C:
+		case <-done:
+			return false
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -67,6 +68,37 @@ func TestUDPDelayLossAndLiveChange(t *testing.T) {
 	p.Set(Params{Loss: 1})
 	if _, ok = udpRTT(t, uc); ok {
 		t.Fatal("a packet crossed a link that loses everything")
+	}
+}
+
+// A LAN's delay is a fraction of a millisecond; Go's timers alone fire about
+// a millisecond late when the process idles, which made a 100 µs link take
+// 1.1 ms each way and a 1,000-echo LAN benchmark measure a WAN.
+func TestSubMillisecondDelay(t *testing.T) {
+	p, err := NewUDPProxy("127.0.0.1:0", udpEcho(t), Params{Delay: 100 * time.Microsecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c, err := net.Dial("udp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var rtts []time.Duration
+	for range 50 {
+		if rtt, ok := udpRTT(t, c.(*net.UDPConn)); ok {
+			rtts = append(rtts, rtt)
+		}
+	}
+	if len(rtts) < 40 {
+		t.Fatalf("%d of 50 pings answered on a lossless link", len(rtts))
+	}
+	slices.Sort(rtts)
+	// Two 100 µs delays and two loopback hops: well under a millisecond,
+	// and never under the delays themselves.
+	if med := rtts[len(rtts)/2]; med < 200*time.Microsecond || med > 900*time.Microsecond {
+		t.Fatalf("median RTT through a 100 µs link: %v; want 200-900 µs", med)
 	}
 }
 
