@@ -30,6 +30,9 @@ type Metrics struct {
 	// SendLost counts packets the host refused to send (a local firewall
 	// drop, a full buffer), which QUIC recovers as losses.
 	SendLost *prometheus.CounterVec
+	// RedundantCopies counts lone QUIC packets sent a second time on
+	// links that lose packets.
+	RedundantCopies *prometheus.CounterVec
 	// UDPBuffer is the size of the relay socket's buffers as the kernel
 	// granted them.
 	UDPBuffer *prometheus.GaugeVec
@@ -132,6 +135,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "hoplink_send_lost_packets_total",
 			Help: "QUIC packets the host refused to send, by reason (eperm: a local firewall or a full conntrack table; enobufs; eagain); QUIC recovers them as lost packets and the connection lives on.",
 		}, []string{"relay", "reason"}),
+		RedundantCopies: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hoplink_quic_redundant_packets_total",
+			Help: "Lone QUIC packets (not part of a GSO batch) sent a second time because the link to their destination lost at least 0.5% of packets; the receiver drops the copy it already has.",
+		}, []string{"relay"}),
 		UDPBuffer: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "hoplink_udp_socket_buffer_bytes",
 			Help: "Buffer of the relay's QUIC socket by direction (receive, send), as the kernel granted it (Linux reports twice what was set). quic-go asks for 7 MiB; unprivileged relays get at most net.core.rmem_max / wmem_max.",
@@ -206,7 +213,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"relay", "tunnel", "protocol"}),
 	}
 	reg.MustRegister(m.Bytes, m.Flows, m.ActiveFlows, m.FlowSetup, m.FlowErrors, m.Rejected,
-		m.Ready, m.CertExpiry, m.TunnelOpen, m.PeerUp, m.Handshakes, m.UDPSessions, m.UDPDropped, m.UDPFramed, m.SendLost, m.UDPBuffer,
+		m.Ready, m.CertExpiry, m.TunnelOpen, m.PeerUp, m.Handshakes, m.UDPSessions, m.UDPDropped, m.UDPFramed, m.SendLost, m.RedundantCopies, m.UDPBuffer,
 		m.LinkUp, m.LinkRTT, m.LinkRTTMin, m.LinkSmoothed, m.LinkJitter, m.LinkLoss, m.LinkProbes, m.LinkTransport, m.LinkGoodput, m.LinkFlows,
 		m.TargetRTT, m.TargetUp, m.ChainRoute, m.TUNPackets, m.TUNBytes, m.TUNDropped, m.TUNFlows)
 	m.Route = NewRoute(reg)

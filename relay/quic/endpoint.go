@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -116,8 +117,16 @@ func Listen(opts Options) (*Endpoint, error) {
 			return nil, fmt.Errorf("relay dial socket: %w", err)
 		}
 	}
+	copies := opts.Metrics.RedundantCopies.WithLabelValues(opts.Name)
+	red := newRedundancy(func(addr netip.AddrPort, on bool, loss float64) {
+		if on {
+			opts.Log.Info("link loses packets: lone packets go twice", "remote", addr, "loss", fmt.Sprintf("%.2f%%", 100*loss))
+		} else {
+			opts.Log.Info("lone packets go once again", "remote", addr)
+		}
+	}, copies.Inc)
 	transport := func(c *net.UDPConn) *quicgo.Transport {
-		conn := &lossyConn{UDPConn: c, lost: func(reason string) {
+		conn := &lossyConn{UDPConn: c, red: red, lost: func(reason string) {
 			opts.Metrics.SendLost.WithLabelValues(opts.Name, reason).Inc()
 		}}
 		return &quicgo.Transport{Conn: withGRO(conn), StatelessResetKey: (*quicgo.StatelessResetKey)(&resetKey),
@@ -163,9 +172,26 @@ func Listen(opts Options) (*Endpoint, error) {
 		return nil, fmt.Errorf("relay listen: %w", err)
 	}
 	e.reportBuffers()
-	e.wg.Add(1)
+	e.wg.Add(2)
 	go e.accept()
+	go e.judgeLoss(red)
 	return e, nil
+}
+
+// judgeLoss samples every connection's loss each second, which decides
+// where lone packets go twice (redundant.go).
+func (e *Endpoint) judgeLoss(red *redundancy) {
+	defer e.wg.Done()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.ctx.Done():
+			return
+		case now := <-t.C:
+			red.sample(e.allConns(), now)
+		}
+	}
 }
 
 // reportBuffers exports the socket buffers quic-go obtained (it asks for

@@ -110,3 +110,19 @@ func appendCmsg(b []byte, m unix.SocketControlMessage) []byte {
 }
 
 func unsafePointerOf(b []byte) unsafe.Pointer { return unsafe.Pointer(&b[0]) }
+
+// gsoSegment returns the UDP_SEGMENT size quic-go set in oob, or 0.
+func gsoSegment(oob []byte) int {
+	for len(oob) >= unix.SizeofCmsghdr {
+		h := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0]))
+		l := int(h.Len)
+		if l < unix.SizeofCmsghdr || l > len(oob) {
+			return 0
+		}
+		if h.Level == unix.SOL_UDP && h.Type == unix.UDP_SEGMENT && l >= unix.CmsgLen(2) {
+			return int(binary.NativeEndian.Uint16(oob[unix.CmsgLen(0):]))
+		}
+		oob = oob[min(unix.CmsgSpace(l-unix.CmsgLen(0)), len(oob)):]
+	}
+	return 0
+}

@@ -3,6 +3,7 @@ package quic
 import (
 	"errors"
 	"net"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -20,6 +21,8 @@ type lossyConn struct {
 	*net.UDPConn
 	// lost counts a send swallowed as a loss, by reason.
 	lost func(reason string)
+	// red says which lone packets go twice (redundant.go); nil: none.
+	red *redundancy
 }
 
 // lostReason names a transient send error, or returns "" for any other.
@@ -41,6 +44,9 @@ func (c *lossyConn) WriteMsgUDP(b, oob []byte, addr *net.UDPAddr) (int, int, err
 		c.lost(reason)
 		return len(b), len(oob), nil
 	}
+	if err == nil && c.again(addr, len(b), oob) {
+		c.UDPConn.WriteMsgUDP(b, oob, addr) // a copy that fails is a copy lost
+	}
 	return n, oobn, err
 }
 
@@ -50,5 +56,21 @@ func (c *lossyConn) WriteTo(b []byte, addr net.Addr) (int, error) {
 		c.lost(reason)
 		return len(b), nil
 	}
+	if ua, ok := addr.(*net.UDPAddr); ok && err == nil && c.again(ua, len(b), nil) {
+		c.UDPConn.WriteTo(b, addr)
+	}
 	return n, err
+}
+
+// again says whether the packet just sent should go a second time: a lone
+// packet (not a GSO batch) to an address that loses packets, within its
+// budget.
+func (c *lossyConn) again(addr *net.UDPAddr, n int, oob []byte) bool {
+	if c.red == nil || !c.red.any.Load() || addr == nil {
+		return false
+	}
+	if seg := gsoSegment(oob); seg > 0 && n > seg {
+		return false
+	}
+	return c.red.copy(addr.AddrPort(), time.Now())
 }

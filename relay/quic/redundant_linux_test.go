@@ -1,0 +1,69 @@
+package quic
+
+import (
+	"bytes"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// On the wire: a lone packet to a lossy peer goes twice, a GSO batch once,
+// and nothing goes twice to a peer that loses nothing.
+func TestLonePacketsGoTwiceToALossyPeer(t *testing.T) {
+	rx, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rx.Close()
+	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer udp.Close()
+	red := newRedundancy(nil, nil)
+	tx := &lossyConn{UDPConn: udp, red: red, lost: func(string) {}}
+	to := rx.LocalAddr().(*net.UDPAddr)
+
+	// count reads what arrives until the socket stays quiet.
+	count := func() (n int) {
+		buf := make([]byte, 2048)
+		for {
+			rx.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+			if _, _, err := rx.ReadFromUDP(buf); err != nil {
+				return n
+			}
+			n++
+		}
+	}
+	const seg = 1200
+	batch := bytes.Repeat([]byte{7}, 3*seg)
+	oob := make([]byte, unix.CmsgSpace(2))
+	h := (*unix.Cmsghdr)(unsafePointerOf(oob))
+	h.Level, h.Type = unix.SOL_UDP, unix.UDP_SEGMENT
+	h.SetLen(unix.CmsgLen(2))
+	oob[unix.CmsgLen(0)], oob[unix.CmsgLen(0)+1] = byte(seg&0xff), byte(seg>>8) // native endian on amd64/arm64
+	if got := gsoSegment(oob); got != seg {
+		t.Fatalf("gsoSegment read %d; want %d", got, seg)
+	}
+
+	send := func() (lone, batched int) {
+		if _, _, err := tx.WriteMsgUDP([]byte("echo"), nil, to); err != nil {
+			t.Fatal(err)
+		}
+		lone = count()
+		if _, _, err := tx.WriteMsgUDP(batch, oob, to); err != nil {
+			t.Fatalf("GSO send: %v", err)
+		}
+		return lone, count()
+	}
+	if lone, batched := send(); lone != 1 || batched != 3 {
+		t.Fatalf("to a peer without loss: %d lone, %d batched packets arrived; want 1 and 3", lone, batched)
+	}
+	red.judge(map[netip.AddrPort]counts{to.AddrPort(): {sent: 1000, lost: 10}}, time.Now())
+	if lone, batched := send(); lone != 2 || batched != 3 {
+		t.Fatalf("to a peer that lost 1%%: %d lone, %d batched packets arrived; want 2 and 3", lone, batched)
+	}
+}

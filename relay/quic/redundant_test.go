@@ -1,0 +1,79 @@
+package quic
+
+import (
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+)
+
+func TestRedundancyFollowsLoss(t *testing.T) {
+	a := netip.MustParseAddrPort("10.0.0.1:7401")
+	b := netip.MustParseAddrPort("10.0.0.2:7401")
+	var changes []string
+	r := newRedundancy(func(addr netip.AddrPort, on bool, _ float64) {
+		changes = append(changes, addr.String()+map[bool]string{true: " on", false: " off"}[on])
+	}, nil)
+	t0 := time.Unix(1000, 0)
+	if r.copy(a, t0) {
+		t.Fatal("a copy before any loss was seen")
+	}
+	// a loses 1%, b 0.05%: a second's samples.
+	r.judge(map[netip.AddrPort]counts{a: {sent: 1000, lost: 10}, b: {sent: 2000, lost: 1}}, t0)
+	if ca, cb := r.copy(a, t0), r.copy(b, t0); !ca || cb {
+		t.Fatalf("after 1%% loss to a and 0.05%% to b: copy a %v, b %v; want true, false", ca, cb)
+	}
+	// An IPv4 peer reported by a dual-stack socket is the same peer.
+	if !r.copy(netip.MustParseAddrPort("[::ffff:10.0.0.1]:7401"), t0) {
+		t.Fatal("the IPv4-mapped spelling of a lossy peer gets no copies")
+	}
+	// b's stray losses add up within its window of 3,000 packets...
+	r.judge(map[netip.AddrPort]counts{b: {sent: 500, lost: 2}}, t0.Add(time.Second))
+	if !r.copy(b, t0.Add(time.Second)) {
+		t.Fatal("3 losses in 2,500 packets to b: no copies")
+	}
+	// ...and a window without losses enough starts over.
+	c := netip.MustParseAddrPort("10.0.0.3:7401")
+	r.judge(map[netip.AddrPort]counts{c: {sent: 3000, lost: 2}}, t0)
+	r.judge(map[netip.AddrPort]counts{c: {sent: 100, lost: 1}}, t0.Add(time.Second))
+	if r.copy(c, t0.Add(time.Second)) {
+		t.Fatal("2 losses in one window and 1 in the next turned copies on")
+	}
+
+	// The budget: a burst, then the rate.
+	r2 := newRedundancy(nil, nil)
+	r2.judge(map[netip.AddrPort]counts{a: {sent: 100, lost: 5}}, t0)
+	n := 0
+	for range 10 * redundantBurst {
+		if r2.copy(a, t0) {
+			n++
+		}
+	}
+	if n != redundantBurst {
+		t.Fatalf("%d copies at one instant; want the burst, %d", n, redundantBurst)
+	}
+	later := t0.Add(10 * time.Millisecond)
+	n = 0
+	for range 10 * redundantBurst {
+		if r2.copy(a, later) {
+			n++
+		}
+	}
+	if want := redundantRate / 100; n != want {
+		t.Fatalf("%d copies 10 ms later; want %d", n, want)
+	}
+
+	// Copies stop after the hold, since with them the loss no longer shows.
+	end := t0.Add(redundantHold + 2*time.Second)
+	r.judge(map[netip.AddrPort]counts{a: {sent: 5000}}, end)
+	if r.copy(a, end) || r.copy(b, end) {
+		t.Fatal("copies go on past the hold")
+	}
+	if r.any.Load() {
+		t.Fatal("every peer is off, but the send path still looks")
+	}
+	slices.Sort(changes)
+	if want := []string{"10.0.0.1:7401 off", "10.0.0.1:7401 on", "10.0.0.2:7401 off", "10.0.0.2:7401 on"}; !slices.Equal(changes, want) {
+		t.Fatalf("changes %q; want %q", changes, want)
+	}
+}
