@@ -55,6 +55,7 @@ type redundancy struct {
 
 type redundantPeer struct {
 	sent, lost uint64    // the window being judged
+	judged     counts    // the window that turned copies on
 	until      time.Time // copies go until then
 	tokens     float64
 	refilled   time.Time
@@ -111,6 +112,7 @@ func (r *redundancy) judge(by map[netip.AddrPort]counts, now time.Time) {
 				r.changed(addr, true, float64(p.lost)/float64(max(p.sent, 1)))
 			}
 			p.until = now.Add(redundantHold)
+			p.judged = counts{p.sent, p.lost}
 			p.sent, p.lost = 0, 0
 		case p.sent >= redundantWindow:
 			p.sent, p.lost = 0, 0
@@ -131,6 +133,21 @@ func (r *redundancy) judge(by map[netip.AddrPort]counts, now time.Time) {
 		}
 	}
 	r.any.Store(anyOn)
+}
+
+// hidden returns the loss that turned copies to addr on, while they go:
+// the link's, which quic-go no longer sees once the copies make up for it.
+func (r *redundancy) hidden(addr netip.AddrPort, now time.Time) (counts, bool) {
+	if !r.any.Load() {
+		return counts{}, false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p := r.peers[canonical(addr)]
+	if p == nil || !now.Before(p.until) {
+		return counts{}, false
+	}
+	return p.judged, true
 }
 
 // copy reports whether a lone packet to addr should go a second time now,

@@ -77,3 +77,22 @@ func TestRedundancyFollowsLoss(t *testing.T) {
 		t.Fatalf("changes %q; want %q", changes, want)
 	}
 }
+
+// While copies go, the link's loss is the one that turned them on, not
+// the little quic-go sees through them: a packet session's choice of
+// transport depends on it.
+func TestCopiesDoNotHideTheLoss(t *testing.T) {
+	a := netip.MustParseAddrPort("10.0.0.1:7401")
+	r := newRedundancy(nil, nil)
+	t0 := time.Unix(1000, 0)
+	if _, on := r.hidden(a, t0); on {
+		t.Fatal("a loss reported before any was seen")
+	}
+	r.judge(map[netip.AddrPort]counts{a: {sent: 400, lost: 4}}, t0)
+	if j, on := r.hidden(a, t0.Add(time.Second)); !on || j != (counts{400, 4}) {
+		t.Fatalf("hidden loss %+v (on %v); want 4 of 400", j, on)
+	}
+	if _, on := r.hidden(a, t0.Add(redundantHold)); on {
+		t.Fatal("a hidden loss reported after the copies stopped")
+	}
+}
