@@ -38,6 +38,8 @@ const (
 	// 23 Mbit/s of copies to one address).
 	redundantRate  = 2000
 	redundantBurst = 100
+	// lossSample is how often the loss is sampled.
+	lossSample = 250 * time.Millisecond
 )
 
 // redundancy decides, per remote address, whether lone packets go twice.
