@@ -14,9 +14,12 @@
 //     total;
 //   - bulk: one connection sending for a few seconds, the goodput.
 //
-// The relays are `hoplink relay` processes, one per namespace. Under
-// transport auto a relay learns a Tunnel's shape from its first 4 flows,
-// so auto's figures follow 4 warm-up connections of 50 echoes.
+// The relays are `hoplink relay` processes, one per namespace. Each relay
+// path first carries 4 warm-up connections of 50 echoes, as a relay that
+// has run a while has seen: under transport auto a relay learns a
+// Tunnel's shape from its first 4 flows, and every relay learns which
+// links lose packets (and sends lone packets twice on them) from the
+// losses it sees.
 //
 //	make build && go run ./hack/bench/lossbench -hoplink bin/hoplink -out docs/benchmarks.md   # as root
 package main
@@ -261,11 +264,10 @@ func runProfile(hoplink string, p profile, echoes, size int, bulk time.Duration)
 	row("direct TCP", measure(fmt.Sprintf("%s:%d", b, echoPort), fmt.Sprintf("%s:%d", b, sinkPort)))
 	for i, pa := range paths {
 		echoAddr, sinkAddr := fmt.Sprintf("127.0.0.1:%d", 15000+10*i), fmt.Sprintf("127.0.0.1:%d", 15000+10*i+1)
-		if pa.transport == "auto" {
-			// The warm-up: a relay knows a Tunnel's shape after 4 flows.
-			for range 4 {
-				shape(dial, echoAddr, 50, size)
-			}
+		// The warm-up: a relay knows a Tunnel's shape after 4 flows, and
+		// a link's loss after its first losses.
+		for range 4 {
+			shape(dial, echoAddr, 50, size)
 		}
 		row(pa.name, measure(echoAddr, sinkAddr))
 	}
@@ -347,7 +349,7 @@ func sink(c net.Conn) {
 
 func render(rows []string, echoes, size int, bulk time.Duration) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "<!-- loss:begin -->\nMeasured %s on this machine by `go run ./hack/bench/lossbench` (as root): %d sequential %d-byte echoes on one connection (seed 002's shape), then one connection sending for %v. Links are emulated in user space (hack/linkemu); the 3-hop path crosses three links with a third of the delay and loss each. `auto` follows 4 warm-up connections of 50 echoes (a relay learns a Tunnel's shape from 4 flows).\n\n",
+	fmt.Fprintf(&b, "<!-- loss:begin -->\nMeasured %s on this machine by `go run ./hack/bench/lossbench` (as root): %d sequential %d-byte echoes on one connection (seed 002's shape), then one connection sending for %v. Links are emulated in user space (hack/linkemu); the 3-hop path crosses three links with a third of the delay and loss each. Each relay path follows 4 warm-up connections of 50 echoes (a relay learns a Tunnel's shape from 4 flows, and a link's loss from the losses it sees).\n\n",
 		time.Now().UTC().Format("2006-01-02"), echoes, size, bulk)
 	b.WriteString("| link | path | first echo ms | total ms | total vs direct | bulk Mbit/s | bulk vs direct |\n|---|---|---|---|---|---|---|\n")
 	var direct [2]float64
