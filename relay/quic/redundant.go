@@ -25,13 +25,15 @@ const (
 	// turn copies on for it. Any loss costs an interactive flow a probe
 	// timeout, so the bar is low; the window keeps a stray loss of a quiet
 	// link from counting. A chain of three links losing 1% end to end
-	// loses 0.33% on each.
-	redundantLost   = 3
-	redundantWindow = 3000
+	// loses 0.33% on each, and the end that answers an interactive flow
+	// sends a packet per request: two losses come within 200 requests.
+	redundantLost   = 2
+	redundantWindow = 2000
 	// redundantHold is how long copies go on once turned on. With copies,
 	// quic-go hardly sees a loss, so the loss cannot say when to stop: the
-	// copies stop after this, and start again once the loss shows again.
-	redundantHold = 30 * time.Second
+	// copies stop after this, and start again once the loss shows again
+	// (two losses on a lossy link, once a minute).
+	redundantHold = time.Minute
 	// redundantRate and redundantBurst are the budget of copies per
 	// destination, per second: a thousand echoes a second fit, a UDP
 	// Tunnel's hundreds of thousands of datagrams do not (at most about

@@ -2,12 +2,19 @@ package quic
 
 import (
 	"bytes"
+	"context"
+	"io"
 	"net"
 	"net/netip"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	quicgo "github.com/quic-go/quic-go"
 	"golang.org/x/sys/unix"
+
+	"github.com/hoplink/hoplink/hack/linkemu"
+	"github.com/hoplink/hoplink/pki"
 )
 
 // On the wire: a lone packet to a lossy peer goes twice, a GSO batch once,
@@ -65,5 +72,45 @@ func TestLonePacketsGoTwiceToALossyPeer(t *testing.T) {
 	red.judge(map[netip.AddrPort]counts{to.AddrPort(): {sent: 1000, lost: 10}}, time.Now())
 	if lone, batched := send(); lone != 2 || batched != 3 {
 		t.Fatalf("to a peer that lost 1%%: %d lone, %d batched packets arrived; want 2 and 3", lone, batched)
+	}
+}
+
+// Both ends of a lossy link turn copies on: the end that asks and the one
+// that answers, each from the losses its own packets met.
+func TestBothEndsOfALossyLinkCopy(t *testing.T) {
+	ca, err := pki.NewCA("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := testEndpointWith(t, ca, "b", func(_ *Conn, s *quicgo.Stream) {
+		io.Copy(s, s)
+		s.Close()
+	})
+	a := testEndpoint(t, ca, "a", nil)
+	lossy, err := linkemu.NewUDPProxy("127.0.0.1:0", b.Addr().String(), linkemu.Params{Loss: 0.03})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lossy.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, s, err := a.Link("b", Control, []string{lossy.Addr()}).OpenStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := make([]byte, 1000)
+	copies := func(e *Endpoint) float64 {
+		return testutil.ToFloat64(e.opts.Metrics.RedundantCopies.WithLabelValues(e.opts.Name))
+	}
+	for i := 0; i < 5000 && (copies(a) < 20 || copies(b) < 20); i++ {
+		if _, err := s.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(s, msg); err != nil {
+			t.Fatalf("echo %d: %v", i, err)
+		}
+	}
+	if copies(a) < 20 || copies(b) < 20 {
+		t.Fatalf("after 5,000 echoes over a link losing 3%%: %v copies from the asking end, %v from the answering end", copies(a), copies(b))
 	}
 }

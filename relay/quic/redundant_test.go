@@ -19,7 +19,7 @@ func TestRedundancyFollowsLoss(t *testing.T) {
 		t.Fatal("a copy before any loss was seen")
 	}
 	// a loses 1%, b 0.05%: a second's samples.
-	r.judge(map[netip.AddrPort]counts{a: {sent: 1000, lost: 10}, b: {sent: 2000, lost: 1}}, t0)
+	r.judge(map[netip.AddrPort]counts{a: {sent: 1000, lost: 10}, b: {sent: 1900, lost: 1}}, t0)
 	if ca, cb := r.copy(a, t0), r.copy(b, t0); !ca || cb {
 		t.Fatalf("after 1%% loss to a and 0.05%% to b: copy a %v, b %v; want true, false", ca, cb)
 	}
@@ -27,17 +27,17 @@ func TestRedundancyFollowsLoss(t *testing.T) {
 	if !r.copy(netip.MustParseAddrPort("[::ffff:10.0.0.1]:7401"), t0) {
 		t.Fatal("the IPv4-mapped spelling of a lossy peer gets no copies")
 	}
-	// b's stray losses add up within its window of 3,000 packets...
-	r.judge(map[netip.AddrPort]counts{b: {sent: 500, lost: 2}}, t0.Add(time.Second))
+	// b's stray losses add up within its window of 2,000 packets...
+	r.judge(map[netip.AddrPort]counts{b: {sent: 50, lost: 1}}, t0.Add(time.Second))
 	if !r.copy(b, t0.Add(time.Second)) {
-		t.Fatal("3 losses in 2,500 packets to b: no copies")
+		t.Fatal("2 losses in 1,950 packets to b: no copies")
 	}
 	// ...and a window without losses enough starts over.
 	c := netip.MustParseAddrPort("10.0.0.3:7401")
-	r.judge(map[netip.AddrPort]counts{c: {sent: 3000, lost: 2}}, t0)
+	r.judge(map[netip.AddrPort]counts{c: {sent: 2000, lost: 1}}, t0)
 	r.judge(map[netip.AddrPort]counts{c: {sent: 100, lost: 1}}, t0.Add(time.Second))
 	if r.copy(c, t0.Add(time.Second)) {
-		t.Fatal("2 losses in one window and 1 in the next turned copies on")
+		t.Fatal("1 loss in one window and 1 in the next turned copies on")
 	}
 
 	// The budget: a burst, then the rate.

@@ -15,8 +15,8 @@
 //   - bulk: one connection sending for a few seconds, the goodput.
 //
 // The relays are `hoplink relay` processes, one per namespace. Each relay
-// path first carries 4 warm-up connections of 50 echoes, as a relay that
-// has run a while has seen: under transport auto a relay learns a
+// path first carries warm-up connections of 50 echoes (at least 4, for at
+// least 2 s), as a relay that has run a while has seen: under transport auto a relay learns a
 // Tunnel's shape from its first 4 flows, and every relay learns which
 // links lose packets (and sends lone packets twice on them) from the
 // losses it sees.
@@ -55,6 +55,10 @@ var profiles = []profile{
 	{"WAN 20 ms, 1% loss", 10 * time.Millisecond, 0.01},
 	{"WAN 20 ms, 2% loss", 10 * time.Millisecond, 0.02},
 }
+
+// warmUp is the least time each relay path carries echoes before it is
+// measured.
+const warmUp = 2 * time.Second
 
 const (
 	echoPort = 7000
@@ -265,8 +269,9 @@ func runProfile(hoplink string, p profile, echoes, size int, bulk time.Duration)
 	for i, pa := range paths {
 		echoAddr, sinkAddr := fmt.Sprintf("127.0.0.1:%d", 15000+10*i), fmt.Sprintf("127.0.0.1:%d", 15000+10*i+1)
 		// The warm-up: a relay knows a Tunnel's shape after 4 flows, and
-		// a link's loss after its first losses.
-		for range 4 {
+		// a link's loss after its first losses, which a LAN losing 1%
+		// shows within a second or two.
+		for n, t0 := 0, time.Now(); n < 4 || time.Since(t0) < warmUp; n++ {
 			shape(dial, echoAddr, 50, size)
 		}
 		row(pa.name, measure(echoAddr, sinkAddr))
@@ -349,7 +354,7 @@ func sink(c net.Conn) {
 
 func render(rows []string, echoes, size int, bulk time.Duration) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "<!-- loss:begin -->\nMeasured %s on this machine by `go run ./hack/bench/lossbench` (as root): %d sequential %d-byte echoes on one connection (seed 002's shape), then one connection sending for %v. Links are emulated in user space (hack/linkemu); the 3-hop path crosses three links with a third of the delay and loss each. Each relay path follows 4 warm-up connections of 50 echoes (a relay learns a Tunnel's shape from 4 flows, and a link's loss from the losses it sees).\n\n",
+	fmt.Fprintf(&b, "<!-- loss:begin -->\nMeasured %s on this machine by `go run ./hack/bench/lossbench` (as root): %d sequential %d-byte echoes on one connection (seed 002's shape), then one connection sending for %v. Links are emulated in user space (hack/linkemu); the 3-hop path crosses three links with a third of the delay and loss each. Each relay path follows warm-up connections of 50 echoes, at least 4 and for at least 2 s (a relay learns a Tunnel's shape from 4 flows, and a link's loss from the losses it sees).\n\n",
 		time.Now().UTC().Format("2006-01-02"), echoes, size, bulk)
 	b.WriteString("| link | path | first echo ms | total ms | total vs direct | bulk Mbit/s | bulk vs direct |\n|---|---|---|---|---|---|---|\n")
 	var direct [2]float64
