@@ -73,6 +73,20 @@ func newRedundancy(changed func(netip.AddrPort, bool, float64), copies func()) *
 // counts are packets sent and lost.
 type counts struct{ sent, lost uint64 }
 
+// since is what was sent and lost between prev and c. quic-go's lost count
+// goes down when a packet it declared lost arrives after all; that step
+// counts as no loss, never as a wrapped-around huge one.
+func (c counts) since(prev counts) counts {
+	var d counts
+	if c.sent > prev.sent {
+		d.sent = c.sent - prev.sent
+	}
+	if c.lost > prev.lost {
+		d.lost = c.lost - prev.lost
+	}
+	return d
+}
+
 // sample takes every connection's counts (quic-go's, over its life) and
 // judges the loss to each remote address. One goroutine calls it.
 func (r *redundancy) sample(conns []*Conn, now time.Time) {
@@ -86,11 +100,10 @@ func (r *redundancy) sample(conns []*Conn, now time.Time) {
 		st := c.ConnectionStats()
 		cur := counts{st.PacketsSent, st.PacketsLost}
 		seen[c] = cur
-		prev := r.last[c]
 		addr := canonical(ua.AddrPort())
-		d := by[addr]
-		d.sent += cur.sent - prev.sent
-		d.lost += cur.lost - prev.lost
+		d, step := by[addr], cur.since(r.last[c])
+		d.sent += step.sent
+		d.lost += step.lost
 		by[addr] = d
 	}
 	r.last = seen // connections gone are forgotten

@@ -96,3 +96,17 @@ func TestCopiesDoNotHideTheLoss(t *testing.T) {
 		t.Fatal("a hidden loss reported after the copies stopped")
 	}
 }
+
+// quic-go's lost count can go down (a packet declared lost arrived after
+// all): that is no loss, not 2^64 of them.
+func TestCountsSince(t *testing.T) {
+	for _, c := range []struct{ prev, cur, want counts }{
+		{counts{0, 0}, counts{100, 2}, counts{100, 2}},
+		{counts{100, 2}, counts{150, 2}, counts{50, 0}},
+		{counts{100, 3}, counts{150, 2}, counts{50, 0}},
+	} {
+		if got := c.cur.since(c.prev); got != c.want {
+			t.Errorf("%+v since %+v = %+v; want %+v", c.cur, c.prev, got, c.want)
+		}
+	}
+}
