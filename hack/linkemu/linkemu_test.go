@@ -45,18 +45,24 @@ func udpRTT(t *testing.T, c *net.UDPConn) (time.Duration, bool) {
 	return time.Since(start), err == nil
 }
 
+// echoThrough starts a UDP echo behind a proxy with p and dials the proxy.
+func echoThrough(t *testing.T, p Params) (*UDPProxy, *net.UDPConn) {
+	t.Helper()
+	proxy, err := NewUDPProxy("127.0.0.1:0", udpEcho(t), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxy.Close() })
+	c, err := net.Dial("udp", proxy.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return proxy, c.(*net.UDPConn)
+}
+
 func TestUDPDelayLossAndLiveChange(t *testing.T) {
-	p, err := NewUDPProxy("127.0.0.1:0", udpEcho(t), Params{Delay: 20 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	c, err := net.Dial("udp", p.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	uc := c.(*net.UDPConn)
+	p, uc := echoThrough(t, Params{Delay: 20 * time.Millisecond})
 	rtt, ok := udpRTT(t, uc)
 	if !ok || rtt < 40*time.Millisecond || rtt > 400*time.Millisecond {
 		t.Fatalf("RTT through a 20 ms link: %v (answered %v); want at least 40 ms", rtt, ok)
@@ -75,19 +81,10 @@ func TestUDPDelayLossAndLiveChange(t *testing.T) {
 // a millisecond late when the process idles, which made a 100 µs link take
 // 1.1 ms each way and a 1,000-echo LAN benchmark measure a WAN.
 func TestSubMillisecondDelay(t *testing.T) {
-	p, err := NewUDPProxy("127.0.0.1:0", udpEcho(t), Params{Delay: 100 * time.Microsecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	c, err := net.Dial("udp", p.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	_, c := echoThrough(t, Params{Delay: 100 * time.Microsecond})
 	var rtts []time.Duration
 	for range 50 {
-		if rtt, ok := udpRTT(t, c.(*net.UDPConn)); ok {
+		if rtt, ok := udpRTT(t, c); ok {
 			rtts = append(rtts, rtt)
 		}
 	}
