@@ -23,10 +23,12 @@ import (
 const (
 	// redundantLost in redundantWindow packets sent to an address (0.1%)
 	// turn copies on for it. Any loss costs an interactive flow a probe
-	// timeout, so the bar is low; the window keeps a stray loss of a quiet
-	// link from counting. A chain of three links losing 1% end to end
-	// loses 0.33% on each, and the end that answers an interactive flow
-	// sends a packet per request: two losses come within 200 requests.
+	// timeout, so the bar is low (a chain of three links losing 1% end to
+	// end loses 0.33% on each); the window keeps a stray loss of a quiet
+	// link from counting. The losses are quic-go's count, which leaves out
+	// a packet its probe timeout recovered, the way a lone packet is lost:
+	// losses of bulk transfers, ACKs and reordering turn copies on, an
+	// interactive flow's alone does not (docs/benchmarks.md, under loss).
 	redundantLost   = 2
 	redundantWindow = 2000
 	// redundantHold is how long copies go on once turned on. With copies,
