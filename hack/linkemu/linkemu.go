@@ -117,6 +117,8 @@ func (p *pipe) close() { p.once.Do(func() { close(p.done) }) }
 func (p *pipe) run() {
 	t := time.NewTimer(0)
 	defer t.Stop()
+	pt := newPreciseTimer()
+	defer pt.close()
 	for {
 		var pk packet
 		select {
@@ -128,7 +130,7 @@ func (p *pipe) run() {
 			}
 			pk = got
 		}
-		if !waitUntil(pk.at, t, p.done) {
+		if !waitUntil(pk.at, t, pt, p.done) {
 			return
 		}
 		p.send(pk.data)
@@ -140,17 +142,17 @@ func (p *pipe) run() {
 // fires after about 1.1 ms and an emulated LAN would be a slow WAN.
 const coarse = 2 * time.Millisecond
 
-// waitUntil returns at at, to within tens of microseconds: a timer for all
-// but the last stretch, then a sleep of the thread itself. It reports false
-// when done closed first.
-func waitUntil(at time.Time, t *time.Timer, done <-chan struct{}) bool {
+// waitUntil returns at at, to within tens of microseconds: a Go timer for
+// all but the last stretch, then the precise timer. It reports false when
+// done closed first.
+func waitUntil(at time.Time, t *time.Timer, pt *preciseTimer, done <-chan struct{}) bool {
 	for {
 		d := time.Until(at)
 		if d <= 0 {
 			return true
 		}
 		if d <= coarse {
-			sleepPrecise(d)
+			pt.sleep(d)
 			continue
 		}
 		t.Reset(d - coarse)

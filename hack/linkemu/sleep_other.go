@@ -4,4 +4,9 @@ package linkemu
 
 import "time"
 
-func sleepPrecise(d time.Duration) { time.Sleep(d) }
+// preciseTimer: elsewhere Go's own timers.
+type preciseTimer struct{}
+
+func newPreciseTimer() *preciseTimer        { return &preciseTimer{} }
+func (*preciseTimer) sleep(d time.Duration) { time.Sleep(d) }
+func (*preciseTimer) close()                {}
