@@ -148,6 +148,7 @@ func Listen(opts Options) (*Endpoint, error) {
 		tr:      transport(udp),
 		links:   map[linkKey]*Link{},
 		conns:   map[*Conn]struct{}{},
+		red:     red,
 	}
 	// Past a rate of new connections, a client must prove its address (a
 	// Retry, one round trip) before any handshake work: a flood of spoofed
@@ -172,18 +173,16 @@ func Listen(opts Options) (*Endpoint, error) {
 		}
 		return nil, fmt.Errorf("relay listen: %w", err)
 	}
-	e.red = red
 	e.reportBuffers()
 	e.wg.Add(2)
 	go e.accept()
-	go e.judgeLoss(red)
+	go e.judgeLoss()
 	return e, nil
 }
 
 // judgeLoss samples every connection's loss four times a second, which
-// decides where lone packets go twice (redundant.go): an interactive flow
-// on a fresh lossy link gets copies after its third loss, within 250 ms.
-func (e *Endpoint) judgeLoss(red *redundancy) {
+// decides where lone packets go twice (redundant.go).
+func (e *Endpoint) judgeLoss() {
 	defer e.wg.Done()
 	t := time.NewTicker(lossSample)
 	defer t.Stop()
@@ -192,7 +191,7 @@ func (e *Endpoint) judgeLoss(red *redundancy) {
 		case <-e.ctx.Done():
 			return
 		case now := <-t.C:
-			red.sample(e.allConns(), now)
+			e.red.sample(e.allConns(), now)
 		}
 	}
 }

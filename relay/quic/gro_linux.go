@@ -114,7 +114,7 @@ func unsafePointerOf(b []byte) unsafe.Pointer { return unsafe.Pointer(&b[0]) }
 // gsoSegment returns the UDP_SEGMENT size quic-go set in oob, or 0.
 func gsoSegment(oob []byte) int {
 	for len(oob) >= unix.SizeofCmsghdr {
-		h := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0]))
+		h := (*unix.Cmsghdr)(unsafePointerOf(oob))
 		l := int(h.Len)
 		if l < unix.SizeofCmsghdr || l > len(oob) {
 			return 0

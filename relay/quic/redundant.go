@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/time/rate"
 )
 
 // Redundancy: on a link that loses packets, a lone packet (one that is not
@@ -63,8 +65,7 @@ type redundantPeer struct {
 	sent, lost uint64    // the window being judged
 	judged     counts    // the window that turned copies on
 	until      time.Time // copies go until then
-	tokens     float64
-	refilled   time.Time
+	budget     *rate.Limiter
 }
 
 func newRedundancy(changed func(netip.AddrPort, bool, float64), copies func()) *redundancy {
@@ -120,7 +121,7 @@ func (r *redundancy) judge(by map[netip.AddrPort]counts, now time.Time) {
 	for addr, d := range by {
 		p := r.peers[addr]
 		if p == nil {
-			p = &redundantPeer{tokens: redundantBurst, refilled: now}
+			p = &redundantPeer{budget: rate.NewLimiter(redundantRate, redundantBurst)}
 			r.peers[addr] = p
 		}
 		p.sent += d.sent
@@ -181,12 +182,9 @@ func (r *redundancy) copy(addr netip.AddrPort, now time.Time) bool {
 	if p == nil || !now.Before(p.until) {
 		return false
 	}
-	p.tokens = min(redundantBurst, p.tokens+now.Sub(p.refilled).Seconds()*redundantRate)
-	p.refilled = now
-	if p.tokens < 1 {
+	if !p.budget.AllowN(now, 1) {
 		return false
 	}
-	p.tokens--
 	if r.copies != nil {
 		r.copies()
 	}
