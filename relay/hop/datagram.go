@@ -31,6 +31,28 @@ func ParseDatagram(b []byte) (id uint64, payload []byte, err error) {
 	return id, b[n:], nil
 }
 
+// ErrCounts means a CountFlow or CountEchoFlow payload of the wrong size.
+var ErrCounts = errors.New("hop: malformed packet counts")
+
+// AppendCounts encodes packet counts, 8 bytes each, after b.
+func AppendCounts(b []byte, counts ...uint64) []byte {
+	for _, c := range counts {
+		b = binary.BigEndian.AppendUint64(b, c)
+	}
+	return b
+}
+
+// ParseCounts decodes exactly len(into) packet counts from payload.
+func ParseCounts(payload []byte, into ...*uint64) error {
+	if len(payload) != 8*len(into) {
+		return ErrCounts
+	}
+	for i, p := range into {
+		*p = binary.BigEndian.Uint64(payload[8*i:])
+	}
+	return nil
+}
+
 // Packets too large for a datagram ride the session's stream as frames: a
 // 16-bit length, then the packet. MaxFrame is the largest UDP payload.
 const MaxFrame = 65535
@@ -82,6 +104,14 @@ const (
 	DrainFlow     = 3
 	// DoneFlow is 6, not 4: stream 4 can carry a session.
 	DoneFlow = 6
+	// CountFlow carries the packets its sender sent on the connection so
+	// far; the other end answers CountEchoFlow with that count and the
+	// packets it received (QUIC's counts: a duplicate is not received
+	// twice). Their difference is what the link lost, including the lone
+	// packets a probe timeout recovered, which a QUIC sender does not
+	// count as lost.
+	CountFlow     = 5
+	CountEchoFlow = 7
 	// MaxProbe bounds a probe's payload; larger ones are not answered.
 	MaxProbe = 64
 )

@@ -40,14 +40,21 @@ func FuzzParse(f *testing.F) {
 }
 
 // FuzzParseDatagram checks the datagram splitter never panics and returns a
-// suffix of its input.
+// suffix of its input, and that packet counts parse only at their size.
 func FuzzParseDatagram(f *testing.F) {
 	f.Add(AppendDatagram(nil, 4, []byte("hello")))
 	f.Add([]byte{0xc0})
+	f.Add(AppendDatagram(nil, CountEchoFlow, AppendCounts(nil, 9, 8)))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		id, p, err := ParseDatagram(b)
 		if err != nil {
 			return
+		}
+		if id == CountFlow || id == CountEchoFlow {
+			var sent, received uint64
+			if err := ParseCounts(p, &sent, &received); (err == nil) != (len(p) == 16) {
+				t.Fatalf("ParseCounts of %d bytes: %v", len(p), err)
+			}
 		}
 		if !bytes.Equal(AppendDatagram(nil, id, p), b) && len(b) > 0 && b[0]>>6 == 0 {
 			t.Fatalf("one-byte varint did not round trip: %x", b)

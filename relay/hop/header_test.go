@@ -174,9 +174,23 @@ func TestFrames(t *testing.T) {
 // session can have (the id of a stream the dialing relay opened: a
 // multiple of 4), or that session's datagrams would be taken for them.
 func TestReservedFlowIDsAreNoSessionIDs(t *testing.T) {
-	for name, id := range map[string]uint64{"ProbeFlow": ProbeFlow, "ProbeEchoFlow": ProbeEchoFlow, "DrainFlow": DrainFlow, "DoneFlow": DoneFlow} {
+	for name, id := range map[string]uint64{"ProbeFlow": ProbeFlow, "ProbeEchoFlow": ProbeEchoFlow, "DrainFlow": DrainFlow, "DoneFlow": DoneFlow,
+		"CountFlow": CountFlow, "CountEchoFlow": CountEchoFlow} {
 		if id%4 == 0 {
 			t.Errorf("%s = %d is a client-opened bidirectional stream id", name, id)
+		}
+	}
+}
+
+func TestCounts(t *testing.T) {
+	var sent, received uint64
+	b := AppendCounts(nil, 1<<40+3, 17)
+	if err := ParseCounts(b, &sent, &received); err != nil || sent != 1<<40+3 || received != 17 {
+		t.Fatalf("ParseCounts = %d, %d, %v; want %d, 17, nil", sent, received, err, uint64(1<<40+3))
+	}
+	for _, bad := range [][]byte{nil, b[:15], append(b, 0)} {
+		if err := ParseCounts(bad, &sent, &received); !errors.Is(err, ErrCounts) {
+			t.Errorf("ParseCounts(%d bytes) = %v; want ErrCounts", len(bad), err)
 		}
 	}
 }

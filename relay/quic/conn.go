@@ -25,6 +25,10 @@ type Conn struct {
 	// the connection, which tells the peer that all it sent was read.
 	flows    atomic.Int64
 	peerDone atomic.Bool
+	// reported is the sent count of the last report (counts.go); peerLost
+	// the most packets the peer said it had not received.
+	reported uint64
+	peerLost atomic.Uint64
 
 	mu      sync.Mutex
 	sinks   map[uint64]func([]byte)
@@ -150,6 +154,18 @@ func (c *Conn) runDatagrams(e *Endpoint) {
 			continue
 		case hop.ProbeEchoFlow:
 			e.echo(c.Peer, payload)
+			continue
+		case hop.CountFlow:
+			if !echoes.Allow() {
+				onDrop("probe_limit")
+			} else if c.answerCounts(payload) != nil {
+				onDrop("bad_datagram")
+			}
+			continue
+		case hop.CountEchoFlow:
+			if c.peerCounts(payload) != nil {
+				onDrop("bad_datagram")
+			}
 			continue
 		case hop.DrainFlow:
 			if !c.draining.Swap(true) {

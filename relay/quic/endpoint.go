@@ -181,7 +181,9 @@ func Listen(opts Options) (*Endpoint, error) {
 }
 
 // judgeLoss samples every connection's loss four times a second, which
-// decides where lone packets go twice (redundant.go).
+// decides where lone packets go twice (redundant.go), and tells each busy
+// connection's peer what it sent, for the peer's answer to say what
+// arrived (counts.go).
 func (e *Endpoint) judgeLoss() {
 	defer e.wg.Done()
 	t := time.NewTicker(lossSample)
@@ -191,7 +193,11 @@ func (e *Endpoint) judgeLoss() {
 		case <-e.ctx.Done():
 			return
 		case now := <-t.C:
-			e.red.sample(e.allConns(), now)
+			conns := e.allConns()
+			e.red.sample(conns, now)
+			for _, c := range conns {
+				c.reportSent()
+			}
 		}
 	}
 }
@@ -570,9 +576,9 @@ func (e *Endpoint) Loss(peer string) (sent, lost uint64) {
 	var hidden counts
 	for _, l := range links {
 		if c := l.Live(); c != nil {
-			st := c.ConnectionStats()
-			sent += st.PacketsSent
-			lost += st.PacketsLost
+			cur := c.lossCounts()
+			sent += cur.sent
+			lost += cur.lost
 			if ua, ok := c.RemoteAddr().(*net.UDPAddr); ok {
 				if j, on := e.red.hidden(ua.AddrPort(), now); on {
 					hidden = j

@@ -27,10 +27,9 @@ const (
 	// turn copies on for it. Any loss costs an interactive flow a probe
 	// timeout, so the bar is low (a chain of three links losing 1% end to
 	// end loses 0.33% on each); the window keeps a stray loss of a quiet
-	// link from counting. The losses are quic-go's count, which leaves out
-	// a packet its probe timeout recovered, the way a lone packet is lost:
-	// losses of bulk transfers, ACKs and reordering turn copies on, an
-	// interactive flow's alone does not (docs/benchmarks.md, under loss).
+	// link from counting. The losses are the larger of quic-go's count and
+	// the one the peer reports (counts.go), which includes the lone
+	// packets quic-go's probe timeouts recovered without counting.
 	redundantLost   = 2
 	redundantWindow = 2000
 	// redundantHold is how long copies go on once turned on. With copies,
@@ -100,8 +99,7 @@ func (r *redundancy) sample(conns []*Conn, now time.Time) {
 		if !ok {
 			continue
 		}
-		st := c.ConnectionStats()
-		cur := counts{st.PacketsSent, st.PacketsLost}
+		cur := c.lossCounts()
 		seen[c] = cur
 		addr := canonical(ua.AddrPort())
 		d, step := by[addr], cur.since(r.last[c])

@@ -76,7 +76,10 @@ func TestLonePacketsGoTwiceToALossyPeer(t *testing.T) {
 }
 
 // Both ends of a lossy link turn copies on: the end that asks and the one
-// that answers, each from the losses its own packets met.
+// that answers, each from the losses its own packets met. The link carries
+// only sequential echoes, whose lost packets quic-go's probe timeouts
+// recover without counting a loss: the peers' reports of what arrived
+// (counts.go) are what show the link's 1%.
 func TestBothEndsOfALossyLinkCopy(t *testing.T) {
 	ca, err := pki.NewCA("test")
 	if err != nil {
@@ -87,7 +90,7 @@ func TestBothEndsOfALossyLinkCopy(t *testing.T) {
 		s.Close()
 	})
 	a := testEndpoint(t, ca, "a", nil)
-	lossy, err := linkemu.NewUDPProxy("127.0.0.1:0", b.Addr().String(), linkemu.Params{Loss: 0.03})
+	lossy, err := linkemu.NewUDPProxy("127.0.0.1:0", b.Addr().String(), linkemu.Params{Loss: 0.01, Delay: 100 * time.Microsecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,6 +114,6 @@ func TestBothEndsOfALossyLinkCopy(t *testing.T) {
 		}
 	}
 	if copies(a) < 20 || copies(b) < 20 {
-		t.Fatalf("after 5,000 echoes over a link losing 3%%: %v copies from the asking end, %v from the answering end", copies(a), copies(b))
+		t.Fatalf("after 5,000 echoes over a link losing 1%%: %v copies from the asking end, %v from the answering end", copies(a), copies(b))
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/hoplink/hoplink/relay/hop"
 )
 
 func TestRedundancyFollowsLoss(t *testing.T) {
@@ -108,5 +110,31 @@ func TestCountsSince(t *testing.T) {
 		if got := c.cur.since(c.prev); got != c.want {
 			t.Errorf("%+v since %+v = %+v; want %+v", c.cur, c.prev, got, c.want)
 		}
+	}
+}
+
+// A peer's answer counts what it had not received of the packets sent
+// before the report; the count only grows, and a payload of the wrong size
+// is refused.
+func TestPeerCounts(t *testing.T) {
+	c := &Conn{}
+	for _, step := range []struct {
+		sent, received, want uint64
+	}{
+		{100, 100, 0},
+		{200, 197, 3},
+		{300, 299, 3}, // packets sent after the report arrived first: lower, kept
+		{400, 410, 3}, // more received than reported sent: no loss, kept
+		{500, 490, 10},
+	} {
+		if err := c.peerCounts(hop.AppendCounts(nil, step.sent, step.received)); err != nil {
+			t.Fatal(err)
+		}
+		if got := c.peerLost.Load(); got != step.want {
+			t.Fatalf("after sent %d, received %d: lost %d; want %d", step.sent, step.received, got, step.want)
+		}
+	}
+	if err := c.peerCounts(hop.AppendCounts(nil, 600)); err == nil {
+		t.Fatal("an answer of one count was taken")
 	}
 }
