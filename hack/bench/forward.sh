@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Forwarding benchmark, all in one run on loopback so figures compare:
-#   TCP throughput (iperf3): direct, haproxy, hoplink plain forward (route [hk]),
-#     rathole (Noise), hoplink 1 hop (hk -> la) and 3 hops (hk -> m1 -> m2 -> la);
+#   TCP throughput (iperf3): direct, haproxy, two haproxy processes in series
+#     (what two user-space relays carry with no encryption at all), hoplink plain
+#     forward (route [hk]), rathole (Noise), hoplink 1 hop (hk -> la) and 3 hops
+#     (hk -> m1 -> m2 -> la);
 #   UDP at fixed offered rates (a sweep, to find where loss starts): direct vs 1 hop;
 #   time to first byte of new connections, request/response latency with 300
 #     clients, and relay RSS with 10,000 open flows (hack/bench/flowbench).
@@ -37,7 +39,7 @@ if [[ -z ${NO_RATHOLE:-} && ! -x $RATHOLE ]] && command -v cargo >/dev/null; the
 fi
 make -s build
 go build -o bin/flowbench ./hack/bench/flowbench
-HOPLINK=$root/bin/hoplink
+HOPLINK=${HOPLINK:-$root/bin/hoplink} # another build to compare: HOPLINK=/path/to/hoplink
 FB=$root/bin/flowbench
 
 work=$(mktemp -d)
@@ -123,7 +125,7 @@ tunnel() { # name chain protocol port target
 }
 P_PLAIN=15300 P_ONE=15301 P_THREE=15303 E_ONE=15311 E_THREE=15313
 P_ONE_TLS=15321 P_THREE_TLS=15323 E_ONE_TLS=15331 E_THREE_TLS=15333
-P_ONE_AUTO=15341 P_THREE_AUTO=15343 E_ONE_AUTO=15351 E_THREE_AUTO=15353 P_HAPROXY=15500 E_HAPROXY=15510 P_RATHOLE=15600 E_RATHOLE=15610
+P_ONE_AUTO=15341 P_THREE_AUTO=15343 E_ONE_AUTO=15351 E_THREE_AUTO=15353 P_HAPROXY=15500 E_HAPROXY=15510 P_HAPROXY2=15520 P_HAPROXY2_IN=15521 P_RATHOLE=15600 E_RATHOLE=15610
 tunnel plain-iperf plain tcp $P_PLAIN 127.0.0.1:$IPERF
 tunnel one-iperf one tcp $P_ONE 127.0.0.1:$IPERF
 tunnel one-iperf-udp one udp $P_ONE 127.0.0.1:$IPERF
@@ -166,8 +168,26 @@ listen iperf
 listen echo
   bind 127.0.0.1:$E_HAPROXY
   server t 127.0.0.1:$ECHO
+listen pair-exit
+  bind 127.0.0.1:$P_HAPROXY2_IN
+  server t 127.0.0.1:$IPERF
 CFG
 start haproxy haproxy -f "$work/haproxy.cfg" -db
+# A second process in front of the first: a 1-hop pair of relays that copy in
+# user space and encrypt nothing, the most such a pair carries here.
+cat >"$work/haproxy-entry.cfg" <<CFG
+global
+  maxconn 100
+defaults
+  mode tcp
+  timeout connect 5s
+  timeout client 1m
+  timeout server 1m
+listen pair-entry
+  bind 127.0.0.1:$P_HAPROXY2
+  server t 127.0.0.1:$P_HAPROXY2_IN
+CFG
+start haproxy-entry haproxy -f "$work/haproxy-entry.cfg" -db
 
 have_rathole=0
 if [[ -z ${NO_RATHOLE:-} && -x $RATHOLE ]]; then
@@ -233,7 +253,7 @@ kv() { sed -n "s/.*$1=\([^ ]*\).*/\1/p"; }
 
 declare -A TCP UDP TTFB50 TTFB99 RR
 log "TCP throughput, ${DURATION}s each"
-for name in direct:$IPERF haproxy:$P_HAPROXY plain:$P_PLAIN one:$P_ONE three:$P_THREE one_tls:$P_ONE_TLS three_tls:$P_THREE_TLS one_auto:$P_ONE_AUTO three_auto:$P_THREE_AUTO $( ((have_rathole)) && echo rathole:$P_RATHOLE); do
+for name in direct:$IPERF haproxy:$P_HAPROXY haproxy2:$P_HAPROXY2 plain:$P_PLAIN one:$P_ONE three:$P_THREE one_tls:$P_ONE_TLS three_tls:$P_THREE_TLS one_auto:$P_ONE_AUTO three_auto:$P_THREE_AUTO $( ((have_rathole)) && echo rathole:$P_RATHOLE); do
   TCP[${name%%:*}]=$(tcp_gbps "${name#*:}"); echo "${name%%:*}: ${TCP[${name%%:*}]}" >&2
 done
 log "UDP at $UDP_RATES offered, 1200-byte datagrams"
@@ -282,6 +302,7 @@ la_line=$(echo "$HOLD" | grep "pid=${relay_pid[la]} ")
   echo "|---|---|---|---|"
   line "direct" direct
   line "haproxy (plain forward)" haproxy
+  line "two haproxy processes in series (1 hop, no encryption)" haproxy2
   line "hoplink plain forward, route [hk] (splice)" plain
   ((have_rathole)) && line "rathole 0.5.0, Noise (encrypted, 1 hop)" rathole
   line "hoplink 1 hop, default (transport: auto)" one_auto
