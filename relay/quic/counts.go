@@ -59,8 +59,9 @@ func (c *Conn) peerCounts(payload []byte) error {
 }
 
 // lossCounts are the packets this end sent on the connection and how many
-// of them the link lost: the larger of quic-go's count and the peer's.
+// of them the link lost: the larger of quic-go's count and the peer's, and
+// never more than were sent, whatever a peer answers.
 func (c *Conn) lossCounts() counts {
 	st := c.ConnectionStats()
-	return counts{sent: st.PacketsSent, lost: max(st.PacketsLost, c.peerLost.Load())}
+	return counts{sent: st.PacketsSent, lost: min(max(st.PacketsLost, c.peerLost.Load()), st.PacketsSent)}
 }
