@@ -132,7 +132,8 @@ func Reset(s *quicgo.Stream, code quicgo.StreamErrorCode) {
 // TLSEnd is a flow's TLS connection to or from a peer relay.
 type TLSEnd struct {
 	c    *tls.Conn
-	done func() // tells the TLS endpoint the connection is finished
+	rc   syscall.RawConn // the TCP socket under c; nil when it is none
+	done func()          // tells the TLS endpoint the connection is finished
 	once sync.Once
 	// segs is the kernel's count of segments sent and retransmitted,
 	// read as the connection closes: what it saw of the link's loss.
@@ -151,9 +152,50 @@ func (t *TLSEnd) finish() {
 }
 
 // TLS makes c an End; done runs once, when it is closed or aborted.
-func TLS(c *tls.Conn, done func()) *TLSEnd { return &TLSEnd{c: c, done: done} }
+func TLS(c *tls.Conn, done func()) *TLSEnd {
+	t := &TLSEnd{c: c, done: done}
+	if tc, ok := c.NetConn().(*net.TCPConn); ok {
+		t.rc, _ = tc.SyscallConn()
+	}
+	return t
+}
 
-func (t *TLSEnd) Read(b []byte) (int, error)  { return t.c.Read(b) }
+// Read returns at most one TLS record.
+func (t *TLSEnd) Read(b []byte) (int, error) { return t.c.Read(b) }
+
+// maxRecord is the most plaintext one TLS record carries.
+const maxRecord = 16 << 10
+
+// ReadReady reads further records into b while the socket holds more bytes
+// and b has room for a whole record. crypto/tls returns one record per
+// Read, so without this a bulk flow would leave in 16 KiB writes: four
+// times the system calls and segments for whoever it writes to. It may
+// wait for the rest of a record whose start already arrived, which a
+// sender that writes whole records delivers at once.
+func (t *TLSEnd) ReadReady(b []byte) (int, error) {
+	n := 0
+	for len(b)-n >= maxRecord && t.buffered() {
+		m, err := t.c.Read(b[n:])
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// buffered says whether the socket has bytes not yet read (SIOCINQ).
+func (t *TLSEnd) buffered() bool {
+	if t.rc == nil {
+		return false
+	}
+	v := 0
+	if err := t.rc.Control(func(fd uintptr) { v, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) }); err != nil {
+		return false
+	}
+	return v > 0
+}
+
 func (t *TLSEnd) Write(b []byte) (int, error) { return t.c.Write(b) }
 func (t *TLSEnd) Fail(quicgo.StreamErrorCode) { t.Abort() }
 

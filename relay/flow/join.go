@@ -93,9 +93,16 @@ func Join(a, b End, up, down Counter, idle time.Duration) error {
 	return err
 }
 
+// gatherer is a source that returns little per Read (a TLS record) but can
+// add what already arrived behind it without blocking.
+type gatherer interface {
+	ReadReady([]byte) (int, error)
+}
+
 func copyHalf(dst, src End, n Counter, it *idleTimer) error {
 	pool := &bufPool
-	if _, ok := src.(*TLSEnd); ok {
+	g, gathers := src.(gatherer)
+	if gathers {
 		pool = &tlsBufPool
 	}
 	for {
@@ -106,12 +113,27 @@ func copyHalf(dst, src End, n Counter, it *idleTimer) error {
 		buf := *bp
 		for {
 			nr, rerr := src.Read(buf)
-			if nr > 0 {
-				if _, werr := dst.Write(buf[:nr]); werr != nil {
+			out := buf[:nr]
+			var big *[]byte
+			if gathers && rerr == nil && nr == len(buf) {
+				// A full record: bulk. Gather what follows it into a
+				// large buffer, borrowed only for this write.
+				big = bufPool.Get().(*[]byte)
+				copy(*big, out)
+				var m int
+				m, rerr = g.ReadReady((*big)[nr:])
+				out = (*big)[:nr+m]
+			}
+			if len(out) > 0 {
+				_, werr := dst.Write(out)
+				if big != nil {
+					bufPool.Put(big)
+				}
+				if werr != nil {
 					pool.Put(bp)
 					return werr
 				}
-				n.Add(float64(nr))
+				n.Add(float64(len(out)))
 				it.moved()
 			}
 			if rerr == io.EOF {
