@@ -133,6 +133,7 @@ func Reset(s *quicgo.Stream, code quicgo.StreamErrorCode) {
 type TLSEnd struct {
 	c    *tls.Conn
 	rc   syscall.RawConn // the TCP socket under c; nil when it is none
+	rh   recordHolder    // nil when the connection under c sends records one by one
 	done func()          // tells the TLS endpoint the connection is finished
 	once sync.Once
 	// segs is the kernel's count of segments sent and retransmitted,
@@ -145,7 +146,7 @@ type TLSEnd struct {
 func (t *TLSEnd) Segments() (sent, retransmitted uint32) { return t.segs[0], t.segs[1] }
 
 func (t *TLSEnd) finish() {
-	if tc, ok := t.c.NetConn().(*net.TCPConn); ok {
+	if tc := tcpOf(t.c); tc != nil {
 		t.segs[0], t.segs[1] = segments(tc)
 	}
 	t.done()
@@ -154,10 +155,42 @@ func (t *TLSEnd) finish() {
 // TLS makes c an End; done runs once, when it is closed or aborted.
 func TLS(c *tls.Conn, done func()) *TLSEnd {
 	t := &TLSEnd{c: c, done: done}
-	if tc, ok := c.NetConn().(*net.TCPConn); ok {
+	if tc := tcpOf(c); tc != nil {
 		t.rc, _ = tc.SyscallConn()
 	}
+	t.rh, _ = c.NetConn().(recordHolder)
 	return t
+}
+
+// recordHolder is a connection under TLS that can hold the records of one
+// Write and send them together (relay/tlslink's).
+type recordHolder interface {
+	Hold()
+	Flush() error
+}
+
+// tcpOf is the TCP connection under c, or nil.
+func tcpOf(c *tls.Conn) *net.TCPConn {
+	switch x := c.NetConn().(type) {
+	case *net.TCPConn:
+		return x
+	case interface{ TCP() *net.TCPConn }:
+		return x.TCP()
+	}
+	return nil
+}
+
+// Write sends b's records in one system call where the connection allows.
+func (t *TLSEnd) Write(b []byte) (int, error) {
+	if t.rh == nil {
+		return t.c.Write(b)
+	}
+	t.rh.Hold()
+	n, err := t.c.Write(b)
+	if ferr := t.rh.Flush(); err == nil && ferr != nil {
+		return 0, ferr
+	}
+	return n, err
 }
 
 // Read returns at most one TLS record.
@@ -196,7 +229,6 @@ func (t *TLSEnd) buffered() bool {
 	return v > 0
 }
 
-func (t *TLSEnd) Write(b []byte) (int, error) { return t.c.Write(b) }
 func (t *TLSEnd) Fail(quicgo.StreamErrorCode) { t.Abort() }
 
 // CloseWrite sends TLS close_notify: the peer reads EOF, and can still send.
@@ -217,7 +249,7 @@ func (t *TLSEnd) Close() {
 
 func (t *TLSEnd) Abort() {
 	t.once.Do(t.finish)
-	if tc, ok := t.c.NetConn().(*net.TCPConn); ok {
+	if tc := tcpOf(t.c); tc != nil {
 		tc.SetLinger(0)
 	}
 	t.c.NetConn().Close()

@@ -220,7 +220,7 @@ func (e *Endpoint) accept() {
 			// The slot is given back once the handshake ends (or, should
 			// serve panic, at the latest here).
 			defer func() { e.endHandshake(src) }()
-			e.serve(tls.Server(raw, conf), func() { e.endHandshake(src); src = "" })
+			e.serve(tls.Server(wrap(raw), conf), func() { e.endHandshake(src); src = "" })
 		}()
 	}
 }
@@ -653,7 +653,7 @@ func (p *Pool) dial(ctx context.Context) (*tls.Conn, error) {
 			errs = append(errs, err)
 			continue
 		}
-		c := tls.Client(raw, p.conf.Load())
+		c := tls.Client(wrap(raw), p.conf.Load())
 		if err := c.HandshakeContext(ctx); err != nil {
 			raw.Close()
 			p.e.handshake("dial", "failed")
@@ -674,15 +674,15 @@ func (p *Pool) dial(ctx context.Context) (*tls.Conn, error) {
 // 1.3 servers send session tickets after the handshake, and crypto/tls
 // reads them with the flow's first read.
 func alive(c *tls.Conn) bool {
-	tc, ok := c.NetConn().(*net.TCPConn)
-	if !ok {
+	tc := TCP(c.NetConn())
+	if tc == nil {
 		return true
 	}
+	ok := false
 	rc, err := tc.SyscallConn()
 	if err != nil {
 		return false
 	}
-	ok = false
 	rc.Read(func(fd uintptr) bool {
 		var b [1]byte
 		n, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)

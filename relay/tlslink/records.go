@@ -1,0 +1,79 @@
+package tlslink
+
+import (
+	"net"
+	"sync"
+)
+
+// recordConn is the TCP connection under a relay's TLS connection. Between
+// Hold and Flush it keeps what crypto/tls writes and sends it in one call:
+// crypto/tls writes each 16 KiB record on its own, so a 64 KiB write of a
+// flow would otherwise cost four system calls and four segments.
+type recordConn struct {
+	*net.TCPConn
+	mu   sync.Mutex
+	hold bool
+	buf  *[]byte
+}
+
+// recordBuf holds one flow write's records: 64 KiB and four record
+// overheads, borrowed between Hold and Flush only.
+var recordBuf = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10+4*64); return &b }}
+
+func wrap(c net.Conn) net.Conn {
+	if tc, ok := c.(*net.TCPConn); ok {
+		return &recordConn{TCPConn: tc}
+	}
+	return c
+}
+
+// TCP is the connection itself, for socket options and TCP_INFO.
+func (c *recordConn) TCP() *net.TCPConn { return c.TCPConn }
+
+func (c *recordConn) Write(b []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.hold {
+		return c.TCPConn.Write(b)
+	}
+	if c.buf == nil {
+		c.buf = recordBuf.Get().(*[]byte)
+	}
+	*c.buf = append(*c.buf, b...)
+	return len(b), nil
+}
+
+// Hold keeps the writes that follow until Flush.
+func (c *recordConn) Hold() {
+	c.mu.Lock()
+	c.hold = true
+	c.mu.Unlock()
+}
+
+// Flush sends what was held in one write and stops holding.
+func (c *recordConn) Flush() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.hold = false
+	if c.buf == nil {
+		return nil
+	}
+	_, err := c.TCPConn.Write(*c.buf)
+	*c.buf = (*c.buf)[:0]
+	if cap(*c.buf) <= 128<<10 {
+		recordBuf.Put(c.buf)
+	}
+	c.buf = nil
+	return err
+}
+
+// TCP returns the TCP connection under a relay's TLS connection, or nil.
+func TCP(c net.Conn) *net.TCPConn {
+	switch x := c.(type) {
+	case *net.TCPConn:
+		return x
+	case *recordConn:
+		return x.TCPConn
+	}
+	return nil
+}
