@@ -116,3 +116,96 @@ func TestWriterGoesOnAfterRefusal(t *testing.T) {
 		t.Fatal("no refusal counted")
 	}
 }
+
+// Runs of equal-sized datagrams, cut by the kernel where it segments UDP,
+// reach the target as the datagrams they were, in order, whatever their
+// sizes.
+func TestWriterKeepsDatagramsWhole(t *testing.T) {
+	ln, c := pair(t)
+	ln.SetReadBuffer(4 << 20)
+	var sizes []int
+	for range 100 {
+		sizes = append(sizes, 1200)
+	}
+	sizes = append(sizes, 700, 1200, 1200, 1300, 1300, 0, 5, 5, 65000, 9000, 9000, 9000, 9000, 9000, 9000, 9000, 9000, 1)
+	var sent atomic.Int64
+	w := NewWriter(c, func(n int) { sent.Add(1) }, func() {})
+	defer w.Close()
+	w.mu.Lock() // queue them all before the writer looks, so they go in runs
+	for i, n := range sizes {
+		p := bytes.Repeat([]byte{byte(i)}, n)
+		w.queue = append(w.queue, p)
+	}
+	w.mu.Unlock()
+	w.wake <- struct{}{}
+	buf := make([]byte, 1<<16)
+	ln.SetReadDeadline(time.Now().Add(5 * time.Second))
+	for i, n := range sizes {
+		k, err := ln.Read(buf)
+		if err != nil {
+			t.Fatalf("datagram %d: %v", i, err)
+		}
+		if k != n || (k > 0 && (buf[0] != byte(i) || buf[k-1] != byte(i))) {
+			t.Fatalf("datagram %d: %d bytes starting %v, want %d of %d", i, k, buf[:min(k, 4)], n, byte(i))
+		}
+	}
+	for i := 0; sent.Load() != int64(len(sizes)) && i < 100; i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if sent.Load() != int64(len(sizes)) {
+		t.Fatalf("counted %d sent, want %d", sent.Load(), len(sizes))
+	}
+}
+
+// A datagram the kernel refuses every time (larger than UDP allows) is
+// dropped and counted once; the writer does not retry it forever and the
+// datagrams behind it go out.
+func TestWriterDropsWhatTheKernelAlwaysRefuses(t *testing.T) {
+	ln, c := pair(t)
+	var failed atomic.Int64
+	w := NewWriter(c, func(int) {}, func() { failed.Add(1) })
+	defer w.Close()
+	w.Write(make([]byte, 70000))
+	w.Write([]byte("after"))
+	buf := make([]byte, 100)
+	ln.SetReadDeadline(time.Now().Add(5 * time.Second))
+	k, err := ln.Read(buf)
+	if err != nil || string(buf[:k]) != "after" {
+		t.Fatalf("got %q, %v; want the datagram behind the refused one", buf[:k], err)
+	}
+	if failed.Load() != 1 {
+		t.Fatalf("%d failures counted, want 1", failed.Load())
+	}
+}
+
+func TestRun(t *testing.T) {
+	n := func(sizes ...int) [][]byte {
+		var p [][]byte
+		for _, s := range sizes {
+			p = append(p, make([]byte, s))
+		}
+		return p
+	}
+	many := make([]int, 100)
+	for i := range many {
+		many[i] = 1000
+	}
+	for _, tc := range []struct {
+		name string
+		pkts [][]byte
+		want int
+	}{
+		{"one", n(1200), 1},
+		{"equal", n(1200, 1200, 1200), 3},
+		{"a shorter last", n(1200, 1200, 800, 1200), 3},
+		{"a longer one ends it", n(1200, 1300, 1200), 1},
+		{"empty alone", n(0, 0), 1},
+		{"empty never ends a run", n(5, 5, 0), 2},
+		{"at most 64", n(many...), 64},
+		{"at most one IP datagram", n(30000, 30000, 30000), 2},
+	} {
+		if got := run(tc.pkts); got != tc.want {
+			t.Errorf("%s: run %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
