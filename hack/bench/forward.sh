@@ -3,7 +3,8 @@
 #   TCP throughput (iperf3): direct, haproxy, two haproxy processes in series
 #     (what two user-space relays carry with no encryption at all), hoplink plain
 #     forward (route [hk]), rathole (Noise), hoplink 1 hop (hk -> la) and 3 hops
-#     (hk -> m1 -> m2 -> la);
+#     (hk -> m1 -> m2 -> la); and bare quic-go's one stream between two
+#     processes, the ceiling of a QUIC hop;
 #   UDP at fixed offered rates (a sweep, to find where loss starts): direct vs 1 hop;
 #   time to first byte of new connections, request/response latency with 300
 #     clients, and relay RSS with 10,000 open flows (hack/bench/flowbench).
@@ -256,6 +257,10 @@ log "TCP throughput, ${DURATION}s each"
 for name in direct:$IPERF haproxy:$P_HAPROXY haproxy2:$P_HAPROXY2 plain:$P_PLAIN one:$P_ONE three:$P_THREE one_tls:$P_ONE_TLS three_tls:$P_THREE_TLS one_auto:$P_ONE_AUTO three_auto:$P_THREE_AUTO $( ((have_rathole)) && echo rathole:$P_RATHOLE); do
   TCP[${name%%:*}]=$(tcp_gbps "${name#*:}"); echo "${name%%:*}: ${TCP[${name%%:*}]}" >&2
 done
+# Bare quic-go, one stream between two processes and no relay around it: what
+# a QUIC hop could carry here at most.
+out=$($FB quicbulk -addr 127.0.0.1:$QECHO -duration "${DURATION}s"); echo "bare quic-go: $out" >&2
+TCP[quicbulk]="$(echo "$out" | kv gbps) -"
 log "UDP at $UDP_RATES offered, 1200-byte datagrams"
 for rate in $UDP_RATES; do
   for name in direct:$IPERF one:$P_ONE; do
@@ -307,6 +312,7 @@ la_line=$(echo "$HOLD" | grep "pid=${relay_pid[la]} ")
   ((have_rathole)) && line "rathole 0.5.0, Noise (encrypted, 1 hop)" rathole
   line "hoplink 1 hop, default (transport: auto)" one_auto
   line "hoplink 3 hops, default (transport: auto)" three_auto
+  line "bare quic-go, one stream between two processes, no relay (the most a QUIC hop carries)" quicbulk
   line "hoplink 1 hop, QUIC + TLS 1.3 (transport: quic)" one
   line "hoplink 3 hops, QUIC + TLS 1.3 (transport: quic)" three
   line "hoplink 1 hop, TLS 1.3 over TCP (transport: tls)" one_tls

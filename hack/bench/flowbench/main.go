@@ -1,7 +1,8 @@
 // Command flowbench measures what iperf3 does not: time to first byte of
 // new connections, request/response latency under many concurrent clients,
 // relay memory with many open flows, and the round trip of bare quic-go and
-// TCP between two processes (the floor of a hop). hack/bench/forward.sh runs it
+// TCP between two processes (the floor of a hop) and bare quic-go's bulk
+// throughput. hack/bench/forward.sh runs it
 // against the direct path and each forwarder in one run; it prints
 // key=value lines for the script to tabulate.
 package main
@@ -23,14 +24,14 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: flowbench echo|ttfb|rr|hold|quicecho|quicrtt|tcprtt [flags]")
+		fmt.Fprintln(os.Stderr, "usage: flowbench echo|ttfb|rr|hold|quicecho|quicrtt|tcprtt|quicbulk [flags]")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
 	addr := fs.String("addr", "127.0.0.1:7000", "address to listen on (echo) or connect to")
 	n := fs.Int("n", 1000, "connections (ttfb) or flows to hold (hold)")
 	clients := fs.Int("clients", 300, "concurrent clients (rr)")
-	duration := fs.Duration("duration", 30*time.Second, "how long to run (rr)")
+	duration := fs.Duration("duration", 30*time.Second, "how long to run (rr, quicbulk)")
 	think := fs.Duration("think", 50*time.Millisecond, "pause between a client's requests (rr)")
 	size := fs.Int("size", 64, "request and response size in bytes (rr)")
 	pids := fs.String("pids", "", "comma-separated pids whose RSS to report (hold)")
@@ -52,6 +53,8 @@ func main() {
 		err = quicRTT(*addr, *n)
 	case "tcprtt":
 		err = tcpRTT(*addr, *n)
+	case "quicbulk":
+		err = quicBulk(*addr, *duration)
 	default:
 		err = fmt.Errorf("unknown mode %q", os.Args[1])
 	}
