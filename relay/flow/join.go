@@ -117,9 +117,12 @@ func copyHalf(dst, src End, n Counter, it *idleTimer) error {
 			var big *[]byte
 			if gathers && rerr == nil && nr == len(buf) {
 				// A full record: bulk. Gather what follows it into a
-				// large buffer, borrowed only for this write.
+				// large buffer, borrowed only for this write; the small
+				// one goes back meanwhile, so a flow blocked on a slow
+				// reader holds 64 KiB, as any other does.
 				big = bufPool.Get().(*[]byte)
 				copy(*big, out)
+				pool.Put(bp)
 				var m int
 				m, rerr = g.ReadReady((*big)[nr:])
 				out = (*big)[:nr+m]
@@ -128,6 +131,8 @@ func copyHalf(dst, src End, n Counter, it *idleTimer) error {
 				_, werr := dst.Write(out)
 				if big != nil {
 					bufPool.Put(big)
+					bp = pool.Get().(*[]byte)
+					buf = *bp
 				}
 				if werr != nil {
 					pool.Put(bp)
