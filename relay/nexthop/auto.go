@@ -67,7 +67,20 @@ const (
 	// ReasonNoSpare: a flow of a Tunnel not known to be bulk found no TLS
 	// connection ready and took QUIC rather than wait for a handshake.
 	ReasonNoSpare = "no_spare"
+	// ReasonTLSShare: the Tunnel's flows already hold their share of TLS
+	// connections to the peer (maxTLSFlowsPerTunnel); the flow rides QUIC.
+	ReasonTLSShare = "tls_share"
 )
+
+// maxTLSFlowsPerTunnel bounds a Tunnel's flows over TLS to one peer at a
+// time under auto. Each TLS flow is a TCP connection of its own, whose
+// kernel buffers the kernel grows and keeps full when the flow's reader
+// stalls (1-2 MiB each here): a thousand stalled downloads of one Tunnel
+// took the host to net.ipv4.tcp_mem, and every socket of every Tunnel
+// stalled with them. Flows past the share ride the Tunnel's QUIC
+// connection, whose flow-control window bounds them all together; 16
+// connections are more than one Tunnel's bulk needs to fill a link.
+const maxTLSFlowsPerTunnel = 16
 
 // goodput is a moving average of bulk flows' goodput on one transport.
 type goodput struct {

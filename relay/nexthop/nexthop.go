@@ -76,6 +76,37 @@ type Peers struct {
 
 	spread sync.Map // peer with replicas -> *atomic.Uint64, its round-robin turn
 	auto   *chooser
+
+	tlsMu    sync.Mutex
+	tlsFlows map[tlsShare]int // TLS flows open under auto
+}
+
+// tlsShare is what maxTLSFlowsPerTunnel counts: a Tunnel's flows to a peer.
+type tlsShare struct{ peer, tunnel string }
+
+// takeTLS takes a slot of the Tunnel's share of TLS flows to peer, or
+// says there is none left.
+func (p *Peers) takeTLS(k tlsShare) bool {
+	p.tlsMu.Lock()
+	defer p.tlsMu.Unlock()
+	if p.tlsFlows[k] >= maxTLSFlowsPerTunnel {
+		return false
+	}
+	if p.tlsFlows == nil {
+		p.tlsFlows = map[tlsShare]int{}
+	}
+	p.tlsFlows[k]++
+	return true
+}
+
+func (p *Peers) giveTLS(k tlsShare) {
+	p.tlsMu.Lock()
+	defer p.tlsMu.Unlock()
+	if p.tlsFlows[k] <= 1 {
+		delete(p.tlsFlows, k)
+		return
+	}
+	p.tlsFlows[k]--
 }
 
 // New makes a relay's Peers; Listen binds them. The two steps let the
@@ -322,11 +353,26 @@ func (p *Peers) Open(ctx context.Context, h *hop.Header, transport v1alpha1.Tran
 	var out flow.End
 	var err error
 	if ch.Transport == v1alpha1.TransportTLS {
-		out, err = p.openTLS(ctx, h, ch.spareOnly)
-		if out == nil && err == nil {
-			// A flow of unknown shape in a burst: rather than wait for a
-			// handshake, it rides QUIC.
-			ch.Transport, ch.Reason = v1alpha1.TransportQUIC, ReasonNoSpare
+		// Under auto a Tunnel's TLS flows are bounded; the chain's own
+		// choice of TLS is not.
+		release := func() {}
+		if transport == v1alpha1.TransportAuto && h.Kind == hop.KindTCP {
+			k := tlsShare{ch.peer, h.Tunnel}
+			if !p.takeTLS(k) {
+				ch.Transport, ch.Reason = v1alpha1.TransportQUIC, ReasonTLSShare
+			}
+			release = sync.OnceFunc(func() { p.giveTLS(k) })
+		}
+		if ch.Transport == v1alpha1.TransportTLS {
+			out, err = p.openTLS(ctx, h, ch.spareOnly, release)
+			if out == nil {
+				release()
+			}
+			if out == nil && err == nil {
+				// A flow of unknown shape in a burst: rather than wait
+				// for a handshake, it rides QUIC.
+				ch.Transport, ch.Reason = v1alpha1.TransportQUIC, ReasonNoSpare
+			}
 		}
 	}
 	if ch.Transport != v1alpha1.TransportTLS {
@@ -351,8 +397,9 @@ func (p *Peers) openStream(ctx context.Context, h *hop.Header) (flow.End, error)
 }
 
 // openTLS takes a TLS connection to h.Route[0] and sends it h. With
-// spareOnly it takes a ready one or none (nil, nil).
-func (p *Peers) openTLS(ctx context.Context, h *hop.Header, spareOnly bool) (flow.End, error) {
+// spareOnly it takes a ready one or none (nil, nil). ended runs when the
+// flow's connection is finished.
+func (p *Peers) openTLS(ctx context.Context, h *hop.Header, spareOnly bool, ended func()) (flow.End, error) {
 	next := h.Route[0]
 	peer := p.o.Manifests().Relay(next)
 	if peer == nil {
@@ -387,7 +434,7 @@ func (p *Peers) openTLS(ctx context.Context, h *hop.Header, spareOnly bool) (flo
 	if c == nil {
 		return nil, nil
 	}
-	out := flow.TLS(c, func() { p.tls.Done(c) })
+	out := flow.TLS(c, func() { p.tls.Done(c); ended() })
 	if err := writeHeader(out, h); err != nil {
 		out.Abort()
 		return nil, &Error{Reason: NextHop, Next: next, Err: err}

@@ -168,3 +168,67 @@ func hasSpare(p *Peers, peer string) bool {
 	pool := p.tls.Pool(peer, p.o.Manifests().Relay(peer).Spec.Endpoints)
 	return pool.Spares() > 0
 }
+
+// Under auto a Tunnel's bulk flows take at most their share of TLS
+// connections to a peer; past it they ride QUIC, a flow that ends gives its
+// slot back, and another Tunnel's share is its own.
+func TestATunnelsTLSFlowsAreBounded(t *testing.T) {
+	a, got, _ := two(t, "auto")
+	go func() {
+		for range got {
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, tunnel := range []string{"default/t", "default/u"} {
+		// Known bulk, worth a handshake; both transports measured, TLS
+		// the faster, so no flow samples QUIC.
+		for range max(shortFlows, minSamples) {
+			a.auto.done("b", tunnel, v1alpha1.TransportTLS, 8<<20, 0, time.Second, time.Now())
+			a.auto.done("b", tunnel, v1alpha1.TransportQUIC, 8<<20, 0, 2*time.Second, time.Now())
+		}
+	}
+	open := func(tunnel string) (*Choice, func()) {
+		t.Helper()
+		h := &hop.Header{Kind: hop.KindTCP, Tunnel: tunnel, Route: []string{"b"}, Target: "127.0.0.1:1"}
+		octx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		out, via, err := a.Open(octx, h, v1alpha1.TransportAuto)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out.Write([]byte("hello"))
+		return via, out.Abort
+	}
+	var ends []func()
+	defer func() {
+		for _, end := range ends {
+			end()
+		}
+	}()
+	for i := range maxTLSFlowsPerTunnel {
+		via, end := open("default/t")
+		ends = append(ends, end)
+		if via.Transport != v1alpha1.TransportTLS {
+			t.Fatalf("flow %d of %d took %s (%s), want TLS", i+1, maxTLSFlowsPerTunnel, via.Transport, via.Reason)
+		}
+	}
+	via, end := open("default/t")
+	end()
+	if via.Transport != v1alpha1.TransportQUIC || via.Reason != ReasonTLSShare {
+		t.Fatalf("a flow past the share took %s (%s), want QUIC (%s)", via.Transport, via.Reason, ReasonTLSShare)
+	}
+	if via, end := open("default/u"); via.Transport != v1alpha1.TransportTLS {
+		end()
+		t.Fatalf("another Tunnel's flow took %s (%s), want TLS", via.Transport, via.Reason)
+	} else {
+		end()
+	}
+	ends[0]()
+	ends = ends[1:]
+	via, end = open("default/t")
+	ends = append(ends, end)
+	if via.Transport != v1alpha1.TransportTLS {
+		t.Fatalf("after a TLS flow ended the next took %s (%s), want TLS", via.Transport, via.Reason)
+	}
+}
