@@ -6,26 +6,9 @@
 # machine stayed idle. Relay cores per Gbit/s is the cost of a byte; a path
 # with no idle left is CPU-bound here.
 #   hack/bench/cores.sh               (about 2 minutes; prints a Markdown table)
-set -euo pipefail
-cd "$(dirname "$0")/../.."
-make -s build
-work=$(mktemp -d); pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
-trap cleanup EXIT
-start() { local name=$1; shift; (exec "$@") >"$work/$name.log" 2>&1 & last_pid=$!; pids+=("$last_pid"); }
+source "$(dirname "$0")/onehop.sh"
 chain() { printf -- '---\napiVersion: hoplink.dev/v1alpha1\nkind: Chain\nmetadata: {name: %s}\nspec: {entry: hk, exit: %s, route: %s%s}\n' "$@" >>"$work/m.yaml"; }
 tunnel() { printf -- '---\napiVersion: hoplink.dev/v1alpha1\nkind: Tunnel\nmetadata: {name: %s}\nspec: {chain: %s, protocol: %s, listen: {address: 127.0.0.1, port: %s}, target: "127.0.0.1:18201"}\n' "$@" >>"$work/m.yaml"; }
-cat >"$work/m.yaml" <<YAML
-apiVersion: hoplink.dev/v1alpha1
-kind: RelayNode
-metadata: {name: hk}
-spec: {listen: {address: 127.0.0.1, port: 18401}, endpoints: ["127.0.0.1:18401"]}
----
-apiVersion: hoplink.dev/v1alpha1
-kind: RelayNode
-metadata: {name: la}
-spec: {listen: {address: 127.0.0.1, port: 18402}, endpoints: ["127.0.0.1:18402"]}
-YAML
 chain plain hk "[hk]" ""
 chain quic la "[hk, la]" ", transport: quic"
 chain tls la "[hk, la]" ", transport: tls"
@@ -33,11 +16,8 @@ tunnel plain plain tcp 18500
 tunnel quic quic tcp 18501
 tunnel quic-udp quic udp 18501 # iperf3 -u keeps its control connection on TCP
 tunnel tls tls tcp 18502
-bin/hoplink cert ca --dir "$work/certs" >/dev/null
-bin/hoplink cert issue --dir "$work/certs" hk la >/dev/null
 start iperf3 iperf3 -s -p 18201; srv=$last_pid
-start la bin/hoplink relay -f "$work/m.yaml" --name la --certs "$work/certs" --metrics-addr 127.0.0.1:18601 --log-level warn; la=$last_pid
-start hk bin/hoplink relay -f "$work/m.yaml" --name hk --certs "$work/certs" --metrics-addr 127.0.0.1:18602 --log-level warn; hk=$last_pid
+start_relays --log-level warn
 sleep 2
 
 ticks() { awk '{print $14+$15}' "/proc/$1/stat"; } # utime+stime of a process

@@ -2,25 +2,10 @@
 # CPU-profiles the entry and exit relay of a one-hop chain while iperf3 pushes
 # one TCP stream through it, and prints the top of each profile.
 #   hack/bench/profile-hop.sh [SECONDS]     (profiles land in bin/profiles/)
-set -euo pipefail
-cd "$(dirname "$0")/../.."
 secs=${1:-8}
-make -s build
+source "$(dirname "$0")/onehop.sh"
 out=bin/profiles; mkdir -p "$out"
-work=$(mktemp -d); pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
-trap cleanup EXIT
-start() { local name=$1; shift; (exec "$@") >"$work/$name.log" 2>&1 & pids+=($!); }
-cat >"$work/m.yaml" <<YAML
-apiVersion: hoplink.dev/v1alpha1
-kind: RelayNode
-metadata: {name: hk}
-spec: {listen: {address: 127.0.0.1, port: 18401}, endpoints: ["127.0.0.1:18401"]}
----
-apiVersion: hoplink.dev/v1alpha1
-kind: RelayNode
-metadata: {name: la}
-spec: {listen: {address: 127.0.0.1, port: 18402}, endpoints: ["127.0.0.1:18402"]}
+cat >>"$work/m.yaml" <<YAML
 ---
 apiVersion: hoplink.dev/v1alpha1
 kind: Chain
@@ -32,11 +17,8 @@ kind: Tunnel
 metadata: {name: iperf}
 spec: {chain: one, listen: {address: 127.0.0.1, port: 18500}, target: "127.0.0.1:18201"}
 YAML
-bin/hoplink cert ca --dir "$work/certs" >/dev/null
-bin/hoplink cert issue --dir "$work/certs" hk la >/dev/null
 start iperf3 iperf3 -s -p 18201
-start la bin/hoplink relay -f "$work/m.yaml" --name la --certs "$work/certs" --metrics-addr 127.0.0.1:18601 --pprof
-start hk bin/hoplink relay -f "$work/m.yaml" --name hk --certs "$work/certs" --metrics-addr 127.0.0.1:18602 --pprof
+start_relays --pprof
 sleep 1
 iperf3 -c 127.0.0.1 -p 18500 -t $((secs + 2)) >"$work/client.log" &
 client=$!
