@@ -63,6 +63,34 @@ func AppendFrame(buf, payload []byte) []byte {
 	return append(buf, payload...)
 }
 
+// Frames gathers frames for one write: a session in stream mode sends a
+// burst in full-size packets (or records), not a packet per datagram.
+type Frames struct{ buf []byte }
+
+// framesFlushAt is how much Add lets wait for Flush.
+const framesFlushAt = 32 << 10
+
+// Add frames p after those waiting and reports whether they should be
+// written now.
+func (f *Frames) Add(p []byte) (full bool) {
+	f.buf = AppendFrame(f.buf, p)
+	return len(f.buf) >= framesFlushAt
+}
+
+// Flush writes the frames waiting, if any, in one write.
+func (f *Frames) Flush(w io.Writer) error {
+	if len(f.buf) == 0 {
+		return nil
+	}
+	_, err := w.Write(f.buf)
+	if cap(f.buf) > 2*framesFlushAt+2+MaxFrame {
+		f.buf = nil // a burst of large frames: give its buffer back
+	} else {
+		f.buf = f.buf[:0]
+	}
+	return err
+}
+
 // WriteFrame writes one UDP packet as a stream frame.
 func WriteFrame(w io.Writer, buf []byte, payload []byte) error {
 	_, err := w.Write(AppendFrame(buf[:0], payload))

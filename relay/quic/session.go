@@ -32,15 +32,14 @@ type Session struct {
 	Stream *quicgo.Stream
 	id     uint64
 
-	mu    sync.Mutex // serializes frame writes
-	frame []byte     // frames waiting for Flush
+	mu     sync.Mutex // serializes frame writes
+	frames hop.Frames // frames waiting for Flush
 
 	framed   atomic.Bool
 	auto     bool
 	rate     int64 // datagrams a second from which Auto frames; 0: AutoFramesRate
 	onFramed func()
-	winStart atomic.Int64
-	winCount atomic.Int64
+	win      Rate
 }
 
 // Modes of a session's Send.
@@ -78,17 +77,26 @@ func (s *Session) Framed() bool { return s.framed.Load() }
 // busy counts one packet of an Auto session and reports whether its rate
 // passed AutoFramesRate over the current window.
 func (s *Session) busy() bool {
-	now := int64(time.Since(epoch))
-	if start := s.winStart.Load(); now-start > int64(autoWindow) {
-		s.winStart.Store(now)
-		s.winCount.Store(1)
-		return false
-	}
 	rate := s.rate
 	if rate == 0 {
 		rate = AutoFramesRate
 	}
-	return s.winCount.Add(1) > rate*int64(autoWindow)/int64(time.Second)
+	return s.win.Over(rate)
+}
+
+// Rate counts a session's packets over windows of autoWindow.
+type Rate struct{ start, count atomic.Int64 }
+
+// Over counts one packet and reports whether the current window passed
+// perSecond.
+func (r *Rate) Over(perSecond int64) bool {
+	now := int64(time.Since(epoch))
+	if start := r.start.Load(); now-start > int64(autoWindow) {
+		r.start.Store(now)
+		r.count.Store(1)
+		return false
+	}
+	return r.count.Add(1) > perSecond*int64(autoWindow)/int64(time.Second)
 }
 
 // NewSession makes a session of stream s on connection c.
@@ -127,38 +135,21 @@ func (s *Session) SendFrame(p []byte) error {
 	return s.Flush()
 }
 
-// flushAt is how much Queue lets wait for Flush.
-const flushAt = 32 << 10
-
-// Queue frames p after the frames waiting for Flush.
+// Queue frames p after the frames waiting for Flush (or 32 KiB of them).
 func (s *Session) Queue(p []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.frame = hop.AppendFrame(s.frame, p)
-	if len(s.frame) < flushAt {
+	if !s.frames.Add(p) {
 		return nil
 	}
-	return s.flushLocked()
+	return s.frames.Flush(s.Stream)
 }
 
 // Flush writes the frames queued.
 func (s *Session) Flush() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.flushLocked()
-}
-
-func (s *Session) flushLocked() error {
-	if len(s.frame) == 0 {
-		return nil
-	}
-	_, err := s.Stream.Write(s.frame)
-	if cap(s.frame) > 2*flushAt+2+hop.MaxFrame {
-		s.frame = nil // a burst of large frames: give its buffer back
-	} else {
-		s.frame = s.frame[:0]
-	}
-	return err
+	return s.frames.Flush(s.Stream)
 }
 
 // Receive routes the session's datagrams to sink (see Conn.Register).
