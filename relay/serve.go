@@ -141,7 +141,7 @@ func (d *dispatcher) refusal() quicgo.StreamErrorCode {
 }
 
 // serveTLS serves a flow a peer sent over a TLS connection: the same
-// header, the same checks; TCP flows, traces and packet sessions.
+// header, the same checks; TCP flows, traces, packet and UDP sessions.
 func (d *dispatcher) serveTLS(peer string, c *tls.Conn) {
 	in := flow.TLS(c, func() { d.hops.TLSDone(c) })
 	var first [1]byte
@@ -180,6 +180,8 @@ func (d *dispatcher) serveTLS(peer string, c *tls.Conn) {
 			return
 		}
 		d.packets.serveTLS(in, x)
+	case h.Kind == hop.KindUDP && g.Last:
+		d.udp.exitTLS(in, &h, g.Tunnel)
 	case g.Last:
 		d.tcp.exit(in, &h, g.Tunnel)
 	default:

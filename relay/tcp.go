@@ -170,6 +170,11 @@ func (f *tcpFlows) tellTarget(tc *net.TCPConn, t *v1alpha1.Tunnel, client, liste
 func (f *tcpFlows) middle(in flow.End, h *hop.Header, t *v1alpha1.Tunnel, chain *v1alpha1.Chain) {
 	fc, done := f.beginTCP(h.Tunnel, "middle")
 	defer done()
+	if h.Kind == hop.KindUDP {
+		g := f.m.UDPSessions.WithLabelValues(f.name, h.Tunnel, "middle")
+		g.Inc()
+		defer g.Dec()
+	}
 	ctx, cancel := f.setupContext()
 	out, via, err := f.hops.Open(ctx, nexthop.Onward(h), chain.Spec.Transport)
 	cancel()

@@ -81,7 +81,7 @@ type udpSession struct {
 	// Set once the session is connected; until then packets queue.
 	ready atomic.Bool
 	queue chan []byte
-	out   *rquic.Session
+	out   udpHop       // the next relay
 	local *net.UDPConn // the target, when the entry is also the exit
 	proxy []byte       // the PROXY header each datagram to local starts with
 
@@ -104,6 +104,12 @@ func (u *udpEntry) close() {
 	}
 }
 
+// flushBatches: a session's frames wait for the socket to run dry, or for
+// this many read batches at most (32 datagrams; Frames flushes at 32 KiB
+// anyway), so that a busy Tunnel sends its frames in large writes without
+// holding a quiet session's packet behind a flood.
+const flushBatches = 4
+
 func (u *udpEntry) serve() {
 	go u.reap()
 	r := udpio.NewReader(u.ln)
@@ -121,8 +127,13 @@ func (u *udpEntry) serve() {
 			sent = append(sent, s)
 		}
 	}
+	batches := 0
 	for {
-		err := r.Read(deliver)
+		more, err := r.Read(deliver)
+		if batches++; more && err == nil && batches < flushBatches {
+			continue // more is waiting: let the frames fill
+		}
+		batches = 0
 		for i, s := range sent {
 			s.flush()
 			sent[i] = nil
@@ -295,7 +306,7 @@ func (s *udpSession) connect() {
 	u, f := s.u, s.u.f
 	ctx, cancel := f.setupContext()
 	defer cancel()
-	_, route, err := f.hops.Route(ctx, u.t)
+	chain, route, err := f.hops.Route(ctx, u.t)
 	if err != nil {
 		f.hopFailed(u.key, err)
 		s.end(hop.CodeNextHop)
@@ -324,19 +335,30 @@ func (s *udpSession) connect() {
 	}
 	h := &hop.Header{Kind: hop.KindUDP, Tunnel: u.key, Route: route[1:], Target: u.t.Spec.Target}
 	h.Client, h.Listener = proxyAddrs(u.t, net.UDPAddrFromAddrPort(s.client), u.ln.LocalAddr())
-	conn, st, err := f.hops.Session(ctx, h)
+	var mode v1alpha1.UDPMode
+	if u.t.Spec.UDP != nil {
+		mode = u.t.Spec.UDP.Mode
+	}
+	next, err := f.hops.OpenUDP(ctx, h, chain.Spec.Transport, mode)
 	cancel()
 	if err != nil {
 		f.hopFailed(u.key, err)
 		s.end(hop.CodeNextHop)
 		return
 	}
-	s.out = rquic.NewSession(conn, st)
-	s.out.SetMode(udpMode(u.t), f.framed(u.key, "entry", s.client.String()))
-	s.out.Receive(s.reply)
+	bulk := func() { f.hops.UDPBulk(u.key) }
+	if next.TLS != nil {
+		s.out = &tlsHop{end: next.TLS, bulk: bulk}
+	} else {
+		out := rquic.NewSession(next.Conn, next.Stream)
+		framed := f.framed(u.key, "entry", s.client.String())
+		out.SetMode(udpMode(u.t), func() { framed(); bulk() })
+		out.Receive(s.reply)
+		s.out = quicHop{out}
+	}
 	s.markReady()
-	// The stream carries oversize replies; its end is the session's end.
-	s.out.ReadFrames(s.reply, nil)
+	// The stream carries (oversize) replies; its end is the session's end.
+	s.out.ReadFrames(s.reply)
 	s.end(hop.CodeReset)
 }
 
@@ -376,9 +398,11 @@ func (s *udpSession) end(code quicgo.StreamErrorCode) {
 		if s.local != nil {
 			s.local.Close()
 		}
+		if q, ok := s.out.(quicHop); ok {
+			q.Stop()
+		}
 		if s.out != nil {
-			s.out.Stop()
-			flow.Reset(s.out.Stream, code)
+			s.out.End(code)
 		}
 		s.done()
 	})
@@ -452,8 +476,22 @@ func (f *udpFlows) middle(c *rquic.Conn, s *quicgo.Stream, h *hop.Header) {
 	<-ended
 }
 
-// exit ends a session at its target: a connected UDP socket per session.
+// exit ends a session that came over QUIC at its target.
 func (f *udpFlows) exit(c *rquic.Conn, s *quicgo.Stream, h *hop.Header, t *v1alpha1.Tunnel) {
+	out := rquic.NewSession(c, s)
+	out.SetMode(udpMode(t), f.framed(h.Tunnel, "exit", h.Target))
+	f.serveTarget(quicHop{out}, out.Receive, h, t)
+	out.Stop()
+}
+
+// exitTLS ends a session that came over TLS at its target.
+func (f *udpFlows) exitTLS(in flow.End, h *hop.Header, t *v1alpha1.Tunnel) {
+	f.serveTarget(&tlsHop{end: in}, nil, h, t)
+}
+
+// serveTarget joins a session's last hop to its target through a connected
+// UDP socket of its own. receive (nil over TLS) routes the hop's datagrams.
+func (f *udpFlows) serveTarget(back udpHop, receive func(func([]byte)), h *hop.Header, t *v1alpha1.Tunnel) {
 	fc, done := f.begin(h.Tunnel, "exit")
 	defer done()
 	start := time.Now()
@@ -461,7 +499,7 @@ func (f *udpFlows) exit(c *rquic.Conn, s *quicgo.Stream, h *hop.Header, t *v1alp
 	if err != nil {
 		f.flowError(h.Tunnel, "dial_target")
 		f.log.Warn("cannot reach target", "tunnel", h.Tunnel, "target", h.Target, "err", err)
-		flow.Reset(s, hop.CodeDialFailed)
+		back.End(hop.CodeDialFailed)
 		return
 	}
 	f.m.FlowSetup.WithLabelValues(f.name, h.Tunnel, "exit").Observe(time.Since(start).Seconds())
@@ -490,17 +528,15 @@ func (f *udpFlows) exit(c *rquic.Conn, s *quicgo.Stream, h *hop.Header, t *v1alp
 			full.Inc()
 		}
 	}
-	out := rquic.NewSession(c, s)
-	out.SetMode(udpMode(t), f.framed(h.Tunnel, "exit", h.Target))
-	out.Receive(toTarget)
-	defer out.Stop()
+	if receive != nil {
+		receive(toTarget)
+	}
 
-	// Stream frames (oversize packets) toward the target; the stream's end
-	// ends the session.
+	// Frames toward the target; the hop's end ends the session.
 	streamDone := make(chan struct{})
 	go func() {
 		defer close(streamDone)
-		out.ReadFrames(toTarget, nil)
+		back.ReadFrames(toTarget)
 	}()
 	// Replies from the target. The idle timeout also holds here, so an exit
 	// never keeps a session whose entry vanished.
@@ -511,14 +547,14 @@ func (f *udpFlows) exit(c *rquic.Conn, s *quicgo.Stream, h *hop.Header, t *v1alp
 		n, err := tc.Read(buf)
 		if n > 0 {
 			last.Store(time.Now().UnixNano())
-			if out.Send(buf[:n]) == nil && out.Flush() == nil {
+			if back.Send(buf[:n]) == nil && back.Flush() == nil {
 				fc.down.Add(float64(n))
 			}
 		}
 		select {
 		case <-streamDone:
 			tc.Close()
-			flow.Reset(s, hop.CodeReset)
+			back.End(hop.CodeReset)
 			return
 		default:
 		}
@@ -531,7 +567,7 @@ func (f *udpFlows) exit(c *rquic.Conn, s *quicgo.Stream, h *hop.Header, t *v1alp
 		}
 	}
 	tc.Close()
-	flow.Reset(s, hop.CodeIdle)
+	back.End(hop.CodeIdle)
 	<-streamDone
 }
 

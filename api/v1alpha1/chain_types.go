@@ -30,10 +30,11 @@ type Transport string
 const (
 	// TransportAuto lets each relay choose per link and per flow: short
 	// and interactive flows ride QUIC (it opens a flow fastest and recovers
-	// a lost packet soonest), bulk TCP and packet sessions take whichever
-	// transport moved bulk flows faster on that link, re-measured by
-	// sampling; before the first measurement TLS (packet sessions on a
-	// lossy link: QUIC).
+	// a lost packet soonest), bulk TCP, packet sessions and the sessions of
+	// bulk UDP Tunnels take whichever transport moved bulk flows faster on
+	// that link, re-measured by sampling; before the first measurement TLS
+	// (packet sessions on a lossy link: QUIC). Other UDP sessions ride QUIC
+	// datagrams.
 	TransportAuto Transport = "auto"
 	// TransportQUIC: one QUIC connection per peer, a stream per flow.
 	TransportQUIC Transport = "quic"
@@ -84,7 +85,9 @@ type ChainSpec struct {
 	Route []string `json:"route,omitempty"`
 	// Transport between the chain's relays for TCP flows and packet
 	// sessions: auto (each link chooses by measurement), quic or tls. UDP
-	// Tunnels always ride QUIC datagrams.
+	// Tunnels ride QUIC, except under auto the sessions of a bulk one
+	// (udp.mode stream, or sessions above 16,000 datagrams a second), which
+	// take the link's bulk transport.
 	// +kubebuilder:default=auto
 	// +optional
 	Transport Transport `json:"transport,omitempty"`

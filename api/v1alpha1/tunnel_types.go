@@ -136,9 +136,12 @@ type UDPOptions struct {
 	// Mode says how a session's datagrams cross the relays: datagram (QUIC
 	// datagrams: unreliable and unordered like UDP itself, best for
 	// real-time traffic and for tunnels of congestion-controlled protocols),
-	// stream (framed on the session's QUIC stream: nothing dropped between
-	// relays, full-size packets, for bulk), or auto: datagrams until a
-	// session sends more than 16,000 a second, stream from then on.
+	// stream (framed on a reliable stream: nothing dropped between relays,
+	// for bulk; on a chain with transport auto it rides the link's bulk
+	// transport, TLS until measured otherwise), or auto: datagrams until a
+	// session sends more than 16,000 a second, stream from then on; on a
+	// chain with transport auto the Tunnel's sessions of the next 10
+	// minutes then start as stream.
 	// +kubebuilder:default=auto
 	// +optional
 	Mode UDPMode `json:"mode,omitempty"`

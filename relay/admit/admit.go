@@ -87,8 +87,8 @@ func Stream(set *manifest.Set, self, peer string, h *hop.Header, tr Transport) (
 	if string(t.Spec.Protocol) != h.Kind.String() && !tunFlow && !tunPacket {
 		return Grant{}, refuse(WrongProtocol, "Tunnel %q is %s, stream is %s", h.Tunnel, t.Spec.Protocol, h.Kind)
 	}
-	if h.Kind == hop.KindUDP && tr != QUIC {
-		return Grant{}, refuse(WrongProtocol, "UDP sessions ride QUIC, not TLS")
+	if h.Kind == hop.KindUDP && tunFlow && tr != QUIC {
+		return Grant{}, refuse(WrongProtocol, "a tun Tunnel's UDP flows ride QUIC, not TLS")
 	}
 	chain := set.ChainOf(t)
 	if chain == nil {

@@ -69,44 +69,73 @@ func TestUDP(t *testing.T) {
 			target := udpEcho(t)
 			port := testutil.FreePort(t)
 			_, m, _ := networkOver(t, rt.transport, rt.relays, rt.route, tunnelSpec{name: "u", protocol: "udp", target: target, port: port})
-			c := udpClient(t, port)
-			for i, size := range []int{1, 100, 1000, 1200, 1400, 4000, 16000, 65000} {
-				p := make([]byte, size)
-				testutil.RandReader(uint64(i), int64(size)).Read(p)
-				if err := roundTrip(c, p); err != nil {
-					t.Fatal(err)
-				}
-			}
-			// 500 packets at about 10,000 a second (unpaced, a loopback
-			// sender overflows the test's own receive buffer): nearly all
-			// must return.
-			got := 0
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				buf := make([]byte, 2048)
-				for {
-					c.SetReadDeadline(time.Now().Add(2 * time.Second))
-					if _, err := c.Read(buf); err != nil {
-						return
-					}
-					got++
-				}
-			}()
-			for i := range 500 {
-				c.Write(fmt.Appendf(nil, "packet %d", i))
-				if i%10 == 9 {
-					time.Sleep(time.Millisecond)
-				}
-			}
-			<-done
-			if got < 450 {
-				t.Fatalf("burst: %d of 500 packets echoed", got)
-			}
+			checkUDP(t, udpClient(t, port))
 			if v := promtest.ToFloat64(m.UDPSessions.WithLabelValues("r0", "default/u", "entry")); v != 1 {
 				t.Fatalf("entry sessions = %v, want 1", v)
 			}
 		})
+	}
+}
+
+// TestUDPBulkOverTLS: under auto the sessions of a bulk UDP Tunnel (here
+// udp.mode stream) ride TLS on a clean link, framed on the connection, and
+// carry every size and a burst as over QUIC, through a middle relay too.
+func TestUDPBulkOverTLS(t *testing.T) {
+	for _, name := range []string{"1hop-auto", "3hop-auto"} {
+		rt := routes[name]
+		t.Run(name, func(t *testing.T) {
+			target := udpEcho(t)
+			port := testutil.FreePort(t)
+			_, m, _ := networkOver(t, rt.transport, rt.relays, rt.route,
+				tunnelSpec{name: "u", protocol: "udp", target: target, port: port, extra: ", udp: {mode: stream}"})
+			checkUDP(t, udpClient(t, port))
+			if v := promtest.ToFloat64(m.LinkFlows.WithLabelValues("r0", "r1", "tls", "unmeasured")); v != 1 {
+				t.Errorf("sessions r0 opened to r1 over TLS = %v, want 1", v)
+			}
+			last := rt.route[len(rt.route)-1]
+			if v := promtest.ToFloat64(m.UDPSessions.WithLabelValues(last, "default/u", "exit")); v != 1 {
+				t.Errorf("exit sessions = %v, want 1", v)
+			}
+		})
+	}
+}
+
+// checkUDP sends packets of every size class through c and a burst, and
+// checks their echoes.
+func checkUDP(t *testing.T, c *net.UDPConn) {
+	t.Helper()
+	for i, size := range []int{1, 100, 1000, 1200, 1400, 4000, 16000, 65000} {
+		p := make([]byte, size)
+		testutil.RandReader(uint64(i), int64(size)).Read(p)
+		if err := roundTrip(c, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// 500 packets at about 10,000 a second (unpaced, a loopback
+	// sender overflows the test's own receive buffer): nearly all
+	// must return.
+	got := 0
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 2048)
+		for {
+			c.SetReadDeadline(time.Now().Add(2 * time.Second))
+			if _, err := c.Read(buf); err != nil {
+				return
+			}
+			got++
+		}
+	}()
+	for i := range 500 {
+		c.Write(fmt.Appendf(nil, "packet %d", i))
+		if i%10 == 9 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	<-done
+	if got < 450 {
+		t.Fatalf("burst: %d of 500 packets echoed", got)
 	}
 }
 

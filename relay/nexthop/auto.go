@@ -126,6 +126,8 @@ type chooser struct {
 	mu     sync.Mutex
 	links  map[string]*linkChoice
 	shapes map[string]*shape
+	// udpBulkAt: when a UDP session of a Tunnel last sent at a bulk rate.
+	udpBulkAt map[string]time.Time
 	// changed is told when a link's bulk transport changes (metrics, log).
 	changed func(peer string, from, to v1alpha1.Transport, reason string, rates map[v1alpha1.Transport]float64)
 	// goodput is told each new average.

@@ -342,12 +342,18 @@ func Onward(h *hop.Header) *hop.Header {
 }
 
 // Open opens a hop to h.Route[0] and sends it h: a TCP flow, a trace, or a
-// packet session over TLS. The chain's transport decides how, or under
-// auto this relay's choice for the link; the Choice says which and takes
-// the flow's figures back.
+// packet or UDP session over TLS. The chain's transport decides how, or
+// under auto this relay's choice for the link; the Choice says which and
+// takes the flow's figures back.
 func (p *Peers) Open(ctx context.Context, h *hop.Header, transport v1alpha1.Transport) (flow.End, *Choice, error) {
 	if err := p.refuseDraining(h.Route[0]); err != nil {
 		return nil, nil, err
+	}
+	if h.Kind == hop.KindPacket || h.Kind == hop.KindUDP {
+		// A session Open carries is framed for a byte stream (a middle
+		// relay passes on one that came over TLS), which only TLS
+		// carries: over QUIC a session is an rquic.Session (Session).
+		transport = v1alpha1.TransportTLS
 	}
 	ch := p.choose(h, transport)
 	var out flow.End
@@ -382,8 +388,8 @@ func (p *Peers) Open(ctx context.Context, h *hop.Header, transport v1alpha1.Tran
 		return nil, nil, err
 	}
 	ch.out = out
-	if m := p.o.Metrics; m != nil && h.Kind == hop.KindTCP {
-		m.LinkFlows.WithLabelValues(p.o.Name, ch.peer, string(ch.Transport), ch.Reason).Inc()
+	if h.Kind == hop.KindTCP {
+		p.countFlow(ch.peer, ch.Transport, ch.Reason)
 	}
 	return out, ch, nil
 }

@@ -232,3 +232,110 @@ func TestATunnelsTLSFlowsAreBounded(t *testing.T) {
 		t.Fatalf("after a TLS flow ended the next took %s (%s), want TLS", via.Transport, via.Reason)
 	}
 }
+
+// TestSessionsOpenOverTLS: a packet or UDP session Open carries is a byte
+// stream of frames (a middle relay passes on one that came over TLS), so it
+// goes over TLS even where auto would take QUIC for the link. Over QUIC
+// the next relay would read those bytes as a QUIC session's.
+func TestSessionsOpenOverTLS(t *testing.T) {
+	a, got, _ := two(t, "auto")
+	// Measured: QUIC moves bulk faster on a -> b.
+	for range max(shortFlows, minSamples) {
+		a.auto.done("b", "default/t", v1alpha1.TransportQUIC, 8<<20, 0, time.Second, time.Now())
+		a.auto.done("b", "default/t", v1alpha1.TransportTLS, 8<<20, 0, 2*time.Second, time.Now())
+	}
+	if tr, _, _ := a.pick("b", "default/t", false); tr != v1alpha1.TransportQUIC {
+		t.Fatalf("setup: the link's bulk transport is %s, want QUIC", tr)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, kind := range []hop.Kind{hop.KindPacket, hop.KindUDP} {
+		h := &hop.Header{Kind: kind, Tunnel: "default/t", Route: []string{"b"}}
+		if kind == hop.KindUDP {
+			h.Target = "127.0.0.1:1"
+		}
+		out, via, err := a.Open(ctx, h, v1alpha1.TransportAuto)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out.Write([]byte("hello"))
+		r := <-got
+		out.Abort()
+		if via.Transport != v1alpha1.TransportTLS {
+			t.Errorf("%s session opened over %s (%s), want TLS", kind, via.Transport, via.Reason)
+		}
+		if r.h.Kind != kind || r.data != "hello" {
+			t.Errorf("b got %+v", r)
+		}
+	}
+}
+
+// TestUDPSessionsTakeTheBulkTransport: under auto a UDP session rides QUIC
+// datagrams until its Tunnel is bulk (udp.mode stream, or a session sent
+// at a bulk rate), then the link's bulk transport, within the Tunnel's
+// share of TLS connections; explicit chains and datagram mode keep QUIC.
+// A lossy link does not send a bulk session to QUIC, as it does a packet
+// session: framed, the session rides a reliable stream either way.
+func TestUDPSessionsTakeTheBulkTransport(t *testing.T) {
+	a, got, _ := two(t, "auto")
+	go func() {
+		for range got {
+		}
+	}()
+	a.auto.tcpLoss("b", 1000, 100)
+	if tr, reason, _ := a.pick("b", "default/t", false); tr != v1alpha1.TransportQUIC || reason != ReasonLossy {
+		t.Fatalf("setup: a packet session takes %s (%s), want QUIC (%s)", tr, reason, ReasonLossy)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var ends []func()
+	defer func() {
+		for _, end := range ends {
+			end()
+		}
+	}()
+	open := func(tunnel string, transport v1alpha1.Transport, mode v1alpha1.UDPMode) v1alpha1.Transport {
+		t.Helper()
+		h := &hop.Header{Kind: hop.KindUDP, Tunnel: tunnel, Route: []string{"b"}, Target: "127.0.0.1:1"}
+		next, err := a.OpenUDP(ctx, h, transport, mode)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if next.TLS != nil {
+			ends = append(ends, next.TLS.Abort)
+			return v1alpha1.TransportTLS
+		}
+		ends = append(ends, func() { next.Stream.CancelWrite(0) })
+		return v1alpha1.TransportQUIC
+	}
+	for _, c := range []struct {
+		name      string
+		tunnel    string
+		transport v1alpha1.Transport
+		mode      v1alpha1.UDPMode
+		want      v1alpha1.Transport
+	}{
+		{"auto, not known bulk", "default/t", v1alpha1.TransportAuto, v1alpha1.UDPAuto, v1alpha1.TransportQUIC},
+		{"auto, mode stream", "default/t", v1alpha1.TransportAuto, v1alpha1.UDPStream, v1alpha1.TransportTLS},
+		{"auto, mode datagram", "default/t", v1alpha1.TransportAuto, v1alpha1.UDPDatagram, v1alpha1.TransportQUIC},
+		{"quic, mode stream", "default/t", v1alpha1.TransportQUIC, v1alpha1.UDPStream, v1alpha1.TransportQUIC},
+		{"tls, mode stream (UDP keeps QUIC)", "default/t", v1alpha1.TransportTLS, v1alpha1.UDPStream, v1alpha1.TransportQUIC},
+	} {
+		if got := open(c.tunnel, c.transport, c.mode); got != c.want {
+			t.Errorf("%s: took %s, want %s", c.name, got, c.want)
+		}
+	}
+	a.UDPBulk("default/u")
+	if got := open("default/u", v1alpha1.TransportAuto, v1alpha1.UDPAuto); got != v1alpha1.TransportTLS {
+		t.Errorf("a session of a Tunnel seen bulk took %s, want TLS", got)
+	}
+	// default/u holds one TLS session now; its share bounds the rest.
+	for i := 1; i < maxTLSFlowsPerTunnel; i++ {
+		if got := open("default/u", v1alpha1.TransportAuto, v1alpha1.UDPAuto); got != v1alpha1.TransportTLS {
+			t.Fatalf("session %d of the share took %s, want TLS", i+1, got)
+		}
+	}
+	if got := open("default/u", v1alpha1.TransportAuto, v1alpha1.UDPAuto); got != v1alpha1.TransportQUIC {
+		t.Errorf("a session past the Tunnel's TLS share took %s, want QUIC", got)
+	}
+}

@@ -38,11 +38,12 @@ func NewReader(c *net.UDPConn) *Reader {
 }
 
 // Read waits for datagrams and hands each to deliver, with its sender.
-// The datagram's bytes are valid only during the call.
-func (r *Reader) Read(deliver func(p []byte, from netip.AddrPort)) error {
+// The datagram's bytes are valid only during the call. more says the call
+// filled every slot: more datagrams are likely waiting.
+func (r *Reader) Read(deliver func(p []byte, from netip.AddrPort)) (more bool, err error) {
 	n, err := r.pc.ReadBatch(r.msgs, 0)
 	if err != nil {
-		return err
+		return false, err
 	}
 	for i := range r.msgs[:n] {
 		m := &r.msgs[i]
@@ -52,7 +53,7 @@ func (r *Reader) Read(deliver func(p []byte, from netip.AddrPort)) error {
 		}
 		deliver(m.Buffers[0][:m.N], ua.AddrPort())
 	}
-	return nil
+	return n == len(r.msgs), nil
 }
 
 // Writer writes datagrams to a connected socket off the caller's

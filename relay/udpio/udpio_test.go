@@ -37,7 +37,8 @@ func TestReaderBatches(t *testing.T) {
 	var got int
 	ln.SetReadDeadline(time.Now().Add(5 * time.Second))
 	for got < len(sizes) {
-		err := r.Read(func(p []byte, from netip.AddrPort) {
+		before := got
+		more, err := r.Read(func(p []byte, from netip.AddrPort) {
 			if len(p) != sizes[got] || p[0] != byte(got) || p[len(p)-1] != byte(got) {
 				t.Fatalf("datagram %d: %d bytes of %d, want %d of %d", got, len(p), p[0], sizes[got], got)
 			}
@@ -48,6 +49,11 @@ func TestReaderBatches(t *testing.T) {
 		})
 		if err != nil {
 			t.Fatalf("after %d datagrams: %v", got, err)
+		}
+		// more says whether the call filled its slots: the entry flushes
+		// its sessions' frames when the socket runs dry.
+		if filled := got-before == readSlots; more != filled {
+			t.Fatalf("a call that read %d of %d slots said more = %v", got-before, readSlots, more)
 		}
 	}
 }

@@ -1,0 +1,81 @@
+package relay
+
+import (
+	"bufio"
+	"sync"
+	"time"
+
+	quicgo "github.com/quic-go/quic-go"
+
+	"github.com/hoplink/hoplink/relay/flow"
+	"github.com/hoplink/hoplink/relay/hop"
+	rquic "github.com/hoplink/hoplink/relay/quic"
+)
+
+// udpHop is a UDP session's hop as its entry and exit use it: packets
+// sent (Send may hold them until Flush), packets received on the stream
+// until the hop ends, and its end. Over QUIC it is an rquic.Session, whose
+// datagrams arrive through the sink its owner registered; over TLS a byte
+// stream of frames, nothing else.
+type udpHop interface {
+	Send(p []byte) error
+	Flush() error
+	ReadFrames(deliver func([]byte)) error
+	End(code quicgo.StreamErrorCode)
+}
+
+// quicHop is a session's hop over QUIC.
+type quicHop struct{ *rquic.Session }
+
+func (q quicHop) ReadFrames(deliver func([]byte)) error { return q.Session.ReadFrames(deliver, nil) }
+func (q quicHop) End(code quicgo.StreamErrorCode)       { flow.Reset(q.Stream, code) }
+
+// tlsHop is a session's hop over TLS: every packet framed (hop.AppendFrame)
+// on the connection, as in a QUIC session's stream mode.
+type tlsHop struct {
+	end flow.End
+
+	mu     sync.Mutex
+	frames hop.Frames // waiting for Flush
+
+	// bulk is told, at most once a minute, that the session sends at a
+	// bulk rate (nil at the exit).
+	bulk   func()
+	rate   rquic.Rate
+	toldAt time.Time
+}
+
+func (t *tlsHop) Send(p []byte) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.bulk != nil && t.rate.Over(rquic.AutoFramesRate) && time.Since(t.toldAt) > time.Minute {
+		t.toldAt = time.Now()
+		t.bulk()
+	}
+	if !t.frames.Add(p) {
+		return nil
+	}
+	return t.frames.Flush(t.end)
+}
+
+func (t *tlsHop) Flush() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.frames.Flush(t.end)
+}
+
+// ReadFrames reads through a buffer: a TLS read returns at most one
+// record, and a frame takes two reads.
+func (t *tlsHop) ReadFrames(deliver func([]byte)) error {
+	r := bufio.NewReaderSize(t.end, 32<<10)
+	buf := make([]byte, hop.MaxFrame)
+	for {
+		p, err := hop.ReadFrame(r, buf)
+		if err != nil {
+			return err
+		}
+		deliver(p)
+	}
+}
+
+func (t *tlsHop) End(quicgo.StreamErrorCode) { t.end.Abort() }
