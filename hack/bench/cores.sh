@@ -12,10 +12,13 @@ tunnel() { printf -- '---\napiVersion: hoplink.dev/v1alpha1\nkind: Tunnel\nmetad
 chain plain hk "[hk]" ""
 chain quic la "[hk, la]" ", transport: quic"
 chain tls la "[hk, la]" ", transport: tls"
+chain auto la "[hk, la]" ""
 tunnel plain plain tcp 18500
 tunnel quic quic tcp 18501
 tunnel quic-udp quic udp 18501 # iperf3 -u keeps its control connection on TCP
 tunnel tls tls tcp 18502
+tunnel auto auto tcp 18503
+tunnel auto-udp auto udp 18503 # udp.mode auto: bulk after its first session
 start iperf3 iperf3 -s -p 18201; srv=$last_pid
 start_relays --log-level warn
 sleep 2
@@ -57,3 +60,5 @@ measure "1 hop, transport: tls" 18502
 measure "1 hop, transport: quic" 18501
 measure "direct UDP, 1 Gbit/s offered" 18201 -u -b 1G -l 1200
 measure "1 hop UDP (QUIC), 1 Gbit/s offered" 18501 -u -b 1G -l 1200
+iperf3 -c 127.0.0.1 -p 18503 -u -b 500M -l 1200 -t 1 >/dev/null # the Tunnel's first session: it turns bulk
+measure "1 hop UDP (default: a bulk Tunnel's session over TLS), 1 Gbit/s offered" 18503 -u -b 1G -l 1200
