@@ -20,7 +20,7 @@ root=$PWD
 DURATION=${DURATION:-10}     # seconds per iperf3 run
 RR_SECONDS=${RR_SECONDS:-30} # seconds of the 300-client test
 RR_CLIENTS=${RR_CLIENTS:-300}
-UDP_RATES=${UDP_RATES:-200M 350M 500M 1G} # offered UDP rates
+UDP_RATES=${UDP_RATES:-200M 350M 500M 1G 1G/4M} # offered UDP rates; RATE/BUF: iperf3 -w BUF too (socket buffers)
 FLOWS=${FLOWS:-10000}        # flows held open for the memory figure
 TTFB_N=${TTFB_N:-1000}
 OUT=${OUT:-docs/benchmarks.md}
@@ -247,8 +247,9 @@ json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
 tcp_gbps() { # port -> "gbps retransmits"
   iperf3 -c 127.0.0.1 -p "$1" -t "$DURATION" -J | json "'%.2f %d' % (d['end']['sum_received']['bits_per_second']/1e9, d['end']['sum_sent'].get('retransmits', 0))"
 }
-udp_run() { # port rate -> "received_mbps loss_percent"
-  iperf3 -c 127.0.0.1 -p "$1" -u -b "$2" -l 1200 -t "$DURATION" -J |
+udp_run() { # port rate[/buffer] -> "received_mbps loss_percent"
+  local w=(); [[ $2 == */* ]] && w=(-w "${2#*/}")
+  iperf3 -c 127.0.0.1 -p "$1" -u -b "${2%%/*}" -l 1200 "${w[@]}" -t "$DURATION" -J |
     json "'%.0f %.2f' % (d['end']['sum_received']['bits_per_second']/1e6, 100*d['end']['sum_received']['lost_packets']/max(1,d['end']['sum_received']['packets']))"
 }
 kv() { sed -n "s/.*$1=\([^ ]*\).*/\1/p"; }
@@ -323,12 +324,14 @@ la_line=$(echo "$HOLD" | grep "pid=${relay_pid[la]} ")
   echo
   echo "The default transport's first session of the Tunnel (the first rate) rides QUIC until it passes"
   echo "16,000 datagrams a second; from then on the Tunnel is bulk and its sessions ride TLS."
+  echo "With -w, iperf3's sockets (the target's among them) keep that buffer instead of the kernel's 208 KiB."
   echo
   echo "| offered | direct Mbit/s | direct loss | 1 hop, default (auto) Mbit/s | loss | points above direct | 1 hop, transport: quic Mbit/s | loss | points above direct |"
   echo "|---|---|---|---|---|---|---|---|---|"
   for rate in $UDP_RATES; do
     set -- ${UDP[direct@$rate]} ${UDP[one_auto@$rate]} ${UDP[one@$rate]}
-    printf '| %s | %s | %s%% | %s | %s%% | %s | %s | %s%% | %s |\n' "$rate" "$1" "$2" "$3" "$4" "$(python3 -c "print('%.2f' % ($4-$2))")" \
+    label=$rate; [[ $rate == */* ]] && label="${rate%%/*}, iperf3 -w ${rate#*/}"
+    printf '| %s | %s | %s%% | %s | %s%% | %s | %s | %s%% | %s |\n' "$label" "$1" "$2" "$3" "$4" "$(python3 -c "print('%.2f' % ($4-$2))")" \
       "$5" "$6" "$(python3 -c "print('%.2f' % ($6-$2))")"
   done
   echo
