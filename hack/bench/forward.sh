@@ -248,9 +248,15 @@ tcp_gbps() { # port -> "gbps retransmits"
   iperf3 -c 127.0.0.1 -p "$1" -t "$DURATION" -J | json "'%.2f %d' % (d['end']['sum_received']['bits_per_second']/1e9, d['end']['sum_sent'].get('retransmits', 0))"
 }
 udp_run() { # port rate[/buffer] -> "received_mbps loss_percent"
-  local w=(); [[ $2 == */* ]] && w=(-w "${2#*/}")
-  iperf3 -c 127.0.0.1 -p "$1" -u -b "${2%%/*}" -l 1200 "${w[@]}" -t "$DURATION" -J |
-    json "'%.0f %.2f' % (d['end']['sum_received']['bits_per_second']/1e6, 100*d['end']['sum_received']['lost_packets']/max(1,d['end']['sum_received']['packets']))"
+  local w=() out; [[ $2 == */* ]] && w=(-w "${2#*/}")
+  # iperf3's server now and then refuses a test that follows another at once
+  # (busy): try again.
+  for _ in 1 2 3; do
+    out=$(iperf3 -c 127.0.0.1 -p "$1" -u -b "${2%%/*}" -l 1200 "${w[@]}" -t "$DURATION" -J || true)
+    grep -q '"sum_received"' <<<"$out" && break
+    echo "iperf3 -u through $1: $(json "d.get('error', '?')" <<<"$out" 2>/dev/null); again" >&2; sleep 2
+  done
+  json "'%.0f %.2f' % (d['end']['sum_received']['bits_per_second']/1e6, 100*d['end']['sum_received']['lost_packets']/max(1,d['end']['sum_received']['packets']))" <<<"$out"
 }
 kv() { sed -n "s/.*$1=\([^ ]*\).*/\1/p"; }
 
