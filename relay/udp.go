@@ -348,7 +348,7 @@ func (s *udpSession) connect() {
 	}
 	bulk := func() { f.hops.UDPBulk(u.key) }
 	if next.TLS != nil {
-		s.out = &tlsHop{end: next.TLS, bulk: bulk}
+		s.out = newTLSHop(next.TLS, bulk)
 	} else {
 		out := rquic.NewSession(next.Conn, next.Stream)
 		framed := f.framed(u.key, "entry", s.client.String())
@@ -397,9 +397,6 @@ func (s *udpSession) end(code quicgo.StreamErrorCode) {
 		u.mu.Unlock()
 		if s.local != nil {
 			s.local.Close()
-		}
-		if q, ok := s.out.(quicHop); ok {
-			q.Stop()
 		}
 		if s.out != nil {
 			s.out.End(code)
@@ -481,12 +478,11 @@ func (f *udpFlows) exit(c *rquic.Conn, s *quicgo.Stream, h *hop.Header, t *v1alp
 	out := rquic.NewSession(c, s)
 	out.SetMode(udpMode(t), f.framed(h.Tunnel, "exit", h.Target))
 	f.serveTarget(quicHop{out}, out.Receive, h, t)
-	out.Stop()
 }
 
 // exitTLS ends a session that came over TLS at its target.
 func (f *udpFlows) exitTLS(in flow.End, h *hop.Header, t *v1alpha1.Tunnel) {
-	f.serveTarget(&tlsHop{end: in}, nil, h, t)
+	f.serveTarget(newTLSHop(in, nil), nil, h, t)
 }
 
 // serveTarget joins a session's last hop to its target through a connected

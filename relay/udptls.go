@@ -2,7 +2,7 @@ package relay
 
 import (
 	"bufio"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	quicgo "github.com/quic-go/quic-go"
@@ -28,41 +28,41 @@ type udpHop interface {
 type quicHop struct{ *rquic.Session }
 
 func (q quicHop) ReadFrames(deliver func([]byte)) error { return q.Session.ReadFrames(deliver, nil) }
-func (q quicHop) End(code quicgo.StreamErrorCode)       { flow.Reset(q.Stream, code) }
+
+// End stops routing the session's datagrams and resets its stream.
+func (q quicHop) End(code quicgo.StreamErrorCode) {
+	q.Stop()
+	flow.Reset(q.Stream, code)
+}
 
 // tlsHop is a session's hop over TLS: every packet framed (hop.AppendFrame)
 // on the connection, as in a QUIC session's stream mode.
 type tlsHop struct {
 	end flow.End
 
-	mu     sync.Mutex
-	frames hop.Frames // waiting for Flush
+	frames *hop.Frames // waiting for Flush
 
 	// bulk is told, at most once a minute, that the session sends at a
 	// bulk rate (nil at the exit).
 	bulk   func()
 	rate   rquic.Rate
-	toldAt time.Time
+	toldAt atomic.Int64 // unix nanos
+}
+
+func newTLSHop(end flow.End, bulk func()) *tlsHop {
+	return &tlsHop{end: end, frames: &hop.Frames{W: end}, bulk: bulk}
 }
 
 func (t *tlsHop) Send(p []byte) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.bulk != nil && t.rate.Over(rquic.AutoFramesRate) && time.Since(t.toldAt) > time.Minute {
-		t.toldAt = time.Now()
-		t.bulk()
+	if t.bulk != nil && t.rate.Over(rquic.AutoFramesRate) {
+		if now, told := time.Now().UnixNano(), t.toldAt.Load(); now-told > int64(time.Minute) && t.toldAt.CompareAndSwap(told, now) {
+			t.bulk()
+		}
 	}
-	if !t.frames.Add(p) {
-		return nil
-	}
-	return t.frames.Flush(t.end)
+	return t.frames.Queue(p)
 }
 
-func (t *tlsHop) Flush() error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.frames.Flush(t.end)
-}
+func (t *tlsHop) Flush() error { return t.frames.Flush() }
 
 // ReadFrames reads through a buffer: a TLS read returns at most one
 // record, and a frame takes two reads.

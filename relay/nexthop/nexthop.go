@@ -361,24 +361,18 @@ func (p *Peers) Open(ctx context.Context, h *hop.Header, transport v1alpha1.Tran
 	if ch.Transport == v1alpha1.TransportTLS {
 		// Under auto a Tunnel's TLS flows are bounded; the chain's own
 		// choice of TLS is not.
-		release := func() {}
 		if transport == v1alpha1.TransportAuto && h.Kind == hop.KindTCP {
-			k := tlsShare{ch.peer, h.Tunnel}
-			if !p.takeTLS(k) {
+			var shared bool
+			if out, shared, err = p.openTLSShared(ctx, h, ch.spareOnly); !shared {
 				ch.Transport, ch.Reason = v1alpha1.TransportQUIC, ReasonTLSShare
 			}
-			release = sync.OnceFunc(func() { p.giveTLS(k) })
+		} else {
+			out, err = p.openTLS(ctx, h, ch.spareOnly, func() {})
 		}
-		if ch.Transport == v1alpha1.TransportTLS {
-			out, err = p.openTLS(ctx, h, ch.spareOnly, release)
-			if out == nil {
-				release()
-			}
-			if out == nil && err == nil {
-				// A flow of unknown shape in a burst: rather than wait
-				// for a handshake, it rides QUIC.
-				ch.Transport, ch.Reason = v1alpha1.TransportQUIC, ReasonNoSpare
-			}
+		if ch.Transport == v1alpha1.TransportTLS && out == nil && err == nil {
+			// A flow of unknown shape in a burst: rather than wait for a
+			// handshake, it rides QUIC.
+			ch.Transport, ch.Reason = v1alpha1.TransportQUIC, ReasonNoSpare
 		}
 	}
 	if ch.Transport != v1alpha1.TransportTLS {
@@ -400,6 +394,21 @@ func (p *Peers) openStream(ctx context.Context, h *hop.Header) (flow.End, error)
 		return nil, err
 	}
 	return flow.HeldStream(s, c.Hold()), nil
+}
+
+// openTLSShared is openTLS within the share of TLS flows h's Tunnel has to
+// the peer (maxTLSFlowsPerTunnel): shared is false, and nothing opened,
+// when the share is taken; the flow gives its slot back when it ends.
+func (p *Peers) openTLSShared(ctx context.Context, h *hop.Header, spareOnly bool) (out flow.End, shared bool, err error) {
+	k := tlsShare{h.Route[0], h.Tunnel}
+	if !p.takeTLS(k) {
+		return nil, false, nil
+	}
+	release := sync.OnceFunc(func() { p.giveTLS(k) })
+	if out, err = p.openTLS(ctx, h, spareOnly, release); out == nil {
+		release()
+	}
+	return out, true, err
 }
 
 // openTLS takes a TLS connection to h.Route[0] and sends it h. With

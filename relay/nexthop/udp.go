@@ -2,7 +2,6 @@ package nexthop
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	quicgo "github.com/quic-go/quic-go"
@@ -47,14 +46,11 @@ func (p *Peers) OpenUDP(ctx context.Context, h *hop.Header, transport v1alpha1.T
 	peer := h.Route[0]
 	t, reason := p.udpTransport(h, transport, mode)
 	if t == v1alpha1.TransportTLS {
-		k := tlsShare{peer, h.Tunnel}
-		if p.takeTLS(k) {
-			release := sync.OnceFunc(func() { p.giveTLS(k) })
-			out, err := p.openTLS(ctx, h, false, release)
-			if err != nil {
-				release()
-				return UDPHop{}, err
-			}
+		out, shared, err := p.openTLSShared(ctx, h, false)
+		if err != nil {
+			return UDPHop{}, err
+		}
+		if shared {
 			p.countFlow(peer, t, reason)
 			return UDPHop{TLS: out}, nil
 		}

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"errors"
 	"io"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -32,8 +31,7 @@ type Session struct {
 	Stream *quicgo.Stream
 	id     uint64
 
-	mu     sync.Mutex // serializes frame writes
-	frames hop.Frames // frames waiting for Flush
+	frames *hop.Frames // frames waiting for Flush
 
 	framed   atomic.Bool
 	auto     bool
@@ -101,7 +99,7 @@ func (r *Rate) Over(perSecond int64) bool {
 
 // NewSession makes a session of stream s on connection c.
 func NewSession(c *Conn, s *quicgo.Stream) *Session {
-	return &Session{Conn: c, Stream: s, id: uint64(s.StreamID())}
+	return &Session{Conn: c, Stream: s, id: uint64(s.StreamID()), frames: &hop.Frames{W: s}}
 }
 
 // Send sends one packet as the session's mode says: a datagram when it
@@ -136,21 +134,10 @@ func (s *Session) SendFrame(p []byte) error {
 }
 
 // Queue frames p after the frames waiting for Flush (or 32 KiB of them).
-func (s *Session) Queue(p []byte) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.frames.Add(p) {
-		return nil
-	}
-	return s.frames.Flush(s.Stream)
-}
+func (s *Session) Queue(p []byte) error { return s.frames.Queue(p) }
 
 // Flush writes the frames queued.
-func (s *Session) Flush() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.frames.Flush(s.Stream)
-}
+func (s *Session) Flush() error { return s.frames.Flush() }
 
 // Receive routes the session's datagrams to sink (see Conn.Register).
 func (s *Session) Receive(sink func([]byte)) { s.Conn.Register(s.id, sink) }
