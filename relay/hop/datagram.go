@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
-	"sync"
 
 	"github.com/quic-go/quic-go/quicvarint"
 )
@@ -62,50 +61,6 @@ const MaxFrame = 65535
 func AppendFrame(buf, payload []byte) []byte {
 	buf = binary.BigEndian.AppendUint16(buf, uint16(len(payload)))
 	return append(buf, payload...)
-}
-
-// Frames gathers a session's frames for one write to W: a session in
-// stream mode sends a burst in full-size packets (or records), not a
-// packet per datagram. Safe for concurrent use.
-type Frames struct {
-	W   io.Writer
-	mu  sync.Mutex
-	buf []byte
-}
-
-// framesFlushAt is how much Queue lets wait for Flush.
-const framesFlushAt = 32 << 10
-
-// Queue frames p after those waiting, and writes them all once
-// framesFlushAt wait.
-func (f *Frames) Queue(p []byte) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.buf = AppendFrame(f.buf, p)
-	if len(f.buf) < framesFlushAt {
-		return nil
-	}
-	return f.flushLocked()
-}
-
-// Flush writes the frames waiting, if any, in one write.
-func (f *Frames) Flush() error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.flushLocked()
-}
-
-func (f *Frames) flushLocked() error {
-	if len(f.buf) == 0 {
-		return nil
-	}
-	_, err := f.W.Write(f.buf)
-	if cap(f.buf) > 2*framesFlushAt+2+MaxFrame {
-		f.buf = nil // a burst of large frames: give its buffer back
-	} else {
-		f.buf = f.buf[:0]
-	}
-	return err
 }
 
 // WriteFrame writes one UDP packet as a stream frame.
