@@ -93,7 +93,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"relay", "tunnel", "role"}),
 		FlowErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hoplink_flow_errors_total",
-			Help: "Flows that ended in error, by reason (dial_target, next_hop, no_route, flow_limit).",
+			Help: "Flows that ended in error, by reason (dial_target, next_hop, no_route, flow_limit, tunnel_limit, source_limit, draining, idle, evicted, stalled).",
 		}, []string{"relay", "tunnel", "reason"}),
 		Rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hoplink_rejected_streams_total",
@@ -125,7 +125,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"relay", "tunnel", "role"}),
 		UDPDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hoplink_udp_dropped_packets_total",
-			Help: "UDP packets a relay dropped, by reason (session_limit, queue_full, send_failed, write_failed, no_session).",
+			Help: "UDP packets a relay dropped, by reason (session_limit, source_limit, queue_full, send_failed, write_failed, no_session).",
 		}, []string{"relay", "tunnel", "reason"}),
 		UDPFramed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hoplink_udp_framed_sessions_total",

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -279,7 +280,7 @@ func (s *udpSession) forward(p []byte) {
 		err = s.out.Send(p)
 	}
 	if err != nil {
-		s.u.dropped("send_failed")
+		s.failed(err)
 		return
 	}
 	s.fc.up.Add(float64(len(p)))
@@ -289,8 +290,24 @@ func (s *udpSession) forward(p []byte) {
 func (s *udpSession) flush() {
 	if s.out != nil {
 		if err := s.out.Flush(); err != nil {
-			s.u.dropped("send_failed")
+			s.failed(err)
 		}
+	}
+}
+
+// stallAfter bounds a write of a session's frames at the entry: a next hop
+// that takes none of them for this long is taken for stalled.
+const stallAfter = time.Second
+
+// failed counts a packet the session could not send; a stalled write ends
+// the session (its stream may hold part of a frame), and the client's next
+// packet starts another.
+func (s *udpSession) failed(err error) {
+	s.u.dropped("send_failed")
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		s.u.f.flowError(s.u.key, "stalled")
+		s.u.f.warn.Warn("udp session ended: its next hop took no frames", "tunnel", s.u.key, "client", s.client.String(), "within", stallAfter)
+		s.end(hop.CodeReset)
 	}
 }
 
@@ -347,10 +364,16 @@ func (s *udpSession) connect() {
 		return
 	}
 	bulk := func() { f.hops.UDPBulk(u.key) }
+	// The Tunnel's read loop writes every session's frames: a write that
+	// stalls (its next hop stopped reading) fails after stallAfter and
+	// ends its session, so that the loop goes on for the others.
 	if next.TLS != nil {
-		s.out = newTLSHop(next.TLS, bulk)
+		out := newTLSHop(next.TLS, bulk)
+		out.frames.Stall = stallAfter
+		s.out = out
 	} else {
 		out := rquic.NewSession(next.Conn, next.Stream)
+		out.BoundWrites(stallAfter)
 		framed := f.framed(u.key, "entry", s.client.String())
 		out.SetMode(udpMode(u.t), func() { framed(); bulk() })
 		out.Receive(s.reply)

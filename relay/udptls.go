@@ -24,6 +24,13 @@ type udpHop interface {
 	End(code quicgo.StreamErrorCode)
 }
 
+// The entry bounds its writes to a session's hop (hop.Frames.Stall), which
+// needs both kinds of hop to take a write deadline.
+var (
+	_ interface{ SetWriteDeadline(time.Time) error } = (*flow.TLSEnd)(nil)
+	_ interface{ SetWriteDeadline(time.Time) error } = (*quicgo.Stream)(nil)
+)
+
 // quicHop is a session's hop over QUIC.
 type quicHop struct{ *rquic.Session }
 

@@ -242,6 +242,10 @@ func (t *TLSEnd) Wait() error { return nil }
 // SetReadDeadline bounds the reads that follow.
 func (t *TLSEnd) SetReadDeadline(d time.Time) error { return t.c.SetReadDeadline(d) }
 
+// SetWriteDeadline bounds the writes that follow; one that times out
+// leaves the connection unusable (crypto/tls), so its flow must end.
+func (t *TLSEnd) SetWriteDeadline(d time.Time) error { return t.c.SetWriteDeadline(d) }
+
 func (t *TLSEnd) Close() {
 	t.once.Do(t.finish)
 	t.c.Close()

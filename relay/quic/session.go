@@ -69,6 +69,11 @@ func (s *Session) SetMode(m Mode, onFramed func()) {
 	s.onFramed = onFramed
 }
 
+// BoundWrites makes every write of the session's frames fail after d
+// (hop.Frames.Stall), which the owner answers by ending the session. Call
+// it before the first Send.
+func (s *Session) BoundWrites(d time.Duration) { s.frames.Stall = d }
+
 // Framed reports whether Send frames every packet now.
 func (s *Session) Framed() bool { return s.framed.Load() }
 
