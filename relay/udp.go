@@ -364,21 +364,19 @@ func (s *udpSession) connect() {
 		return
 	}
 	bulk := func() { f.hops.UDPBulk(u.key) }
-	// The Tunnel's read loop writes every session's frames: a write that
-	// stalls (its next hop stopped reading) fails after stallAfter and
-	// ends its session, so that the loop goes on for the others.
 	if next.TLS != nil {
-		out := newTLSHop(next.TLS, bulk)
-		out.frames.Stall = stallAfter
-		s.out = out
+		s.out = newTLSHop(next.TLS, bulk)
 	} else {
 		out := rquic.NewSession(next.Conn, next.Stream)
-		out.BoundWrites(stallAfter)
 		framed := f.framed(u.key, "entry", s.client.String())
 		out.SetMode(udpMode(u.t), func() { framed(); bulk() })
 		out.Receive(s.reply)
 		s.out = quicHop{out}
 	}
+	// The Tunnel's read loop writes every session's frames: a write that
+	// stalls (its next hop stopped reading) fails after stallAfter and
+	// ends its session, so that the loop goes on for the others.
+	s.out.BoundWrites(stallAfter)
 	s.markReady()
 	// The stream carries (oversize) replies; its end is the session's end.
 	s.out.ReadFrames(s.reply)

@@ -22,6 +22,8 @@ type udpHop interface {
 	Flush() error
 	ReadFrames(deliver func([]byte)) error
 	End(code quicgo.StreamErrorCode)
+	// BoundWrites makes a write of frames fail after d (hop.Frames.Stall).
+	BoundWrites(d time.Duration)
 }
 
 // The entry bounds its writes to a session's hop (hop.Frames.Stall), which
@@ -70,6 +72,8 @@ func (t *tlsHop) Send(p []byte) error {
 }
 
 func (t *tlsHop) Flush() error { return t.frames.Flush() }
+
+func (t *tlsHop) BoundWrites(d time.Duration) { t.frames.Stall = d }
 
 // ReadFrames reads through a buffer: a TLS read returns at most one
 // record, and a frame takes two reads.
