@@ -7,6 +7,7 @@ package flow
 
 import (
 	"crypto/tls"
+	"errors"
 	"io"
 	"net"
 	"os"
@@ -36,6 +37,12 @@ type End interface {
 	Close()
 }
 
+// ErrCut is a hop's TLS connection that ended without TLS close_notify:
+// its peer relay died, or something between the relays closed the TCP
+// connection. The sender never said it was done, so the flow is aborted,
+// never ended cleanly with what arrived so far.
+var ErrCut = errors.New("hop connection ended without an end of flow (no TLS close_notify)")
+
 // TCPEnd is a flow's TCP connection: a Tunnel's client, or a target.
 type TCPEnd struct {
 	c   *net.TCPConn
@@ -43,23 +50,37 @@ type TCPEnd struct {
 	one [1]byte
 }
 
-// TCP makes c an End.
+// TCP makes c an End. While the flow is open, closing c resets it: should
+// the relay process die, the kernel closes its sockets, and the client or
+// target must see a reset, never a clean end of a stream cut short.
 func TCP(c *net.TCPConn) (*TCPEnd, error) {
 	rc, err := c.SyscallConn()
 	if err != nil {
 		return nil, err
 	}
+	armReset(c)
 	return &TCPEnd{c: c, rc: rc}, nil
 }
+
+// armReset makes closing c send RST (SO_LINGER 0). A clean half-close
+// (CloseWrite) disarms it, so the FIN then follows every byte written.
+func armReset(c *net.TCPConn) { c.SetLinger(0) }
 
 // Conn is the connection, for splicing.
 func (t *TCPEnd) Conn() *net.TCPConn { return t.c }
 
 func (t *TCPEnd) Read(b []byte) (int, error)  { return t.c.Read(b) }
 func (t *TCPEnd) Write(b []byte) (int, error) { return t.c.Write(b) }
-func (t *TCPEnd) CloseWrite() error           { return t.c.CloseWrite() }
+func (t *TCPEnd) CloseWrite() error           { return closeWrite(t.c) }
 func (t *TCPEnd) Close()                      { t.c.Close() }
 func (t *TCPEnd) Fail(quicgo.StreamErrorCode) { t.Abort() }
+
+// closeWrite ends c's sending direction cleanly: the reset armed for a
+// crash is lifted first, so bytes still queued go out before the FIN.
+func closeWrite(c *net.TCPConn) error {
+	c.SetLinger(-1)
+	return c.CloseWrite()
+}
 
 // Abort closes with RST, not FIN.
 func (t *TCPEnd) Abort() {
@@ -134,6 +155,7 @@ type TLSEnd struct {
 	c    *tls.Conn
 	rc   syscall.RawConn // the TCP socket under c; nil when it is none
 	rh   recordHolder    // nil when the connection under c sends records one by one
+	eof  eofTeller       // nil when the connection under c cannot say
 	done func()          // tells the TLS endpoint the connection is finished
 	once sync.Once
 	// segs is the kernel's count of segments sent and retransmitted,
@@ -159,7 +181,17 @@ func TLS(c *tls.Conn, done func()) *TLSEnd {
 		t.rc, _ = tc.SyscallConn()
 	}
 	t.rh, _ = c.NetConn().(recordHolder)
+	t.eof, _ = c.NetConn().(eofTeller)
 	return t
+}
+
+// eofTeller is a connection under TLS that says whether a read of it met
+// the TCP end (relay/tlslink's). crypto/tls returns io.EOF both for the
+// peer's close_notify and for a TCP FIN without one; only the first ends a
+// flow. crypto/tls handles a close_notify before it reads on, so a TCP end
+// was read only when none came.
+type eofTeller interface {
+	ReadEOF() bool
 }
 
 // recordHolder is a connection under TLS that can hold the records of one
@@ -193,8 +225,16 @@ func (t *TLSEnd) Write(b []byte) (int, error) {
 	return n, err
 }
 
-// Read returns at most one TLS record.
-func (t *TLSEnd) Read(b []byte) (int, error) { return t.c.Read(b) }
+// Read returns at most one TLS record. The end of the stream is io.EOF
+// only after the peer's close_notify; a connection that just ended is
+// ErrCut.
+func (t *TLSEnd) Read(b []byte) (int, error) {
+	n, err := t.c.Read(b)
+	if err == io.EOF && t.eof != nil && t.eof.ReadEOF() {
+		err = ErrCut
+	}
+	return n, err
+}
 
 // maxRecord is the most plaintext one TLS record carries.
 const maxRecord = 16 << 10
@@ -208,7 +248,7 @@ const maxRecord = 16 << 10
 func (t *TLSEnd) ReadReady(b []byte) (int, error) {
 	n := 0
 	for len(b)-n >= maxRecord && t.buffered() {
-		m, err := t.c.Read(b[n:])
+		m, err := t.Read(b[n:])
 		n += m
 		if err != nil {
 			return n, err

@@ -166,6 +166,8 @@ const spliceChunk = 4 << 20
 // Join's.
 func Splice(a, b *net.TCPConn, up, down Counter, idle time.Duration) error {
 	ta, tb := &TCPEnd{c: a}, &TCPEnd{c: b}
+	armReset(a)
+	armReset(b)
 	// The kernel moves the bytes, so the kernel says when they last moved:
 	// when the timer fires, it looks at both sockets' last receipt and
 	// waits on if either had data since.
@@ -187,7 +189,7 @@ func Splice(a, b *net.TCPConn, up, down Counter, idle time.Duration) error {
 			w, err := io.CopyN(dst, src, spliceChunk)
 			n.Add(float64(w))
 			if err == io.EOF {
-				return dst.CloseWrite()
+				return closeWrite(dst)
 			}
 			if err != nil {
 				return err

@@ -1,8 +1,10 @@
 package tlslink
 
 import (
+	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 )
 
 // recordConn is the TCP connection under a relay's TLS connection. Between
@@ -14,7 +16,22 @@ type recordConn struct {
 	mu   sync.Mutex
 	hold bool
 	buf  *[]byte
+	eof  atomic.Bool // a read met the end of the TCP stream
 }
+
+// Read notes the end of the TCP stream: crypto/tls reports a peer's
+// close_notify and a bare TCP end alike as io.EOF, and only the first is
+// an end of flow (flow.TLSEnd asks ReadEOF).
+func (c *recordConn) Read(b []byte) (int, error) {
+	n, err := c.TCPConn.Read(b)
+	if err == io.EOF {
+		c.eof.Store(true)
+	}
+	return n, err
+}
+
+// ReadEOF says whether a read met the end of the TCP stream.
+func (c *recordConn) ReadEOF() bool { return c.eof.Load() }
 
 // recordBuf holds one flow write's records: 64 KiB and four record
 // overheads, borrowed between Hold and Flush only.

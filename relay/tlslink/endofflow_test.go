@@ -1,0 +1,79 @@
+package tlslink
+
+import (
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/hoplink/hoplink/pki"
+	"github.com/hoplink/hoplink/relay/flow"
+)
+
+// TestEndOfFlowNeedsCloseNotify: a hop's flow ends cleanly only on the
+// peer's close_notify. A TCP end without one (the peer relay was killed, or
+// something on the path sent a FIN) is a cut: the flow reads flow.ErrCut,
+// not io.EOF, and so is reset at both applications instead of ending
+// cleanly short of its bytes. crypto/tls alone reports both as io.EOF.
+func TestEndOfFlowNeedsCloseNotify(t *testing.T) {
+	ca, err := pki.NewCA("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := ca.Identity("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := ca.Identity("b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		end  func(c *tls.Conn, raw *net.TCPConn)
+		want error
+	}{
+		{"close_notify", func(c *tls.Conn, _ *net.TCPConn) { c.CloseWrite() }, io.EOF},
+		{"close_notify and close", func(c *tls.Conn, _ *net.TCPConn) { c.Close() }, io.EOF},
+		{"FIN alone", func(_ *tls.Conn, raw *net.TCPConn) { raw.CloseWrite() }, flow.ErrCut},
+		{"process gone", func(_ *tls.Conn, raw *net.TCPConn) { raw.Close() }, flow.ErrCut},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			raw, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer raw.Close()
+			in, err := ln.Accept()
+			if err != nil {
+				t.Fatal(err)
+			}
+			client := tls.Client(raw, a.ClientConfig("b"))
+			server := tls.Server(wrap(in), b.ServerConfig(nil))
+			defer server.Close()
+			go func() {
+				if client.Handshake() == nil {
+					client.Write([]byte("some of the flow"))
+					tc.end(client, raw.(*net.TCPConn))
+				}
+			}()
+			server.SetDeadline(time.Now().Add(5 * time.Second))
+			end := flow.TLS(server, func() {})
+			got, err := io.ReadAll(end)
+			if string(got) != "some of the flow" {
+				t.Fatalf("read %q", got)
+			}
+			// io.ReadAll turns io.EOF into nil.
+			if tc.want == io.EOF && err != nil || tc.want != io.EOF && !errors.Is(err, tc.want) {
+				t.Fatalf("the flow ended with %v, want %v", err, tc.want)
+			}
+		})
+	}
+}
