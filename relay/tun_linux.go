@@ -106,6 +106,7 @@ func (e *stackEnd) CloseWrite() error           { return e.c.CloseWrite() }
 func (e *stackEnd) Abort()                      { e.c.Abort() }
 func (e *stackEnd) Fail(quicgo.StreamErrorCode) { e.c.Abort() }
 func (e *stackEnd) Close()                      { e.c.Close() }
+func (e *stackEnd) Broken() bool                { return e.c.Broken() }
 
 // entryUDP carries a UDP flow of the stack (one source and destination
 // pair) to its destination as a UDP session.

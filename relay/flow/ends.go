@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -42,6 +43,13 @@ type End interface {
 // connection. The sender never said it was done, so the flow is aborted,
 // never ended cleanly with what arrived so far.
 var ErrCut = errors.New("hop connection ended without an end of flow (no TLS close_notify)")
+
+// breakable is an End that can tell, without reading it, whether its peer
+// reset it. A half that is stuck writing reads nothing, so only this shows
+// it a reset of the end it copies from (Join's stall watch).
+type breakable interface {
+	Broken() bool
+}
 
 // TCPEnd is a flow's TCP connection: a Tunnel's client, or a target.
 type TCPEnd struct {
@@ -74,6 +82,9 @@ func (t *TCPEnd) Write(b []byte) (int, error) { return t.c.Write(b) }
 func (t *TCPEnd) CloseWrite() error           { return closeWrite(t.c) }
 func (t *TCPEnd) Close()                      { t.c.Close() }
 func (t *TCPEnd) Fail(quicgo.StreamErrorCode) { t.Abort() }
+
+// Broken says whether the peer reset the connection.
+func (t *TCPEnd) Broken() bool { return wasReset(t.c) }
 
 // closeWrite ends c's sending direction cleanly: the reset armed for a
 // crash is lifted first, so bytes still queued go out before the FIN.
@@ -116,7 +127,8 @@ func (t *TCPEnd) Wait() error {
 type StreamEnd struct {
 	s       *quicgo.Stream
 	one     [1]byte
-	release func() // may run more than once
+	release func()      // may run more than once
+	fin     atomic.Bool // this side ended its writes cleanly
 }
 
 // Stream makes s an End.
@@ -130,12 +142,25 @@ func HeldStream(s *quicgo.Stream, release func()) *StreamEnd {
 
 func (e *StreamEnd) Read(b []byte) (int, error)  { return e.s.Read(b) }
 func (e *StreamEnd) Write(b []byte) (int, error) { return e.s.Write(b) }
-func (e *StreamEnd) CloseWrite() error           { return e.s.Close() }
+func (e *StreamEnd) CloseWrite() error           { e.fin.Store(true); return e.s.Close() }
 func (e *StreamEnd) Close()                      { e.release() }
 func (e *StreamEnd) Abort()                      { e.Fail(hop.CodeReset) }
 func (e *StreamEnd) Fail(code quicgo.StreamErrorCode) {
 	Reset(e.s, code)
 	e.release()
+}
+
+// Broken says whether the peer reset the stream or the connection died:
+// the stream's context ends then, and also when this side ended its writes
+// cleanly, which is no reset. A reset of the receive side alone, once this
+// side has sent its FIN, shows only to a read.
+func (e *StreamEnd) Broken() bool {
+	select {
+	case <-e.s.Context().Done():
+		return !e.fin.Load()
+	default:
+		return false
+	}
 }
 
 // Wait peeks, which quic-go does without a buffer of ours.
@@ -270,6 +295,12 @@ func (t *TLSEnd) buffered() bool {
 }
 
 func (t *TLSEnd) Fail(quicgo.StreamErrorCode) { t.Abort() }
+
+// Broken says whether the peer reset the TCP connection under c.
+func (t *TLSEnd) Broken() bool {
+	tc := tcpOf(t.c)
+	return tc != nil && wasReset(tc)
+}
 
 // CloseWrite sends TLS close_notify: the peer reads EOF, and can still send.
 func (t *TLSEnd) CloseWrite() error { return t.c.CloseWrite() }

@@ -70,22 +70,24 @@ func (it *idleTimer) stop(err error) error {
 // that cannot write stops its reader, and QUIC flow control stops the
 // sender upstream.
 func Join(a, b End, up, down Counter, idle time.Duration) error {
-	it := newIdleTimer(idle, func() { a.Abort(); b.Abort() })
+	abort := func() { a.Abort(); b.Abort() }
+	it := newIdleTimer(idle, abort)
+	wa, wb := newStallWatch(a, abort), newStallWatch(b, abort)
 	done := make(chan error, 1)
 	go func() {
-		err := copyHalf(b, a, up, it)
+		err := copyHalf(b, a, up, it, wa)
 		if err != nil {
-			a.Abort()
-			b.Abort()
+			abort()
 		}
 		done <- err
 	}()
-	err := copyHalf(a, b, down, it)
+	err := copyHalf(a, b, down, it, wb)
 	if err != nil {
-		a.Abort()
-		b.Abort()
+		abort()
 	}
 	err = it.stop(errors.Join(err, <-done))
+	wa.stop()
+	wb.stop()
 	if err == nil {
 		a.Close()
 		b.Close()
@@ -99,7 +101,85 @@ type gatherer interface {
 	ReadReady([]byte) (int, error)
 }
 
-func copyHalf(dst, src End, n Counter, it *idleTimer) error {
+// A half that waits in one write for stallCheck has the end it copies from
+// looked at for a reset, then again at doubling intervals up to
+// stallCheckMax: a spliced flow's half waits for reads inside its writes,
+// so an idle spliced flow is looked at too, rarely.
+const (
+	stallCheck    = time.Second
+	stallCheckMax = 4 * time.Second
+)
+
+// stallWatch looks, while a half is stuck writing, at the end it reads
+// from. Nothing reads that end meanwhile, so a reset of it (a client that
+// gave up) would otherwise wait for the write, which may never come (a
+// target that stopped reading), and hold the flow until its idle timeout.
+// A watch costs a timer per half, armed only during writes.
+type stallWatch struct {
+	src   breakable
+	abort func()
+	t     *time.Timer
+
+	mu      sync.Mutex
+	writing bool
+	stopped bool
+	next    time.Duration // the wait before the next look
+}
+
+// newStallWatch watches src for a half copying from it; nil when src
+// cannot tell a reset without a read.
+func newStallWatch(src End, abort func()) *stallWatch {
+	b, ok := src.(breakable)
+	if !ok {
+		return nil
+	}
+	w := &stallWatch{src: b, abort: abort}
+	w.t = time.AfterFunc(time.Hour, w.check)
+	w.t.Stop()
+	return w
+}
+
+// writing brackets a write: on is true before it, false after.
+func (w *stallWatch) write(on bool) {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	w.writing = on
+	w.next = stallCheck
+	w.mu.Unlock()
+	if on {
+		w.t.Reset(stallCheck)
+	} else {
+		w.t.Stop()
+	}
+}
+
+func (w *stallWatch) check() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch {
+	case w.stopped || !w.writing:
+	case w.src.Broken():
+		w.abort()
+	default:
+		w.next = min(2*w.next, stallCheckMax)
+		w.t.Reset(w.next)
+	}
+}
+
+// stop ends the watch for good, before the flow's ends are closed.
+func (w *stallWatch) stop() {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	w.stopped = true
+	w.mu.Unlock()
+	w.t.Stop()
+}
+
+func copyHalf(dst, src End, n Counter, it *idleTimer, w *stallWatch) error {
 	pool := &bufPool
 	g, gathers := src.(gatherer)
 	if gathers {
@@ -128,7 +208,9 @@ func copyHalf(dst, src End, n Counter, it *idleTimer) error {
 				out = (*big)[:nr+m]
 			}
 			if len(out) > 0 {
+				w.write(true)
 				_, werr := dst.Write(out)
+				w.write(false)
 				if big != nil {
 					bufPool.Put(big)
 					bp = pool.Get().(*[]byte)
@@ -168,6 +250,7 @@ func Splice(a, b *net.TCPConn, up, down Counter, idle time.Duration) error {
 	ta, tb := &TCPEnd{c: a}, &TCPEnd{c: b}
 	armReset(a)
 	armReset(b)
+	abort := func() { ta.Abort(); tb.Abort() }
 	// The kernel moves the bytes, so the kernel says when they last moved:
 	// when the timer fires, it looks at both sockets' last receipt and
 	// waits on if either had data since.
@@ -180,14 +263,15 @@ func Splice(a, b *net.TCPConn, up, down Counter, idle time.Duration) error {
 				return
 			}
 			it.fired.Store(true)
-			ta.Abort()
-			tb.Abort()
+			abort()
 		})
 	}
-	half := func(dst, src *net.TCPConn, n Counter) error {
+	half := func(dst, src *net.TCPConn, n Counter, w *stallWatch) error {
 		for {
-			w, err := io.CopyN(dst, src, spliceChunk)
-			n.Add(float64(w))
+			w.write(true)
+			m, err := io.CopyN(dst, src, spliceChunk)
+			w.write(false)
+			n.Add(float64(m))
 			if err == io.EOF {
 				return closeWrite(dst)
 			}
@@ -196,21 +280,22 @@ func Splice(a, b *net.TCPConn, up, down Counter, idle time.Duration) error {
 			}
 		}
 	}
+	wa, wb := newStallWatch(ta, abort), newStallWatch(tb, abort)
 	done := make(chan error, 1)
 	go func() {
-		err := half(b, a, up)
+		err := half(b, a, up, wa)
 		if err != nil {
-			ta.Abort()
-			tb.Abort()
+			abort()
 		}
 		done <- err
 	}()
-	err := half(a, b, down)
+	err := half(a, b, down, wb)
 	if err != nil {
-		ta.Abort()
-		tb.Abort()
+		abort()
 	}
 	err = it.stop(errors.Join(err, <-done))
+	wa.stop()
+	wb.stop()
 	a.Close()
 	b.Close()
 	return err

@@ -4,10 +4,17 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"net"
 	"syscall"
 	"testing"
 	"time"
 )
+
+// The two ways a flow's joins are made, for tests that must hold for both.
+var joins = map[string]func(in, out *net.TCPConn, up, down Counter) error{
+	"join":   viaJoin,
+	"splice": func(in, out *net.TCPConn, up, down Counter) error { return Splice(in, out, up, down, 0) },
+}
 
 // TestClosedWhileOpenIsAReset: a relay process that dies has its sockets
 // closed by the kernel. While the flow is open that must reach the client as
@@ -46,4 +53,40 @@ func TestClosedWhileOpenIsAReset(t *testing.T) {
 			t.Fatalf("client read %d bytes and %v, want %d and a clean end", len(got), err, len(answer))
 		}
 	})
+}
+
+// TestResetEndsAHalfStuckWriting: the client resets while the flow's upload
+// is stuck writing to a target that stopped reading. Nothing reads the
+// client's socket meanwhile, yet the flow must end at once, both ends reset,
+// not wait for its idle timeout (none here).
+func TestResetEndsAHalfStuckWriting(t *testing.T) {
+	for name, join := range joins {
+		t.Run(name, func(t *testing.T) {
+			client, target, _, _, done := joined(t, join)
+			// Fill the target's buffers and the relay's: the upload blocks.
+			client.SetWriteDeadline(time.Now().Add(500 * time.Millisecond))
+			chunk := make([]byte, 64<<10)
+			for {
+				if _, err := client.Write(chunk); err != nil {
+					break
+				}
+			}
+			client.SetLinger(0)
+			client.Close()
+			start := time.Now()
+			select {
+			case err := <-done:
+				if err == nil {
+					t.Fatal("a reset flow reported a clean end")
+				}
+			case <-time.After(4 * stallCheck):
+				t.Fatal("the flow stayed open after its client reset")
+			}
+			t.Logf("ended %v after the reset", time.Since(start).Round(time.Millisecond))
+			target.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if _, err := io.Copy(io.Discard, target); !errors.Is(err, syscall.ECONNRESET) {
+				t.Fatalf("the target saw %v, want a reset", err)
+			}
+		})
+	}
 }

@@ -41,3 +41,20 @@ func segments(c *net.TCPConn) (sent, retransmitted uint32) {
 	}
 	return info.Segs_out, info.Total_retrans
 }
+
+// wasReset says whether c's peer reset it: TCP leaves ESTABLISHED (or
+// CLOSE_WAIT, after a clean FIN) for CLOSE only on a reset or once the
+// connection is fully done.
+func wasReset(c *net.TCPConn) bool {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return true
+	}
+	var info *unix.TCPInfo
+	if cerr := rc.Control(func(fd uintptr) {
+		info, err = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+	}); cerr != nil {
+		return true // closed already
+	}
+	return err == nil && info.State == unix.BPF_TCP_CLOSE
+}

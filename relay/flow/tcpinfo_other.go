@@ -13,3 +13,7 @@ func sinceReceived(*net.TCPConn) time.Duration { return 0 }
 
 // segments is zeros where the kernel does not say.
 func segments(*net.TCPConn) (sent, retransmitted uint32) { return 0, 0 }
+
+// wasReset is false where the kernel does not say: a reset then shows only
+// to a read.
+func wasReset(*net.TCPConn) bool { return false }

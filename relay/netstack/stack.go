@@ -56,6 +56,9 @@ type TCPConn struct {
 // Abort resets the connection, as a refused or failed flow must.
 func (c *TCPConn) Abort() { c.ep.Abort() }
 
+// Broken says whether the application reset the connection.
+func (c *TCPConn) Broken() bool { return tcp.EndpointState(c.ep.State()) == tcp.StateError }
+
 // Stack is a running stack on a device.
 type Stack struct {
 	s    *stack.Stack
