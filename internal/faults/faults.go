@@ -87,7 +87,11 @@ const (
 
 // End is what one application saw: the first of an end of stream read, a
 // failed read and a failed write. A sender's finishing its writes is no
-// end: it half-closes and waits for the other side to close.
+// end: it half-closes and waits for the other side to close. An end of
+// stream that a connection reset (ECONNRESET) follows was the reset's: a
+// sender reads and writes at once, and the kernel reports a reset to one
+// of the two calls, while the other sees the connection's end as a plain
+// end of stream.
 type End struct {
 	How   How
 	After time.Duration // from the kill to the end; negative if it came before

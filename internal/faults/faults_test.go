@@ -3,8 +3,12 @@ package faults
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"io"
 	"net"
+	"os"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -30,6 +34,38 @@ func TestPatternDependsOnOffsetAlone(t *testing.T) {
 		if bytes.Equal(at, whole[500+shift:600+shift]) || bytes.Equal(at, whole[500-shift:600-shift]) {
 			t.Errorf("a run shifted by %d bytes matches the pattern", shift)
 		}
+	}
+}
+
+// TestAppTellsAResetFromAnEndOfStream: a reset reported beside an end of
+// stream is the end; a broken pipe after one (the peer closed, then reset
+// what came after) leaves it clean.
+func TestAppTellsAResetFromAnEndOfStream(t *testing.T) {
+	op := func(errno syscall.Errno) error {
+		return &net.OpError{Op: "write", Net: "tcp", Err: os.NewSyscallError("write", errno)}
+	}
+	for _, tc := range []struct {
+		name    string
+		then    error
+		how     How
+		hasThen bool
+	}{
+		{"a reset beside it", op(syscall.ECONNRESET), Reset, false},
+		{"a broken pipe after it", op(syscall.EPIPE), Clean, true},
+	} {
+		var a app
+		a.readEnd(io.EOF)
+		a.saw(Reset, fmt.Errorf("write: %w", tc.then))
+		e := a.end(time.Now())
+		if e.How != tc.how || (e.Then != "") != tc.hasThen {
+			t.Errorf("%s: %+v, want %s", tc.name, e, tc.how)
+		}
+	}
+	var a app
+	a.saw(Reset, op(syscall.ECONNRESET))
+	a.readEnd(io.EOF)
+	if e := a.end(time.Now()); e.How != Reset || e.Then != "" {
+		t.Errorf("an end of stream after a reset: %+v, want the reset alone", e)
 	}
 }
 

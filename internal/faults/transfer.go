@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -165,6 +166,12 @@ func (a *app) saw(how How, err error) {
 		if err != nil {
 			a.err = err.Error()
 		}
+	case a.how == Clean && how == Reset && errors.Is(err, syscall.ECONNRESET) && a.then == "":
+		// A reset that finds the socket open (after a FIN it would be
+		// EPIPE) wakes a blocked writer and the reader together, and the
+		// kernel gives its error to one: the other reads a plain end of
+		// stream. That end was the reset.
+		a.how, a.err = Reset, err.Error()+", with an end of stream read beside it"
 	case a.how == Clean && how == Reset && a.then == "":
 		a.then = fmt.Sprintf("reset %v later (%v)", time.Since(a.at).Round(time.Millisecond), err)
 	}
