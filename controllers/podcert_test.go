@@ -161,6 +161,13 @@ func TestPodCertificateSignerLendsNoName(t *testing.T) {
 	pcr, key := k.ask(k.run(appPod(a, "owner", "pc-twin")))
 	issuedFor(t, pcr, key, "pc-twin")
 
+	// A pod created with the label would wait for ever for a certificate
+	// and a Secret it cannot have: the webhook refuses it, naming the fix.
+	err := k8s.Create(ctx, appPod(b, "born-borrower", "pc-twin"))
+	if want := fmt.Sprintf("lost its name to the older RelayNode %q in namespace %q", "pc-twin", a); err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "rename it") {
+		t.Errorf("creating a pod labelled for b's RelayNode: %v, want an error saying %q and the fix", err, want)
+	}
+
 	// Pods are labelled after creation, as whoever may update pods can:
 	// the webhook sees creations only, so the signer decides alone.
 	labelled := func(ns, name, relay string, labels map[string]string) *corev1.Pod {
