@@ -134,7 +134,7 @@ func (r *PodCertificateSigner) check(ctx context.Context, pcr *certificatesv1.Po
 	case err != nil:
 		return "", nil, err
 	case holder != "":
-		return "", &refusal{ReasonNameConflict, fmt.Sprintf("RelayNode %s/%s has no certificate: the older RelayNode %q in namespace %q holds its name, and a relay's name is its certificate name; rename this one (and its pods' label %s)",
+		return "", &refusal{ReasonNameConflict, fmt.Sprintf("RelayNode %s/%s does not hold its name: RelayNode %q of namespace %q was created before it (or in the same second), and a relay's name is its certificate name; rename this one (and its pods' label %s)",
 			rn.Namespace, rn.Name, rn.Name, holder, v1alpha1.LabelRelayNode)}, nil
 	}
 	return relay, nil, nil

@@ -164,7 +164,7 @@ func TestPodCertificateSignerLendsNoName(t *testing.T) {
 	// A pod created with the label would wait for ever for a certificate
 	// and a Secret it cannot have: the webhook refuses it, naming the fix.
 	err := k8s.Create(ctx, appPod(b, "born-borrower", "pc-twin"))
-	if want := fmt.Sprintf("lost its name to the older RelayNode %q in namespace %q", "pc-twin", a); err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "rename it") {
+	if want := fmt.Sprintf("RelayNode %s/pc-twin does not hold its name: RelayNode %q of namespace %q", b, "pc-twin", a); err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "rename it") {
 		t.Errorf("creating a pod labelled for b's RelayNode: %v, want an error saying %q and the fix", err, want)
 	}
 

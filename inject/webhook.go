@@ -33,9 +33,9 @@ const (
 type Webhook struct {
 	// Reader reads RelayNodes and Namespaces (a cached client is fine).
 	Reader client.Reader
-	// NameHolder returns the namespace of the RelayNode that holds rn's
-	// name when that is not rn: the operator's NameConflict rule, whose
-	// losers' relays get no certificate. Nil: not asked.
+	// NameHolder returns the namespace of a RelayNode that keeps rn from
+	// holding its name, "" when rn holds it: the operator's NameConflict
+	// rule, whose losers' relays get no certificate. Nil: not asked.
 	NameHolder func(ctx context.Context, rn *v1alpha1.RelayNode) (string, error)
 	Config     Config
 }
@@ -83,7 +83,7 @@ func (w *Webhook) Handle(ctx context.Context, req admission.Request) admission.R
 		case err != nil:
 			return admission.Errored(http.StatusInternalServerError, fmt.Errorf("RelayNode %s/%s: %w", ns, name, err))
 		case holder != "":
-			return admission.Denied(fmt.Sprintf("RelayNode %s/%s lost its name to the older RelayNode %q in namespace %q (NameConflict: a relay's name is its certificate name), so its relays get no certificate: rename it, and the label %s of this pod",
+			return admission.Denied(fmt.Sprintf("RelayNode %s/%s does not hold its name: RelayNode %q of namespace %q was created before it, or in the same second (NameConflict: a relay's name is its certificate name), so its relays get no certificate: rename it, and the label %s of this pod",
 				ns, name, name, holder, v1alpha1.LabelRelayNode))
 		}
 	}
