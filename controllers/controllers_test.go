@@ -377,6 +377,45 @@ func TestRelayNodeNamesAreUniqueAcrossNamespaces(t *testing.T) {
 	}
 }
 
+// Creation times have whole seconds. A RelayNode created in the same
+// second as one that already had its certificate, in a namespace first in
+// order, took the name and got a certificate too: two relays of one name.
+func TestRelayNodeNamesTiedInOneSecondAreNobodys(t *testing.T) {
+	needAPI(t)
+	ctx := context.Background()
+	ext := func(r *v1alpha1.RelayNode) { r.Spec.External = true; r.Spec.Endpoints = []string{"203.0.113.4:7401"} }
+	secret := func(ns, name string) error {
+		return k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: RelayObjectName(name)}, &corev1.Secret{})
+	}
+	for round := range 5 {
+		early, late := namespace(t), namespace(t)
+		if early > late {
+			early, late = late, early
+		}
+		name := fmt.Sprintf("tied-%d", round)
+		// Start just after a second begins, so that both fit in it.
+		time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 10*time.Millisecond)))
+		incumbent := relayNode(late, name, ext)
+		create(t, incumbent)
+		eventually(t, "the first RelayNode's certificate", func() error { return secret(late, name) })
+		newcomer := relayNode(early, name, ext)
+		create(t, newcomer)
+		if !incumbent.CreationTimestamp.Equal(&newcomer.CreationTimestamp) {
+			t.Logf("round %d: created %v and %v, not in one second; again", round, incumbent.CreationTimestamp, newcomer.CreationTimestamp)
+			continue
+		}
+		if c := waitReason(t, newcomer, ReasonNameConflict); !strings.Contains(c.Message, late) {
+			t.Errorf("the newcomer's conflict does not name %s: %s", late, c.Message)
+		}
+		waitReason(t, incumbent, ReasonNameConflict)
+		if err := secret(early, name); !apierrors.IsNotFound(err) {
+			t.Errorf("the RelayNode created in the same second in %s got a certificate for %q too (err %v)", early, name, err)
+		}
+		return
+	}
+	t.Fatal("no two RelayNodes were created in one second in 5 rounds")
+}
+
 func TestChainAndTunnelConditions(t *testing.T) {
 	needAPI(t)
 	ctx := context.Background()

@@ -208,6 +208,9 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 		// Through the manager: asking it for its webhook server is what
 		// adds the server to what it starts (on every replica).
 		mgr.GetWebhookServer().Register(inject.Path, &webhook.Admission{Handler: &inject.Webhook{Reader: mgr.GetAPIReader(),
+			NameHolder: func(ctx context.Context, rn *v1alpha1.RelayNode) (string, error) {
+				return relayNameHolder(ctx, mgr.GetAPIReader(), rn)
+			},
 			Config: inject.Config{Image: o.Image, Version: o.Version, Resources: o.RelayResources, PodCertificates: podCerts}}})
 	}
 	policy := RelayPolicy{Image: o.Image, AllowedImages: o.AllowedRelayImages, Privileged: o.PrivilegedRelays}

@@ -25,12 +25,15 @@ import (
 // PodCertificateSigner is the signer hoplink.dev/relay: it issues each
 // sidecar relay's pod a certificate of its own (the kubelet asks for it
 // through the podCertificate projected volume the webhook adds) naming the
-// RelayNode the pod's label names, if that RelayNode is in sidecar mode.
+// RelayNode the pod's label names, if that RelayNode is of the pod's
+// namespace, in sidecar mode, and holds its name across namespaces.
 // The key never leaves the node: the request carries only the public key.
 type PodCertificateSigner struct {
 	client.Client
-	// Reader reads pods directly: the cache holds only labelled ones, and
-	// an unlabelled pod's request must be denied, not left waiting.
+	// Reader reads pods and RelayNodes from the API server: the cache
+	// holds only labelled pods (an unlabelled pod's request must be
+	// denied, not left waiting), and a name is lent on what is stored now,
+	// not on what the cache has seen so far.
 	Reader client.Reader
 	CA     *pki.CA
 }
@@ -56,9 +59,9 @@ func (r *PodCertificateSigner) Reconcile(ctx context.Context, req ctrl.Request) 
 		return ctrl.Result{}, err
 	}
 	now := metav1.Now()
-	if denial != "" {
+	if denial != nil {
 		meta.SetStatusCondition(&pcr.Status.Conditions, metav1.Condition{Type: certificatesv1.PodCertificateRequestConditionTypeDenied,
-			Status: metav1.ConditionTrue, Reason: ReasonNotASidecarRelay, Message: denial, LastTransitionTime: now})
+			Status: metav1.ConditionTrue, Reason: denial.reason, Message: denial.message, LastTransitionTime: now})
 		return ctrl.Result{}, r.Status().Update(ctx, &pcr)
 	}
 	csr, err := x509.ParseCertificateRequest(pcr.Spec.StubPKCS10Request)
@@ -87,33 +90,54 @@ func (r *PodCertificateSigner) Reconcile(ctx context.Context, req ctrl.Request) 
 	return ctrl.Result{}, r.Status().Update(ctx, &pcr)
 }
 
-// check returns the relay a request may get a certificate for, or why not.
-func (r *PodCertificateSigner) check(ctx context.Context, pcr *certificatesv1.PodCertificateRequest) (relay, denial string, err error) {
+// check returns the relay a request may get a certificate for, or why not:
+// the relay a pod may be is the RelayNode its label names in its own
+// namespace, in sidecar mode, holding its name (as the RelayNode
+// reconciler decides it, relayNameHolder); a relay's peers know it by that
+// name alone.
+func (r *PodCertificateSigner) check(ctx context.Context, pcr *certificatesv1.PodCertificateRequest) (string, *refusal, error) {
+	deny := func(format string, args ...any) (string, *refusal, error) {
+		return "", &refusal{ReasonNotASidecarRelay, fmt.Sprintf(format, args...)}, nil
+	}
 	var pod corev1.Pod
 	switch err := r.Reader.Get(ctx, types.NamespacedName{Namespace: pcr.Namespace, Name: pcr.Spec.PodName}, &pod); {
 	case apierrors.IsNotFound(err):
-		return "", fmt.Sprintf("pod %s/%s does not exist", pcr.Namespace, pcr.Spec.PodName), nil
+		return deny("pod %s/%s does not exist", pcr.Namespace, pcr.Spec.PodName)
 	case err != nil:
-		return "", "", err
+		return "", nil, err
 	}
 	if pod.UID != pcr.Spec.PodUID {
-		return "", fmt.Sprintf("pod %s/%s is not the pod that asked (UID %s)", pcr.Namespace, pod.Name, pcr.Spec.PodUID), nil
+		return deny("pod %s/%s is not the pod that asked (UID %s)", pcr.Namespace, pod.Name, pcr.Spec.PodUID)
 	}
-	relay = pod.Labels[v1alpha1.LabelRelayNode]
-	if relay == "" || pod.Labels[labelManagedBy] == managerName {
-		return "", fmt.Sprintf("pod %s/%s is no sidecar relay's (it has no %s label)", pod.Namespace, pod.Name, v1alpha1.LabelRelayNode), nil
+	relay := pod.Labels[v1alpha1.LabelRelayNode]
+	if relay == "" {
+		return deny("pod %s/%s is no sidecar relay's (it has no %s label): label its workload with the name of a sidecar RelayNode of namespace %s",
+			pod.Namespace, pod.Name, v1alpha1.LabelRelayNode, pod.Namespace)
+	}
+	if pod.Labels[labelManagedBy] == managerName {
+		return deny("pod %s/%s carries %s=%s, the mark of the operator's own relay pods, which read their certificate from a Secret: remove that label from a workload's pods",
+			pod.Namespace, pod.Name, labelManagedBy, managerName)
 	}
 	var rn v1alpha1.RelayNode
-	switch err := r.Get(ctx, types.NamespacedName{Namespace: pod.Namespace, Name: relay}, &rn); {
+	switch err := r.Reader.Get(ctx, types.NamespacedName{Namespace: pod.Namespace, Name: relay}, &rn); {
 	case apierrors.IsNotFound(err):
-		return "", fmt.Sprintf("RelayNode %s/%s does not exist", pod.Namespace, relay), nil
+		return deny("pod %s/%s is labelled %s=%s, but there is no RelayNode %q in namespace %s, and a pod may be only its own namespace's relay: create RelayNode %q with spec.sidecar: {} there, or remove the label",
+			pod.Namespace, pod.Name, v1alpha1.LabelRelayNode, relay, relay, pod.Namespace, relay)
 	case err != nil:
-		return "", "", err
+		return "", nil, err
 	}
 	if !rn.Spec.IsSidecar() {
-		return "", fmt.Sprintf("RelayNode %s/%s is not in sidecar mode", pod.Namespace, relay), nil
+		return deny("RelayNode %s/%s is not in sidecar mode (its relays run as a DaemonSet or outside the cluster, with the certificate of its Secret): set spec.sidecar: {} on it, or remove the label %s from pod %s",
+			rn.Namespace, rn.Name, v1alpha1.LabelRelayNode, pod.Name)
 	}
-	return relay, "", nil
+	switch holder, err := relayNameHolder(ctx, r.Reader, &rn); {
+	case err != nil:
+		return "", nil, err
+	case holder != "":
+		return "", &refusal{ReasonNameConflict, fmt.Sprintf("RelayNode %s/%s does not hold its name: RelayNode %q of namespace %q was created before it (or in the same second), and a relay's name is its certificate name; rename this one (and its pods' label %s)",
+			rn.Namespace, rn.Name, rn.Name, holder, v1alpha1.LabelRelayNode)}, nil
+	}
+	return relay, nil, nil
 }
 
 // decided: the signer (or another) has answered the request already.

@@ -79,12 +79,12 @@ func (r *RelayNodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	status := rn.Status.DeepCopy()
 	status.ObservedGeneration = rn.Generation
 
-	if other, err := r.nameTaken(ctx, &rn); err != nil {
+	if other, err := relayNameHolder(ctx, r.Client, &rn); err != nil {
 		return ctrl.Result{}, err
 	} else if other != "" {
 		meta.SetStatusCondition(&status.Conditions, metav1.Condition{
 			Type: conditionReady, Status: metav1.ConditionFalse, Reason: ReasonNameConflict, ObservedGeneration: rn.Generation,
-			Message: fmt.Sprintf("RelayNode %q already exists in namespace %q; a relay's name is its certificate name, so rename this one", rn.Name, other),
+			Message: fmt.Sprintf("RelayNode %q already exists in namespace %q (created before this one, or in the same second); a relay's name is its certificate name, so rename this one", rn.Name, other),
 		})
 		return ctrl.Result{}, patchStatus(ctx, r.Client, &rn, &rn.Status, status)
 	}
@@ -189,20 +189,23 @@ func (r *RelayNodeReconciler) refusal(ctx context.Context, rn *v1alpha1.RelayNod
 	return r.Policy.check(rn, labels), nil
 }
 
-// nameTaken returns the namespace of an older RelayNode with the same name,
-// if any: certificates name relays, not namespaces, so names must be unique.
-func (r *RelayNodeReconciler) nameTaken(ctx context.Context, rn *v1alpha1.RelayNode) (string, error) {
-	var all v1alpha1.RelayNodeList
-	if err := r.List(ctx, &all, client.MatchingFields{indexName: rn.Name}); err != nil {
-		return "", err
+// relayNameHolder returns the namespace of a RelayNode that keeps rn from
+// holding its name ("" when rn holds it). Relays trust a peer by the name
+// in its certificate, and one CA signs every namespace's, so a name is one
+// relay across the cluster: the oldest RelayNode of that name holds it and
+// no other may get a certificate for it, neither its Secret (the
+// reconciler) nor its pods (the signer, the webhook). Creation times have
+// whole seconds, so two of the same second cannot tell which came first:
+// neither holds the name, or one created just after another had its
+// certificate would take the name and get one too. c may be the cache or
+// the API server.
+func relayNameHolder(ctx context.Context, c client.Reader, rn *v1alpha1.RelayNode) (string, error) {
+	var same v1alpha1.RelayNodeList
+	if err := c.List(ctx, &same, client.MatchingFields{indexName: rn.Name}); err != nil {
+		return "", fmt.Errorf("list RelayNodes named %q: %w", rn.Name, err)
 	}
-	for _, o := range all.Items {
-		if o.Namespace == rn.Namespace {
-			continue
-		}
-		older := o.CreationTimestamp.Before(&rn.CreationTimestamp) ||
-			(o.CreationTimestamp.Equal(&rn.CreationTimestamp) && o.Namespace < rn.Namespace)
-		if older {
+	for _, o := range same.Items {
+		if o.Namespace != rn.Namespace && !rn.CreationTimestamp.Before(&o.CreationTimestamp) {
 			return o.Namespace, nil
 		}
 	}
@@ -444,8 +447,10 @@ func (r *RelayNodeReconciler) endpoints(ctx context.Context, rn *v1alpha1.RelayN
 	return slices.Compact(out), nil
 }
 
-// indexName indexes RelayNodes by name across namespaces, for the name check.
-const indexName = "hoplink.metadata.name"
+// indexName indexes RelayNodes by name across namespaces, for the name
+// check. It is the API server's own field, so the same list works on the
+// cache and on the API server.
+const indexName = "metadata.name"
 
 // SetupWithManager registers the reconciler and its watches.
 func (r *RelayNodeReconciler) SetupWithManager(mgr ctrl.Manager) error {

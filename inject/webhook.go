@@ -33,7 +33,11 @@ const (
 type Webhook struct {
 	// Reader reads RelayNodes and Namespaces (a cached client is fine).
 	Reader client.Reader
-	Config Config
+	// NameHolder returns the namespace of a RelayNode that keeps rn from
+	// holding its name, "" when rn holds it: the operator's NameConflict
+	// rule, whose losers' relays get no certificate. Nil: not asked.
+	NameHolder func(ctx context.Context, rn *v1alpha1.RelayNode) (string, error)
+	Config     Config
 }
 
 var _ admission.Handler = (*Webhook)(nil)
@@ -71,6 +75,17 @@ func (w *Webhook) Handle(ctx context.Context, req admission.Request) admission.R
 	if !rn.Spec.IsSidecar() {
 		return admission.Denied(fmt.Sprintf("RelayNode %s/%s is not in sidecar mode (its relays run as a DaemonSet): set spec.sidecar: {} on it, or remove the label %s from this pod",
 			ns, name, v1alpha1.LabelRelayNode))
+	}
+	if w.NameHolder != nil {
+		// The pod could not start: it would wait for a certificate the
+		// signer denies, and a Secret that does not exist.
+		switch holder, err := w.NameHolder(ctx, &rn); {
+		case err != nil:
+			return admission.Errored(http.StatusInternalServerError, fmt.Errorf("RelayNode %s/%s: %w", ns, name, err))
+		case holder != "":
+			return admission.Denied(fmt.Sprintf("RelayNode %s/%s does not hold its name: RelayNode %q of namespace %q was created before it, or in the same second (NameConflict: a relay's name is its certificate name), so its relays get no certificate: rename it, and the label %s of this pod",
+				ns, name, name, holder, v1alpha1.LabelRelayNode))
+		}
 	}
 	if rn.Spec.TUN {
 		var n corev1.Namespace
