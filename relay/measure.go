@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"slices"
 	"sync"
 	"time"
@@ -36,6 +37,9 @@ type measurer struct {
 	links   *probe.Links
 	targets *probe.Targets
 	routes  *routeBook
+	// requests shares the link requests served at once, answered or passed
+	// on, between the peers that send them (newLinkRequests).
+	requests *quota
 }
 
 // probeInterval is how often this relay probes in the background: the
@@ -129,21 +133,54 @@ type linksBody struct {
 // maxLinksBody bounds a link request's body.
 const maxLinksBody = 4 << 10
 
+// linksTimeout bounds a link request at every hop, answered or passed on:
+// the relay that answers takes at most routectl.ProbeWait (5 s) for its
+// table, and the asker gives up sooner (tablesWait). Without it a request
+// whose asker never finished held its streams and goroutines for good.
+var linksTimeout = 10 * time.Second
+
+// Link requests a relay serves at once: at most maxLinkRequestsPerPeer
+// from one peer, maxLinkRequests in all, so that no peer can take them all
+// nor hold goroutines without bound. An entry asks each relay of its
+// routed chains once a round, and each request lives a fraction of a
+// round, so honest peers stay far below.
+var maxLinkRequests, maxLinkRequestsPerPeer = 512, 64
+
+func newLinkRequests() *quota {
+	return newQuota(maxLinkRequests, maxLinkRequestsPerPeer, maxLinkRequestsPerPeer)
+}
+
 // serveLinks answers an admitted link request, or passes it on toward the
-// relay it is for.
+// relay it is for, within linksTimeout and peer's share of requests.
 func (m *measurer) serveLinks(peer string, remote net.Addr, s *quicgo.Stream, h *hop.Header, c *v1alpha1.Chain) {
+	// The share is per peer (a quota keyed by peer in place of a Tunnel).
+	if why := m.requests.take(peer, netip.Addr{}); why != "" {
+		limit := "the peer's share"
+		if why == flowLimit {
+			limit = "the relay's bound"
+		}
+		m.rejected(peer, remote, "links_limit", fmt.Errorf("link requests in progress reached %s", limit), h.Tunnel)
+		flow.Reset(s, hop.CodeRejected)
+		return
+	}
+	defer m.requests.give(peer, netip.Addr{})
+	deadline := time.Now().Add(linksTimeout)
 	if len(h.Route) > 1 {
-		ctx, cancel := m.setupContext()
+		ctx, cancel := context.WithDeadline(m.ctx, deadline)
 		out, _, err := m.hops.Open(ctx, nexthop.Onward(h), v1alpha1.TransportQUIC)
 		cancel()
 		if err != nil {
 			flow.Reset(s, hop.CodeNextHop)
 			return
 		}
-		flow.Join(flow.Stream(s), out, noCount{}, noCount{}, 0)
+		in := flow.Stream(s)
+		// Past the deadline both sides are reset, which ends the join.
+		expire := time.AfterFunc(time.Until(deadline), func() { in.Abort(); out.Abort() })
+		defer expire.Stop()
+		flow.Join(in, out, noCount{}, noCount{}, 0)
 		return
 	}
-	s.SetReadDeadline(time.Now().Add(headerTimeout))
+	s.SetReadDeadline(deadline)
 	var body linksBody
 	if err := readFramed(s, maxLinksBody, &body); err != nil {
 		m.rejected(peer, remote, "bad_header", fmt.Errorf("link request body: %w", err), h.Tunnel)
@@ -157,7 +194,7 @@ func (m *measurer) serveLinks(peer string, remote net.Addr, s *quicgo.Stream, h 
 	ctx, cancel := context.WithTimeout(m.ctx, routectl.ProbeWait(interval))
 	table := m.table(ctx, c, interval/4)
 	cancel()
-	s.SetWriteDeadline(time.Now().Add(headerTimeout))
+	s.SetWriteDeadline(deadline)
 	if err := writeFramed(s, measure.MaxTableSize, table); err != nil {
 		flow.Reset(s, hop.CodeReset)
 		return

@@ -176,7 +176,7 @@ func (r *Relay) Start() error {
 		return nil
 	}, Answered: func(peer string, ok bool) { r.hops.Answering(peer, ok) }})
 	targets := probe.NewTargets(e.name, e.m)
-	r.measure = &measurer{env: e, links: links, targets: targets, routes: r.routes}
+	r.measure = &measurer{env: e, links: links, targets: targets, routes: r.routes, requests: newLinkRequests()}
 	hops := nexthop.New(nexthop.Options{
 		Name:             e.name,
 		Identity:         r.cfg.Identity,

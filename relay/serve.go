@@ -155,6 +155,7 @@ func (d *dispatcher) serveTLS(peer string, c *tls.Conn) {
 		in.Abort()
 		return
 	}
+	d.hops.TLSStarted(c)
 	c.SetReadDeadline(time.Time{})
 	g, ref := admit.Stream(d.manifests(), d.name, peer, &h, admit.TLS)
 	if ref != nil {

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"net"
 	"net/netip"
@@ -30,6 +31,9 @@ import (
 type udpFlows struct {
 	*env
 	hops *nexthop.Peers
+	// exits counts the sessions of each Tunnel this relay ends at their
+	// target, which spec.udp.maxSessions bounds here as at the entry.
+	exits sessionSlots
 }
 
 // pendingPackets bounds what a session queues while its stream is opening.
@@ -509,6 +513,19 @@ func (f *udpFlows) exitTLS(in flow.End, h *hop.Header, t *v1alpha1.Tunnel) {
 // serveTarget joins a session's last hop to its target through a connected
 // UDP socket of its own. receive (nil over TLS) routes the hop's datagrams.
 func (f *udpFlows) serveTarget(back udpHop, receive func(func([]byte)), h *hop.Header, t *v1alpha1.Tunnel) {
+	// The entry keeps maxSessions in its table; a previous hop that opens
+	// more (hostile, or an entry's ended sessions not yet ended here) is
+	// held to it too. A place freed within sessionWait is taken: an entry
+	// that ended a session and started another may be heard in that order
+	// or the other.
+	limit := udpMaxSessions(t)
+	if !f.exits.take(f.ctx, h.Tunnel, limit, sessionWait) {
+		f.m.UDPDropped.WithLabelValues(f.name, h.Tunnel, "session_limit").Inc()
+		f.warn.Warn("udp session refused at the exit: the Tunnel has its maxSessions open", "tunnel", h.Tunnel, "max_sessions", limit)
+		back.End(hop.CodeRejected)
+		return
+	}
+	defer f.exits.give(h.Tunnel)
 	fc, done := f.begin(h.Tunnel, "exit")
 	defer done()
 	start := time.Now()
@@ -549,18 +566,30 @@ func (f *udpFlows) serveTarget(back udpHop, receive func(func([]byte)), h *hop.H
 		receive(toTarget)
 	}
 
-	// Frames toward the target; the hop's end ends the session.
+	// Frames toward the target; the hop's end ends the session at once,
+	// and with it its place in the Tunnel's sessions: it wakes the read of
+	// replies below, whose deadline it sets under wake.
 	streamDone := make(chan struct{})
+	var wake sync.Mutex
 	go func() {
-		defer close(streamDone)
 		back.ReadFrames(toTarget)
+		wake.Lock()
+		close(streamDone)
+		tc.SetReadDeadline(time.Now())
+		wake.Unlock()
 	}()
 	// Replies from the target. The idle timeout also holds here, so an exit
 	// never keeps a session whose entry vanished.
 	idle := udpIdle(t)
 	buf := make([]byte, hop.MaxFrame)
 	for {
-		tc.SetReadDeadline(time.Now().Add(min(idle, time.Second)))
+		wake.Lock()
+		select {
+		case <-streamDone:
+		default:
+			tc.SetReadDeadline(time.Now().Add(min(idle, time.Second)))
+		}
+		wake.Unlock()
 		n, err := tc.Read(buf)
 		if n > 0 {
 			last.Store(time.Now().UnixNano())
@@ -586,6 +615,80 @@ func (f *udpFlows) serveTarget(back udpHop, receive func(func([]byte)), h *hop.H
 	tc.Close()
 	back.End(hop.CodeIdle)
 	<-streamDone
+}
+
+// sessionWait is how long a session past its Tunnel's maxSessions at the
+// exit waits for a place before it is refused.
+const sessionWait = time.Second
+
+// udpMaxSessions bounds a Tunnel's UDP sessions: its spec's, or the
+// default for a tun Tunnel's UDP flows.
+func udpMaxSessions(t *v1alpha1.Tunnel) int {
+	if t.Spec.UDP != nil && t.Spec.UDP.MaxSessions > 0 {
+		return int(t.Spec.UDP.MaxSessions)
+	}
+	return v1alpha1.DefaultUDPMaxSessions
+}
+
+// sessionSlots counts open sessions by Tunnel, at most a given number
+// each; the zero value is ready.
+type sessionSlots struct {
+	mu   sync.Mutex
+	open map[string]*tunnelSlots
+}
+
+type tunnelSlots struct {
+	n     int
+	freed chan struct{} // closed when a place is given back, if anyone waits
+}
+
+// take takes one of tunnel's limit places, waiting up to wait for one.
+func (s *sessionSlots) take(ctx context.Context, tunnel string, limit int, wait time.Duration) bool {
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		s.mu.Lock()
+		if s.open == nil {
+			s.open = map[string]*tunnelSlots{}
+		}
+		ts := s.open[tunnel]
+		if ts == nil {
+			ts = &tunnelSlots{}
+			s.open[tunnel] = ts
+		}
+		if ts.n < limit {
+			ts.n++
+			s.mu.Unlock()
+			return true
+		}
+		if ts.freed == nil {
+			ts.freed = make(chan struct{})
+		}
+		freed := ts.freed
+		s.mu.Unlock()
+		select {
+		case <-freed:
+		case <-timer.C:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// give gives a place of tunnel back.
+func (s *sessionSlots) give(tunnel string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ts := s.open[tunnel]
+	ts.n--
+	if ts.freed != nil {
+		close(ts.freed)
+		ts.freed = nil
+	}
+	if ts.n <= 0 {
+		delete(s.open, tunnel)
+	}
 }
 
 // dialUDP connects a socket to a UDP target.

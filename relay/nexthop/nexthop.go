@@ -157,6 +157,10 @@ func (p *Peers) Close() error {
 // TLSDone tells the TLS endpoint that a connection it accepted is closed.
 func (p *Peers) TLSDone(c *tls.Conn) { p.tls.Done(c) }
 
+// TLSStarted tells the TLS endpoint that a connection it accepted has sent
+// its header: it no longer waits, and is not closed to make room.
+func (p *Peers) TLSStarted(c *tls.Conn) { p.tls.Started(c) }
+
 // Connect starts the links (and warms the TLS pools) of every peer the
 // manifests route this relay's flows to, and gives existing links their
 // peers' current endpoints.

@@ -56,6 +56,21 @@ const (
 	maxBackoff             = 5 * time.Second
 )
 
+const (
+	// MaxWaitingPerPeer and MaxWaiting bound the connections, of one peer
+	// and in all, that are handshaken and have not yet started a flow.
+	// Pools keep spares so, idle for up to spareMaxAge: DefaultSpares per
+	// pool, a pool per replica of a peer, so a peer's share leaves room for
+	// 32 replicas. Past a bound the oldest waiting connection of the peer
+	// (or, past MaxWaiting, of the peer that holds the most) is closed
+	// rather than the new one refused: a new spare is the one its pool
+	// holds and will hand out next, the oldest is nearest retirement or
+	// already forgotten (a peer gone without a FIN), and a peer that floods
+	// the listener only recycles its own connections, never another's.
+	MaxWaitingPerPeer = 256
+	MaxWaiting        = 1024
+)
+
 // Options configure an Endpoint.
 type Options struct {
 	Name     string
@@ -64,7 +79,9 @@ type Options struct {
 	Listen    string
 	KnownPeer func(name string) bool
 	// Handler serves an authenticated connection whose read deadline bounds
-	// the wait for the flow's header. It owns the connection.
+	// the wait for the flow's header, and calls Endpoint.Started once it
+	// has read the header: until then the connection may be closed to make
+	// room for others (MaxWaitingPerPeer). It owns the connection.
 	Handler func(peer string, c *tls.Conn)
 	// Admin, when set, serves the admin API to the operator: connections
 	// that negotiate pki.AdminALPN with the operator's certificate.
@@ -97,6 +114,13 @@ type Endpoint struct {
 	active      map[*tls.Conn]struct{} // connections carrying flows, closed by Close
 	shaking     int                    // handshakes in progress
 	shakingFrom map[string]int         // ... by source host
+	// waiting holds the connections of each peer that have not started a
+	// flow yet, oldest first (spares, and headers on their way).
+	waiting    map[string][]*tls.Conn
+	waitingFor map[*tls.Conn]string // ... and whose they are
+	// waitMax and waitPerPeer are MaxWaiting and MaxWaitingPerPeer
+	// (tests take less).
+	waitMax, waitPerPeer int
 }
 
 // Listen binds the TCP listener and starts accepting peers.
@@ -109,7 +133,8 @@ func Listen(opts Options) (*Endpoint, error) {
 		return nil, fmt.Errorf("relay TLS listen: %w", err)
 	}
 	e := &Endpoint{opts: opts, warn: ratelog.New(opts.Log), ln: ln, pools: map[string]*Pool{}, active: map[*tls.Conn]struct{}{},
-		shakingFrom: map[string]int{}}
+		shakingFrom: map[string]int{}, waiting: map[string][]*tls.Conn{}, waitingFor: map[*tls.Conn]string{},
+		waitMax: MaxWaiting, waitPerPeer: MaxWaitingPerPeer}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	if opts.Admin != nil {
 		e.adminL = &connListener{addr: ln.Addr(), conns: make(chan net.Conn), done: make(chan struct{})}
@@ -290,7 +315,64 @@ func (e *Endpoint) serve(c *tls.Conn, handshaken func()) {
 		return
 	}
 	c.SetReadDeadline(time.Now().Add(headerTimeout))
+	if old, whose := e.wait(peer, c); old != nil {
+		e.opts.Metrics.Rejected.WithLabelValues(e.opts.Name, "header_limit").Inc()
+		e.warn.Warn("closed the oldest connection waiting for its header: too many wait", "transport", "tls",
+			"peer", whose, "remote", old.RemoteAddr())
+		old.NetConn().Close() // its handler sees the error and ends
+	}
+	defer e.Started(c) // at the latest
 	e.opts.Handler(peer, c)
+}
+
+// wait counts c among the connections of peer that wait for their flow
+// to start, and returns the one to close to make room, if any, with its
+// peer: the oldest of peer past its share, else past the total the oldest
+// of the peer that holds the most (peer itself on a tie).
+func (e *Endpoint) wait(peer string, c *tls.Conn) (old *tls.Conn, whose string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch {
+	case len(e.waiting[peer]) >= e.waitPerPeer:
+		whose = peer
+	case len(e.waitingFor) >= e.waitMax:
+		whose = peer
+		for p, cs := range e.waiting {
+			if len(cs) > len(e.waiting[whose]) {
+				whose = p
+			}
+		}
+	}
+	if cs := e.waiting[whose]; whose != "" && len(cs) > 0 {
+		old = cs[0]
+		e.unwaitLocked(old)
+	}
+	e.waiting[peer] = append(e.waiting[peer], c)
+	e.waitingFor[c] = peer
+	return old, whose
+}
+
+// Started tells the endpoint that c's flow has started (its header was
+// read): it no longer counts as waiting, and is never closed to make room
+// for others. The handler calls it; serve does once the handler returns.
+func (e *Endpoint) Started(c *tls.Conn) {
+	e.mu.Lock()
+	e.unwaitLocked(c)
+	e.mu.Unlock()
+}
+
+func (e *Endpoint) unwaitLocked(c *tls.Conn) {
+	peer, ok := e.waitingFor[c]
+	if !ok {
+		return
+	}
+	delete(e.waitingFor, c)
+	cs := slices.DeleteFunc(e.waiting[peer], func(x *tls.Conn) bool { return x == c })
+	if len(cs) == 0 {
+		delete(e.waiting, peer)
+		return
+	}
+	e.waiting[peer] = cs
 }
 
 func (e *Endpoint) track(c *tls.Conn) bool {
@@ -391,6 +473,7 @@ func (e *Endpoint) peerHolds(st tls.ConnectionState, full bool) error {
 func (e *Endpoint) Done(c *tls.Conn) {
 	e.mu.Lock()
 	delete(e.active, c)
+	e.unwaitLocked(c)
 	e.mu.Unlock()
 }
 

@@ -4,11 +4,14 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -135,4 +138,150 @@ func TestUnknownPeersAndAdminCallers(t *testing.T) {
 	if body, err := admin(*a.Certificate()); err == nil && strings.Contains(body, "hello") {
 		t.Fatalf("a relay's certificate reached the admin API: %q", body)
 	}
+}
+
+// TestWaitingConnectionsAreBounded: peer a handshakes 40 connections and
+// sends nothing on them. The listener keeps a's newest 8 (its share here)
+// and closes the older ones, each counted; a's next flow is served; c's
+// spares and c's open flow, and a third peer filling the total, cost no
+// one else's connection: past the total the peer that holds the most gives
+// way. Without the bound all 40 stayed open for 45 s each.
+func TestWaitingConnectionsAreBounded(t *testing.T) {
+	ca, _ := pki.NewCA("test")
+	m := metrics.New(prometheus.NewRegistry())
+	id, _ := ca.Identity("b")
+	var self atomic.Pointer[Endpoint]
+	got := make(chan accepted, 8)
+	b, err := Listen(Options{
+		Name: "b", Identity: id, Listen: "127.0.0.1:0",
+		KnownPeer: func(n string) bool { return n == "a" || n == "c" || n == "d" },
+		Handler: func(peer string, c *tls.Conn) {
+			defer c.Close()
+			h := make([]byte, 5)
+			if _, err := io.ReadFull(c, h); err != nil {
+				return
+			}
+			self.Load().Started(c)
+			c.SetReadDeadline(time.Time{})
+			got <- accepted{peer, string(h)}
+			io.Copy(io.Discard, c) // the flow, until its peer ends it
+		},
+		Metrics: m, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	self.Store(b)
+	b.mu.Lock()
+	b.waitPerPeer, b.waitMax = 8, 20
+	b.mu.Unlock()
+
+	closedByB := closedWaiting(m, "b")
+	waiting := func(peer string) int {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return len(b.waiting[peer])
+	}
+	var all []*tls.Conn
+	t.Cleanup(func() {
+		for _, c := range all {
+			c.Close()
+		}
+	})
+	// dial handshakes a connection of peer and waits until b counts it:
+	// as waiting (want its peer's count) or, past a bound, as closing
+	// another (want the count of closed ones).
+	dial := func(peer string, wantWaiting int, wantClosed float64) *tls.Conn {
+		t.Helper()
+		pid, _ := ca.Identity(peer)
+		c, err := tls.Dial("tcp", b.Addr().String(), pid.ClientConfig("b"))
+		if err != nil {
+			t.Fatalf("%s: %v", peer, err)
+		}
+		all = append(all, c)
+		deadline := time.Now().Add(5 * time.Second)
+		for waiting(peer) != wantWaiting || closedByB() != wantClosed {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d waiting, %v closed; want %d, %v", peer, waiting(peer), closedByB(), wantWaiting, wantClosed)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		return c
+	}
+	// open reports whether b keeps c open: a read sees nothing for a while.
+	open := func(c *tls.Conn, wait time.Duration) bool {
+		c.SetReadDeadline(time.Now().Add(wait))
+		_, err := c.Read(make([]byte, 1))
+		var ne net.Error
+		return errors.As(err, &ne) && ne.Timeout()
+	}
+
+	// c: a flow under way, and 4 spares.
+	pid, _ := ca.Identity("c")
+	flow, err := tls.Dial("tcp", b.Addr().String(), pid.ClientConfig("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	all = append(all, flow)
+	flow.Write([]byte("flowc"))
+	if r := <-got; r != (accepted{"c", "flowc"}) {
+		t.Fatalf("accepted %+v", r)
+	}
+	var spares []*tls.Conn
+	for i := range 4 {
+		spares = append(spares, dial("c", i+1, 0))
+	}
+	// a floods.
+	var flood []*tls.Conn
+	for i := range 40 {
+		flood = append(flood, dial("a", min(i+1, 8), float64(max(0, i+1-8))))
+	}
+	for i, c := range flood {
+		if keep := i >= 32; open(c, 50*time.Millisecond) != keep {
+			t.Fatalf("a's connection %d of 40: open %v, want %v", i, !keep, keep)
+		}
+	}
+	// d takes the total's last 8 places, then gives way to itself: it
+	// holds as many as a, and the newcomer's peer goes first on a tie.
+	var dconns []*tls.Conn
+	for i := range 10 {
+		dconns = append(dconns, dial("d", min(i+1, 8), float64(32+max(0, i+1-8))))
+	}
+	if a := waiting("a"); a != 8 {
+		t.Fatalf("a has %d waiting after d filled the total, want 8", a)
+	}
+	for i, c := range dconns {
+		if keep := i >= 2; open(c, 50*time.Millisecond) != keep {
+			t.Fatalf("d's connection %d of 10: open %v, want %v", i, !keep, keep)
+		}
+	}
+	for i, c := range append(spares, flow) {
+		if !open(c, 50*time.Millisecond) {
+			t.Fatalf("c's connection %d was closed", i)
+		}
+	}
+	// a's next flow is served, at the cost of a's oldest waiting one.
+	next := dial("a", 8, 35)
+	next.Write([]byte("flowa"))
+	select {
+	case r := <-got:
+		if r != (accepted{"a", "flowa"}) {
+			t.Fatalf("accepted %+v", r)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a's flow after its flood was not served")
+	}
+	if open(flood[32], 2*time.Second) {
+		t.Fatal("a's oldest waiting connection stayed open past a's share")
+	}
+	if w := waiting("a"); w != 7 {
+		t.Fatalf("a has %d waiting after its flow started, want 7", w)
+	}
+}
+
+// closedWaiting reads how many connections relay closed to make room for
+// others waiting for their header.
+func closedWaiting(m *metrics.Metrics, relay string) func() float64 {
+	return func() float64 { return promtest.ToFloat64(m.Rejected.WithLabelValues(relay, "header_limit")) }
 }
