@@ -93,6 +93,7 @@ func (d *dispatcher) serveQUIC(c *rquic.Conn, s *quicgo.Stream) {
 		flow.Reset(s, hop.CodeRejected)
 		return
 	}
+	c.Admitted() // the peer's link now: its drain news counts
 	switch h.Kind {
 	case hop.KindLinks:
 		d.measure.serveLinks(c.Peer, c.RemoteAddr(), s, &h, g.Chain)

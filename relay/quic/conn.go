@@ -20,6 +20,14 @@ type Conn struct {
 	Peer string
 	// draining: the peer said it drains (hop.DrainFlow) on this connection.
 	draining atomic.Bool
+	// dialed: this relay dialed the connection, to an endpoint of its
+	// choosing. admitted: the relay admitted a stream of the peer's on it.
+	// Only such a connection is the peer's link, whose drain news counts
+	// for the peer beyond the connection (Endpoint.drainNotice); heard is
+	// what became of that news here (heardIgnored, heardHonoured).
+	dialed   bool
+	admitted atomic.Bool
+	heard    atomic.Uint32
 	// flows counts this relay's TCP flows on the connection (Hold); once
 	// the peer said it is done (hop.DoneFlow) the last one to end closes
 	// the connection, which tells the peer that all it sent was read.
@@ -54,8 +62,8 @@ type pendingFlow struct {
 	packets [][]byte
 }
 
-func newConn(c *quicgo.Conn, peer string) *Conn {
-	return &Conn{Conn: c, Peer: peer, sinks: map[uint64]func([]byte){}, pending: map[uint64]*pendingFlow{}}
+func newConn(c *quicgo.Conn, peer string, dialed bool) *Conn {
+	return &Conn{Conn: c, Peer: peer, dialed: dialed, sinks: map[uint64]func([]byte){}, pending: map[uint64]*pendingFlow{}}
 }
 
 // Register routes datagrams of flow id to sink, first handing it any that
@@ -122,6 +130,11 @@ func (c *Conn) Hold() (release func()) {
 // takes no new flows.
 func (c *Conn) Draining() bool { return c.draining.Load() }
 
+// Admitted records that the relay admitted a stream the peer opened on the
+// connection (its header passed the manifests): the connection is then one
+// of the peer's links, not merely one made with its certificate.
+func (c *Conn) Admitted() { c.admitted.Store(true) }
+
 // runDatagrams dispatches datagrams until the connection ends: UDP packets
 // to their session's sink, link probes back to the peer (or, while e
 // drains, the news that it does), probe echoes and a peer's drain to e.
@@ -168,16 +181,15 @@ func (c *Conn) runDatagrams(e *Endpoint) {
 			}
 			continue
 		case hop.DrainFlow:
-			if !c.draining.Swap(true) {
-				e.peerDraining(c)
-			}
+			c.draining.Store(true)
+			e.drainNotice(c)
 			continue
 		case hop.DoneFlow:
 			// A peer that is done drained first, so this closes at most
 			// once its flows here end; it waits for the close to exit.
-			if !c.draining.Swap(true) {
-				e.peerDraining(c)
-			}
+			// That much any connection may ask for itself.
+			c.draining.Store(true)
+			e.drainNotice(c)
 			c.peerDone.Store(true)
 			if c.flows.Load() == 0 {
 				c.CloseWithError(0, "peer drained")

@@ -85,7 +85,8 @@ type Endpoint struct {
 	silent sync.Map
 	conns  map[*Conn]struct{}
 	// drainers holds the connections on which a peer said it drains, by
-	// peer, while they last: a peer that restarts connects anew.
+	// peer, while they last: a peer that restarts connects anew. Only its
+	// links count (drainNotice).
 	drainers map[string][]*Conn
 
 	draining atomic.Bool // this relay drains
@@ -253,7 +254,7 @@ func (e *Endpoint) accept() {
 			continue
 		}
 		e.handshake("accept", "ok")
-		c := newConn(qc, peer)
+		c := newConn(qc, peer, false)
 		if !e.track(c) {
 			qc.CloseWithError(0, "relay shutting down")
 			return
@@ -376,21 +377,63 @@ func (e *Endpoint) allConns() []*Conn {
 	return conns
 }
 
-func (e *Endpoint) peerDraining(c *Conn) {
-	e.mu.Lock()
-	if e.drainers == nil {
-		e.drainers = map[string][]*Conn{}
+// What became of a peer's drain news on a connection (Conn.heard).
+const (
+	heardIgnored = 1 + iota
+	heardHonoured
+)
+
+// drainNotice takes a peer's news, on c, that it drains. The connection
+// itself takes no new flows either way; the peer as a whole counts as
+// draining only when c is its link: a connection this relay dialed, or,
+// while this relay has no live link of its own to the peer (which would
+// hear the news itself), one that carried the peer's admitted flows. A
+// connection made merely with the peer's certificate cannot make the
+// relay stop using a healthy peer, and a relay of many processes under
+// one name (a DaemonSet) that drains one of them does not stop the
+// others' flows.
+func (e *Endpoint) drainNotice(c *Conn) {
+	if c.heard.Load() == heardHonoured {
+		return
 	}
-	e.drainers[c.Peer] = append(e.drainers[c.Peer], c)
+	e.mu.Lock()
+	link := c.dialed || (c.admitted.Load() && !e.dialsLocked(c.Peer))
+	if link {
+		if e.drainers == nil {
+			e.drainers = map[string][]*Conn{}
+		}
+		e.drainers[c.Peer] = append(e.drainers[c.Peer], c)
+		c.heard.Store(heardHonoured)
+	}
 	e.mu.Unlock()
+	notices := e.opts.Metrics.DrainNotices
+	if !link {
+		if c.heard.CompareAndSwap(0, heardIgnored) {
+			notices.WithLabelValues(e.opts.Name, c.Peer, "ignored").Inc()
+			e.opts.Log.Debug("peer draining on a connection that is not its link: only that connection drains", "peer", c.Peer, "remote", c.RemoteAddr())
+		}
+		return
+	}
+	notices.WithLabelValues(e.opts.Name, c.Peer, "honoured").Inc()
 	e.opts.Log.Info("peer draining: no new flows through it", "peer", c.Peer)
 	if e.opts.OnPeerDraining != nil {
 		e.opts.OnPeerDraining(c.Peer)
 	}
 }
 
-// PeerDraining reports whether peer said it drains on a connection that is
-// still up.
+// dialsLocked says whether a connection this relay dialed to peer is up;
+// e.mu is held.
+func (e *Endpoint) dialsLocked(peer string) bool {
+	for k, l := range e.links {
+		if k.peer == peer && l.Live() != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// PeerDraining reports whether peer said it drains on one of its links
+// (see drainNotice) that is still up.
 func (e *Endpoint) PeerDraining(peer string) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
