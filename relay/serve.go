@@ -26,7 +26,8 @@ const headerTimeout = 10 * time.Second
 // peer sending half headers would otherwise hold a goroutine and buffers per
 // stream for headerTimeout, without bound. It is a connection's, not a
 // peer's: a peer's connections are its Tunnels' links, and one of them full
-// of half headers must not refuse the streams of the others.
+// of half headers must not refuse the streams of the others. The
+// connections a peer may hold are bounded too (quic.Options.MaxConns).
 const maxPendingHeaders = 256
 
 // dispatcher serves what peers open: it reads a stream's header (bounded

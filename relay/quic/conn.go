@@ -1,6 +1,7 @@
 package quic
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"sync"
@@ -28,6 +29,13 @@ type Conn struct {
 	dialed   bool
 	admitted atomic.Bool
 	heard    atomic.Uint32
+	// For the bound on a peer's connections (Endpoint.bound), on a
+	// connection the peer dialed: the streams being served now, when one
+	// last started or ended or a probe was answered (unix nanos), and
+	// whether a probe ever was.
+	serving    atomic.Int64
+	lastActive atomic.Int64
+	probed     atomic.Bool
 	// flows counts this relay's TCP flows on the connection (Hold); once
 	// the peer said it is done (hop.DoneFlow) the last one to end closes
 	// the connection, which tells the peer that all it sent was read.
@@ -63,7 +71,42 @@ type pendingFlow struct {
 }
 
 func newConn(c *quicgo.Conn, peer string, dialed bool) *Conn {
-	return &Conn{Conn: c, Peer: peer, dialed: dialed, sinks: map[uint64]func([]byte){}, pending: map[uint64]*pendingFlow{}}
+	conn := &Conn{Conn: c, Peer: peer, dialed: dialed, sinks: map[uint64]func([]byte){}, pending: map[uint64]*pendingFlow{}}
+	conn.touch()
+	return conn
+}
+
+func (c *Conn) touch() { c.lastActive.Store(time.Now().UnixNano()) }
+
+// idleness is what decides which of a peer's connections closes first
+// when it holds too many (Endpoint.bound), read once.
+type idleness struct {
+	c    *Conn
+	busy bool  // it serves a stream
+	used bool  // it carried an admitted stream or answered a probe, as the peer's links do
+	last int64 // when it was last active, unix nanos
+}
+
+func (c *Conn) idleness() idleness {
+	return idleness{c: c, busy: c.serving.Load() > 0, used: c.admitted.Load() || c.probed.Load(), last: c.lastActive.Load()}
+}
+
+// rank puts a connection the peer never used before one it used, and
+// both before one serving a stream.
+func (a idleness) rank() int {
+	switch {
+	case a.busy:
+		return 2
+	case a.used:
+		return 1
+	}
+	return 0
+}
+
+// closesBefore orders a peer's connections for closing: by rank, then the
+// one idle longer first.
+func (a idleness) closesBefore(b idleness) int {
+	return cmp.Or(cmp.Compare(a.rank(), b.rank()), cmp.Compare(a.last, b.last))
 }
 
 // Register routes datagrams of flow id to sink, first handing it any that
@@ -163,6 +206,8 @@ func (c *Conn) runDatagrams(e *Endpoint) {
 				c.SendDatagram(hop.AppendDatagram(nil, hop.DrainFlow, nil))
 			default:
 				c.SendDatagram(hop.AppendDatagram(nil, hop.ProbeEchoFlow, payload))
+				c.probed.Store(true)
+				c.touch()
 			}
 			continue
 		case hop.ProbeEchoFlow:
