@@ -36,6 +36,12 @@ type Metrics struct {
 	// UDPBuffer is the size of the relay socket's buffers as the kernel
 	// granted them.
 	UDPBuffer *prometheus.GaugeVec
+	// DrainNotices counts the connections on which a peer said it drains,
+	// by whether that counted for the peer or for the connection alone.
+	DrainNotices *prometheus.CounterVec
+	// ConnsEvicted counts the connections a relay closed because their
+	// peer held more than its bound.
+	ConnsEvicted *prometheus.CounterVec
 
 	// Link measurements, labelled from (this relay) and to (the peer).
 	LinkUp       *prometheus.GaugeVec
@@ -143,6 +149,14 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "hoplink_udp_socket_buffer_bytes",
 			Help: "Buffer of the relay's QUIC socket by direction (receive, send), as the kernel granted it (Linux reports twice what was set). quic-go asks for 7 MiB; unprivileged relays get at most net.core.rmem_max / wmem_max.",
 		}, []string{"relay", "direction"}),
+		DrainNotices: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hoplink_peer_drain_notices_total",
+			Help: "Connections on which a peer said it drains (or is done), by result: honoured (the peer takes no new flows: it said so on the relay's own link to it, or, while there is none, on a connection that carried its admitted flows) or ignored (only that connection stops taking flows).",
+		}, []string{"relay", "peer", "result"}),
+		ConnsEvicted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hoplink_peer_connections_evicted_total",
+			Help: "QUIC connections a peer dialed to a relay that the relay closed because the peer held more than its bound: the idlest first, never one carrying flows.",
+		}, []string{"relay", "peer"}),
 		LinkUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "hoplink_link_up",
 			Help: "1 when the last probe round on the link from one relay to another got an answer.",
@@ -213,7 +227,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"relay", "tunnel", "protocol"}),
 	}
 	reg.MustRegister(m.Bytes, m.Flows, m.ActiveFlows, m.FlowSetup, m.FlowErrors, m.Rejected,
-		m.Ready, m.CertExpiry, m.TunnelOpen, m.PeerUp, m.Handshakes, m.UDPSessions, m.UDPDropped, m.UDPFramed, m.SendLost, m.RedundantCopies, m.UDPBuffer,
+		m.Ready, m.CertExpiry, m.TunnelOpen, m.PeerUp, m.Handshakes, m.UDPSessions, m.UDPDropped, m.UDPFramed, m.SendLost, m.RedundantCopies, m.UDPBuffer, m.DrainNotices, m.ConnsEvicted,
 		m.LinkUp, m.LinkRTT, m.LinkRTTMin, m.LinkSmoothed, m.LinkJitter, m.LinkLoss, m.LinkProbes, m.LinkTransport, m.LinkGoodput, m.LinkFlows,
 		m.TargetRTT, m.TargetUp, m.ChainRoute, m.TUNPackets, m.TUNBytes, m.TUNDropped, m.TUNFlows)
 	m.Route = NewRoute(reg)

@@ -21,10 +21,13 @@ import (
 // headerTimeout bounds how long a peer may take to send a stream's header.
 const headerTimeout = 10 * time.Second
 
-// maxPendingHeaders bounds the streams one peer may have waiting for their
-// header: a stream holds no flow token until its header is read, so a peer
-// sending half headers would otherwise hold a goroutine and buffers per
-// stream for headerTimeout, without bound.
+// maxPendingHeaders bounds the streams one connection may have waiting for
+// their header: a stream holds no flow token until its header is read, so a
+// peer sending half headers would otherwise hold a goroutine and buffers per
+// stream for headerTimeout, without bound. It is a connection's, not a
+// peer's: a peer's connections are its Tunnels' links, and one of them full
+// of half headers must not refuse the streams of the others. The
+// connections a peer may hold are bounded too (quic.Options.MaxConns).
 const maxPendingHeaders = 256
 
 // dispatcher serves what peers open: it reads a stream's header (bounded
@@ -39,41 +42,41 @@ type dispatcher struct {
 	measure *measurer
 
 	mu      sync.Mutex
-	pending map[string]int // streams waiting for their header, by peer
+	pending map[*rquic.Conn]int // streams waiting for their header, by connection
 }
 
-// awaitHeader takes a slot for a stream of peer to wait for its header in.
-func (d *dispatcher) awaitHeader(peer string) bool {
+// awaitHeader takes a slot for a stream of c to wait for its header in.
+func (d *dispatcher) awaitHeader(c *rquic.Conn) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.pending[peer] >= maxPendingHeaders {
+	if d.pending[c] >= maxPendingHeaders {
 		return false
 	}
 	if d.pending == nil {
-		d.pending = map[string]int{}
+		d.pending = map[*rquic.Conn]int{}
 	}
-	d.pending[peer]++
+	d.pending[c]++
 	return true
 }
 
-func (d *dispatcher) headerRead(peer string) {
+func (d *dispatcher) headerRead(c *rquic.Conn) {
 	d.mu.Lock()
-	if d.pending[peer]--; d.pending[peer] <= 0 {
-		delete(d.pending, peer)
+	if d.pending[c]--; d.pending[c] <= 0 {
+		delete(d.pending, c)
 	}
 	d.mu.Unlock()
 }
 
 // serveQUIC serves a stream a peer opened on its QUIC connection.
 func (d *dispatcher) serveQUIC(c *rquic.Conn, s *quicgo.Stream) {
-	if !d.awaitHeader(c.Peer) {
+	if !d.awaitHeader(c) {
 		d.rejected(c.Peer, c.RemoteAddr(), "header_limit", errors.New("too many streams waiting for their header"), "")
 		flow.Reset(s, hop.CodeRejected)
 		return
 	}
 	s.SetReadDeadline(time.Now().Add(headerTimeout))
 	h, err := hop.Read(s)
-	d.headerRead(c.Peer)
+	d.headerRead(c)
 	var peerReset *quicgo.StreamError
 	if errors.As(err, &peerReset) {
 		// The flow ended before its header arrived (a client that gave up
@@ -93,6 +96,7 @@ func (d *dispatcher) serveQUIC(c *rquic.Conn, s *quicgo.Stream) {
 		flow.Reset(s, hop.CodeRejected)
 		return
 	}
+	c.Admitted() // the peer's link now: its drain news counts
 	switch h.Kind {
 	case hop.KindLinks:
 		d.measure.serveLinks(c.Peer, c.RemoteAddr(), s, &h, g.Chain)

@@ -129,7 +129,8 @@ func (p *Peers) Listen() error {
 	known := func(name string) bool { return o.Manifests().Relay(name) != nil }
 	q, err := rquic.Listen(rquic.Options{Name: o.Name, Identity: o.Identity, Listen: o.Listen, KnownPeer: known, SeparateDialPort: o.SeparateDialPort,
 		Handler: o.Stream, OnProbeEcho: o.OnProbeEcho, OnPeerDraining: o.OnPeerDraining, OnRejected: o.OnRejected, OnPeerLost: p.peerLost,
-		Metrics: o.Metrics, Log: o.Log})
+		MaxConns: func(peer string) int { return maxConns(o.Manifests(), o.Name, peer) },
+		Metrics:  o.Metrics, Log: o.Log})
 	if err != nil {
 		return err
 	}

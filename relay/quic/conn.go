@@ -1,6 +1,7 @@
 package quic
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"sync"
@@ -20,6 +21,21 @@ type Conn struct {
 	Peer string
 	// draining: the peer said it drains (hop.DrainFlow) on this connection.
 	draining atomic.Bool
+	// dialed: this relay dialed the connection, to an endpoint of its
+	// choosing. admitted: the relay admitted a stream of the peer's on it.
+	// Only such a connection is the peer's link, whose drain news counts
+	// for the peer beyond the connection (Endpoint.drainNotice); heard is
+	// what became of that news here (heardIgnored, heardHonoured).
+	dialed   bool
+	admitted atomic.Bool
+	heard    atomic.Uint32
+	// For the bound on a peer's connections (Endpoint.bound), on a
+	// connection the peer dialed: the streams being served now, when one
+	// last started or ended or a probe was answered (unix nanos), and
+	// whether a probe ever was.
+	serving    atomic.Int64
+	lastActive atomic.Int64
+	probed     atomic.Bool
 	// flows counts this relay's TCP flows on the connection (Hold); once
 	// the peer said it is done (hop.DoneFlow) the last one to end closes
 	// the connection, which tells the peer that all it sent was read.
@@ -54,8 +70,43 @@ type pendingFlow struct {
 	packets [][]byte
 }
 
-func newConn(c *quicgo.Conn, peer string) *Conn {
-	return &Conn{Conn: c, Peer: peer, sinks: map[uint64]func([]byte){}, pending: map[uint64]*pendingFlow{}}
+func newConn(c *quicgo.Conn, peer string, dialed bool) *Conn {
+	conn := &Conn{Conn: c, Peer: peer, dialed: dialed, sinks: map[uint64]func([]byte){}, pending: map[uint64]*pendingFlow{}}
+	conn.touch()
+	return conn
+}
+
+func (c *Conn) touch() { c.lastActive.Store(time.Now().UnixNano()) }
+
+// idleness is what decides which of a peer's connections closes first
+// when it holds too many (Endpoint.bound), read once.
+type idleness struct {
+	c    *Conn
+	busy bool  // it serves a stream
+	used bool  // it carried an admitted stream or answered a probe, as the peer's links do
+	last int64 // when it was last active, unix nanos
+}
+
+func (c *Conn) idleness() idleness {
+	return idleness{c: c, busy: c.serving.Load() > 0, used: c.admitted.Load() || c.probed.Load(), last: c.lastActive.Load()}
+}
+
+// rank puts a connection the peer never used before one it used, and
+// both before one serving a stream.
+func (a idleness) rank() int {
+	switch {
+	case a.busy:
+		return 2
+	case a.used:
+		return 1
+	}
+	return 0
+}
+
+// closesBefore orders a peer's connections for closing: by rank, then the
+// one idle longer first.
+func (a idleness) closesBefore(b idleness) int {
+	return cmp.Or(cmp.Compare(a.rank(), b.rank()), cmp.Compare(a.last, b.last))
 }
 
 // Register routes datagrams of flow id to sink, first handing it any that
@@ -122,6 +173,11 @@ func (c *Conn) Hold() (release func()) {
 // takes no new flows.
 func (c *Conn) Draining() bool { return c.draining.Load() }
 
+// Admitted records that the relay admitted a stream the peer opened on the
+// connection (its header passed the manifests): the connection is then one
+// of the peer's links, not merely one made with its certificate.
+func (c *Conn) Admitted() { c.admitted.Store(true) }
+
 // runDatagrams dispatches datagrams until the connection ends: UDP packets
 // to their session's sink, link probes back to the peer (or, while e
 // drains, the news that it does), probe echoes and a peer's drain to e.
@@ -150,6 +206,8 @@ func (c *Conn) runDatagrams(e *Endpoint) {
 				c.SendDatagram(hop.AppendDatagram(nil, hop.DrainFlow, nil))
 			default:
 				c.SendDatagram(hop.AppendDatagram(nil, hop.ProbeEchoFlow, payload))
+				c.probed.Store(true)
+				c.touch()
 			}
 			continue
 		case hop.ProbeEchoFlow:
@@ -168,16 +226,15 @@ func (c *Conn) runDatagrams(e *Endpoint) {
 			}
 			continue
 		case hop.DrainFlow:
-			if !c.draining.Swap(true) {
-				e.peerDraining(c)
-			}
+			c.draining.Store(true)
+			e.drainNotice(c)
 			continue
 		case hop.DoneFlow:
 			// A peer that is done drained first, so this closes at most
 			// once its flows here end; it waits for the close to exit.
-			if !c.draining.Swap(true) {
-				e.peerDraining(c)
-			}
+			// That much any connection may ask for itself.
+			c.draining.Store(true)
+			e.drainNotice(c)
 			c.peerDone.Store(true)
 			if c.flows.Load() == 0 {
 				c.CloseWithError(0, "peer drained")

@@ -42,6 +42,10 @@ type Options struct {
 	// MaxStreams bounds the flows one peer may have open at once; 0 means
 	// DefaultMaxStreams.
 	MaxStreams int64
+	// MaxConns bounds the connections one peer may hold to this relay (it
+	// dialed them); past it the idlest closes (Endpoint.bound). Nil means
+	// DefaultMaxConns.
+	MaxConns func(peer string) int
 	// KnownPeer says whether a relay of that name may connect; a peer with a
 	// valid certificate that no manifest names is turned away.
 	KnownPeer func(name string) bool
@@ -85,7 +89,8 @@ type Endpoint struct {
 	silent sync.Map
 	conns  map[*Conn]struct{}
 	// drainers holds the connections on which a peer said it drains, by
-	// peer, while they last: a peer that restarts connects anew.
+	// peer, while they last: a peer that restarts connects anew. Only its
+	// links count (drainNotice).
 	drainers map[string][]*Conn
 
 	draining atomic.Bool // this relay drains
@@ -253,10 +258,14 @@ func (e *Endpoint) accept() {
 			continue
 		}
 		e.handshake("accept", "ok")
-		c := newConn(qc, peer)
+		c := newConn(qc, peer, false)
 		if !e.track(c) {
 			qc.CloseWithError(0, "relay shutting down")
 			return
+		}
+		if e.bound(c) {
+			e.untrack(c)
+			continue
 		}
 		e.opts.Log.Debug("peer connected", "peer", peer, "remote", qc.RemoteAddr())
 		e.wg.Add(2)
@@ -274,10 +283,68 @@ func (e *Endpoint) accept() {
 				if err != nil {
 					return
 				}
-				go e.opts.Handler(c, s)
+				c.serving.Add(1)
+				c.touch()
+				go func() {
+					defer func() {
+						c.touch()
+						c.serving.Add(-1)
+					}()
+					e.opts.Handler(c, s)
+				}()
 			}
 		}()
 	}
+}
+
+// MaxTunnelLinks bounds the Tunnel links a relay dials to one peer (or one
+// replica of it); the flows of Tunnels past it share the link of another
+// (Endpoint.link). With the control link, a relay process holds at most
+// 1 + MaxTunnelLinks connections to a peer.
+const MaxTunnelLinks = 15
+
+// DefaultMaxConns is the connections a peer may hold when Options.MaxConns
+// says nothing: as many as one relay process dials, twice over, since a
+// relay that restarted reconnects before its old connections are gone.
+const DefaultMaxConns = 2 * (1 + MaxTunnelLinks)
+
+// bound closes connections of c's peer (those it dialed to this relay)
+// past the peer's bound, c just accepted among them, and reports whether
+// c itself closed. Each connection may make this relay buffer up to its
+// flow-control window, so connections without bound were memory without
+// bound. The idlest close first (idleness.closesBefore), and never one
+// serving a stream: c serves none yet, so it closes rather than a busy
+// one, and a bound that shrank (a Tunnel removed) leaves flows to finish.
+// A connection the peer used as its link closes only once every one the
+// peer made and never used is gone.
+func (e *Endpoint) bound(c *Conn) bool {
+	limit := DefaultMaxConns
+	if e.opts.MaxConns != nil {
+		limit = max(1, e.opts.MaxConns(c.Peer))
+	}
+	e.mu.Lock()
+	var peers []idleness
+	for o := range e.conns {
+		if o.Peer == c.Peer && o.Context().Err() == nil {
+			peers = append(peers, o.idleness())
+		}
+	}
+	e.mu.Unlock()
+	if len(peers) <= limit {
+		return false
+	}
+	slices.SortFunc(peers, idleness.closesBefore)
+	self := false
+	for _, v := range peers[:len(peers)-limit] {
+		if v.busy {
+			break
+		}
+		e.opts.Metrics.ConnsEvicted.WithLabelValues(e.opts.Name, c.Peer).Inc()
+		e.warn.Warn("peer holds too many connections: the idlest closes", "peer", c.Peer, "limit", limit, "remote", v.c.RemoteAddr())
+		v.c.CloseWithError(0, "too many connections from this relay")
+		self = self || v.c == c
+	}
+	return self
 }
 
 func (e *Endpoint) echo(peer string, payload []byte) {
@@ -376,21 +443,63 @@ func (e *Endpoint) allConns() []*Conn {
 	return conns
 }
 
-func (e *Endpoint) peerDraining(c *Conn) {
-	e.mu.Lock()
-	if e.drainers == nil {
-		e.drainers = map[string][]*Conn{}
+// What became of a peer's drain news on a connection (Conn.heard).
+const (
+	heardIgnored = 1 + iota
+	heardHonoured
+)
+
+// drainNotice takes a peer's news, on c, that it drains. The connection
+// itself takes no new flows either way; the peer as a whole counts as
+// draining only when c is its link: a connection this relay dialed, or,
+// while this relay has no live link of its own to the peer (which would
+// hear the news itself), one that carried the peer's admitted flows. A
+// connection made merely with the peer's certificate cannot make the
+// relay stop using a healthy peer, and a relay of many processes under
+// one name (a DaemonSet) that drains one of them does not stop the
+// others' flows.
+func (e *Endpoint) drainNotice(c *Conn) {
+	if c.heard.Load() == heardHonoured {
+		return
 	}
-	e.drainers[c.Peer] = append(e.drainers[c.Peer], c)
+	e.mu.Lock()
+	link := c.dialed || (c.admitted.Load() && !e.dialsLocked(c.Peer))
+	if link {
+		if e.drainers == nil {
+			e.drainers = map[string][]*Conn{}
+		}
+		e.drainers[c.Peer] = append(e.drainers[c.Peer], c)
+		c.heard.Store(heardHonoured)
+	}
 	e.mu.Unlock()
+	notices := e.opts.Metrics.DrainNotices
+	if !link {
+		if c.heard.CompareAndSwap(0, heardIgnored) {
+			notices.WithLabelValues(e.opts.Name, c.Peer, "ignored").Inc()
+			e.opts.Log.Debug("peer draining on a connection that is not its link: only that connection drains", "peer", c.Peer, "remote", c.RemoteAddr())
+		}
+		return
+	}
+	notices.WithLabelValues(e.opts.Name, c.Peer, "honoured").Inc()
 	e.opts.Log.Info("peer draining: no new flows through it", "peer", c.Peer)
 	if e.opts.OnPeerDraining != nil {
 		e.opts.OnPeerDraining(c.Peer)
 	}
 }
 
-// PeerDraining reports whether peer said it drains on a connection that is
-// still up.
+// dialsLocked says whether a connection this relay dialed to peer is up;
+// e.mu is held.
+func (e *Endpoint) dialsLocked(peer string) bool {
+	for k, l := range e.links {
+		if k.peer == peer && l.Live() != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// PeerDraining reports whether peer said it drains on one of its links
+// (see drainNotice) that is still up.
 func (e *Endpoint) PeerDraining(peer string) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -459,10 +568,28 @@ func (e *Endpoint) Replica(peer, class, addr string) *Link {
 	return e.link(linkKey{peer, class, addr}, []string{addr})
 }
 
-// link returns or starts the link of k; e.mu is held.
+// link returns or starts the link of k; e.mu is held. A Tunnel past the
+// peer's (or replica's) MaxTunnelLinks shares the Tunnel link with the
+// fewest streams open: the peer bounds the connections it takes from this
+// relay, and one more would cost an idle link of another Tunnel.
 func (e *Endpoint) link(k linkKey, addrs []string) *Link {
 	if l := e.links[k]; l != nil {
 		return l
+	}
+	if k.class != Control {
+		var least *Link
+		n := 0
+		for o, l := range e.links {
+			if o.peer == k.peer && o.replica == k.replica && o.class != Control {
+				n++
+				if least == nil || l.open.Load() < least.open.Load() {
+					least = l
+				}
+			}
+		}
+		if n >= MaxTunnelLinks {
+			return least
+		}
 	}
 	l := newLink(e, k.peer, k.class, addrs)
 	l.replica = k.replica

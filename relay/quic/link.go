@@ -350,7 +350,7 @@ func (l *Link) dial() (*Conn, error) {
 			errs = append(errs, fmt.Errorf("%s: %w", a, err))
 			continue
 		}
-		return newConn(qc, l.peer), nil
+		return newConn(qc, l.peer, true), nil
 	}
 	if len(errs) == 0 {
 		return nil, fmt.Errorf("relay %q has no endpoints", l.peer)
