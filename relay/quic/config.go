@@ -20,9 +20,9 @@ import (
 // buffer across all its streams. quic-go grows windows from the initial
 // value as the peer proves it needs them, so idle flows cost nothing.
 const (
-	initialStreamWindow = 1 << 20
+	initialStreamWindow = 256 << 10
 	maxStreamWindow     = 16 << 20
-	initialConnWindow   = 4 << 20
+	initialConnWindow   = 64 << 20
 	maxConnWindow       = 64 << 20
 )
 

@@ -70,7 +70,7 @@ func TestConnectionsPerPeerAreBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const limit, conns, streams = 3, 16, 4
+	const limit, conns, streams = 3, 16, 64
 	b := boundedEndpoint(t, ca, "b", limit, func(c *Conn, s *quicgo.Stream) {
 		<-c.Context().Done() // a target that never reads
 	})
@@ -91,7 +91,7 @@ func TestConnectionsPerPeerAreBounded(t *testing.T) {
 			continue // closed during the handshake: counted below
 		}
 		held = append(held, c)
-		// A connection's window, a stream's window at a time.
+		// 16 MiB of a connection's window, a stream's window at a time.
 		for range streams {
 			s, err := c.OpenStream()
 			if err != nil {
@@ -110,11 +110,10 @@ func TestConnectionsPerPeerAreBounded(t *testing.T) {
 	if v := promtest.ToFloat64(b.opts.Metrics.ConnsEvicted.WithLabelValues("b", "a")); v < conns-limit {
 		t.Errorf("%v connections closed for the bound, want %d", v, conns-limit)
 	}
-	// Each connection can fill 4 MiB (its initial window), which costs
-	// about 6 in packet buffers: near 100 MiB for all of them, 20 for the
-	// bound's.
+	// Each connection fills 16 MiB, which costs about 24 in packet
+	// buffers: near 400 MiB for all of them, 75 for the bound's.
 	t.Logf("heap in use grew by %.1f MiB", float64(buffered)/(1<<20))
-	if max := int64(2*limit*initialConnWindow + 8<<20); buffered > max {
+	if max := int64(2*limit*streams*initialStreamWindow + 8<<20); buffered > max {
 		t.Errorf("heap in use grew by %d MiB, want under %d", buffered>>20, max>>20)
 	}
 }
