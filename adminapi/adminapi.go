@@ -54,6 +54,19 @@ type Status struct {
 	Entries []Entry      `json:"entries,omitempty"`
 	// Problems are the latest of each kind and Tunnel, at most MaxProblems.
 	Problems []Problem `json:"problems,omitempty"`
+	// Congestion is the TCP congestion control of the relay's TLS links.
+	Congestion *Congestion `json:"congestion,omitempty"`
+}
+
+// Congestion is the TCP congestion control a relay's TLS links run: what
+// its RelayNode asks (auto or a name), what runs, why (auto, pinned,
+// not_allowed, not_available, unsupported) and, when it is not what was
+// asked, what to do.
+type Congestion struct {
+	Want      string `json:"want"`
+	Algorithm string `json:"algorithm,omitempty"`
+	Reason    string `json:"reason"`
+	Fix       string `json:"fix,omitempty"`
 }
 
 // Peer is a relay's link to a next hop: whether it carries flows now, and

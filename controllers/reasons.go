@@ -19,6 +19,9 @@ const (
 	// RelayNode RelaysHealthy.
 	ReasonNoProblems    = "NoProblems"
 	ReasonRelayProblems = "RelayProblems"
+	// RelayNode CongestionControl.
+	ReasonCongestionControlAsked   = "CongestionControlAsked"
+	ReasonCongestionControlRefused = "CongestionControlRefused"
 	// Chain Ready.
 	ReasonRouteReady    = "RouteReady"
 	ReasonRelayNotFound = "RelayNotFound"

@@ -162,9 +162,11 @@ func (r *RelayNodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		cond.Message = fmt.Sprintf("0 of %d relay pods ready: see `kubectl -n %s get pods -l %s=%s`", status.Desired, rn.Namespace, LabelRelayNode, rn.Name)
 	}
 	meta.SetStatusCondition(&status.Conditions, cond)
-	if h := r.Reports.healthy(&rn); h != nil {
-		h.ObservedGeneration = rn.Generation
-		meta.SetStatusCondition(&status.Conditions, *h)
+	for _, c := range []*metav1.Condition{r.Reports.healthy(&rn), r.Reports.congestion(&rn)} {
+		if c != nil {
+			c.ObservedGeneration = rn.Generation
+			meta.SetStatusCondition(&status.Conditions, *c)
+		}
 	}
 	return ctrl.Result{RequeueAfter: renewIn}, patchStatus(ctx, r.Client, &rn, &rn.Status, status)
 }

@@ -152,6 +152,9 @@ func summary(reports []endpointReport) string {
 				fmt.Fprintf(&b, "%s/%s;", p.Kind, p.Tunnel)
 			}
 		}
+		if c := e.status.Congestion; c != nil {
+			fmt.Fprintf(&b, "cc=%s/%s;", c.Algorithm, c.Reason)
+		}
 	}
 	return b.String()
 }
@@ -301,8 +304,56 @@ func (r *relayReports) healthy(rn *v1alpha1.RelayNode) *metav1.Condition {
 	return &metav1.Condition{Type: conditionRelaysHealthy, Status: metav1.ConditionFalse, Reason: ReasonRelayProblems, Message: msg}
 }
 
+// congestion is a RelayNode's CongestionControl condition from its
+// relays' reports: whether their TLS links run the TCP congestion control
+// spec.links.congestionControl asks for (bbr under auto), and if not, on
+// which relays, why and what to do; nil before any answer.
+func (r *relayReports) congestion(rn *v1alpha1.RelayNode) *metav1.Condition {
+	if r == nil {
+		return nil
+	}
+	r.mu.Lock()
+	reports := slices.Clone(r.reports[client.ObjectKeyFromObject(rn)])
+	r.mu.Unlock()
+	answered, running := 0, map[string]int{}
+	var refused []string
+	fix := ""
+	for _, e := range reports {
+		if e.status == nil || e.status.Congestion == nil {
+			continue
+		}
+		c := e.status.Congestion
+		answered++
+		if c.Fix == "" {
+			running[c.Algorithm]++
+			continue
+		}
+		refused = append(refused, fmt.Sprintf("%s runs %s (%s)", e.endpoint, c.Algorithm, c.Reason))
+		fix = c.Fix
+	}
+	if answered == 0 {
+		return nil
+	}
+	if len(refused) == 0 {
+		var runs []string
+		for alg, n := range running {
+			runs = append(runs, fmt.Sprintf("%s on %d", alg, n))
+		}
+		slices.Sort(runs)
+		return &metav1.Condition{Type: conditionCongestionControl, Status: metav1.ConditionTrue, Reason: ReasonCongestionControlAsked,
+			Message: fmt.Sprintf("the relays' TLS links run what spec.links.congestionControl (%s) asks: %s of %d relays", rn.Spec.LinkCongestionControl(), strings.Join(runs, ", "), answered)}
+	}
+	msg := fmt.Sprintf("%d of %d relays cannot run what spec.links.congestionControl (%s) asks and run the host's default: %s. To fix: %s",
+		len(refused), answered, rn.Spec.LinkCongestionControl(), strings.Join(refused, "; "), fix)
+	if len(msg) > 1024 {
+		msg = msg[:1021] + "..."
+	}
+	return &metav1.Condition{Type: conditionCongestionControl, Status: metav1.ConditionFalse, Reason: ReasonCongestionControlRefused, Message: msg}
+}
+
 // Condition types the reports set, beside Ready.
 const (
-	conditionListening     = "Listening"
-	conditionRelaysHealthy = "RelaysHealthy"
+	conditionListening         = "Listening"
+	conditionRelaysHealthy     = "RelaysHealthy"
+	conditionCongestionControl = "CongestionControl"
 )

@@ -54,3 +54,34 @@ func TestRelayReportsConditions(t *testing.T) {
 		t.Error("a report and none summarize alike: a change would go unseen")
 	}
 }
+
+// The CongestionControl condition says whether the relays' TLS links run
+// what the RelayNode asks, and where not, which relays, why and the fix.
+func TestCongestionControlCondition(t *testing.T) {
+	r := &relayReports{reports: map[types.NamespacedName][]endpointReport{}}
+	hk := &v1alpha1.RelayNode{ObjectMeta: metav1.ObjectMeta{Namespace: "edge", Name: "hk"}}
+	key := types.NamespacedName{Namespace: "edge", Name: "hk"}
+	if r.congestion(hk) != nil {
+		t.Fatal("a condition before any relay answered")
+	}
+	bbr := &adminapi.Congestion{Want: "auto", Algorithm: "bbr", Reason: "auto"}
+	r.reports[key] = []endpointReport{
+		{endpoint: "10.0.0.1:7401", status: &adminapi.Status{Relay: "hk", Congestion: bbr}},
+		{endpoint: "10.0.0.3:7401", err: errors.New("timeout")},
+	}
+	before := summary(r.reports[key])
+	if c := r.congestion(hk); c == nil || c.Status != metav1.ConditionTrue || c.Reason != ReasonCongestionControlAsked || !strings.Contains(c.Message, "bbr on 1 of 1 relays") {
+		t.Errorf("every relay on bbr: %+v", c)
+	}
+	r.reports[key] = append(r.reports[key], endpointReport{endpoint: "10.0.0.2:7401", status: &adminapi.Status{Relay: "hk",
+		Congestion: &adminapi.Congestion{Want: "auto", Algorithm: "cubic", Reason: "not_allowed", Fix: "add bbr to net.ipv4.tcp_allowed_congestion_control"}}})
+	c := r.congestion(hk)
+	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != ReasonCongestionControlRefused ||
+		!strings.Contains(c.Message, "1 of 2 relays") || !strings.Contains(c.Message, "10.0.0.2:7401 runs cubic (not_allowed)") ||
+		!strings.Contains(c.Message, "tcp_allowed_congestion_control") {
+		t.Errorf("one relay refused bbr: %+v", c)
+	}
+	if summary(r.reports[key]) == before {
+		t.Error("a relay's congestion control changed and the summary did not: the condition would not follow")
+	}
+}

@@ -56,6 +56,9 @@ type Metrics struct {
 	// achieved per transport.
 	LinkTransport *prometheus.GaugeVec
 	LinkGoodput   *prometheus.GaugeVec
+	// LinkCongestion is 1 for the TCP congestion control the relay's TLS
+	// links run, with the reason.
+	LinkCongestion *prometheus.GaugeVec
 	// LinkFlows counts the flows a relay opened on a link of a transport:
 	// auto chains' by the reason of each choice.
 	LinkFlows *prometheus.CounterVec
@@ -189,6 +192,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "hoplink_link_transport_info",
 			Help: "1 for the transport (quic, tls) bulk flows and packet sessions of transport: auto chains take on a link, with the reason it was chosen (unmeasured, measured).",
 		}, []string{"from", "to", "transport", "reason"}),
+		LinkCongestion: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "hoplink_link_congestion_control_info",
+			Help: "1 for the TCP congestion control (bbr, cubic, ...) every TLS link of the relay (from) runs, dialed and accepted, with the reason: auto (bbr, chosen), pinned (spec.links.congestionControl), not_allowed or not_available (the host's default runs instead of what was asked; the relay's log says what to do), unsupported.",
+		}, []string{"from", "algorithm", "reason"}),
 		LinkFlows: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hoplink_link_flows_total",
 			Help: "TCP flows (and UDP sessions at their entry) a relay opened toward the next relay, by transport and the reason it was taken (explicit: the chain names it; short_flows, interactive, unmeasured, measured, sampling, no_spare, tls_share, datagrams under auto).",
@@ -228,7 +235,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	}
 	reg.MustRegister(m.Bytes, m.Flows, m.ActiveFlows, m.FlowSetup, m.FlowErrors, m.Rejected,
 		m.Ready, m.CertExpiry, m.TunnelOpen, m.PeerUp, m.Handshakes, m.UDPSessions, m.UDPDropped, m.UDPFramed, m.SendLost, m.RedundantCopies, m.UDPBuffer, m.DrainNotices, m.ConnsEvicted,
-		m.LinkUp, m.LinkRTT, m.LinkRTTMin, m.LinkSmoothed, m.LinkJitter, m.LinkLoss, m.LinkProbes, m.LinkTransport, m.LinkGoodput, m.LinkFlows,
+		m.LinkUp, m.LinkRTT, m.LinkRTTMin, m.LinkSmoothed, m.LinkJitter, m.LinkLoss, m.LinkProbes, m.LinkTransport, m.LinkGoodput, m.LinkCongestion, m.LinkFlows,
 		m.TargetRTT, m.TargetUp, m.ChainRoute, m.TUNPackets, m.TUNBytes, m.TUNDropped, m.TUNFlows)
 	m.Route = NewRoute(reg)
 	return m

@@ -35,14 +35,23 @@ func WriteReport(w io.Writer, r *Report) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%s\t%s\n", rl.Name, ready, orDash(s.Version), up, len(s.Peers), expires(s.CertificateExpires, r.Time), rl.Endpoint)
 	}
 	fmt.Fprintln(tw)
-	fmt.Fprintln(tw, "LINK\tUP\tRTT\tJITTER\tLOSS\tTRANSPORT")
+	fmt.Fprintln(tw, "LINK\tUP\tRTT\tJITTER\tLOSS\tTRANSPORT\tTCP CC")
+	var notes []string
 	for _, st := range r.answers() {
+		cc := "-"
+		if c := st.Congestion; c != nil {
+			cc = orDash(c.Algorithm)
+			if c.Fix != "" {
+				cc += " (" + c.Reason + ")"
+				notes = append(notes, fmt.Sprintf("%s: links run %s, not %s (%s): %s", st.Relay, orDash(c.Algorithm), c.Want, c.Reason, c.Fix))
+			}
+		}
 		for _, p := range st.Peers {
 			up := yesNo(p.Up)
 			if p.Draining {
 				up = "draining"
 			}
-			fmt.Fprintf(tw, "%s -> %s\t%s\t%s\t%s\t%.1f%%\t%s\n", st.Relay, p.Name, up, dur(p.RTT), dur(p.Jitter), 100*p.Loss, orDash(p.Transport))
+			fmt.Fprintf(tw, "%s -> %s\t%s\t%s\t%s\t%.1f%%\t%s\t%s\n", st.Relay, p.Name, up, dur(p.RTT), dur(p.Jitter), 100*p.Loss, orDash(p.Transport), cc)
 		}
 	}
 	fmt.Fprintln(tw)
@@ -83,6 +92,12 @@ func WriteReport(w io.Writer, r *Report) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if len(notes) > 0 {
+		fmt.Fprintln(w, "\nnotes:")
+		for _, n := range notes {
+			fmt.Fprintf(w, "  %s\n", n)
+		}
 	}
 	if r.Ready {
 		_, err := fmt.Fprintln(w, "\nready: every relay answers, every chain has a route whose links are up, every Tunnel listens")

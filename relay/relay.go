@@ -92,15 +92,16 @@ type Relay struct {
 	ready     atomic.Bool
 	drainOnce sync.Once // Drain's first call takes the relay out of service
 
-	hops     *nexthop.Peers
-	routes   *routeBook
-	measure  *measurer
-	ctl      *routectl.Controller // when Config.Route
-	tcp      *tcpFlows
-	udp      *udpFlows
-	tun      *tunFlows
-	packets  *packetTunnels
-	dispatch *dispatcher
+	hops       *nexthop.Peers
+	congestion atomic.Pointer[nexthop.Congestion] // what the TLS links run
+	routes     *routeBook
+	measure    *measurer
+	ctl        *routectl.Controller // when Config.Route
+	tcp        *tcpFlows
+	udp        *udpFlows
+	tun        *tunFlows
+	packets    *packetTunnels
+	dispatch   *dispatcher
 
 	mu      sync.Mutex
 	tunnels map[string]*entryTunnel // open entries by Tunnel key
@@ -177,6 +178,7 @@ func (r *Relay) Start() error {
 	}, Answered: func(peer string, ok bool) { r.hops.Answering(peer, ok) }})
 	targets := probe.NewTargets(e.name, e.m)
 	r.measure = &measurer{env: e, links: links, targets: targets, routes: r.routes, requests: newLinkRequests()}
+	cc, _ := r.congestionFor(set)
 	hops := nexthop.New(nexthop.Options{
 		Name:             e.name,
 		Identity:         r.cfg.Identity,
@@ -197,8 +199,9 @@ func (r *Relay) Start() error {
 				r.ctl.Kick()
 			}
 		},
-		Metrics: e.m,
-		Log:     e.log,
+		Congestion: cc,
+		Metrics:    e.m,
+		Log:        e.log,
 	})
 	// Every role exists before the first peer's stream can arrive.
 	r.hops, r.measure.hops = hops, hops
@@ -258,6 +261,9 @@ func (r *Relay) Update(set *manifest.Set) error {
 		return fmt.Errorf("RelayNode %q is no longer in the manifests; keeping the previous ones", r.cfg.Name)
 	}
 	r.set.Store(set)
+	if cc, changed := r.congestionFor(set); changed {
+		r.hops.SetCongestion(cc)
+	}
 	// Peers the manifests dropped lose their connections; TLS sessions
 	// stop resuming under CAs an Identity().Update replaced.
 	r.hops.Recheck(true)

@@ -19,7 +19,7 @@ import (
 func (r *Relay) status() *adminapi.Status {
 	set := r.set.Load()
 	s := &adminapi.Status{Relay: r.cfg.Name, Version: r.cfg.Version, Ready: r.ready.Load(),
-		Draining: r.env.draining.Load(), Problems: r.env.problems.list()}
+		Draining: r.env.draining.Load(), Problems: r.env.problems.list(), Congestion: r.congestionStatus()}
 	if id := r.cfg.Identity; id != nil {
 		s.CertificateExpires = id.NotAfter().UTC()
 	}

@@ -109,6 +109,40 @@ type RelayNodeSpec struct {
 	// (targets are dialed from inside the pod).
 	// +optional
 	Sidecar *RelaySidecar `json:"sidecar,omitempty"`
+	// Links tunes this relay's connections to other relays.
+	// +optional
+	Links *RelayLinks `json:"links,omitempty"`
+}
+
+// CongestionControlAuto lets a relay choose its links' TCP congestion
+// control (spec.links.congestionControl).
+const CongestionControlAuto = "auto"
+
+// RelayLinks tunes a relay's connections to other relays.
+type RelayLinks struct {
+	// CongestionControl is the TCP congestion control of this relay's TLS
+	// links: the connections it dials and the ones it accepts (each
+	// direction of a connection runs its sender's). "auto", the default,
+	// runs bbr where the kernel lets the relay, whatever the host's default:
+	// on a long leg that loses packets, loss-based control (cubic, Linux's
+	// default) keeps a few Mbit/s where bbr keeps most of the rate. Where
+	// bbr cannot be had the host's default runs, and the relay says why and
+	// what to do (metric hoplink_link_congestion_control_info, hoplink
+	// status, the RelayNode's CongestionControl condition). Any other
+	// name (bbr, cubic, reno, ...) pins that algorithm.
+	// +kubebuilder:validation:MaxLength=15
+	// +kubebuilder:validation:Pattern=`^[a-z0-9_]+$`
+	// +optional
+	CongestionControl string `json:"congestionControl,omitempty"`
+}
+
+// LinkCongestionControl is what spec.links.congestionControl asks: auto
+// when unset.
+func (s *RelayNodeSpec) LinkCongestionControl() string {
+	if s.Links == nil || s.Links.CongestionControl == "" {
+		return CongestionControlAuto
+	}
+	return s.Links.CongestionControl
 }
 
 // RelaySidecar configures injected sidecar relays. Its presence, even

@@ -64,6 +64,8 @@ type Options struct {
 	OnPeerDraining func(peer string)
 	// OnRejected is told of every peer handshake refused, QUIC or TLS.
 	OnRejected func(remote net.Addr, err error)
+	// Congestion is the TCP congestion control of the TLS links.
+	Congestion tlslink.Congestion
 	Metrics    *metrics.Metrics
 	Log        *slog.Logger
 }
@@ -135,7 +137,7 @@ func (p *Peers) Listen() error {
 		return err
 	}
 	t, err := tlslink.Listen(tlslink.Options{Name: o.Name, Identity: o.Identity, Listen: o.Listen, KnownPeer: known,
-		Handler: o.TLS, Admin: o.Admin, OnRejected: o.OnRejected, Metrics: o.Metrics, Log: o.Log})
+		Handler: o.TLS, Admin: o.Admin, OnRejected: o.OnRejected, Congestion: o.Congestion, Metrics: o.Metrics, Log: o.Log})
 	if err != nil {
 		q.Close()
 		return err
@@ -154,6 +156,9 @@ func (p *Peers) Close() error {
 	}
 	return errors.Join(p.tls.Close(), p.quic.Close())
 }
+
+// SetCongestion makes TLS links made from now on run c's algorithm.
+func (p *Peers) SetCongestion(c tlslink.Congestion) { p.tls.SetCongestion(c) }
 
 // TLSDone tells the TLS endpoint that a connection it accepted is closed.
 func (p *Peers) TLSDone(c *tls.Conn) { p.tls.Done(c) }
@@ -558,3 +563,10 @@ func writeHeader(w interface{ Write([]byte) (int, error) }, h *hop.Header) error
 	}
 	return err
 }
+
+// Congestion is the TCP congestion control the TLS links run, and why.
+type Congestion = tlslink.Congestion
+
+// ChooseCongestion decides what the TLS links run for a RelayNode's
+// spec.links.congestionControl (tlslink.ChooseCongestion).
+func ChooseCongestion(want string) Congestion { return tlslink.ChooseCongestion(want) }

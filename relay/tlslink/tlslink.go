@@ -78,6 +78,9 @@ type Options struct {
 	// Listen is the TCP host:port; relays use their QUIC port number.
 	Listen    string
 	KnownPeer func(name string) bool
+	// Congestion is the TCP congestion control of the links this endpoint
+	// dials and accepts (ChooseCongestion).
+	Congestion Congestion
 	// Handler serves an authenticated connection whose read deadline bounds
 	// the wait for the flow's header, and calls Endpoint.Started once it
 	// has read the header: until then the connection may be closed to make
@@ -107,6 +110,7 @@ type Endpoint struct {
 	// serverConf is the listener's TLS config; its session ticket keys
 	// change when the CAs do, so no session of the old trust resumes.
 	serverConf *tls.Config
+	cc         ccSetting // the links' congestion control
 
 	mu          sync.Mutex
 	trusted     *x509.CertPool // the CAs the pools and tickets were made under
@@ -128,13 +132,16 @@ func Listen(opts Options) (*Endpoint, error) {
 	if opts.Spares <= 0 {
 		opts.Spares = DefaultSpares
 	}
-	ln, err := net.Listen("tcp", opts.Listen)
+	e := &Endpoint{opts: opts, warn: ratelog.New(opts.Log), pools: map[string]*Pool{}, active: map[*tls.Conn]struct{}{},
+		shakingFrom: map[string]int{}, waiting: map[string][]*tls.Conn{}, waitingFor: map[*tls.Conn]string{},
+		waitMax: MaxWaiting, waitPerPeer: MaxWaitingPerPeer}
+	e.cc.store(opts.Congestion)
+	lc := net.ListenConfig{Control: e.control}
+	ln, err := lc.Listen(context.Background(), "tcp", opts.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("relay TLS listen: %w", err)
 	}
-	e := &Endpoint{opts: opts, warn: ratelog.New(opts.Log), ln: ln, pools: map[string]*Pool{}, active: map[*tls.Conn]struct{}{},
-		shakingFrom: map[string]int{}, waiting: map[string][]*tls.Conn{}, waitingFor: map[*tls.Conn]string{},
-		waitMax: MaxWaiting, waitPerPeer: MaxWaitingPerPeer}
+	e.ln = ln
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	if opts.Admin != nil {
 		e.adminL = &connListener{addr: ln.Addr(), conns: make(chan net.Conn), done: make(chan struct{})}
@@ -730,7 +737,7 @@ func (p *Pool) dial(ctx context.Context) (*tls.Conn, error) {
 	addrs := p.addrs
 	p.mu.Unlock()
 	for _, a := range addrs {
-		var d net.Dialer
+		d := net.Dialer{Control: p.e.control}
 		raw, err := d.DialContext(ctx, "tcp", a)
 		if err != nil {
 			errs = append(errs, err)
