@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/hoplink/hoplink/api/v1alpha1"
 )
 
 // Every condition and Event reason has a section in the troubleshooting
@@ -61,5 +63,13 @@ func TestEveryReasonIsDocumented(t *testing.T) {
 		if loc := literal.FindIndex(b); loc != nil {
 			t.Errorf("%s writes a reason as a literal near %q: use a constant of reasons.go", name, b[loc[0]:min(len(b), loc[1]+20)])
 		}
+	}
+}
+
+// Relays leave out a RelayNode whose Ready reason is the API's
+// NameConflict (manifest.HeldNames), so it is the one the operator writes.
+func TestNameConflictIsTheReasonRelaysRead(t *testing.T) {
+	if ReasonNameConflict != v1alpha1.ReasonNameConflict {
+		t.Fatalf("the operator writes %q, relays look for %q", ReasonNameConflict, v1alpha1.ReasonNameConflict)
 	}
 }

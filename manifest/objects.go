@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+
 	"github.com/hoplink/hoplink/api/v1alpha1"
 )
 
@@ -49,6 +51,45 @@ func FromObjects(relays []v1alpha1.RelayNode, chains []v1alpha1.Chain, tunnels [
 		ts = keep(ts, func(o *v1alpha1.Tunnel) bool { return !p.objs["Tunnel "+Key(o.Namespace, o.Name)] })
 	}
 	return newSet(), reported
+}
+
+// HeldNames keeps the RelayNodes whose name their status says the operator
+// confirmed, and returns a problem for each of the others, to be left out
+// before FromObjects (which then leaves out what goes through them).
+//
+// A relay trusts a peer by the name in its certificate, and one CA signs
+// the certificates of every namespace, so a RelayNode trusted by name must
+// hold that name across namespaces. Relays read their namespace only; the
+// operator, which sees them all, issues a certificate only to the RelayNode
+// that holds the name and then writes status.certificateNotAfter, and it
+// marks one that does not hold it with Ready reason NameConflict. Asking
+// for the first closes the window between a RelayNode's creation and the
+// operator's first look at it; refusing the second covers a RelayNode that
+// had its certificate and then lost the name to one created in the same
+// second.
+func HeldNames(relays []v1alpha1.RelayNode) ([]v1alpha1.RelayNode, []error) {
+	var kept []v1alpha1.RelayNode
+	var problems []error
+	for _, rn := range relays {
+		if err := nameHeld(&rn); err != nil {
+			problems = append(problems, fmt.Errorf("%s: RelayNode %q: %w", apiSource(), rn.Name, err))
+			continue
+		}
+		kept = append(kept, rn)
+	}
+	return kept, problems
+}
+
+func nameHeld(rn *v1alpha1.RelayNode) error {
+	if c := meta.FindStatusCondition(rn.Status.Conditions, "Ready"); c != nil && c.Reason == v1alpha1.ReasonNameConflict {
+		return fmt.Errorf("status: Ready is %s (%s): relays of namespace %s trust no relay of this name, which another namespace's RelayNode holds; rename this RelayNode and what names it",
+			c.Reason, c.Message, rn.Namespace)
+	}
+	if rn.Status.CertificateNotAfter == nil {
+		return fmt.Errorf("status.certificateNotAfter: not set: the operator has issued this relay no certificate yet, so nothing says it holds its name across namespaces; it is trusted once the operator has reconciled it (if this lasts, check that an operator serves namespace %s, and its log)",
+			rn.Namespace)
+	}
+	return nil
 }
 
 func apiSource() Source { return Source{File: "cluster", Doc: 1} }

@@ -78,3 +78,39 @@ spec: {listen: {port: 17502}, endpoints: ["127.0.0.1:17502"]}
 		t.Fatalf("ClusterOnly() = %q", got)
 	}
 }
+
+// A RelayNode is trusted by name only once the operator issued its
+// certificate, and not while it is marked NameConflict, even with the
+// expiry of a certificate it had before it lost the name.
+func TestHeldNames(t *testing.T) {
+	issued := &metav1.Time{}
+	ready := func(reason string) []metav1.Condition {
+		return []metav1.Condition{{Type: "Ready", Status: metav1.ConditionFalse, Reason: reason, Message: "RelayNode \"y\" already exists in namespace \"b\""}}
+	}
+	rn := func(name string, st v1alpha1.RelayNodeStatus) v1alpha1.RelayNode {
+		return v1alpha1.RelayNode{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "a"}, Spec: v1alpha1.RelayNodeSpec{External: true}, Status: st}
+	}
+	in := []v1alpha1.RelayNode{
+		rn("holds", v1alpha1.RelayNodeStatus{CertificateNotAfter: issued, Conditions: ready("RelaysNotReady")}),
+		rn("external", v1alpha1.RelayNodeStatus{CertificateNotAfter: issued, Conditions: ready("External")}),
+		rn("new", v1alpha1.RelayNodeStatus{}),
+		rn("lost", v1alpha1.RelayNodeStatus{Conditions: ready(v1alpha1.ReasonNameConflict)}),
+		rn("lost-later", v1alpha1.RelayNodeStatus{CertificateNotAfter: issued, Conditions: ready(v1alpha1.ReasonNameConflict)}),
+	}
+	kept, problems := HeldNames(in)
+	var names []string
+	for _, r := range kept {
+		names = append(names, r.Name)
+	}
+	if strings.Join(names, ",") != "holds,external" {
+		t.Errorf("kept %v, want holds and external", names)
+	}
+	if len(problems) != 3 {
+		t.Fatalf("problems %v, want one for each of new, lost, lost-later", problems)
+	}
+	for i, want := range []string{`RelayNode "new": status.certificateNotAfter: not set`, `RelayNode "lost": status: Ready is NameConflict`, `RelayNode "lost-later": status: Ready is NameConflict`} {
+		if got := problems[i].Error(); !strings.Contains(got, want) || !strings.Contains(got, "namespace") {
+			t.Errorf("problem %d = %q, want it to say %q and the namespace", i, got, want)
+		}
+	}
+}

@@ -106,7 +106,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"relay", "tunnel", "reason"}),
 		Rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hoplink_rejected_streams_total",
-			Help: "Streams from peers that a relay reset without forwarding, by reason (bad_header, unknown_tunnel, unknown_chain, bad_route, bad_target, wrong_protocol).",
+			Help: "Streams from peers that a relay reset without forwarding, by reason (bad_header, header_limit: too many of the connection waiting for their header, links_limit: too many link requests at once, unknown_tunnel, unknown_chain, wrong_protocol, bad_route, bad_target, no_device: a packet Tunnel's exit device cannot open).",
 		}, []string{"relay", "reason"}),
 		Ready: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "hoplink_relay_ready",
@@ -126,7 +126,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"relay", "peer"}),
 		Handshakes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hoplink_peer_handshakes_total",
-			Help: "QUIC handshakes with peers by direction (dial, accept) and result (ok, failed, rejected).",
+			Help: "Handshakes with peers, QUIC and TLS alike, by direction (dial, accept) and result (ok, failed, rejected).",
 		}, []string{"relay", "direction", "result"}),
 		UDPSessions: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "hoplink_udp_sessions",
@@ -134,7 +134,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"relay", "tunnel", "role"}),
 		UDPDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hoplink_udp_dropped_packets_total",
-			Help: "UDP packets a relay dropped, by reason (session_limit, source_limit, queue_full, send_failed, write_failed, no_session).",
+			Help: "UDP packets a relay dropped, by reason (session_limit, source_limit, queue_full, send_failed, write_failed; with an empty tunnel label, datagrams from peers: no_session for a session the relay does not know, bad_datagram, probe_limit for link probes past the echo rate).",
 		}, []string{"relay", "tunnel", "reason"}),
 		UDPFramed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hoplink_udp_framed_sessions_total",

@@ -17,6 +17,11 @@ const DefaultDrainSeconds = 30
 // relay DaemonSet's pods, and the workload pods that get a sidecar relay.
 const LabelRelayNode = "hoplink.dev/relaynode"
 
+// ReasonNameConflict is the Ready reason the operator writes on a RelayNode
+// that does not hold its name: one of another namespace does, being older
+// or of the same second. Relays read it, so it is part of the API.
+const ReasonNameConflict = "NameConflict"
+
 // RelayPort is the relay-to-relay port (QUIC on UDP, TLS on TCP).
 func (s *RelayNodeSpec) RelayPort() int32 {
 	if s.Listen.Port > 0 {
@@ -177,7 +182,10 @@ type RelayNodeStatus struct {
 	// +optional
 	Endpoints []string `json:"endpoints,omitempty"`
 	// CertificateNotAfter is when the relay's current certificate expires;
-	// the operator renews it well before.
+	// the operator renews it well before. The operator issues one only to
+	// a RelayNode that holds its name, so relays trust a RelayNode of their
+	// namespace as a peer only once this is set and while Ready is not
+	// NameConflict.
 	// +optional
 	CertificateNotAfter *metav1.Time `json:"certificateNotAfter,omitempty"`
 	// +listType=map

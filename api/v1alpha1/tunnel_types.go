@@ -127,8 +127,11 @@ type UDPOptions struct {
 	// +kubebuilder:default=60
 	// +optional
 	IdleTimeoutSeconds int32 `json:"idleTimeoutSeconds,omitempty"`
-	// MaxSessions bounds the session table of the entry relay; a new client
-	// beyond it is dropped (and counted) until a session ends.
+	// MaxSessions bounds the Tunnel's sessions at its entry relay, where a
+	// new client beyond it is dropped (and counted) until a session ends,
+	// and at its exit, where it bounds the sessions of all entries
+	// together: one past it waits up to a second for a place, then is
+	// refused (and counted).
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:default=4096
 	// +optional

@@ -91,7 +91,13 @@ func (c *cluster) run(t *testing.T, bin, name string, args ...string) *exec.Cmd 
 }
 
 func (c *cluster) operator(t *testing.T, bin string, args ...string) *exec.Cmd {
-	return c.run(t, bin, "operator", append([]string{"operator", "--kubeconfig", c.kubeconfig, "--namespace", "hoplink-system",
+	return c.operatorLogged(t, bin, "operator", args...)
+}
+
+// operatorLogged starts an operator whose log is logName: an operator
+// started again keeps the first one's log.
+func (c *cluster) operatorLogged(t *testing.T, bin, logName string, args ...string) *exec.Cmd {
+	return c.run(t, bin, logName, append([]string{"operator", "--kubeconfig", c.kubeconfig, "--namespace", "hoplink-system",
 		"--relay-image", "hoplink:test", "--metrics-bind-address", "0", "--health-probe-bind-address", "0", "--webhook-port", "0"}, args...)...)
 }
 

@@ -16,16 +16,19 @@ import (
 	"github.com/hoplink/hoplink/relay/hop"
 )
 
-// Reasons of a Refusal: the reason label of hoplink_rejected_streams_total.
+// Reasons of a Refusal. A stream's (Stream) are the reason label of
+// hoplink_rejected_streams_total; an admin call's (Admin, AdminStatus) go
+// back in the admin API's answer and count nowhere.
 const (
 	UnknownTunnel = "unknown_tunnel"
 	UnknownChain  = "unknown_chain"
 	WrongProtocol = "wrong_protocol"
 	BadRoute      = "bad_route"
 	BadTarget     = "bad_target"
-	NotMember     = "not_member"
-	NotEntry      = "not_entry"
-	NotOperator   = "not_operator"
+	// An admin call's only.
+	NotMember   = "not_member"
+	NotEntry    = "not_entry"
+	NotOperator = "not_operator"
 )
 
 // Refusal says why a request was refused.

@@ -265,7 +265,9 @@ func (k *Relay) start(set *manifest.Set, secret *corev1.Secret) error {
 // manifests builds the relay's view of its namespace. Peers are dialed at
 // the endpoints the operator published in their status (spec.endpoints
 // when the RelayNode names them). Objects with problems are left out and
-// logged once, not every time anything changes.
+// logged once, not every time anything changes; so are RelayNodes whose
+// name the operator has not confirmed (manifest.HeldNames), this relay's
+// own included, and what goes through them.
 func (k *Relay) manifests(ctx context.Context) (*manifest.Set, error) {
 	var rl v1alpha1.RelayNodeList
 	var cl v1alpha1.ChainList
@@ -294,7 +296,12 @@ func (k *Relay) manifests(ctx context.Context) (*manifest.Set, error) {
 	if self != nil && self.Spec.IsSidecar() {
 		tunnels = onLoopback(tunnels, cl.Items, self.Name)
 	}
+	// Only relays whose name the operator confirmed are peers, route
+	// members or dial targets: another namespace's relay may hold a
+	// certificate for a name that this namespace's RelayNode lost.
+	relays, unheld := manifest.HeldNames(relays)
 	set, problems := manifest.FromObjects(relays, cl.Items, tunnels)
+	problems = append(unheld, problems...)
 	msgs := make([]string, len(problems))
 	for i, p := range problems {
 		msgs[i] = p.Error()

@@ -39,8 +39,9 @@ type Options struct {
 	// relay's incoming connections to the pod. Off, a relay dials from its
 	// relay port, as peers and link emulators that key on it expect.
 	SeparateDialPort bool
-	// MaxStreams bounds the flows one peer may have open at once; 0 means
-	// DefaultMaxStreams.
+	// MaxStreams bounds the flows a peer may have open at once on one
+	// connection (quic-go's MaxIncomingStreams), not on all of them: a peer
+	// may hold MaxConns connections. 0 means DefaultMaxStreams.
 	MaxStreams int64
 	// MaxConns bounds the connections one peer may hold to this relay (it
 	// dialed them); past it the idlest closes (Endpoint.bound). Nil means

@@ -1,0 +1,212 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/hoplink/hoplink/api/v1alpha1"
+	"github.com/hoplink/hoplink/internal/testutil"
+)
+
+// TestRelaysTrustOnlyNamesTheirNamespaceHolds: namespace b holds relay name
+// y; namespace a then makes a RelayNode y too (which loses the name) and
+// names it as the entry of a Chain to its relay la, whose Tunnel reaches a
+// target of a's. b's admin runs a relay with b's certificate for y and a's
+// Chain and Tunnel copied into its manifests. a's la (a `relay --kube`
+// process with its own Role) must not take that relay as its peer y:
+//
+//   - before the operator has looked at a's y (it is stopped), when nothing
+//     says who holds the name;
+//   - and once the operator marks a's y NameConflict, even though its
+//     status still carries a certificate expiry, as a RelayNode that lost
+//     its name to one of the same second would.
+//
+// In between, a's y is given the status of a RelayNode that holds its name:
+// la then carries b's relay's flows to the target, so the attack's path is
+// real and only the name check stops it.
+func TestRelaysTrustOnlyNamesTheirNamespaceHolds(t *testing.T) {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		t.Fatal("KUBEBUILDER_ASSETS is not set: run `make test`, or export KUBEBUILDER_ASSETS=$(hack/setup-envtest.sh)")
+	}
+	c := startCluster(t, "names")
+	ctx := context.Background()
+	bin := buildHoplink(t)
+	for _, n := range []string{"a", "b"} {
+		create(t, c.k8s, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{"hoplink.dev/privileged-relays": "true"}}})
+	}
+	operator := c.operator(t, bin)
+	target := sinkThenSource(t)
+	yPort, laPort, tunnelPort := testutil.FreePort(t), testutil.FreePort(t), testutil.FreePort(t)
+	relayNode := func(ns, name string, port int) *v1alpha1.RelayNode {
+		return &v1alpha1.RelayNode{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: v1alpha1.RelayNodeSpec{
+			Listen: v1alpha1.RelayListen{Address: "127.0.0.1", Port: int32(port)}, Endpoints: []string{fmt.Sprintf("127.0.0.1:%d", port)}}}
+	}
+	secret := func(ns, relay string) (*corev1.Secret, error) {
+		var s corev1.Secret
+		err := c.k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: v1alpha1.RelayObjectName(relay)}, &s)
+		return &s, err
+	}
+
+	// b's y holds the name: it is the first, and it gets a certificate.
+	bY := relayNode("b", "y", yPort)
+	create(t, c.k8s, bY)
+	var bSecret *corev1.Secret
+	waitFor(t, "b's certificate for y", func() (err error) { bSecret, err = secret("b", "y"); return err })
+	create(t, c.k8s, relayNode("a", "la", laPort))
+	waitFor(t, "a's certificate for la", func() error { _, err := secret("a", "la"); return err })
+	laConfig := relayKubeconfig(t, c.cfg, c.dir, "a", v1alpha1.RelayObjectName("la"))
+
+	// a's y, made while no operator runs, a second after b's at least
+	// (two of one second would both lose the name).
+	operator.Process.Signal(syscall.SIGTERM)
+	waitProc(operator)
+	time.Sleep(time.Until(bY.CreationTimestamp.Add(1100 * time.Millisecond)))
+	aY := relayNode("a", "y", yPort)
+	create(t, c.k8s, aY)
+	create(t, c.k8s, &v1alpha1.Chain{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "c"}, Spec: v1alpha1.ChainSpec{
+		Entry: "y", Exit: "la", Route: []string{"y", "la"}}})
+	create(t, c.k8s, &v1alpha1.Tunnel{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "t"}, Spec: v1alpha1.TunnelSpec{
+		Chain: "c", Listen: &v1alpha1.TunnelListen{Address: "127.0.0.1", Port: int32(tunnelPort)}, Target: target}})
+
+	laMetrics := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
+	c.run(t, bin, "relay-la", "relay", "--kube", "--relaynode", "la", "--namespace", "a", "--kubeconfig", laConfig,
+		"--metrics-addr", laMetrics)
+	waitFor(t, "la ready", func() error {
+		resp, err := http.Get("http://" + laMetrics + "/readyz")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("/readyz: %s", resp.Status)
+		}
+		return nil
+	})
+
+	// b's relay y: b's certificate, a's Chain and Tunnel.
+	dir := t.TempDir()
+	certs := filepath.Join(dir, "certs")
+	os.MkdirAll(certs, 0o700)
+	for file, key := range map[string]string{"ca.crt": "ca.crt", "y.crt": corev1.TLSCertKey, "y.key": corev1.TLSPrivateKeyKey} {
+		if err := os.WriteFile(filepath.Join(certs, file), bSecret.Data[key], 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// "y" quoted: YAML reads a bare y as true.
+	manifests := fmt.Sprintf(`apiVersion: hoplink.dev/v1alpha1
+kind: RelayNode
+metadata: {name: "y"}
+spec: {listen: {address: 127.0.0.1, port: %[1]d}, endpoints: ["127.0.0.1:%[1]d"]}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: RelayNode
+metadata: {name: la}
+spec: {listen: {address: 127.0.0.1, port: %[2]d}, endpoints: ["127.0.0.1:%[2]d"]}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: Chain
+metadata: {namespace: a, name: c}
+spec: {entry: "y", exit: la, route: ["y", la]}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: Tunnel
+metadata: {namespace: a, name: t}
+spec: {chain: c, listen: {address: 127.0.0.1, port: %[3]d}, target: %[4]q}
+`, yPort, laPort, tunnelPort, target)
+	if err := os.WriteFile(filepath.Join(dir, "squat.yaml"), []byte(manifests), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c.run(t, bin, "relay-y-of-b", "relay", "-f", filepath.Join(dir, "squat.yaml"), "--name", "y", "--certs", certs)
+	tunnel := fmt.Sprintf("127.0.0.1:%d", tunnelPort)
+	waitFor(t, "b's relay y listens for a's Tunnel", func() error {
+		conn, err := net.DialTimeout("tcp", tunnel, time.Second)
+		if err == nil {
+			conn.Close()
+		}
+		return err
+	})
+	flow := func() error {
+		return tcpExchange(func() (net.Conn, error) {
+			conn, err := net.DialTimeout("tcp", tunnel, time.Second)
+			if err != nil {
+				return nil, err
+			}
+			return shortDeadline{conn.(*net.TCPConn)}, nil
+		}, 64<<10)
+	}
+	refused := func(when string) {
+		t.Helper()
+		for end := time.Now().Add(4 * time.Second); time.Now().Before(end); {
+			if err := flow(); err == nil {
+				t.Fatalf("%s: la carried a flow of b's relay y to a's target", when)
+			}
+		}
+	}
+	laLog := func(want string) error {
+		b, _ := os.ReadFile(filepath.Join(c.dir, "relay-la.log"))
+		if !strings.Contains(string(b), want) {
+			return fmt.Errorf("la's log does not say %q", want)
+		}
+		return nil
+	}
+
+	refused("a's y not yet looked at by the operator")
+	if err := laLog(`RelayNode \"y\": status.certificateNotAfter: not set`); err != nil {
+		t.Error(err)
+	}
+
+	// Control: a's y as the operator leaves a RelayNode that holds its name.
+	if err := c.k8s.Get(ctx, client.ObjectKeyFromObject(aY), aY); err != nil {
+		t.Fatal(err)
+	}
+	aY.Status.CertificateNotAfter = &metav1.Time{Time: time.Now().Add(time.Hour)}
+	meta.SetStatusCondition(&aY.Status.Conditions, metav1.Condition{Type: "Ready", Status: metav1.ConditionFalse, Reason: "NoNodes", Message: "no node runs this relay yet"})
+	if err := c.k8s.Status().Update(ctx, aY); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "la carries the flow once a's y is confirmed (the control)", flow)
+
+	// The operator, back, marks a's y: it does not hold its name.
+	c.operatorLogged(t, bin, "operator-again")
+	waitFor(t, "a's y NameConflict", func() error {
+		if err := c.k8s.Get(ctx, client.ObjectKeyFromObject(aY), aY); err != nil {
+			return err
+		}
+		if r := meta.FindStatusCondition(aY.Status.Conditions, "Ready"); r == nil || r.Reason != v1alpha1.ReasonNameConflict {
+			return fmt.Errorf("conditions %+v", aY.Status.Conditions)
+		}
+		return nil
+	})
+	waitFor(t, "la refuses b's y once a's y is NameConflict", func() error {
+		if flow() == nil {
+			return errors.New("la carried a flow of b's relay y to a's target")
+		}
+		return nil
+	})
+	refused("a's y in NameConflict with the expiry of a certificate in its status")
+	if err := laLog(`RelayNode \"y\": status: Ready is NameConflict`); err != nil {
+		t.Error(err)
+	}
+}
+
+// shortDeadline bounds a flow that a relay neither carries nor refuses.
+type shortDeadline struct{ *net.TCPConn }
+
+func (c shortDeadline) SetDeadline(time.Time) error {
+	return c.TCPConn.SetDeadline(time.Now().Add(5 * time.Second))
+}
