@@ -10,11 +10,17 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.uber.org/zap/zapcore"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -22,7 +28,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/inject"
 )
 
@@ -146,4 +154,204 @@ func zapLevel() zapcore.Level {
 		return -1
 	}
 	return 2 // errors only: envtest suites are chatty
+}
+
+// Fixtures shared by the envtest tests of every reconciler.
+
+var nsSeq atomic.Int32
+
+// mustCreateNamespace makes a namespace whose RelayNodes may run
+// privileged (host-network, TUN) relays, as most tests' do.
+func mustCreateNamespace(ctx context.Context, name string) {
+	mustCreateNamespaceWith(ctx, name, map[string]string{LabelPrivilegedRelays: "true"})
+}
+
+func mustCreateNamespaceWith(ctx context.Context, name string, labels map[string]string) {
+	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		panic(err)
+	}
+}
+
+// namespace gives each test its own namespace.
+func namespace(t *testing.T) string {
+	name := fmt.Sprintf("t%d-%s", nsSeq.Add(1), strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name())))
+	if len(name) > 63 {
+		name = name[:63]
+	}
+	name = strings.TrimRight(name, "-")
+	mustCreateNamespace(context.Background(), name)
+	return name
+}
+
+// eventually polls check until it returns nil, for at most 20 s.
+func eventually(t *testing.T, what string, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %v", what, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func create(t *testing.T, o client.Object) {
+	t.Helper()
+	if err := k8s.Create(context.Background(), o); err != nil {
+		t.Fatalf("create %T %s: %v", o, o.GetName(), err)
+	}
+}
+
+func relayNode(ns, name string, mutate ...func(*v1alpha1.RelayNode)) *v1alpha1.RelayNode {
+	rn := &v1alpha1.RelayNode{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	for _, m := range mutate {
+		m(rn)
+	}
+	return rn
+}
+
+func chain(ns, name string, route ...string) *v1alpha1.Chain {
+	c := &v1alpha1.Chain{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: v1alpha1.ChainSpec{
+		Entry: route[0], Exit: route[len(route)-1], Route: route,
+	}}
+	if len(route) > 2 {
+		c.Spec.Via = route[1 : len(route)-1]
+	}
+	return c
+}
+
+func tunnel(ns, name, chain string, port int32) *v1alpha1.Tunnel {
+	return &v1alpha1.Tunnel{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: v1alpha1.TunnelSpec{
+		Chain: chain, Listen: &v1alpha1.TunnelListen{Port: port}, Target: "backend.example:80",
+	}}
+}
+
+func tunTunnel(ns, name, chain string, mode v1alpha1.TunMode) *v1alpha1.Tunnel {
+	return &v1alpha1.Tunnel{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: v1alpha1.TunnelSpec{
+		Chain: chain, Protocol: v1alpha1.ProtocolTUN,
+		TUN: &v1alpha1.TunOptions{Address: "10.200.0.1/24", Routes: []string{"10.77.0.0/16"}, Mode: mode},
+	}}
+}
+
+// readyCondition returns the object's Ready condition, or an error saying it has none.
+func readyCondition(o client.Object) (*metav1.Condition, error) {
+	if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(o), o); err != nil {
+		return nil, err
+	}
+	var conds []metav1.Condition
+	switch v := o.(type) {
+	case *v1alpha1.RelayNode:
+		conds = v.Status.Conditions
+	case *v1alpha1.Chain:
+		conds = v.Status.Conditions
+	case *v1alpha1.Tunnel:
+		conds = v.Status.Conditions
+	}
+	c := meta.FindStatusCondition(conds, conditionReady)
+	if c == nil {
+		return nil, fmt.Errorf("%s has no Ready condition yet", o.GetName())
+	}
+	return c, nil
+}
+
+func waitReason(t *testing.T, o client.Object, reason string) *metav1.Condition {
+	t.Helper()
+	var got *metav1.Condition
+	eventually(t, fmt.Sprintf("%T %s Ready reason %s", o, o.GetName(), reason), func() error {
+		c, err := readyCondition(o)
+		if err != nil {
+			return err
+		}
+		if c.Reason != reason {
+			return fmt.Errorf("reason %s (%s)", c.Reason, c.Message)
+		}
+		got = c
+		return nil
+	})
+	return got
+}
+
+// external is a RelayNode that runs elsewhere, reached at endpoint: the
+// operator issues its certificate and runs nothing for it.
+func external(endpoint string) func(*v1alpha1.RelayNode) {
+	return func(r *v1alpha1.RelayNode) { r.Spec.External = true; r.Spec.Endpoints = []string{endpoint} }
+}
+
+// listenPort is a RelayNode listening on port.
+func listenPort(port int32) func(*v1alpha1.RelayNode) {
+	return func(r *v1alpha1.RelayNode) { r.Spec.Listen.Port = port }
+}
+
+// relayPod stands in for the DaemonSet controller and kubelet, which
+// envtest does not run: once the RelayNode's DaemonSet exists, it creates
+// a pod of it in the given state, and returns the DaemonSet.
+func relayPod(t *testing.T, rn *v1alpha1.RelayNode, status corev1.PodStatus) *appsv1.DaemonSet {
+	t.Helper()
+	ctx := context.Background()
+	ds := &appsv1.DaemonSet{}
+	eventually(t, "DaemonSet exists", func() error {
+		return k8s.Get(ctx, types.NamespacedName{Namespace: rn.Namespace, Name: RelayObjectName(rn.Name)}, ds)
+	})
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: rn.Namespace, Name: RelayObjectName(rn.Name) + "-x", Labels: ds.Spec.Template.Labels},
+		Spec:       *ds.Spec.Template.Spec.DeepCopy(),
+	}
+	create(t, pod)
+	pod.Status = status
+	if err := k8s.Status().Update(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	return ds
+}
+
+// runRelayPod reports one scheduled, ready relay pod on a node.
+func runRelayPod(t *testing.T, rn *v1alpha1.RelayNode, hostIP string) {
+	t.Helper()
+	ds := relayPod(t, rn, corev1.PodStatus{HostIP: hostIP, PodIP: "10.244.0.9", Phase: corev1.PodRunning,
+		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}})
+	ds.Status = appsv1.DaemonSetStatus{DesiredNumberScheduled: 1, CurrentNumberScheduled: 1, NumberReady: 1, NumberAvailable: 1}
+	if err := k8s.Status().Update(context.Background(), ds); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// relayNodes creates RelayNodes of these names, the first listening on
+// port and each next one 10 above, without pods.
+func relayNodes(t *testing.T, ns string, port int32, names ...string) []*v1alpha1.RelayNode {
+	t.Helper()
+	var rns []*v1alpha1.RelayNode
+	for i, name := range names {
+		rn := relayNode(ns, name, listenPort(port+int32(10*i)))
+		create(t, rn)
+		rns = append(rns, rn)
+	}
+	return rns
+}
+
+// apiWrites counts the write requests this process's clients have made
+// (client-go's rest_client_requests_total, shared by the manager and the test).
+func apiWrites(t *testing.T) int {
+	t.Helper()
+	families, err := crmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, f := range families {
+		if f.GetName() != "rest_client_requests_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "method" && l.GetValue() != "GET" {
+					n += int(m.GetCounter().GetValue())
+				}
+			}
+		}
+	}
+	return n
 }

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hoplink/hoplink/hack/linkemu"
+	"github.com/hoplink/hoplink/internal/linkemu"
 	"github.com/hoplink/hoplink/internal/testutil"
 )
 

@@ -92,13 +92,18 @@ func rules(t *testing.T, doc string) []rule {
 	return out
 }
 
-// imports lists our packages and the packages of ours each imports, tests
-// left out (they may reach for whatever they test with), e2e included.
-func imports(t *testing.T) map[string][]string {
+// imports lists our packages and the packages of ours each imports, e2e
+// included; tests are left out (they may reach for whatever they test with)
+// unless withTests.
+func imports(t *testing.T, withTests bool) map[string][]string {
 	t.Helper()
+	format := "{{.ImportPath}} {{join .Imports \" \"}}"
+	if withTests {
+		format += " {{join .TestImports \" \"}} {{join .XTestImports \" \"}}"
+	}
 	out := map[string][]string{}
 	for _, tags := range []string{"", "e2e"} {
-		cmd := exec.Command("go", "list", "-tags", tags, "-f", "{{.ImportPath}} {{join .Imports \" \"}}", "./...")
+		cmd := exec.Command("go", "list", "-tags", tags, "-f", format, "./...")
 		cmd.Dir = "../.."
 		b, err := cmd.Output()
 		if err != nil {
@@ -116,6 +121,8 @@ func imports(t *testing.T) map[string][]string {
 					ours = append(ours, p)
 				}
 			}
+			// An external test package imports the package it tests.
+			ours = slices.DeleteFunc(ours, func(p string) bool { return p == pkg })
 			out[pkg] = ours
 		}
 	}
@@ -146,16 +153,58 @@ func check(rs []rule, graph map[string][]string) []string {
 	return bad
 }
 
+// stale returns the rows that name no package of the graph: a path that
+// is no package, or a tree with none in it.
+func stale(rs []rule, graph map[string][]string) []string {
+	var bad []string
+	for _, r := range rs {
+		found := false
+		for pkg := range graph {
+			found = found || r.covers(pkg)
+		}
+		if !found {
+			bad = append(bad, fmt.Sprintf("docs/architecture.md has a row for %s, which is no package", r.pkg))
+		}
+	}
+	slices.Sort(bad)
+	return bad
+}
+
+// intoHack returns the imports of hack/ from packages outside it: hack/
+// holds scripts, benchmark commands and generators, and whatever others
+// share lives in internal/.
+func intoHack(graph map[string][]string) []string {
+	var bad []string
+	for pkg, imps := range graph {
+		if matches("hack/...", pkg) {
+			continue
+		}
+		for _, imp := range imps {
+			if matches("hack/...", imp) {
+				bad = append(bad, fmt.Sprintf("%s imports %s: nothing outside hack/ may import it", pkg, imp))
+			}
+		}
+	}
+	slices.Sort(bad)
+	return bad
+}
+
 func TestImportsFollowTheLayout(t *testing.T) {
 	rs := rules(t, "../../docs/architecture.md")
-	graph := imports(t)
+	graph := imports(t, false)
 	for _, v := range check(rs, graph) {
 		t.Error(v)
 	}
-	for _, r := range rs {
-		if _, ok := graph[r.pkg]; !ok && !strings.HasSuffix(r.pkg, "/...") {
-			t.Errorf("docs/architecture.md has a row for %s, which is no package", r.pkg)
-		}
+	for _, v := range stale(rs, graph) {
+		t.Error(v)
+	}
+}
+
+// TestNothingOutsideHackImportsHack holds tests to it too: a helper that
+// tests share is no benchmark's.
+func TestNothingOutsideHackImportsHack(t *testing.T) {
+	for _, v := range intoHack(imports(t, true)) {
+		t.Error(v)
 	}
 }
 
@@ -190,5 +239,27 @@ func TestCheckCatchesAForbiddenImport(t *testing.T) {
 	}
 	if !slices.Equal(bad, want) {
 		t.Fatalf("got\n%s\nwant\n%s", strings.Join(bad, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestStaleAndHackChecksCatchThem: a row whose package is gone, a tree row
+// with nothing under it, and an import of hack/ from outside are reported;
+// hack/ importing itself is not.
+func TestStaleAndHackChecksCatchThem(t *testing.T) {
+	rs := []rule{{pkg: "relay"}, {pkg: "relay/gone"}, {pkg: "hack/bench/..."}, {pkg: "hack/kind/..."}}
+	graph := map[string][]string{
+		"relay":        {"hack/linkemu"},
+		"hack/bench/x": {"hack/seed004"},
+	}
+	want := []string{
+		"docs/architecture.md has a row for hack/kind/..., which is no package",
+		"docs/architecture.md has a row for relay/gone, which is no package",
+	}
+	if bad := stale(rs, graph); !slices.Equal(bad, want) {
+		t.Errorf("stale: got\n%s\nwant\n%s", strings.Join(bad, "\n"), strings.Join(want, "\n"))
+	}
+	want = []string{"relay imports hack/linkemu: nothing outside hack/ may import it"}
+	if bad := intoHack(graph); !slices.Equal(bad, want) {
+		t.Errorf("intoHack: got\n%s\nwant\n%s", strings.Join(bad, "\n"), strings.Join(want, "\n"))
 	}
 }

@@ -14,7 +14,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/hoplink/hoplink/hack/linkemu"
+	"github.com/hoplink/hoplink/internal/linkemu"
 )
 
 var handedOut sync.Map // port -> true

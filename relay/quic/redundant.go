@@ -18,7 +18,7 @@ import (
 // delay is part of every probe timeout) where a packet takes a fraction of
 // a millisecond. It was seed 002's question: 1,000 sequential echoes over
 // a LAN with 1% loss took bare quic-go 0.8-1.0 s and 0.34 s with lone
-// packets sent twice; lossless, 0.32 s (hack/linkemu, 100 µs each way).
+// packets sent twice; lossless, 0.32 s (internal/linkemu, 100 µs each way).
 //
 // Bulk is left alone: GSO batches go once, and a budget per destination
 // bounds the copies, so a UDP Tunnel at line rate is not doubled.

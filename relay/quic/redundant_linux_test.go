@@ -13,7 +13,7 @@ import (
 	quicgo "github.com/quic-go/quic-go"
 	"golang.org/x/sys/unix"
 
-	"github.com/hoplink/hoplink/hack/linkemu"
+	"github.com/hoplink/hoplink/internal/linkemu"
 	"github.com/hoplink/hoplink/pki"
 )
 

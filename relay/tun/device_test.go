@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hoplink/hoplink/hack/linkemu"
+	"github.com/hoplink/hoplink/internal/linkemu"
 	"github.com/hoplink/hoplink/internal/testutil"
 )
 

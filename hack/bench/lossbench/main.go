@@ -2,7 +2,7 @@
 
 // Command lossbench asks seed 002's question, whether a relay chain beats
 // plain TCP on a lossy path, on emulated links (network namespaces joined
-// by TUN links that delay and drop IP packets, hack/linkemu): the client
+// by TUN links that delay and drop IP packets, internal/linkemu): the client
 // host a and the server host b are joined directly, and also through m1
 // and m2 (three links, each with a third of the delay and of the loss, so
 // both ways cross the same end-to-end figures). For each link profile it
@@ -40,7 +40,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hoplink/hoplink/hack/linkemu"
+	"github.com/hoplink/hoplink/internal/linkemu"
 )
 
 type profile struct {
@@ -354,7 +354,7 @@ func sink(c net.Conn) {
 
 func render(rows []string, echoes, size int, bulk time.Duration) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "<!-- loss:begin -->\nMeasured %s on this machine by `go run ./hack/bench/lossbench` (as root): %d sequential %d-byte echoes on one connection (seed 002's shape), then one connection sending for %v. Links are emulated in user space (hack/linkemu); the 3-hop path crosses three links with a third of the delay and loss each. Each relay path follows warm-up connections of 50 echoes, at least 4 and for at least 2 s (a relay learns a Tunnel's shape from 4 flows, and a link's loss from the losses it sees).\n\n",
+	fmt.Fprintf(&b, "<!-- loss:begin -->\nMeasured %s on this machine by `go run ./hack/bench/lossbench` (as root): %d sequential %d-byte echoes on one connection (seed 002's shape), then one connection sending for %v. Links are emulated in user space (internal/linkemu); the 3-hop path crosses three links with a third of the delay and loss each. Each relay path follows warm-up connections of 50 echoes, at least 4 and for at least 2 s (a relay learns a Tunnel's shape from 4 flows, and a link's loss from the losses it sees).\n\n",
 		time.Now().UTC().Format("2006-01-02"), echoes, size, bulk)
 	b.WriteString("| link | path | first echo ms | total ms | total vs direct | bulk Mbit/s | bulk vs direct |\n|---|---|---|---|---|---|---|\n")
 	var direct [2]float64

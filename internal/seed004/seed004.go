@@ -6,7 +6,7 @@
 // Seattle and Los Angeles, with the report's round trips: hk-seattle
 // 152 ms, hk-la 152, seattle-la 32, la-useast 69, hk-useast 299. Four
 // `hoplink relay` processes run in four network namespaces joined by
-// hack/linkemu links, as on four hosts. The target, an echo server, sits
+// internal/linkemu links, as on four hosts. The target, an echo server, sits
 // beside the exit in useast, as the report's target sat 69 ms from Los
 // Angeles.
 package seed004
@@ -26,7 +26,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hoplink/hoplink/hack/linkemu"
+	"github.com/hoplink/hoplink/internal/linkemu"
 )
 
 // Relays of the network, entry first.
