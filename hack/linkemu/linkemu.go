@@ -18,6 +18,18 @@ type Params struct {
 	Jitter time.Duration // added uniformly in [0, Jitter); packets keep their order
 	Loss   float64       // probability of dropping a packet (UDP only)
 	Rate   int64         // bits per second; 0 is unlimited
+	// Queue bounds how long a packet may wait behind others for the rate,
+	// as a router's buffer does: one that would wait longer is dropped
+	// (packet links only). Zero leaves only maxQueue as the bound, which at
+	// 100 Mbit/s is most of a second of queue.
+	Queue time.Duration
+}
+
+// Stats count what one direction of a link did with its packets.
+type Stats struct {
+	Sent     uint64 // delivered, or due to be
+	Lost     uint64 // dropped by Loss
+	Overflow uint64 // dropped because the queue was full (Queue or maxQueue)
 }
 
 // maxQueue bounds the packets (or TCP chunks) in flight in one direction;
@@ -30,6 +42,7 @@ type shaper struct {
 	p    Params
 	last time.Time // departure of the previous packet, to keep order and rate
 	rng  *rand.Rand
+	st   Stats
 }
 
 func newShaper(p Params) *shaper {
@@ -43,26 +56,47 @@ func (s *shaper) set(p Params) {
 }
 
 // departure returns when a packet of n bytes arriving now leaves, or false
-// when it is lost.
+// when it is lost or finds the queue full.
 func (s *shaper) departure(now time.Time, n int) (time.Time, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.p.Loss > 0 && s.rng.Float64() < s.p.Loss {
+		s.st.Lost++
 		return time.Time{}, false
 	}
 	at := now.Add(s.p.Delay)
 	if s.p.Jitter > 0 {
 		at = at.Add(time.Duration(s.rng.Int64N(int64(s.p.Jitter))))
 	}
+	free := at
 	if s.p.Rate > 0 {
 		// Serialization: a packet leaves no sooner than the previous one
 		// plus its own transmission time.
 		tx := time.Duration(int64(n) * 8 * int64(time.Second) / s.p.Rate)
 		at = maxTime(at, s.last.Add(tx))
+		if s.p.Queue > 0 && at.Sub(free) > s.p.Queue {
+			s.st.Overflow++
+			return time.Time{}, false
+		}
 	}
 	at = maxTime(at, s.last)
 	s.last = at
+	s.st.Sent++
 	return at, true
+}
+
+// overflow counts a packet that was scheduled but found no room.
+func (s *shaper) overflow() {
+	s.mu.Lock()
+	s.st.Sent--
+	s.st.Overflow++
+	s.mu.Unlock()
+}
+
+func (s *shaper) stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.st
 }
 
 func maxTime(a, b time.Time) time.Time {
@@ -105,6 +139,7 @@ func (p *pipe) push(data []byte) bool {
 	case p.q <- packet{append([]byte(nil), data...), at}:
 		return true
 	default:
+		p.s.overflow()
 		return false
 	}
 }
