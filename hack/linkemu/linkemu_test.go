@@ -345,7 +345,7 @@ func TestQueueBound(t *testing.T) {
 	now := time.Now()
 	passed := 0
 	for range 20 {
-		if _, ok := s.departure(now, 1000); ok {
+		if _, _, ok := s.departure(now, 1000); ok {
 			passed++
 		}
 	}
@@ -353,7 +353,7 @@ func TestQueueBound(t *testing.T) {
 		t.Fatalf("burst of 20: %d passed, stats %+v; want 6 sent and 14 over the queue", passed, st)
 	}
 	// Once the queue has drained, a packet waits for nothing but the delay.
-	at, ok := s.departure(now.Add(time.Second), 1000)
+	at, _, ok := s.departure(now.Add(time.Second), 1000)
 	if !ok || at.Sub(now.Add(time.Second)) != 50*time.Millisecond {
 		t.Fatalf("after draining: leaves %v after arriving (ok %v); want the delay alone", at.Sub(now.Add(time.Second)), ok)
 	}

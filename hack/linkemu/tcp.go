@@ -98,8 +98,8 @@ func shapeCopy(dst, src *net.TCPConn, s *shaper) {
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
-			at, _ := s.departure(time.Now(), n)                // Loss and Queue are zero for TCP shapers
-			p.q <- packet{append([]byte(nil), buf[:n]...), at} // blocks when full: backpressure
+			at, late, _ := s.departure(time.Now(), n)                // Loss and Queue are zero for TCP shapers
+			p.q <- packet{append([]byte(nil), buf[:n]...), at, late} // blocks when full: backpressure
 		}
 		if err != nil {
 			break
