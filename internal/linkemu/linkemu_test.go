@@ -335,3 +335,26 @@ func TestUDPSessionSurvivesEarlyRefusal(t *testing.T) {
 		t.Fatal("no echo once the target listens")
 	}
 }
+
+// A rate-limited link with a bounded queue drops what would wait past it,
+// as a router's full buffer does, and lets the queue drain again.
+func TestQueueBound(t *testing.T) {
+	// 1,000 bytes take 2 ms at 4 Mbit/s: a 10 ms queue holds the packet
+	// being sent and five behind it.
+	s := newShaper(Params{Delay: 50 * time.Millisecond, Rate: 4_000_000, Queue: 10 * time.Millisecond})
+	now := time.Now()
+	passed := 0
+	for range 20 {
+		if _, _, ok := s.departure(now, 1000); ok {
+			passed++
+		}
+	}
+	if st := s.stats(); passed != 6 || st.Sent != 6 || st.Overflow != 14 || st.Lost != 0 {
+		t.Fatalf("burst of 20: %d passed, stats %+v; want 6 sent and 14 over the queue", passed, st)
+	}
+	// Once the queue has drained, a packet waits for nothing but the delay.
+	at, _, ok := s.departure(now.Add(time.Second), 1000)
+	if !ok || at.Sub(now.Add(time.Second)) != 50*time.Millisecond {
+		t.Fatalf("after draining: leaves %v after arriving (ok %v); want the delay alone", at.Sub(now.Add(time.Second)), ok)
+	}
+}

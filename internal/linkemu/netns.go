@@ -136,6 +136,10 @@ func ifName(peer string) string {
 	return name
 }
 
+// Stats are what each direction did with its packets so far: A to B, then
+// B to A.
+func (l *Link) Stats() (ab, ba Stats) { return l.ab.s.stats(), l.ba.s.stats() }
+
 // Set shapes both directions of the link, for packets from now on.
 func (l *Link) Set(p Params) { l.SetDirections(p, p) }
 

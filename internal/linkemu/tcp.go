@@ -37,7 +37,7 @@ func (t *TCPProxy) Set(p Params) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.up, t.down = p, p
-	p.Loss = 0
+	p.Loss, p.Queue = 0, 0
 	for _, s := range t.shapers {
 		s.set(p)
 	}
@@ -66,6 +66,7 @@ func (t *TCPProxy) handle(c *net.TCPConn) {
 	t.mu.Lock()
 	upP, downP := t.up, t.down
 	upP.Loss, downP.Loss = 0, 0
+	upP.Queue, downP.Queue = 0, 0 // a stream has no packets to drop
 	up, down := newShaper(upP), newShaper(downP)
 	t.shapers = append(t.shapers, up, down)
 	t.mu.Unlock()
@@ -97,8 +98,8 @@ func shapeCopy(dst, src *net.TCPConn, s *shaper) {
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
-			at, _ := s.departure(time.Now(), n)                // Loss is zero for TCP shapers
-			p.q <- packet{append([]byte(nil), buf[:n]...), at} // blocks when full: backpressure
+			at, late, _ := s.departure(time.Now(), n)                // Loss and Queue are zero for TCP shapers
+			p.q <- packet{append([]byte(nil), buf[:n]...), at, late} // blocks when full: backpressure
 		}
 		if err != nil {
 			break

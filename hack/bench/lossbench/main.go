@@ -7,7 +7,8 @@
 // and m2 (three links, each with a third of the delay and of the loss, so
 // both ways cross the same end-to-end figures). For each link profile it
 // measures, directly and through 1 hop (a -> b) and 3 hops (a -> m1 -> m2
-// -> b) over each transport:
+// -> b) over each transport, on LAN links (long links, rate-limited, with
+// the hosts' congestion control an input, are hack/bench/wan's):
 //
 //   - seed 002's request/response shape: one connection, 1,000 sequential
 //     1,000-byte echoes; the first echo's time (with the connect) and the
@@ -49,11 +50,10 @@ type profile struct {
 	loss  float64       // end to end, per direction
 }
 
+// profiles are LAN links; long links are hack/bench/wan's.
 var profiles = []profile{
 	{"LAN, 1% loss", 100 * time.Microsecond, 0.01},
 	{"LAN, 2% loss", 100 * time.Microsecond, 0.02},
-	{"WAN 20 ms, 1% loss", 10 * time.Millisecond, 0.01},
-	{"WAN 20 ms, 2% loss", 10 * time.Millisecond, 0.02},
 }
 
 // warmUp is the least time each relay path carries echoes before it is
@@ -259,10 +259,16 @@ func runProfile(hoplink string, p profile, echoes, size int, bulk time.Duration)
 		r.mbps, r.err = send(dial, sinkAddr, bulk)
 		return r
 	}
+	// The hosts' TCP congestion control: each namespace's default, which
+	// it took from this machine's when it was made.
+	cc, err := nodes["a"].Command("sysctl", "-n", "net.ipv4.tcp_congestion_control").Output()
+	if err != nil {
+		return nil, fmt.Errorf("congestion control of %s: %w", nodes["a"].NS, err)
+	}
 	var rows []string
 	row := func(name string, r result) {
 		fmt.Fprintf(os.Stderr, "%s / %s: first %v total %v bulk %.1f Mbit/s %v\n", p.name, name, r.first, r.total, r.mbps, r.err)
-		rows = append(rows, fmt.Sprintf("%s|%s|%d|%d|%.1f|%v", p.name, name, r.first.Microseconds(), r.total.Milliseconds(), r.mbps, r.err))
+		rows = append(rows, fmt.Sprintf("%s|%s|%d|%d|%.1f|%v|%s", p.name, name, r.first.Microseconds(), r.total.Milliseconds(), r.mbps, r.err, strings.TrimSpace(string(cc))))
 	}
 	b := nodes["b"].Addr.String()
 	row("direct TCP", measure(fmt.Sprintf("%s:%d", b, echoPort), fmt.Sprintf("%s:%d", b, sinkPort)))
@@ -354,9 +360,9 @@ func sink(c net.Conn) {
 
 func render(rows []string, echoes, size int, bulk time.Duration) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "<!-- loss:begin -->\nMeasured %s on this machine by `go run ./hack/bench/lossbench` (as root): %d sequential %d-byte echoes on one connection (seed 002's shape), then one connection sending for %v. Links are emulated in user space (internal/linkemu); the 3-hop path crosses three links with a third of the delay and loss each. Each relay path follows warm-up connections of 50 echoes, at least 4 and for at least 2 s (a relay learns a Tunnel's shape from 4 flows, and a link's loss from the losses it sees).\n\n",
+	fmt.Fprintf(&b, "<!-- loss:begin -->\nMeasured %s on this machine by `go run ./hack/bench/lossbench` (as root): %d sequential %d-byte echoes on one connection (seed 002's shape), then one connection sending for %v. Links are emulated in user space (internal/linkemu); the 3-hop path crosses three links with a third of the delay and loss each. Hosts' CC is the TCP congestion control of every host (the namespaces', taken from this machine's default); long links are hack/bench/wan's. Each relay path follows warm-up connections of 50 echoes, at least 4 and for at least 2 s (a relay learns a Tunnel's shape from 4 flows, and a link's loss from the losses it sees).\n\n",
 		time.Now().UTC().Format("2006-01-02"), echoes, size, bulk)
-	b.WriteString("| link | path | first echo ms | total ms | total vs direct | bulk Mbit/s | bulk vs direct |\n|---|---|---|---|---|---|---|\n")
+	b.WriteString("| link | hosts' CC | path | first echo ms | total ms | total vs direct | bulk Mbit/s | bulk vs direct |\n|---|---|---|---|---|---|---|---|\n")
 	var direct [2]float64
 	for _, r := range rows {
 		f := strings.Split(r, "|")
@@ -371,7 +377,7 @@ func render(rows []string, echoes, size int, bulk time.Duration) string {
 		if f[5] != "<nil>" {
 			errNote = " (" + f[5] + ")"
 		}
-		fmt.Fprintf(&b, "| %s | %s%s | %.1f | %.0f | %.2fx | %.0f | %.2fx |\n", f[0], f[1], errNote, first/1000, total, total/max(direct[0], 1), mbps, mbps/max(direct[1], 0.001))
+		fmt.Fprintf(&b, "| %s | %s | %s%s | %.1f | %.0f | %.2fx | %.0f | %.2fx |\n", f[0], f[6], f[1], errNote, first/1000, total, total/max(direct[0], 1), mbps, mbps/max(direct[1], 0.001))
 	}
 	b.WriteString("<!-- loss:end -->\n")
 	return b.String()
