@@ -24,8 +24,8 @@
 // The warm-up hides what a Tunnel's first flows meet. With -fresh only the
 // auto paths run, and after each path's warm Tunnel the relays carry two
 // Tunnels that never had a flow: five flows of the echoes on one, then
-// five bulk flows on the other, each flow timed, with the transport the
-// entry relay chose for it. By then the links have carried the warm
+// five bulk flows on the other, each flow timed, with the transport each
+// relay on the way chose for it. By then the links have carried the warm
 // Tunnel's echoes, which is how the relays may know what they lose.
 //
 // The hosts (each namespace) run the TCP congestion control -cc, cubic
@@ -87,6 +87,15 @@ const (
 	sinkPort = 7001
 )
 
+// onlyPaths is -paths.
+var onlyPaths string
+
+// matches says whether name contains one of the comma-separated parts of
+// filter, or filter is empty.
+func matches(filter, name string) bool {
+	return filter == "" || slices.ContainsFunc(strings.Split(filter, ","), func(s string) bool { return strings.Contains(name, s) })
+}
+
 // build is a hoplink binary the relays run, and its name in the tables.
 type build struct{ name, path string }
 
@@ -109,6 +118,7 @@ func main() {
 	bulk := flag.Duration("bulk", 5*time.Second, "how long each bulk run sends")
 	only := flag.String("profiles", "", "run only the profiles whose name contains one of these, comma-separated")
 	cc := flag.String("cc", "cubic", "the hosts' TCP congestion control (\"\": the kernel's default)")
+	flag.StringVar(&onlyPaths, "paths", "", "run only the relay paths whose name contains one of these, comma-separated")
 	fresh := flag.Bool("fresh", false, "only the auto paths, each followed by fresh Tunnels' first five flows")
 	out := flag.String("out", "", "Markdown file to write the table into (between the loss or lossfresh markers)")
 	flag.Parse()
@@ -116,7 +126,7 @@ func main() {
 	var rows []row
 	run := 0
 	for _, p := range profiles {
-		if *only != "" && !slices.ContainsFunc(strings.Split(*only, ","), func(s string) bool { return strings.Contains(p.name, s) }) {
+		if !matches(*only, p.name) {
 			continue
 		}
 		order := slices.Clone(builds)
@@ -359,14 +369,35 @@ func runProfile(b build, p profile, cc string, fresh bool, echoes, size int, bul
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
-	// choices tells which transport the entry relay gave a flow: the
-	// flows are sequential, so what its counts gained meanwhile.
-	metrics := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
-		DialContext: func(context.Context, string, string) (net.Conn, error) { return dial("127.0.0.1:9464") }}}
-	timed := func(f func() result) result {
-		before := flowsOf(metrics)
+	// Which transport each relay of a path gave a flow: the flows are
+	// sequential, so what the relays' counts gained meanwhile.
+	metricsOf := map[string]*http.Client{}
+	for _, name := range []string{"a", "m1", "m2"} {
+		node := nodes[name]
+		metricsOf[name] = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+			DialContext: func(context.Context, string, string) (net.Conn, error) {
+				var c net.Conn
+				err := node.Do(func() (err error) { c, err = net.DialTimeout("tcp", "127.0.0.1:9464", 5*time.Second); return })
+				return c, err
+			}}}
+	}
+	timed := func(relays []string, f func() result) result {
+		before := make([]map[string]float64, len(relays))
+		for i, name := range relays {
+			before[i] = flowsOf(metricsOf[name])
+		}
 		r := f()
-		r.via = gained(before, flowsOf(metrics))
+		var vias []string
+		for i, name := range relays {
+			vias = append(vias, gained(before[i], flowsOf(metricsOf[name])))
+		}
+		r.via = vias[0]
+		if slices.ContainsFunc(vias, func(v string) bool { return v != vias[0] }) {
+			for i := range vias {
+				vias[i] = relays[i] + ": " + vias[i]
+			}
+			r.via = strings.Join(vias, "; ")
+		}
 		return r
 	}
 	measure := func(echoAddr, sinkAddr string) result {
@@ -388,10 +419,13 @@ func runProfile(b build, p profile, cc string, fresh bool, echoes, size int, bul
 	bAddr := nodes["b"].Addr.String()
 	add("direct TCP", "", measure(fmt.Sprintf("%s:%d", bAddr, echoPort), fmt.Sprintf("%s:%d", bAddr, sinkPort)))
 	for i, pa := range paths {
-		if fresh && pa.transport != "auto" {
+		if fresh && pa.transport != "auto" || !matches(onlyPaths, pa.name) {
 			continue
 		}
 		port := func(j int) string { return fmt.Sprintf("127.0.0.1:%d", 15000+10*i+j) }
+		// The relays that choose a transport: all but the exit.
+		route := strings.Split(strings.Trim(pa.route, "[]"), ", ")
+		relays := route[:len(route)-1]
 		// The warm-up: a relay knows a Tunnel's shape after 4 flows, and
 		// a link's loss after its first losses, which a LAN losing 1%
 		// shows within a second or two.
@@ -407,7 +441,7 @@ func runProfile(b build, p profile, cc string, fresh bool, echoes, size int, bul
 		add(pa.name, "warm", warm)
 		var rs []result
 		for range freshFlows {
-			rs = append(rs, timed(func() result {
+			rs = append(rs, timed(relays, func() result {
 				r, err := shape(dial, port(2), echoes, size)
 				r.err = errors.Join(r.err, err)
 				return r
@@ -416,7 +450,7 @@ func runProfile(b build, p profile, cc string, fresh bool, echoes, size int, bul
 		add(pa.name, "echo", rs...)
 		rs = nil
 		for range freshFlows {
-			rs = append(rs, timed(func() result {
+			rs = append(rs, timed(relays, func() result {
 				var r result
 				r.mbps, r.err = send(dial, port(1), bulk)
 				return r
@@ -577,7 +611,7 @@ func render(rows []row, multi bool, echoes, size int, bulk time.Duration) string
 // transport the entry relay gave it.
 func renderFresh(rows []row, echoes, size int, bulk time.Duration) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "<!-- lossfresh:begin -->\nMeasured %s on this machine by `go run ./hack/bench/lossbench -fresh` (as root). Per link and build: direct TCP (%d sequential %d-byte echoes, then %v of bulk); then for each auto path, after warm-up connections (50 echoes, at least 4 and for at least 2 s), a warm Tunnel's %d echoes; then a Tunnel that never had a flow carries %d flows of %d echoes each, one after the other, and another %d bulk flows of %v each. Each cell: the flow's total ms (echoes) or Mbit/s (bulk), and the transport and reason the entry relay chose for it. The hosts' TCP congestion control is the clients' and servers' (direct TCP's); the relays' TLS links run bbr.\n\n",
+	fmt.Fprintf(&b, "<!-- lossfresh:begin -->\nMeasured %s on this machine by `go run ./hack/bench/lossbench -fresh` (as root). Per link and build: direct TCP (%d sequential %d-byte echoes, then %v of bulk); then for each auto path, after warm-up connections (50 echoes, at least 4 and for at least 2 s), a warm Tunnel's %d echoes; then a Tunnel that never had a flow carries %d flows of %d echoes each, one after the other, and another %d bulk flows of %v each. Each cell: the flow's total ms (echoes) or Mbit/s (bulk), and the transport and reason the relays chose for it (each relay's, where they differ). The hosts' TCP congestion control is the clients' and servers' (direct TCP's); the relays' TLS links run bbr.\n\n",
 		time.Now().UTC().Format("2006-01-02"), echoes, size, bulk, echoes, freshFlows, echoes, freshFlows, bulk)
 	b.WriteString("| link | hosts' CC | build | path | Tunnel |")
 	for i := range freshFlows {
