@@ -42,7 +42,9 @@ func startEmulated(t *testing.T, relays []string, links map[[2]string]time.Durat
 	for _, name := range relays {
 		port := testutil.FreePort(t)
 		e.addrs[name] = fmt.Sprintf("127.0.0.1:%d", port)
-		p, err := linkemu.NewUDPProxy("127.0.0.1:0", e.addrs[name], linkemu.Params{Loss: 1})
+		// A port free for TCP too, so that a test may put a proxy for
+		// TLS on the endpoint's number.
+		p, err := linkemu.NewUDPProxy(fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t)), e.addrs[name], linkemu.Params{Loss: 1})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -25,6 +25,20 @@ import (
 //     its offloads moves bulk faster, and on lossy links too its
 //     congestion control keeps far more of the link than quic-go's
 //     (hack/bench/lossbench: at 1% loss 1.3 Gbit/s against 0.1);
+//   - a flow of a Tunnel whose shape is not known yet rides QUIC on a link
+//     that loses packets. Its shape is a guess either way, and the two
+//     wrong guesses do not cost alike: a request/response flow over TCP
+//     waits a retransmission timeout (200 ms or more) for each lost lone
+//     packet, for as long as it lives, however many Tunnels came before;
+//     a bulk flow over QUIC is slower, but shows what it is: one finished
+//     flow that moved bulkBytes, not in requests and answers, says the
+//     Tunnel is bulk, and its next flows take the bulk transport; so does
+//     one still open that has, for the Tunnel's flows opened meanwhile.
+//     So only a bulk Tunnel's first flows pay for the guess, where every
+//     request/response Tunnel's first flows paid for the other one. A
+//     clean link keeps the guess it had: TLS. What the link lost is in
+//     QUIC's packet counts and the TLS flows' TCP_INFO, the open ones'
+//     too, since a link's only flows may be long or end late;
 //   - packet sessions of a packet-mode tun Tunnel take QUIC on a lossy link
 //     (the link's loss as QUIC's packet counts and finished TLS flows'
 //     TCP_INFO show it), where TCP inside TLS would retransmit twice.
@@ -50,9 +64,20 @@ const (
 	// before bulk flows measured it, over at least lossPackets packets.
 	lossyLink   = 0.01
 	lossPackets = 200
+	// losesLost lost packets, losesRatio of those sent at least, make a
+	// link one that loses packets for flows of unknown shape: QUIC's own
+	// bar for sending lone packets twice (relay/quic/redundant.go). Any
+	// loss costs a request/response flow over TCP a retransmission
+	// timeout, so the bar is low (three links that lose 1% end to end
+	// lose 0.33% each); two losses, so that a stray one does not count.
+	losesLost  = 2
+	losesRatio = 0.001
 	// maxShapes bounds the Tunnels remembered (they come from manifests,
 	// but a relay may see many over its life).
 	maxShapes = 4096
+	// watchFlows bounds the open flows of a Tunnel watched for a bulk
+	// one; the newest are kept.
+	watchFlows = 16
 )
 
 // Reasons of a choice, the reason label of hoplink_link_transport_info.
@@ -119,6 +144,21 @@ type shape struct {
 	avg     float64 // bytes per flow, moving average
 	perTurn float64 // bytes between turns of direction, moving average
 	n       int
+	// lastBulk: the last flow that ended was bulk (a goodput sample).
+	lastBulk bool
+}
+
+// progress is what an open flow moved so far (its flow.Meter).
+type progress interface {
+	Bytes() int64
+	Turns() int64
+}
+
+// bulkSoFar says whether an open flow already shows it is bulk: bulkBytes
+// moved, and not in requests and answers.
+func bulkSoFar(p progress) bool {
+	b := p.Bytes()
+	return b >= bulkBytes && b/(p.Turns()+1) >= interactiveBytes
 }
 
 // chooser holds the choices of every link of a relay.
@@ -126,6 +166,9 @@ type chooser struct {
 	mu     sync.Mutex
 	links  map[string]*linkChoice
 	shapes map[string]*shape
+	// watched: the open flows of Tunnels of unknown shape that ride QUIC
+	// on a lossy link, until one shows it is bulk.
+	watched map[string][]progress
 	// udpBulkAt: when a UDP session of a Tunnel last sent at a bulk rate.
 	udpBulkAt map[string]time.Time
 	// changed is told when a link's bulk transport changes (metrics, log).
@@ -156,13 +199,24 @@ func (c *chooser) link(peer string) *linkChoice {
 	return l
 }
 
-// pick chooses the transport of a new flow of tunnel to peer. quicSent and
-// quicLost are the packets the QUIC connections to peer sent and lost;
-// only packet sessions look at them.
-// Packet sessions pass isFlow false: they are bulk, and short flows do not
-// apply. bulk says the Tunnel's flows are known to be bulk (worth a
-// handshake).
-func (c *chooser) pick(peer, tunnel string, isFlow bool, quicSent, quicLost uint64, now time.Time) (t v1alpha1.Transport, reason string, bulk bool) {
+// linkLoss is what a link's connections show of its loss, asked only as
+// far as a choice needs.
+type linkLoss interface {
+	// QUIC is the packets the QUIC connections to the peer sent and lost.
+	QUIC() (sent, lost uint64)
+	// OpenTLS is the segments the TLS flows open to the peer sent and
+	// retransmitted so far.
+	OpenTLS() (sent, retransmitted uint64)
+}
+
+// pick chooses the transport of a new flow of tunnel to peer; m is what
+// the flow will have moved, watched while the flow rides QUIC for a guess
+// (unwatch ends it). loss is asked only when the Tunnel's shape is not
+// known, or for a packet session.
+// Packet sessions pass isFlow false and m nil: they are bulk, and short
+// flows do not apply. bulk says the Tunnel's flows are known to be bulk
+// (worth a handshake).
+func (c *chooser) pick(peer, tunnel string, isFlow bool, m progress, loss linkLoss, now time.Time) (t v1alpha1.Transport, reason string, bulk bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := c.shapes[tunnel]
@@ -176,10 +230,23 @@ func (c *chooser) pick(peer, tunnel string, isFlow bool, quicSent, quicLost uint
 	bulk = !isFlow || known
 	l := c.link(peer)
 	c.decide(peer, l, now)
-	if !isFlow && l.reason != ReasonMeasured && lossy(quicSent+l.tcpSent, quicLost+l.tcpLost) {
-		// Packets of TCP flows inside a TLS connection would be
-		// retransmitted twice, each layer stalling the other.
-		return v1alpha1.TransportQUIC, ReasonLossy, bulk
+	if !known || !isFlow {
+		sent, lost := loss.QUIC()
+		if !isFlow && l.reason != ReasonMeasured && lossy(sent+l.tcpSent, lost+l.tcpLost) {
+			// Packets of TCP flows inside a TLS connection would be
+			// retransmitted twice, each layer stalling the other.
+			return v1alpha1.TransportQUIC, ReasonLossy, bulk
+		}
+		if isFlow && losesPackets(l, sent, lost, loss) {
+			if !c.bulkSeen(tunnel, s) {
+				// Bulk or not, the flow shows what it is as it goes;
+				// meanwhile a request/response flow is spared TCP's
+				// retransmission timeouts.
+				c.watch(tunnel, m)
+				return v1alpha1.TransportQUIC, ReasonLossy, false
+			}
+			bulk = true // one flow said enough
+		}
 	}
 	if isFlow {
 		l.turn++
@@ -190,9 +257,76 @@ func (c *chooser) pick(peer, tunnel string, isFlow bool, quicSent, quicLost uint
 	return l.bulk, l.reason, bulk
 }
 
+// bulkSeen says whether the Tunnel's last finished flow, or one of its
+// watched open flows, was bulk.
+func (c *chooser) bulkSeen(tunnel string, s *shape) bool {
+	if s != nil && s.lastBulk {
+		return true
+	}
+	for _, p := range c.watched[tunnel] {
+		if bulkSoFar(p) {
+			return true
+		}
+	}
+	return false
+}
+
+// watch adds an open flow of tunnel to those watched.
+func (c *chooser) watch(tunnel string, m progress) {
+	if m == nil {
+		return
+	}
+	if c.watched == nil {
+		c.watched = map[string][]progress{}
+	}
+	w, ok := c.watched[tunnel]
+	if !ok && len(c.watched) >= maxShapes {
+		clear(c.watched)
+	}
+	if len(w) >= watchFlows {
+		w = append(w[:0], w[1:]...)
+	}
+	c.watched[tunnel] = append(w, m)
+}
+
+// unwatch forgets a flow of tunnel that ended (or never opened).
+func (c *chooser) unwatch(tunnel string, m progress) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w := c.watched[tunnel]
+	for i, p := range w {
+		if p == m {
+			w = append(w[:i], w[i+1:]...)
+			break
+		}
+	}
+	if len(w) == 0 {
+		delete(c.watched, tunnel)
+		return
+	}
+	c.watched[tunnel] = w
+}
+
 // lossy says whether lost of sent packets make a link lossy.
 func lossy(sent, lost uint64) bool {
 	return sent >= lossPackets && float64(lost) >= lossyLink*float64(sent)
+}
+
+// losesPackets says whether a link shows that it loses packets, as a flow
+// of unknown shape counts it: in QUIC's counts (quicSent, quicLost), its
+// finished TLS flows', or its open ones'. Each count on its own: QUIC's
+// are mostly of lone packets, TCP's of TLS flows' segments, often a
+// thousand times as many, which in a sum would drown the other.
+func losesPackets(l *linkChoice, quicSent, quicLost uint64, loss linkLoss) bool {
+	if loses(quicSent, quicLost) || loses(l.tcpSent, l.tcpLost) {
+		return true
+	}
+	return loses(loss.OpenTLS())
+}
+
+// loses says whether lost of sent packets show loss.
+func loses(sent, lost uint64) bool {
+	return lost >= losesLost && float64(lost) >= losesRatio*float64(sent)
 }
 
 // decide settles a link's bulk transport from what is known now.
@@ -247,7 +381,8 @@ func (c *chooser) done(peer, tunnel string, t v1alpha1.Transport, bytes, turns i
 	s.n++
 	// An interactive flow's goodput says how often it turned, not how fast
 	// the transport is.
-	if bytes < bulkBytes || active <= 0 || perTurn < interactiveBytes {
+	s.lastBulk = bytes >= bulkBytes && perTurn >= interactiveBytes
+	if !s.lastBulk || active <= 0 {
 		return
 	}
 	g := c.link(peer).rate[t]

@@ -12,6 +12,33 @@ const (
 	overTLS  = v1alpha1.TransportTLS
 )
 
+// linkShows is what a link's connections show of its loss; asked, when
+// set, is told each question.
+type linkShows struct {
+	quicSent, quicLost uint64
+	tlsSent, tlsLost   uint64 // of the open TLS flows
+	asked              *int
+}
+
+func (l linkShows) QUIC() (uint64, uint64) {
+	if l.asked != nil {
+		*l.asked++
+	}
+	return l.quicSent, l.quicLost
+}
+
+func (l linkShows) OpenTLS() (uint64, uint64) {
+	if l.asked != nil {
+		*l.asked++
+	}
+	return l.tlsSent, l.tlsLost
+}
+
+// lossOf is a link whose QUIC connections sent and lost packets.
+func lossOf(sent, lost uint64) linkShows { return linkShows{quicSent: sent, quicLost: lost} }
+
+var noLoss = linkShows{}
+
 func TestAutoChoosesPerLinkAndFlow(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	bulk := func(c *chooser, peer, tunnel string, tr v1alpha1.Transport, mbps float64, now time.Time) {
@@ -35,7 +62,11 @@ func TestAutoChoosesPerLinkAndFlow(t *testing.T) {
 	}{
 		{"bulk flows take TLS before any measurement, lossy link or not", []step{
 			{peer: "b", tunnel: "t", flow: true, want: overTLS, reason: ReasonUnmeasured},
-			{peer: "c", tunnel: "t", flow: true, sent: 5000, lost: 100, want: overTLS, reason: ReasonUnmeasured},
+			{name: "four bulk flows", do: func(c *chooser) {
+				for range shortFlows {
+					bulk(c, "c", "t", overTLS, 1000, t0)
+				}
+			}, peer: "c", tunnel: "t", flow: true, sent: 5000, lost: 100, want: overTLS, reason: ReasonUnmeasured},
 		}},
 		{"packet sessions take QUIC on a lossy link", []step{
 			{peer: "b", tunnel: "t", flow: false, sent: 5000, lost: 100, want: overQUIC, reason: ReasonLossy},
@@ -113,7 +144,7 @@ func TestAutoChoosesPerLinkAndFlow(t *testing.T) {
 					s.do(c)
 				}
 				// The first pick of a link is never a sample.
-				got, reason, _ := c.pick(s.peer, s.tunnel, s.flow, s.sent, s.lost, t0)
+				got, reason, _ := c.pick(s.peer, s.tunnel, s.flow, nil, lossOf(s.sent, s.lost), t0)
 				if got != s.want || reason != s.reason {
 					t.Fatalf("step %d %s: got %s (%s), want %s (%s)", i, s.name, got, reason, s.want, s.reason)
 				}
@@ -127,7 +158,7 @@ func TestAutoSamplesTheOtherTransport(t *testing.T) {
 	now := time.Unix(1000, 0)
 	var sampled int
 	for range 8 * sampleEvery {
-		if tr, reason, _ := c.pick("b", "t", true, 0, 0, now); tr == overQUIC {
+		if tr, reason, _ := c.pick("b", "t", true, nil, noLoss, now); tr == overQUIC {
 			if reason != ReasonSampling {
 				t.Fatalf("overQUIC for %s", reason)
 			}
@@ -142,13 +173,13 @@ func TestAutoSamplesTheOtherTransport(t *testing.T) {
 		c.done("b", "t", tr, 4<<20, 0, 10*time.Millisecond, now)
 	}
 	for range 4 * sampleEvery {
-		if tr, reason, _ := c.pick("b", "t", true, 0, 0, now); reason != ReasonMeasured {
+		if tr, reason, _ := c.pick("b", "t", true, nil, noLoss, now); reason != ReasonMeasured {
 			t.Fatalf("with fresh figures: %s (%s)", tr, reason)
 		}
 	}
 	var again bool
 	for range sampleEvery {
-		if _, reason, _ := c.pick("b", "t", true, 0, 0, now.Add(2*staleAfter)); reason == ReasonSampling {
+		if _, reason, _ := c.pick("b", "t", true, nil, noLoss, now.Add(2*staleAfter)); reason == ReasonSampling {
 			again = true
 		}
 	}
@@ -164,8 +195,8 @@ func TestAutoReportsChangesAndForgets(t *testing.T) {
 		changes = append(changes, peer+":"+string(from)+">"+string(to)+":"+reason)
 	}
 	now := time.Unix(1000, 0)
-	c.pick("b", "t", true, 0, 0, now)
-	c.pick("b", "t", true, 0, 0, now)
+	c.pick("b", "t", true, nil, noLoss, now)
+	c.pick("b", "t", true, nil, noLoss, now)
 	for _, tr := range []v1alpha1.Transport{overQUIC, overQUIC, overTLS, overTLS} {
 		bps := 1.0
 		if tr == overQUIC {
@@ -173,7 +204,7 @@ func TestAutoReportsChangesAndForgets(t *testing.T) {
 		}
 		c.done("b", "t", tr, 4<<20, 0, time.Duration(float64(time.Second)/bps), now)
 	}
-	c.pick("b", "t", true, 0, 0, now)
+	c.pick("b", "t", true, nil, noLoss, now)
 	if want := []string{"b:>tls:unmeasured", "b:tls>quic:measured"}; len(changes) != 2 || changes[0] != want[0] || changes[1] != want[1] {
 		t.Fatalf("changes %q, want %q", changes, want)
 	}
@@ -182,3 +213,128 @@ func TestAutoReportsChangesAndForgets(t *testing.T) {
 		t.Fatalf("forgotten link still has %s", tr)
 	}
 }
+
+func TestAutoUnknownShapeRidesQUICOnALossyLink(t *testing.T) {
+	now := time.Unix(1000, 0)
+	type pick struct {
+		want   v1alpha1.Transport
+		reason string
+		bulk   bool
+	}
+	checkFlow := func(t *testing.T, c *chooser, peer, tunnel string, m progress, loss linkLoss, want pick) {
+		t.Helper()
+		tr, reason, bulk := c.pick(peer, tunnel, true, m, loss, now)
+		if got := (pick{tr, reason, bulk}); got != want {
+			t.Fatalf("%s of %s: got %+v, want %+v", tunnel, peer, got, want)
+		}
+	}
+	check := func(t *testing.T, c *chooser, peer, tunnel string, loss linkLoss, want pick) {
+		t.Helper()
+		checkFlow(t, c, peer, tunnel, nil, loss, want)
+	}
+	quic := pick{overQUIC, ReasonLossy, false}
+	tls := pick{overTLS, ReasonUnmeasured, false}
+	tlsBulk := pick{overTLS, ReasonUnmeasured, true}
+	lossy := lossOf(5000, 10) // 0.2%
+
+	t.Run("what the link lost decides", func(t *testing.T) {
+		c := newChooser()
+		check(t, c, "b", "t", lossy, quic)
+		// As clean links always did: TLS from a spare.
+		check(t, c, "b", "t", noLoss, tls)
+		// One loss may be a stray one.
+		check(t, c, "b", "t", lossOf(100, 1), tls)
+		check(t, c, "b", "t", lossOf(5000, 4), tls)
+		// What a link's TLS flows retransmitted counts too.
+		c.tcpLoss("c", 3000, 6)
+		check(t, c, "c", "t", lossOf(100, 0), quic)
+		// So does the link of three that lose 1% end to end.
+		check(t, c, "d", "t", lossOf(3000, 10), quic)
+		// Bulk TLS flows' many segments do not drown QUIC's loss.
+		c.tcpLoss("e", 1<<20, 100)
+		check(t, c, "e", "t", lossOf(600, 3), quic)
+		// TLS flows still open show it too: a link's only flows may end
+		// late or never.
+		check(t, c, "f", "t", linkShows{quicSent: 600, tlsSent: 2000, tlsLost: 6}, quic)
+		// What is asked is asked only as far as needed.
+		asked := 0
+		check(t, c, "f", "t", linkShows{quicSent: 600, quicLost: 3, asked: &asked}, quic)
+		if asked != 1 {
+			t.Fatalf("%d questions to a link whose QUIC counts said enough, want 1", asked)
+		}
+	})
+	t.Run("one bulk flow says enough", func(t *testing.T) {
+		c := newChooser()
+		// 8 MiB one way over QUIC, the transport the guess gave it.
+		c.done("b", "t", overQUIC, 8<<20, 1, time.Second, now)
+		check(t, c, "b", "t", lossy, tlsBulk)
+		// The Tunnel turned out to do requests and answers after all.
+		c.done("b", "t", overTLS, 2e6, 2000, 10*time.Second, now)
+		check(t, c, "b", "t", lossy, quic)
+	})
+	t.Run("an open flow that moved bulk says enough", func(t *testing.T) {
+		c := newChooser()
+		first, second := &moved{}, &moved{}
+		checkFlow(t, c, "b", "t", first, lossy, quic)
+		checkFlow(t, c, "b", "t", second, lossy, quic)
+		// A request and 512 KiB of answer so far: not yet.
+		first.bytes, first.turns = 512<<10, 1
+		check(t, c, "b", "t", lossy, quic)
+		// Requests and answers, however many bytes.
+		second.bytes, second.turns = 4<<20, 4000
+		check(t, c, "b", "t", lossy, quic)
+		// 2 MiB of answer: the Tunnel's next flows take the bulk transport.
+		first.bytes = 2 << 20
+		check(t, c, "b", "t", lossy, tlsBulk)
+		// Another Tunnel's guess stands.
+		check(t, c, "b", "u", lossy, quic)
+		// The flow ended without saying more (a reset): it is no longer
+		// watched.
+		c.unwatch("t", first)
+		check(t, c, "b", "t", lossy, quic)
+	})
+	t.Run("the newest open flows are watched", func(t *testing.T) {
+		c := newChooser()
+		old := &moved{}
+		checkFlow(t, c, "b", "t", old, lossy, quic)
+		for range watchFlows {
+			checkFlow(t, c, "b", "t", &moved{}, lossy, quic)
+		}
+		old.bytes = 8 << 20
+		check(t, c, "b", "t", lossy, quic)
+		if n := len(c.watched["t"]); n != watchFlows {
+			t.Fatalf("%d flows watched, want %d", n, watchFlows)
+		}
+	})
+	t.Run("flows that say little leave the guess", func(t *testing.T) {
+		c := newChooser()
+		// Requests and answers; a small flow; 900 KiB one way.
+		c.done("b", "rr", overQUIC, 2e6, 2000, time.Second, now)
+		c.done("b", "small", overQUIC, 10<<10, 1, time.Millisecond, now)
+		c.done("b", "mid", overQUIC, 900<<10, 0, time.Millisecond, now)
+		for _, tunnel := range []string{"rr", "small", "mid"} {
+			check(t, c, "b", tunnel, lossy, quic)
+		}
+	})
+	t.Run("known shapes keep their transport", func(t *testing.T) {
+		c := newChooser()
+		for range shortFlows {
+			c.done("b", "bulk", overTLS, 8<<20, 0, time.Second, now)
+			c.done("b", "rr", overTLS, 2e6, 2000, 10*time.Second, now)
+		}
+		asked := 0
+		shows := lossy
+		shows.asked = &asked
+		check(t, c, "b", "bulk", shows, tlsBulk)
+		check(t, c, "b", "rr", shows, pick{overQUIC, ReasonInteractive, false})
+		if asked != 0 {
+			t.Fatal("a known Tunnel's flow asked for the link's loss")
+		}
+	})
+}
+
+// moved is an open flow's progress.
+type moved struct{ bytes, turns int64 }
+
+func (m *moved) Bytes() int64 { return m.bytes }
+func (m *moved) Turns() int64 { return m.turns }

@@ -43,6 +43,8 @@ func (ch *Choice) Done() {
 		ch.p.auto.tcpLoss(ch.peer, sent, retransmitted)
 	}
 	ch.p.auto.done(ch.peer, ch.tunnel, ch.Transport, ch.meter.Bytes(), ch.meter.Turns(), ch.meter.Active(), time.Now())
+	// After done: what the flow said is never out of sight meanwhile.
+	ch.p.auto.unwatch(ch.tunnel, ch.meter)
 }
 
 // choose settles the transport of a new hop for h.
@@ -54,11 +56,11 @@ func (p *Peers) choose(h *hop.Header, transport v1alpha1.Transport) *Choice {
 	switch h.Kind {
 	case hop.KindTCP:
 		var bulk bool
-		ch.Transport, ch.Reason, bulk = p.pick(ch.peer, h.Tunnel, true)
-		ch.spareOnly = !bulk
 		ch.meter = flow.NewMeter()
+		ch.Transport, ch.Reason, bulk = p.pick(ch.peer, h.Tunnel, true, ch.meter)
+		ch.spareOnly = !bulk
 	case hop.KindPacket:
-		ch.Transport, ch.Reason, _ = p.pick(ch.peer, h.Tunnel, false)
+		ch.Transport, ch.Reason, _ = p.pick(ch.peer, h.Tunnel, false, nil)
 	default:
 		// Traces measure what a new short flow would see.
 		ch.Transport, ch.Reason = v1alpha1.TransportQUIC, ReasonShort
@@ -72,15 +74,22 @@ func (p *Peers) PacketTransport(h *hop.Header, transport v1alpha1.Transport) v1a
 	return p.choose(h, transport).Transport
 }
 
-func (p *Peers) pick(peer, tunnel string, isFlow bool) (v1alpha1.Transport, string, bool) {
-	// The loss counts walk every connection to the peer: only a packet
-	// session's choice uses them, so a TCP flow's setup does not pay it.
-	var sent, lost uint64
-	if !isFlow {
-		sent, lost = p.quic.Loss(peer)
-	}
-	return p.auto.pick(peer, tunnel, isFlow, sent, lost, time.Now())
+func (p *Peers) pick(peer, tunnel string, isFlow bool, m progress) (v1alpha1.Transport, string, bool) {
+	// The loss counts walk every connection to the peer: only packet
+	// sessions and flows of Tunnels of unknown shape ask for them, so a
+	// known Tunnel's flow does not pay it.
+	return p.auto.pick(peer, tunnel, isFlow, m, peerLoss{p, peer}, time.Now())
 }
+
+// peerLoss is a linkLoss of the relay's link to peer.
+type peerLoss struct {
+	p    *Peers
+	peer string
+}
+
+func (l peerLoss) QUIC() (sent, lost uint64) { return l.p.quic.Loss(l.peer) }
+
+func (l peerLoss) OpenTLS() (sent, retransmitted uint64) { return l.p.live.counts(l.peer) }
 
 // LinkTransport is the transport bulk flows of auto chains take to peer
 // now and why; "" before this relay chose one.

@@ -81,6 +81,8 @@ type Peers struct {
 
 	tlsMu    sync.Mutex
 	tlsFlows map[tlsShare]int // TLS flows open under auto
+
+	live liveTCP // the TCP connections of TLS flows open, per peer
 }
 
 // tlsShare is what maxTLSFlowsPerTunnel counts: a Tunnel's flows to a peer.
@@ -389,6 +391,9 @@ func (p *Peers) Open(ctx context.Context, h *hop.Header, transport v1alpha1.Tran
 		out, err = p.openStream(ctx, h)
 	}
 	if err != nil {
+		if ch.meter != nil {
+			p.auto.unwatch(ch.tunnel, ch.meter)
+		}
 		return nil, nil, err
 	}
 	ch.out = out
@@ -459,7 +464,17 @@ func (p *Peers) openTLS(ctx context.Context, h *hop.Header, spareOnly bool, ende
 	if c == nil {
 		return nil, nil
 	}
-	out := flow.TLS(c, func() { p.tls.Done(c); ended() })
+	tc := tcpOf(c)
+	if tc != nil {
+		p.live.add(next, tc)
+	}
+	out := flow.TLS(c, func() {
+		if tc != nil {
+			p.live.remove(next, tc)
+		}
+		p.tls.Done(c)
+		ended()
+	})
 	if err := writeHeader(out, h); err != nil {
 		out.Abort()
 		return nil, &Error{Reason: NextHop, Next: next, Err: err}

@@ -244,7 +244,7 @@ func TestSessionsOpenOverTLS(t *testing.T) {
 		a.auto.done("b", "default/t", v1alpha1.TransportQUIC, 8<<20, 0, time.Second, time.Now())
 		a.auto.done("b", "default/t", v1alpha1.TransportTLS, 8<<20, 0, 2*time.Second, time.Now())
 	}
-	if tr, _, _ := a.pick("b", "default/t", false); tr != v1alpha1.TransportQUIC {
+	if tr, _, _ := a.pick("b", "default/t", false, nil); tr != v1alpha1.TransportQUIC {
 		t.Fatalf("setup: the link's bulk transport is %s, want QUIC", tr)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -283,7 +283,7 @@ func TestUDPSessionsTakeTheBulkTransport(t *testing.T) {
 		}
 	}()
 	a.auto.tcpLoss("b", 1000, 100)
-	if tr, reason, _ := a.pick("b", "default/t", false); tr != v1alpha1.TransportQUIC || reason != ReasonLossy {
+	if tr, reason, _ := a.pick("b", "default/t", false, nil); tr != v1alpha1.TransportQUIC || reason != ReasonLossy {
 		t.Fatalf("setup: a packet session takes %s (%s), want QUIC (%s)", tr, reason, ReasonLossy)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -337,5 +337,34 @@ func TestUDPSessionsTakeTheBulkTransport(t *testing.T) {
 	}
 	if got := open("default/u", v1alpha1.TransportAuto, v1alpha1.UDPAuto); got != v1alpha1.TransportQUIC {
 		t.Errorf("a session past the Tunnel's TLS share took %s, want QUIC", got)
+	}
+}
+
+// The TCP connections of TLS flows open to a peer show the link's loss
+// before the flows end; a flow that ended is no longer read.
+func TestOpenTLSFlowsShowWhatTheySent(t *testing.T) {
+	a, got, set := two(t, "tls")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	h := &hop.Header{Kind: hop.KindTCP, Tunnel: "default/t", Route: []string{"b"}, Target: "127.0.0.1:1"}
+	out, _, err := a.Open(ctx, h, set.Chain("default/c").Spec.Transport)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.Write([]byte("hello"))
+	select {
+	case <-got:
+	case <-ctx.Done():
+		t.Fatal("nothing arrived")
+	}
+	if sent, _ := a.live.counts("b"); sent == 0 {
+		t.Fatal("an open TLS flow to b shows no segments sent")
+	}
+	if sent, _ := a.live.counts("c"); sent != 0 {
+		t.Fatalf("another peer shows %d segments", sent)
+	}
+	out.Abort()
+	if sent, _ := a.live.counts("b"); sent != 0 {
+		t.Fatalf("a TLS flow that ended still shows %d segments", sent)
 	}
 }

@@ -689,8 +689,9 @@ func (e *Endpoint) SetAddrs(peer string, addrs []string) {
 // is up now; it neither creates a link nor waits.
 // A peer with replicas answers with the first of them connected.
 // Loss sums what the connections this relay dialed to peer sent, in
-// packets, and lost (quic-go's counts, over each connection's life; while
-// copies make up for the link's loss, the counts that turned them on).
+// packets, and lost (quic-go's counts, over each connection's life; since
+// copies made up for the link's loss, the counts that turned them on,
+// until the link shows itself clean without copies).
 func (e *Endpoint) Loss(peer string) (sent, lost uint64) {
 	e.mu.Lock()
 	var links []*Link
@@ -700,7 +701,6 @@ func (e *Endpoint) Loss(peer string) (sent, lost uint64) {
 		}
 	}
 	e.mu.Unlock()
-	now := time.Now()
 	var hidden counts
 	for _, l := range links {
 		if c := l.Live(); c != nil {
@@ -708,14 +708,14 @@ func (e *Endpoint) Loss(peer string) (sent, lost uint64) {
 			sent += cur.sent
 			lost += cur.lost
 			if ua, ok := c.RemoteAddr().(*net.UDPAddr); ok {
-				if j, on := e.red.hidden(ua.AddrPort(), now); on {
+				if j, on := e.red.hidden(ua.AddrPort()); on {
 					hidden = j
 				}
 			}
 		}
 	}
-	// While lone packets go twice, quic-go hardly sees the loss the copies
-	// make up for; the link still has it.
+	// Since lone packets went twice, quic-go's counts hardly hold the loss
+	// the copies made up for; the link still has it.
 	if hidden.sent > 0 && hidden.lost*max(sent, 1) > lost*hidden.sent {
 		return hidden.sent, hidden.lost
 	}

@@ -61,10 +61,14 @@ type redundancy struct {
 }
 
 type redundantPeer struct {
-	sent, lost uint64    // the window being judged
-	judged     counts    // the window that turned copies on
-	until      time.Time // copies go until then
-	budget     *rate.Limiter
+	sent, lost uint64 // the window being judged
+	// copied: copies went during the window, so its loss says little.
+	copied bool
+	// judged is the window that last turned copies on, the link's loss as
+	// known, until a window sent without copies shows too little loss.
+	judged counts
+	until  time.Time // copies go until then
+	budget *rate.Limiter
 }
 
 func newRedundancy(changed func(netip.AddrPort, bool, float64), copies func()) *redundancy {
@@ -124,6 +128,7 @@ func (r *redundancy) judge(by map[netip.AddrPort]counts, now time.Time) {
 		}
 		p.sent += d.sent
 		p.lost += d.lost
+		p.copied = p.copied || now.Before(p.until)
 		switch {
 		case p.lost >= redundantLost:
 			if !now.Before(p.until) && r.changed != nil {
@@ -131,9 +136,15 @@ func (r *redundancy) judge(by map[netip.AddrPort]counts, now time.Time) {
 			}
 			p.until = now.Add(redundantHold)
 			p.judged = counts{p.sent, p.lost}
-			p.sent, p.lost = 0, 0
+			p.sent, p.lost, p.copied = 0, 0, true
 		case p.sent >= redundantWindow:
-			p.sent, p.lost = 0, 0
+			if !p.copied {
+				// A window sent as the link takes it, and it lost too
+				// little: clean, as far as anyone can tell. Copies
+				// ending say nothing of the kind: they end on time.
+				p.judged = counts{}
+			}
+			p.sent, p.lost, p.copied = 0, 0, now.Before(p.until)
 		}
 	}
 	anyOn := false
@@ -146,23 +157,22 @@ func (r *redundancy) judge(by map[netip.AddrPort]counts, now time.Time) {
 			if r.changed != nil {
 				r.changed(addr, false, 0)
 			}
-		case by[addr] == (counts{}):
-			delete(r.peers, addr) // quiet and off: nothing to remember
+		case by[addr] == (counts{}) && p.judged == (counts{}):
+			delete(r.peers, addr) // quiet, off and clean: nothing to remember
 		}
 	}
 	r.any.Store(anyOn)
 }
 
-// hidden returns the loss that turned copies to addr on, while they go:
-// the link's, which quic-go no longer sees once the copies make up for it.
-func (r *redundancy) hidden(addr netip.AddrPort, now time.Time) (counts, bool) {
-	if !r.any.Load() {
-		return counts{}, false
-	}
+// hidden returns the loss that last turned copies to addr on, while they
+// go and after, until a window sent without them shows too little loss:
+// the link's, which quic-go no longer sees once the copies make up for it,
+// and which their end on time does not take away.
+func (r *redundancy) hidden(addr netip.AddrPort) (counts, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	p := r.peers[canonical(addr)]
-	if p == nil || !now.Before(p.until) {
+	if p == nil || p.judged == (counts{}) {
 		return counts{}, false
 	}
 	return p.judged, true

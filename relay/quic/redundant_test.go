@@ -82,20 +82,42 @@ func TestRedundancyFollowsLoss(t *testing.T) {
 
 // While copies go, the link's loss is the one that turned them on, not
 // the little quic-go sees through them: a packet session's choice of
-// transport depends on it.
+// transport depends on it, and so does a flow's of unknown shape. Their
+// end, on time, does not make the link clean; a window of packets sent
+// without them that loses too little does.
 func TestCopiesDoNotHideTheLoss(t *testing.T) {
 	a := netip.MustParseAddrPort("10.0.0.1:7401")
 	r := newRedundancy(nil, nil)
 	t0 := time.Unix(1000, 0)
-	if _, on := r.hidden(a, t0); on {
+	if _, on := r.hidden(a); on {
 		t.Fatal("a loss reported before any was seen")
 	}
 	r.judge(map[netip.AddrPort]counts{a: {sent: 400, lost: 4}}, t0)
-	if j, on := r.hidden(a, t0.Add(time.Second)); !on || j != (counts{400, 4}) {
+	want := counts{400, 4}
+	if j, on := r.hidden(a); !on || j != want {
 		t.Fatalf("hidden loss %+v (on %v); want 4 of 400", j, on)
 	}
-	if _, on := r.hidden(a, t0.Add(redundantHold)); on {
-		t.Fatal("a hidden loss reported after the copies stopped")
+	// Copies hide the loss: a window with them proves nothing.
+	r.judge(map[netip.AddrPort]counts{a: {sent: 3000}}, t0.Add(time.Second))
+	// They end on time; a quiet link says nothing either.
+	end := t0.Add(redundantHold + time.Second)
+	r.judge(map[netip.AddrPort]counts{a: {sent: 1500}}, end)
+	r.judge(map[netip.AddrPort]counts{}, end.Add(time.Second))
+	if r.copy(a, end) {
+		t.Fatal("copies past the hold")
+	}
+	if j, on := r.hidden(a); !on || j != want {
+		t.Fatalf("after the copies ended: hidden loss %+v (on %v); want 4 of 400", j, on)
+	}
+	// The window that went with copies at its start does not count: a
+	// whole one without them does.
+	r.judge(map[netip.AddrPort]counts{a: {sent: 500}}, end.Add(2*time.Second))
+	if _, on := r.hidden(a); !on {
+		t.Fatal("a window that began with copies made the link clean")
+	}
+	r.judge(map[netip.AddrPort]counts{a: {sent: redundantWindow, lost: 1}}, end.Add(3*time.Second))
+	if j, on := r.hidden(a); on {
+		t.Fatalf("a window without copies that lost 1 of %d left %+v", redundantWindow, j)
 	}
 }
 

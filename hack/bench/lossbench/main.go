@@ -7,8 +7,7 @@
 // and m2 (three links, each with a third of the delay and of the loss, so
 // both ways cross the same end-to-end figures). For each link profile it
 // measures, directly and through 1 hop (a -> b) and 3 hops (a -> m1 -> m2
-// -> b) over each transport, on LAN links (long links, rate-limited, with
-// the hosts' congestion control an input, are hack/bench/wan's):
+// -> b) over each transport:
 //
 //   - seed 002's request/response shape: one connection, 1,000 sequential
 //     1,000-byte echoes; the first echo's time (with the connect) and the
@@ -22,21 +21,40 @@
 // links lose packets (and sends lone packets twice on them) from the
 // losses it sees.
 //
+// The warm-up hides what a Tunnel's first flows meet. With -fresh only the
+// auto paths run, and after each path's warm Tunnel the relays carry two
+// Tunnels that never had a flow: five flows of the echoes on one, then
+// five bulk flows on the other, each flow timed, with the transport each
+// relay on the way chose for it. By then the links have carried the warm
+// Tunnel's echoes, which is how the relays may know what they lose.
+//
+// The hosts (each namespace) run the TCP congestion control -cc, cubic
+// unless told: most hosts do, and this machine's kernel defaults to bbr.
+// -hoplink takes name=path pairs, comma-separated, to compare builds in
+// one run: each profile runs every build in turn, the order reversed from
+// one profile to the next.
+//
 //	make build && go run ./hack/bench/lossbench -hoplink bin/hoplink -out docs/benchmarks.md   # as root
+//	go run ./hack/bench/lossbench -fresh -profiles "no loss,1%" -hoplink before=bin/old,after=bin/hoplink -out docs/benchmarks.md
 package main
 
 import (
+	"bufio"
 	"bytes"
+	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -50,10 +68,14 @@ type profile struct {
 	loss  float64       // end to end, per direction
 }
 
-// profiles are LAN links; long links are hack/bench/wan's.
 var profiles = []profile{
+	// What the others are measured against; and what must not change
+	// when a relay's choices do.
+	{"LAN, no loss", 100 * time.Microsecond, 0},
 	{"LAN, 1% loss", 100 * time.Microsecond, 0.01},
 	{"LAN, 2% loss", 100 * time.Microsecond, 0.02},
+	{"WAN 20 ms, 1% loss", 10 * time.Millisecond, 0.01},
+	{"WAN 20 ms, 2% loss", 10 * time.Millisecond, 0.02},
 }
 
 // warmUp is the least time each relay path carries echoes before it is
@@ -65,34 +87,95 @@ const (
 	sinkPort = 7001
 )
 
+// onlyPaths is -paths.
+var onlyPaths string
+
+// matches says whether name contains one of the comma-separated parts of
+// filter, or filter is empty.
+func matches(filter, name string) bool {
+	return filter == "" || slices.ContainsFunc(strings.Split(filter, ","), func(s string) bool { return strings.Contains(name, s) })
+}
+
+// build is a hoplink binary the relays run, and its name in the tables.
+type build struct{ name, path string }
+
+func parseBuilds(s string) []build {
+	var bs []build
+	for _, f := range strings.Split(s, ",") {
+		name, path, ok := strings.Cut(f, "=")
+		if !ok {
+			name, path = filepath.Base(f), f
+		}
+		bs = append(bs, build{name, path})
+	}
+	return bs
+}
+
 func main() {
-	hoplink := flag.String("hoplink", "bin/hoplink", "the hoplink binary the relays run")
+	hoplink := flag.String("hoplink", "bin/hoplink", "the hoplink binary the relays run; name=path,... compares builds")
 	echoes := flag.Int("echoes", 1000, "sequential echoes of the request/response shape")
 	size := flag.Int("size", 1000, "bytes per echo")
 	bulk := flag.Duration("bulk", 5*time.Second, "how long each bulk run sends")
-	only := flag.String("profiles", "", "run only the profiles whose name contains this")
-	out := flag.String("out", "", "Markdown file to write the table into (between the loss markers)")
+	only := flag.String("profiles", "", "run only the profiles whose name contains one of these, comma-separated")
+	cc := flag.String("cc", "cubic", "the hosts' TCP congestion control (\"\": the kernel's default)")
+	flag.StringVar(&onlyPaths, "paths", "", "run only the relay paths whose name contains one of these, comma-separated")
+	fresh := flag.Bool("fresh", false, "only the auto paths, each followed by fresh Tunnels' first five flows")
+	out := flag.String("out", "", "Markdown file to write the table into (between the loss or lossfresh markers)")
 	flag.Parse()
-	var rows []string
+	builds := parseBuilds(*hoplink)
+	var rows []row
+	run := 0
 	for _, p := range profiles {
-		if *only != "" && !strings.Contains(p.name, *only) {
+		if !matches(*only, p.name) {
 			continue
 		}
-		r, err := runProfile(*hoplink, p, *echoes, *size, *bulk)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "lossbench:", err)
-			os.Exit(1)
+		order := slices.Clone(builds)
+		if run%2 == 1 {
+			slices.Reverse(order) // neither build always runs on a cooler machine
 		}
-		rows = append(rows, r...)
+		run++
+		for _, b := range order {
+			r, err := runProfile(b, p, *cc, *fresh, *echoes, *size, *bulk)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "lossbench:", err)
+				os.Exit(1)
+			}
+			rows = append(rows, r...)
+		}
 	}
-	table := render(rows, *echoes, *size, *bulk)
+	multi := len(builds) > 1
+	table, mark := render(rows, multi, *echoes, *size, *bulk), "loss"
+	if *fresh {
+		table, mark = renderFresh(rows, *echoes, *size, *bulk), "lossfresh"
+	}
 	fmt.Print(table)
 	if *out != "" {
-		if err := writeBetween(*out, table); err != nil {
+		if err := writeBetween(*out, mark, table); err != nil {
 			fmt.Fprintln(os.Stderr, "lossbench:", err)
 			os.Exit(1)
 		}
 	}
+}
+
+const allowedCongestion = "/proc/sys/net/ipv4/tcp_allowed_congestion_control"
+
+// allowCongestion adds cc to the host's allowed algorithms, which a
+// namespace's default must be one of, and returns what puts the list back.
+// The list is the whole machine's, so it is put back as soon as the
+// namespaces have their default, which stays.
+func allowCongestion(cc string) (func(), error) {
+	old, err := os.ReadFile(allowedCongestion)
+	if err != nil {
+		return nil, err
+	}
+	list := strings.Fields(string(old))
+	if slices.Contains(list, cc) {
+		return func() {}, nil
+	}
+	if err := os.WriteFile(allowedCongestion, []byte(strings.Join(append(list, cc), " ")), 0); err != nil {
+		return nil, fmt.Errorf("allowing %s: %w", cc, err)
+	}
+	return func() { os.WriteFile(allowedCongestion, old, 0) }, nil
 }
 
 const manifests = `apiVersion: hoplink.dev/v1alpha1
@@ -130,9 +213,23 @@ type result struct {
 	first, total time.Duration
 	mbps         float64
 	err          error
+	via          string // the transport the entry relay chose, and why
 }
 
-func runProfile(hoplink string, p profile, echoes, size int, bulk time.Duration) ([]string, error) {
+// row is one path's figures; a fresh Tunnel's rows hold one result per
+// flow.
+type row struct {
+	link, cc, build, path string
+	kind                  string // "" for the main table; echo, warm or bulk for -fresh
+	rs                    []result
+}
+
+// freshFlows is how many flows of a fresh Tunnel are timed: a relay that
+// waited for its 4th finished flow to learn the Tunnel's shape took the
+// 5th as well as a warm Tunnel's.
+const freshFlows = 5
+
+func runProfile(b build, p profile, cc string, fresh bool, echoes, size int, bulk time.Duration) ([]row, error) {
 	dir, err := os.MkdirTemp("", "lossbench")
 	if err != nil {
 		return nil, err
@@ -165,6 +262,25 @@ func runProfile(hoplink string, p profile, echoes, size int, bulk time.Duration)
 			return nil, err
 		}
 	}
+	if cc != "" {
+		restore, err := allowCongestion(cc)
+		if err != nil {
+			return nil, err
+		}
+		for _, node := range nodes {
+			if out, err := node.Command("sysctl", "-w", "net.ipv4.tcp_congestion_control="+cc).CombinedOutput(); err != nil {
+				restore()
+				return nil, fmt.Errorf("%s's congestion control: %v: %s", node.NS, err, out)
+			}
+		}
+		restore()
+	}
+	// What the hosts run, as the kernel says.
+	got, err := nodes["a"].Command("sysctl", "-n", "net.ipv4.tcp_congestion_control").Output()
+	if err != nil {
+		return nil, err
+	}
+	cc = strings.TrimSpace(string(got))
 	whole := linkemu.Params{Delay: p.delay, Loss: p.loss}
 	third := linkemu.Params{Delay: p.delay / 3, Loss: 1 - math.Pow(1-p.loss, 1.0/3)}
 	for _, l := range []struct {
@@ -181,7 +297,9 @@ func runProfile(hoplink string, p profile, echoes, size int, bulk time.Duration)
 	for i, pa := range paths {
 		fmt.Fprintf(&m, "---\napiVersion: hoplink.dev/v1alpha1\nkind: Chain\nmetadata: {name: c%d}\nspec: {entry: a, exit: b, via: [m1, m2], route: %s, transport: %s}\n",
 			i, pa.route, pa.transport)
-		for j, target := range []int{echoPort, sinkPort} {
+		// Tunnel j of chain i listens on 15000+10i+j: echoes, bulk, and
+		// the echoes of a Tunnel that -fresh keeps for its first flows.
+		for j, target := range []int{echoPort, sinkPort, echoPort} {
 			fmt.Fprintf(&m, "---\napiVersion: hoplink.dev/v1alpha1\nkind: Tunnel\nmetadata: {name: t%d-%d}\nspec: {chain: c%d, listen: {address: 127.0.0.1, port: %d}, target: \"127.0.0.1:%d\"}\n",
 				i, j, i, 15000+10*i+j, target)
 		}
@@ -191,7 +309,7 @@ func runProfile(hoplink string, p profile, echoes, size int, bulk time.Duration)
 	}
 	certs := filepath.Join(dir, "certs")
 	for _, args := range [][]string{{"cert", "ca", "--dir", certs}, {"cert", "issue", "--dir", certs, "a", "m1", "m2", "b"}} {
-		if out, err := exec.Command(hoplink, args...).CombinedOutput(); err != nil {
+		if out, err := exec.Command(b.path, args...).CombinedOutput(); err != nil {
 			return nil, fmt.Errorf("hoplink %s: %v: %s", strings.Join(args, " "), err, out)
 		}
 	}
@@ -223,7 +341,7 @@ func runProfile(hoplink string, p profile, echoes, size int, bulk time.Duration)
 			return nil, err
 		}
 		defer logf.Close()
-		cmd := nodes[name].Command(hoplink, "relay", "-f", filepath.Join(dir, "m.yaml"), "--name", name, "--certs", certs,
+		cmd := nodes[name].Command(b.path, "relay", "-f", filepath.Join(dir, "m.yaml"), "--name", name, "--certs", certs,
 			"--metrics-addr", "127.0.0.1:9464", "--log-level", "warn")
 		cmd.Stdout, cmd.Stderr = logf, logf
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -237,7 +355,7 @@ func runProfile(hoplink string, p profile, echoes, size int, bulk time.Duration)
 		err := nodes["a"].Do(func() (err error) { c, err = net.DialTimeout("tcp", addr, 10*time.Second); return })
 		return c, err
 	}
-	// Wait until every path answers.
+	// Wait until every path answers (the fresh Tunnels are left alone).
 	for i := range paths {
 		addr := fmt.Sprintf("127.0.0.1:%d", 15000+10*i)
 		deadline := time.Now().Add(30 * time.Second)
@@ -251,6 +369,37 @@ func runProfile(hoplink string, p profile, echoes, size int, bulk time.Duration)
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
+	// Which transport each relay of a path gave a flow: the flows are
+	// sequential, so what the relays' counts gained meanwhile.
+	metricsOf := map[string]*http.Client{}
+	for _, name := range []string{"a", "m1", "m2"} {
+		node := nodes[name]
+		metricsOf[name] = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+			DialContext: func(context.Context, string, string) (net.Conn, error) {
+				var c net.Conn
+				err := node.Do(func() (err error) { c, err = net.DialTimeout("tcp", "127.0.0.1:9464", 5*time.Second); return })
+				return c, err
+			}}}
+	}
+	timed := func(relays []string, f func() result) result {
+		before := make([]map[string]float64, len(relays))
+		for i, name := range relays {
+			before[i] = flowsOf(metricsOf[name])
+		}
+		r := f()
+		var vias []string
+		for i, name := range relays {
+			vias = append(vias, gained(before[i], flowsOf(metricsOf[name])))
+		}
+		r.via = vias[0]
+		if slices.ContainsFunc(vias, func(v string) bool { return v != vias[0] }) {
+			for i := range vias {
+				vias[i] = relays[i] + ": " + vias[i]
+			}
+			r.via = strings.Join(vias, "; ")
+		}
+		return r
+	}
 	measure := func(echoAddr, sinkAddr string) result {
 		r, err := shape(dial, echoAddr, echoes, size)
 		if err != nil {
@@ -259,30 +408,103 @@ func runProfile(hoplink string, p profile, echoes, size int, bulk time.Duration)
 		r.mbps, r.err = send(dial, sinkAddr, bulk)
 		return r
 	}
-	// The hosts' TCP congestion control: each namespace's default, which
-	// it took from this machine's when it was made.
-	cc, err := nodes["a"].Command("sysctl", "-n", "net.ipv4.tcp_congestion_control").Output()
-	if err != nil {
-		return nil, fmt.Errorf("congestion control of %s: %w", nodes["a"].NS, err)
+	var rows []row
+	add := func(name, kind string, rs ...result) {
+		for i, r := range rs {
+			fmt.Fprintf(os.Stderr, "%s / %s / %s %s %d: first %v total %v bulk %.1f Mbit/s via %s %v\n",
+				p.name, b.name, name, kind, i+1, r.first, r.total, r.mbps, r.via, r.err)
+		}
+		rows = append(rows, row{link: p.name, cc: cc, build: b.name, path: name, kind: kind, rs: rs})
 	}
-	var rows []string
-	row := func(name string, r result) {
-		fmt.Fprintf(os.Stderr, "%s / %s: first %v total %v bulk %.1f Mbit/s %v\n", p.name, name, r.first, r.total, r.mbps, r.err)
-		rows = append(rows, fmt.Sprintf("%s|%s|%d|%d|%.1f|%v|%s", p.name, name, r.first.Microseconds(), r.total.Milliseconds(), r.mbps, r.err, strings.TrimSpace(string(cc))))
-	}
-	b := nodes["b"].Addr.String()
-	row("direct TCP", measure(fmt.Sprintf("%s:%d", b, echoPort), fmt.Sprintf("%s:%d", b, sinkPort)))
+	bAddr := nodes["b"].Addr.String()
+	add("direct TCP", "", measure(fmt.Sprintf("%s:%d", bAddr, echoPort), fmt.Sprintf("%s:%d", bAddr, sinkPort)))
 	for i, pa := range paths {
-		echoAddr, sinkAddr := fmt.Sprintf("127.0.0.1:%d", 15000+10*i), fmt.Sprintf("127.0.0.1:%d", 15000+10*i+1)
+		if fresh && pa.transport != "auto" || !matches(onlyPaths, pa.name) {
+			continue
+		}
+		port := func(j int) string { return fmt.Sprintf("127.0.0.1:%d", 15000+10*i+j) }
+		// The relays that choose a transport: all but the exit.
+		route := strings.Split(strings.Trim(pa.route, "[]"), ", ")
+		relays := route[:len(route)-1]
 		// The warm-up: a relay knows a Tunnel's shape after 4 flows, and
 		// a link's loss after its first losses, which a LAN losing 1%
 		// shows within a second or two.
 		for n, t0 := 0, time.Now(); n < 4 || time.Since(t0) < warmUp; n++ {
-			shape(dial, echoAddr, 50, size)
+			shape(dial, port(0), 50, size)
 		}
-		row(pa.name, measure(echoAddr, sinkAddr))
+		if !fresh {
+			add(pa.name, "", measure(port(0), port(1)))
+			continue
+		}
+		warm, err := shape(dial, port(0), echoes, size)
+		warm.err = errors.Join(warm.err, err)
+		add(pa.name, "warm", warm)
+		var rs []result
+		for range freshFlows {
+			rs = append(rs, timed(relays, func() result {
+				r, err := shape(dial, port(2), echoes, size)
+				r.err = errors.Join(r.err, err)
+				return r
+			}))
+		}
+		add(pa.name, "echo", rs...)
+		rs = nil
+		for range freshFlows {
+			rs = append(rs, timed(relays, func() result {
+				var r result
+				r.mbps, r.err = send(dial, port(1), bulk)
+				return r
+			}))
+		}
+		add(pa.name, "bulk", rs...)
 	}
 	return rows, nil
+}
+
+// flowsOf reads the entry relay's hoplink_link_flows_total, by series.
+func flowsOf(c *http.Client) map[string]float64 {
+	resp, err := c.Get("http://a/metrics")
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	m := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "hoplink_link_flows_total{") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		var v float64
+		fmt.Sscan(line[i+1:], &v)
+		m[line[:i]] = v
+	}
+	return m
+}
+
+var label = regexp.MustCompile(`(transport|reason)="([^"]*)"`)
+
+// gained names the series that grew from before to after: "transport
+// reason" of each flow the entry opened meanwhile.
+func gained(before, after map[string]float64) string {
+	var out []string
+	for k, v := range after {
+		if v <= before[k] {
+			continue
+		}
+		var tr, reason string
+		for _, m := range label.FindAllStringSubmatch(k, -1) {
+			if m[1] == "transport" {
+				tr = m[2]
+			} else {
+				reason = m[2]
+			}
+		}
+		out = append(out, tr+" "+reason)
+	}
+	slices.Sort(out)
+	return strings.Join(out, ", ")
 }
 
 // shape runs seed 002's client: connect, then n sequential echoes of size
@@ -358,40 +580,88 @@ func sink(c net.Conn) {
 	fmt.Fprintf(c, "%d\n", n)
 }
 
-func render(rows []string, echoes, size int, bulk time.Duration) string {
+func render(rows []row, multi bool, echoes, size int, bulk time.Duration) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "<!-- loss:begin -->\nMeasured %s on this machine by `go run ./hack/bench/lossbench` (as root): %d sequential %d-byte echoes on one connection (seed 002's shape), then one connection sending for %v. Links are emulated in user space (internal/linkemu); the 3-hop path crosses three links with a third of the delay and loss each. Hosts' CC is the TCP congestion control of every host (the namespaces', taken from this machine's default); long links are hack/bench/wan's. Each relay path follows warm-up connections of 50 echoes, at least 4 and for at least 2 s (a relay learns a Tunnel's shape from 4 flows, and a link's loss from the losses it sees).\n\n",
+	fmt.Fprintf(&b, "<!-- loss:begin -->\nMeasured %s on this machine by `go run ./hack/bench/lossbench` (as root): %d sequential %d-byte echoes on one connection (seed 002's shape), then one connection sending for %v. Links are emulated in user space (internal/linkemu); the 3-hop path crosses three links with a third of the delay and loss each. Each relay path follows warm-up connections of 50 echoes, at least 4 and for at least 2 s (a relay learns a Tunnel's shape from 4 flows, and a link's loss from the losses it sees). The hosts' TCP congestion control is the clients' and servers' (direct TCP's); the relays' TLS links run bbr.\n\n",
 		time.Now().UTC().Format("2006-01-02"), echoes, size, bulk)
 	b.WriteString("| link | hosts' CC | path | first echo ms | total ms | total vs direct | bulk Mbit/s | bulk vs direct |\n|---|---|---|---|---|---|---|---|\n")
-	var direct [2]float64
+	var direct result
 	for _, r := range rows {
-		f := strings.Split(r, "|")
-		var first, total, mbps float64
-		fmt.Sscan(f[2], &first)
-		fmt.Sscan(f[3], &total)
-		fmt.Sscan(f[4], &mbps)
-		if f[1] == "direct TCP" {
-			direct = [2]float64{total, mbps}
+		x := r.rs[0]
+		if r.path == "direct TCP" {
+			direct = x
 		}
-		errNote := ""
-		if f[5] != "<nil>" {
-			errNote = " (" + f[5] + ")"
+		name := r.path
+		if multi {
+			name += " (" + r.build + ")"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s%s | %.1f | %.0f | %.2fx | %.0f | %.2fx |\n", f[0], f[6], f[1], errNote, first/1000, total, total/max(direct[0], 1), mbps, mbps/max(direct[1], 0.001))
+		if x.err != nil {
+			name += " (" + x.err.Error() + ")"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %.1f | %d | %.2fx | %.0f | %.2fx |\n", r.link, r.cc, name,
+			float64(x.first.Microseconds())/1000, x.total.Milliseconds(),
+			float64(x.total)/float64(max(direct.total, 1)), x.mbps, x.mbps/max(direct.mbps, 0.001))
 	}
 	b.WriteString("<!-- loss:end -->\n")
 	return b.String()
 }
 
-var markers = regexp.MustCompile(`(?s)<!-- loss:begin -->.*?<!-- loss:end -->\n?`)
+// renderFresh is -fresh's table: per link, build and auto path, a warm
+// Tunnel's echoes, then each of a fresh Tunnel's first flows, with the
+// transport the entry relay gave it.
+func renderFresh(rows []row, echoes, size int, bulk time.Duration) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "<!-- lossfresh:begin -->\nMeasured %s on this machine by `go run ./hack/bench/lossbench -fresh` (as root). Per link and build: direct TCP (%d sequential %d-byte echoes, then %v of bulk); then for each auto path, after warm-up connections (50 echoes, at least 4 and for at least 2 s), a warm Tunnel's %d echoes; then a Tunnel that never had a flow carries %d flows of %d echoes each, one after the other, and another %d bulk flows of %v each. Each cell: the flow's total ms (echoes) or Mbit/s (bulk), and the transport and reason the relays chose for it (each relay's, where they differ). The hosts' TCP congestion control is the clients' and servers' (direct TCP's); the relays' TLS links run bbr.\n\n",
+		time.Now().UTC().Format("2006-01-02"), echoes, size, bulk, echoes, freshFlows, echoes, freshFlows, bulk)
+	b.WriteString("| link | hosts' CC | build | path | Tunnel |")
+	for i := range freshFlows {
+		fmt.Fprintf(&b, " flow %d |", i+1)
+	}
+	b.WriteString("\n|---|---|---|---|---|" + strings.Repeat("---|", freshFlows) + "\n")
+	cell := func(x result, bulk bool) string {
+		s := fmt.Sprintf("%d ms", x.total.Milliseconds())
+		if bulk {
+			s = fmt.Sprintf("%.0f Mbit/s", x.mbps)
+		}
+		if x.via != "" {
+			s += " (" + x.via + ")"
+		}
+		if x.err != nil {
+			s += " (" + x.err.Error() + ")"
+		}
+		return s
+	}
+	for _, r := range rows {
+		tunnel := map[string]string{"": "direct: echoes, bulk", "warm": "warm: echoes", "echo": "fresh: echoes", "bulk": "fresh: bulk"}[r.kind]
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |", r.link, r.cc, r.build, r.path, tunnel)
+		switch r.kind {
+		case "":
+			fmt.Fprintf(&b, " %s | %s |", cell(r.rs[0], false), cell(r.rs[0], true))
+			b.WriteString(strings.Repeat(" |", freshFlows-2))
+		case "warm":
+			fmt.Fprintf(&b, " %s |", cell(r.rs[0], false))
+			b.WriteString(strings.Repeat(" |", freshFlows-1))
+		default:
+			for _, x := range r.rs {
+				fmt.Fprintf(&b, " %s |", cell(x, r.kind == "bulk"))
+			}
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("<!-- lossfresh:end -->\n")
+	return b.String()
+}
 
-func writeBetween(path, table string) error {
+// writeBetween puts table in place of the one between path's
+// <!-- mark:begin --> and <!-- mark:end --> markers.
+func writeBetween(path, mark, table string) error {
 	doc, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
-	if !markers.Match(doc) {
-		return fmt.Errorf("%s has no <!-- loss:begin --> marker", path)
+	marks := regexp.MustCompile(`(?s)<!-- ` + mark + `:begin -->.*?<!-- ` + mark + `:end -->\n?`)
+	if !marks.Match(doc) {
+		return fmt.Errorf("%s has no <!-- %s:begin --> marker", path, mark)
 	}
-	return os.WriteFile(path, markers.ReplaceAll(doc, []byte(table)), 0o644)
+	return os.WriteFile(path, marks.ReplaceAll(doc, []byte(table)), 0o644)
 }
