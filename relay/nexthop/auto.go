@@ -1,6 +1,7 @@
 package nexthop
 
 import (
+	"math"
 	"sync"
 	"time"
 
@@ -207,6 +208,9 @@ type linkLoss interface {
 	// OpenTLS is the segments the TLS flows open to the peer sent and
 	// retransmitted so far.
 	OpenTLS() (sent, retransmitted uint64)
+	// RTT is the link's smoothed round trip (its QUIC connection's), 0
+	// when unknown.
+	RTT() time.Duration
 }
 
 // pick chooses the transport of a new flow of tunnel to peer; m is what
@@ -250,11 +254,42 @@ func (c *chooser) pick(peer, tunnel string, isFlow bool, m progress, loss linkLo
 	}
 	if isFlow {
 		l.turn++
-		if o := other(l.bulk); l.turn%sampleEvery == 0 && !l.rate[o].fresh(now) {
+		if o := other(l.bulk); l.turn%sampleEvery == 0 && !l.rate[o].fresh(now) && couldWin(l, o, loss) {
 			return o, ReasonSampling, bulk
 		}
 	}
 	return l.bulk, l.reason, bulk
+}
+
+// couldWin says whether a sample of transport o could make it the link's
+// bulk transport. A sample is a bulk flow given to o for its whole life,
+// and on a long lossy link QUIC's is lost before it starts: quic-go's
+// congestion control (a loss-based one, which the relay cannot swap)
+// keeps at most about MSS/RTT * 1.22/sqrt(loss), the steady rate of a
+// loss-based sender (Mathis et al.), twice that here for safety. When even
+// that, with the margin a switch needs, is below what the other transport
+// already carried on the link, the sample could not win and only costs its
+// flow: 1% loss at 152 ms bounds QUIC near 2 Mbit/s where TLS over bbr
+// carried 60. TLS is always worth a sample: its congestion control may be
+// bbr, which loss does not bound so.
+func couldWin(l *linkChoice, o v1alpha1.Transport, loss linkLoss) bool {
+	cur := l.rate[other(o)]
+	if o != v1alpha1.TransportQUIC || cur.n == 0 {
+		return true
+	}
+	sent, lost := loss.QUIC()
+	rtt := loss.RTT()
+	if sent < lossPackets || lost < losesLost || rtt <= 0 {
+		return true
+	}
+	return switchMargin*quicCeiling(sent, lost, rtt) >= cur.bps
+}
+
+// quicCeiling is twice the steady rate, in bit/s, of a loss-based sender
+// that loses lost of sent packets at a round trip of rtt.
+func quicCeiling(sent, lost uint64, rtt time.Duration) float64 {
+	const mss = 1400 * 8 // bits
+	return 2 * mss * 1.22 / (rtt.Seconds() * math.Sqrt(float64(lost)/float64(sent)))
 }
 
 // bulkSeen says whether the Tunnel's last finished flow, or one of its

@@ -17,8 +17,11 @@ const (
 type linkShows struct {
 	quicSent, quicLost uint64
 	tlsSent, tlsLost   uint64 // of the open TLS flows
+	rtt                time.Duration
 	asked              *int
 }
+
+func (l linkShows) RTT() time.Duration { return l.rtt }
 
 func (l linkShows) QUIC() (uint64, uint64) {
 	if l.asked != nil {
@@ -185,6 +188,39 @@ func TestAutoSamplesTheOtherTransport(t *testing.T) {
 	}
 	if !again {
 		t.Fatal("stale figures were not measured again")
+	}
+}
+
+// On a long lossy link a QUIC sample could not win against what TLS
+// already carried, and would cost its bulk flow most of its life: it is
+// not taken. A link whose loss would let QUIC keep up is sampled as before.
+func TestAutoSamplesOnlyWhatCouldWin(t *testing.T) {
+	now := time.Unix(1000, 0)
+	for _, tc := range []struct {
+		name    string
+		link    linkShows
+		tlsMbps float64
+		sample  bool
+	}{
+		{"152 ms, 1% loss, tls at 60 Mbit/s", linkShows{quicSent: 100000, quicLost: 1000, rtt: 152 * time.Millisecond}, 60, false},
+		{"152 ms, 1% loss, tls at 1 Mbit/s", linkShows{quicSent: 100000, quicLost: 1000, rtt: 152 * time.Millisecond}, 1, true},
+		{"1 ms, 0.1% loss, tls at 900 Mbit/s", linkShows{quicSent: 100000, quicLost: 100, rtt: time.Millisecond}, 900, true},
+		{"no loss seen", linkShows{quicSent: 100000, rtt: 152 * time.Millisecond}, 60, true},
+		{"round trip unknown", linkShows{quicSent: 100000, quicLost: 1000}, 60, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newChooser()
+			c.done("b", "t", overTLS, 8<<20, 0, time.Duration(float64(8<<20)*8/(tc.tlsMbps*1e6)*float64(time.Second)), now)
+			sampled := 0
+			for range 4 * sampleEvery {
+				if _, reason, _ := c.pick("b", "t", true, nil, tc.link, now); reason == ReasonSampling {
+					sampled++
+				}
+			}
+			if got := sampled > 0; got != tc.sample {
+				t.Fatalf("sampled QUIC %d times in %d bulk flows, want sampling %v", sampled, 4*sampleEvery, tc.sample)
+			}
+		})
 	}
 }
 

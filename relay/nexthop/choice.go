@@ -91,6 +91,13 @@ func (l peerLoss) QUIC() (sent, lost uint64) { return l.p.quic.Loss(l.peer) }
 
 func (l peerLoss) OpenTLS() (sent, retransmitted uint64) { return l.p.live.counts(l.peer) }
 
+func (l peerLoss) RTT() time.Duration {
+	if c := l.p.quic.Live(l.peer); c != nil {
+		return c.ConnectionStats().SmoothedRTT
+	}
+	return 0
+}
+
 // LinkTransport is the transport bulk flows of auto chains take to peer
 // now and why; "" before this relay chose one.
 func (p *Peers) LinkTransport(peer string) (v1alpha1.Transport, string) {
