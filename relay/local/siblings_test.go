@@ -3,20 +3,37 @@ package local
 import (
 	"io"
 	"net"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/hoplink/hoplink/internal/testutil"
+	"github.com/hoplink/hoplink/metrics"
 )
 
-// TestStalledFlowsDoNotStarveTheirTunnel: 64 clients of one Tunnel read
-// the start of an endless download and stop reading (slow clients, a stuck
-// consumer). Their unread bytes wait in the relays, but the next client of
-// the same Tunnel must still get its first bytes within a second.
+// Stalled flows hold their unread bytes in the QUIC connection window of
+// their Tunnel. On a loopback link about 130 of them filled it, and then
+// no new flow of the Tunnel got a byte; these tests stall three times as
+// many, one after the other, and every new client must still get its
+// first bytes within a second. No stalled flow may be reset while the
+// window holds them all: none among the first stallSafe.
+const (
+	stallClients = 400
+	stallSafe    = 100
+)
+
+// TestStalledFlowsDoNotStarveTheirTunnel: clients of one Tunnel read the
+// start of an endless download and stop reading (slow clients, a stuck
+// consumer). The exit, which writes to the stalled streams, resets the
+// longest stalled one when a new flow's first bytes wait for the window.
 func TestStalledFlowsDoNotStarveTheirTunnel(t *testing.T) {
 	for _, tr := range []string{"quic", "auto"} {
 		t.Run(tr, func(t *testing.T) {
 			endless := testutil.TCPServer(t, func(c *net.TCPConn) {
+				c.SetWriteBuffer(64 << 10) // the host's memory: 400 of them
 				buf := make([]byte, 64<<10)
 				for {
 					if _, err := c.Write(buf); err != nil {
@@ -25,29 +42,97 @@ func TestStalledFlowsDoNotStarveTheirTunnel(t *testing.T) {
 				}
 			})
 			port := testutil.FreePort(t)
-			networkOver(t, tr, 2, []string{"r0", "r1"}, tunnelSpec{name: "down", protocol: "tcp", target: endless, port: port})
-			first := func(i int) time.Duration {
-				start := time.Now()
+			route := []string{"r0", "r1"}
+			_, m, _ := networkOver(t, tr, 2, route, tunnelSpec{name: "down", protocol: "tcp", target: endless, port: port})
+			stallSiblings(t, m, route, "default/down", func(i int) error {
 				c := dialTunnel(t, port)
 				t.Cleanup(func() { c.Close() })
 				c.SetReadDeadline(time.Now().Add(10 * time.Second))
-				if _, err := io.ReadFull(c, make([]byte, 64<<10)); err != nil {
-					t.Fatalf("client %d: no first 64 KiB: %v (after %v)", i, err, time.Since(start))
-				}
-				return time.Since(start)
-			}
-			var worst time.Duration
-			for i := range 64 {
-				d := first(i)
-				worst = max(worst, d)
-				if i%16 == 15 {
-					t.Logf("%d stalled clients; the last took %v", i+1, d)
-				}
-			}
-			time.Sleep(time.Second) // let the stalled flows fill what they can
-			if d := first(64); d > time.Second || worst > time.Second {
-				t.Fatalf("a new client waited %v for its first bytes beside 64 stalled ones (worst before: %v)", d, worst)
-			}
+				_, err := io.ReadFull(c, make([]byte, 64<<10))
+				return err
+			})
 		})
+	}
+}
+
+// TestStalledUploadsDoNotStarveTheirTunnel: clients of one Tunnel upload
+// without end to a target that reads the first 64 KiB of each, answers and
+// reads no more. The relay that writes the stalled uploads toward the
+// target resets the longest stalled one when a new upload's first bytes
+// wait; through a middle relay, both the entry and the middle do.
+func TestStalledUploadsDoNotStarveTheirTunnel(t *testing.T) {
+	for _, route := range [][]string{{"r0", "r1"}, {"r0", "r1", "r2"}} {
+		t.Run(strings.Join(route, "-"), func(t *testing.T) {
+			stop := make(chan struct{})
+			target := testutil.TCPServer(t, func(c *net.TCPConn) {
+				c.SetReadBuffer(64 << 10)
+				if _, err := io.ReadFull(c, make([]byte, 64<<10)); err != nil {
+					return
+				}
+				c.Write([]byte("ok"))
+				<-stop // and read no more
+			})
+			t.Cleanup(func() { close(stop) })
+			port := testutil.FreePort(t)
+			_, m, _ := networkOver(t, "quic", len(route), route, tunnelSpec{name: "up", protocol: "tcp", target: target, port: port})
+			chunk := make([]byte, 64<<10)
+			stallSiblings(t, m, route, "default/up", func(i int) error {
+				c := dialTunnel(t, port)
+				c.SetWriteBuffer(64 << 10)
+				t.Cleanup(func() { c.Close() })
+				go func() {
+					for {
+						if _, err := c.Write(chunk); err != nil {
+							return
+						}
+					}
+				}()
+				c.SetReadDeadline(time.Now().Add(10 * time.Second))
+				_, err := io.ReadFull(c, make([]byte, 2))
+				return err
+			})
+		})
+	}
+}
+
+// stallSiblings runs stallClients clients of a Tunnel one after the other,
+// each left stalled by first, which returns once the client got its first
+// bytes. Each must take under a second; none may be reset while the first
+// stallSafe stall, and no more than the rest in all.
+func stallSiblings(t *testing.T, m *metrics.Metrics, relays []string, tunnel string, first func(i int) error) {
+	t.Helper()
+	resets := func() (n float64) {
+		for _, r := range relays {
+			n += promtest.ToFloat64(m.FlowErrors.WithLabelValues(r, tunnel, "stalled"))
+		}
+		return n
+	}
+	var worst time.Duration
+	for i := range stallClients {
+		start := time.Now()
+		if err := first(i); err != nil {
+			t.Fatalf("client %d: no first bytes: %v (after %v, %v stalled flows reset)", i, err, time.Since(start), resets())
+		}
+		d := time.Since(start)
+		worst = max(worst, d)
+		if d > time.Second {
+			t.Errorf("client %d waited %v for its first bytes", i, d)
+		}
+		if i+1 == stallSafe {
+			if n := resets(); n > 0 {
+				t.Fatalf("%v stalled flows reset while %d stalled", n, stallSafe)
+			}
+		}
+		if (i+1)%50 == 0 {
+			t.Logf("%d stalled clients, %v reset; the last waited %v", i+1, resets(), d.Round(time.Millisecond))
+		}
+	}
+	n := resets()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	t.Logf("%d stalled clients: %v reset, worst first bytes %v; heap in use %d MiB (the relays and the clients)",
+		stallClients, n, worst.Round(time.Millisecond), ms.HeapInuse>>20)
+	if n == 0 || n > stallClients-stallSafe {
+		t.Errorf("%v stalled flows reset, want 1 to %d", n, stallClients-stallSafe)
 	}
 }

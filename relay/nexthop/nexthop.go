@@ -398,7 +398,7 @@ func (p *Peers) openStream(ctx context.Context, h *hop.Header) (flow.End, error)
 	if err != nil {
 		return nil, err
 	}
-	return flow.HeldStream(s, c.Hold()), nil
+	return flow.HeldStream(c.Conn, s, c.Hold()), nil
 }
 
 // openTLSShared is openTLS within the share of TLS flows h's Tunnel has to
