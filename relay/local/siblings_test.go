@@ -56,16 +56,20 @@ func TestStalledFlowsDoNotStarveTheirTunnel(t *testing.T) {
 }
 
 // TestStalledUploadsDoNotStarveTheirTunnel: clients of one Tunnel upload
-// without end to a target that reads the first 64 KiB of each, answers and
-// reads no more. The relay that writes the stalled uploads toward the
-// target resets the longest stalled one when a new upload's first bytes
-// wait; through a middle relay, both the entry and the middle do.
+// without end to a target that greets each, reads its first 64 KiB,
+// answers and reads no more. The relay that writes the stalled uploads
+// toward the target resets the longest stalled one when a new upload's
+// first bytes wait; through a middle relay, both the entry and the middle
+// do. A client that waits for the greeting before it sends a byte (a
+// server that speaks first) must get it too: its flow's header is its
+// first bytes.
 func TestStalledUploadsDoNotStarveTheirTunnel(t *testing.T) {
 	for _, route := range [][]string{{"r0", "r1"}, {"r0", "r1", "r2"}} {
 		t.Run(strings.Join(route, "-"), func(t *testing.T) {
 			stop := make(chan struct{})
 			target := testutil.TCPServer(t, func(c *net.TCPConn) {
 				c.SetReadBuffer(64 << 10)
+				c.Write([]byte("hi"))
 				if _, err := io.ReadFull(c, make([]byte, 64<<10)); err != nil {
 					return
 				}
@@ -76,7 +80,7 @@ func TestStalledUploadsDoNotStarveTheirTunnel(t *testing.T) {
 			port := testutil.FreePort(t)
 			_, m, _ := networkOver(t, "quic", len(route), route, tunnelSpec{name: "up", protocol: "tcp", target: target, port: port})
 			chunk := make([]byte, 64<<10)
-			stallSiblings(t, m, route, "default/up", func(i int) error {
+			upload := func(i int) error {
 				c := dialTunnel(t, port)
 				c.SetWriteBuffer(64 << 10)
 				t.Cleanup(func() { c.Close() })
@@ -88,9 +92,30 @@ func TestStalledUploadsDoNotStarveTheirTunnel(t *testing.T) {
 					}
 				}()
 				c.SetReadDeadline(time.Now().Add(10 * time.Second))
-				_, err := io.ReadFull(c, make([]byte, 2))
+				_, err := io.ReadFull(c, make([]byte, 4))
 				return err
-			})
+			}
+			stallSiblings(t, m, route, "default/up", upload)
+			// An upload past its first bytes takes what credit is left,
+			// so after some the window is full to the byte: then only the
+			// silent client's header could ask for a reset.
+			var worst time.Duration
+			for i := range 40 {
+				if err := upload(stallClients + i); err != nil {
+					t.Fatalf("upload %d: %v", stallClients+i, err)
+				}
+				start := time.Now()
+				c := dialTunnel(t, port)
+				c.SetReadDeadline(time.Now().Add(10 * time.Second))
+				_, err := io.ReadFull(c, make([]byte, 2))
+				d := time.Since(start)
+				c.Close()
+				if err != nil || d > time.Second {
+					t.Fatalf("a client that waits for the target to speak first (%d): %v after %v", i, err, d)
+				}
+				worst = max(worst, d)
+			}
+			t.Logf("clients that wait for the target to speak first: greeted within %v", worst.Round(time.Millisecond))
 		})
 	}
 }
