@@ -1,8 +1,10 @@
 package flow
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -29,14 +31,20 @@ const (
 	// stalledFor is the least a flow's write must have waited for it to
 	// be reset for a new one: the stall watch's first look.
 	stalledFor = stallCheck
-	// recheck, plus two round trips, is the time between two resets.
-	// The receiver gives credit back in batches, once a quarter of its
-	// connection window was read or dropped since the last (quic-go), 16
-	// MiB of 64: that can take twenty resets of flows that hold a few
-	// hundred KiB each, and the new flow waits for all of them, so they
-	// follow each other quickly. The batch then lets the next new flows
-	// through without a reset.
-	recheck = 10 * time.Millisecond
+	// recheck, plus two round trips (the credit's way back), is the time
+	// between two looks that reset. The receiver gives credit back in
+	// batches, once a quarter of its connection window was read or
+	// dropped since the last (quic-go), 16 MiB of 64: that can take
+	// twenty resets of flows that hold a few hundred KiB each, while one
+	// of a flow that grew its window on a long path is enough. So the
+	// first look resets one flow, and each look that finds the new flow
+	// still waiting one more than the last, up to maxResets: twenty
+	// resets take six looks, and at most the last look's less one are
+	// more than the batch needed, flows that stalled longest, which the
+	// next new flows would have needed anyway. The batch then lets the
+	// next new flows through without a reset.
+	recheck   = 10 * time.Millisecond
+	maxResets = 16
 )
 
 // ErrStalled is a flow that was reset while stuck in a write toward a
@@ -58,6 +66,7 @@ type Window struct {
 	t       *time.Timer
 	armed   bool
 	closed  bool
+	streak  int // looks in a row that found a write waiting newFlowWait
 }
 
 // waiter is a new stream's write waiting for credit.
@@ -72,7 +81,9 @@ func WindowOf(c *quicgo.Conn) *Window {
 	if v, ok := windows.Load(c); ok {
 		return v.(*Window)
 	}
-	w := newWindow(func() time.Duration { return c.ConnectionStats().SmoothedRTT })
+	// The least round trip: a busy relay's own delays inflate the
+	// smoothed one, and credit needs no more than the path's to return.
+	w := newWindow(func() time.Duration { return c.ConnectionStats().MinRTT })
 	if v, loaded := windows.LoadOrStore(c, w); loaded {
 		return v.(*Window)
 	}
@@ -156,13 +167,14 @@ func (w *Window) remove(h *stallWatch) {
 }
 
 // check runs while writes wait: once one has waited newFlowWait, it resets
-// the victim, then looks again after recheck and two round trips (the
-// credit's way back), one reset at a time, until no write waits.
+// the flows stalled longest (victims), then looks again after recheck and
+// two round trips, until no write has waited that long.
 func (w *Window) check() {
 	w.mu.Lock()
 	w.armed = false
 	t := now()
 	if len(w.waiting) == 0 {
+		w.streak = 0
 		w.mu.Unlock()
 		return
 	}
@@ -171,42 +183,59 @@ func (w *Window) check() {
 		oldest = min(oldest, wt.since)
 	}
 	if waited := t - oldest; waited < newFlowWait {
+		w.streak = 0
 		w.arm(newFlowWait - waited)
 		w.mu.Unlock()
 		return
 	}
-	v := w.victim(t)
-	if v == nil {
+	w.streak = min(w.streak+1, maxResets)
+	vs := w.victims(t, w.streak)
+	if len(vs) == 0 {
 		// Credit held by flows that wait elsewhere, or stalled too
 		// recently: a victim can only come with time.
 		w.arm(newFlowWait)
 		w.mu.Unlock()
 		return
 	}
-	delete(w.stuck, v)
-	v.evicted.Store(true)
+	for _, v := range vs {
+		delete(w.stuck, v)
+		// A flow whose other end was reset already (its previous hop
+		// reset it for the same reason) ends now, but is not counted
+		// again: its stall watch would have ended it in a while.
+		if v.src == nil || !v.src.Broken() {
+			v.evicted.Store(true)
+		}
+	}
 	w.arm(recheck + 2*w.rtt())
 	w.mu.Unlock()
-	v.abort()
+	for _, v := range vs {
+		v.abort()
+	}
 }
 
-// victim is the half to reset for the waiting writes: of those stuck in a
-// write now, past their first bytes, the one that has waited longest, if
-// for stalledFor at least; nil when there is none. A flow that stalled
-// first is reset first; one that moves again leaves the running.
-func (w *Window) victim(t time.Duration) *stallWatch {
-	var v *stallWatch
-	var vs time.Duration
+// victims are the n halves to reset for the waiting writes, or fewer: of
+// those stuck in a write now, past their first bytes, the ones that have
+// waited longest, for stalledFor at least. A flow that stalled first is
+// reset first; one that moves again leaves the running.
+func (w *Window) victims(t time.Duration, n int) []*stallWatch {
+	type candidate struct {
+		h     *stallWatch
+		since time.Duration
+	}
+	var cs []candidate
 	for h := range w.stuck {
 		s := time.Duration(h.since.Load())
 		if s == 0 || t-s < stalledFor || !h.dst.settled.Load() {
 			continue
 		}
-		if v == nil || s < vs {
-			v, vs = h, s
-		}
+		cs = append(cs, candidate{h, s})
 	}
-	return v
+	slices.SortFunc(cs, func(a, b candidate) int { return cmp.Compare(a.since, b.since) })
+	vs := make([]*stallWatch, 0, min(n, len(cs)))
+	for _, c := range cs[:min(n, len(cs))] {
+		vs = append(vs, c.h)
+	}
+	return vs
 }
 
 func (w *Window) close() {

@@ -1,6 +1,7 @@
 package local
 
 import (
+	"fmt"
 	"io"
 	"net"
 	"runtime"
@@ -153,10 +154,14 @@ func stallSiblings(t *testing.T, m *metrics.Metrics, relays []string, tunnel str
 		}
 	}
 	n := resets()
+	var each []string
+	for _, r := range relays {
+		each = append(each, fmt.Sprintf("%s %v", r, promtest.ToFloat64(m.FlowErrors.WithLabelValues(r, tunnel, "stalled"))))
+	}
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	t.Logf("%d stalled clients: %v reset, worst first bytes %v; heap in use %d MiB (the relays and the clients)",
-		stallClients, n, worst.Round(time.Millisecond), ms.HeapInuse>>20)
+	t.Logf("%d stalled clients: %v reset (%s), worst first bytes %v; heap in use %d MiB (the relays and the clients)",
+		stallClients, n, strings.Join(each, ", "), worst.Round(time.Millisecond), ms.HeapInuse>>20)
 	if n == 0 || n > stallClients-stallSafe {
 		t.Errorf("%v stalled flows reset, want 1 to %d", n, stallClients-stallSafe)
 	}
