@@ -19,9 +19,9 @@ import (
 // (its Tunnel's) gets a byte through. Only the sender can tell: a new
 // stream has its whole stream window free, larger than any first write,
 // so a first write that finds no credit finds none in the connection's.
-// Such a write waits at most newFlowWait; then the flow whose write to the
-// connection has waited longest (stalledFor at least) is reset, which makes
-// the receiver drop its unread bytes and give their credit back.
+// Such a write waits newFlowWait; then the flows whose writes to the
+// connection have waited longest (stalledFor at least) are reset, which
+// makes the receiver drop their unread bytes and give the credit back.
 const (
 	// firstBytes: a stream's writes up to this offset are its first.
 	firstBytes = copyBufSize
@@ -53,10 +53,10 @@ const (
 var ErrStalled = errors.New("flow stalled: reset to let a new flow of its connection through")
 
 // Window is what the flows writing to one QUIC connection's streams share.
-// It knows two kinds of writers, both only while they wait: halves that
-// have waited in one write for stalledFor (their stall watch adds them when
-// it first looks, so flows that keep moving never touch the Window), and
-// new streams whose first write found no credit.
+// It knows two kinds of writers: halves that once waited in one write for
+// stalledFor (their stall watch adds them when it first looks, and removes
+// them when their flow ends, so flows that keep moving never touch the
+// Window), and, while they wait, new streams' writes that found no credit.
 type Window struct {
 	rtt func() time.Duration
 
