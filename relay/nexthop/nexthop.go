@@ -17,6 +17,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	quicgo "github.com/quic-go/quic-go"
@@ -404,11 +405,23 @@ func (p *Peers) Open(ctx context.Context, h *hop.Header, transport v1alpha1.Tran
 }
 
 func (p *Peers) openStream(ctx context.Context, h *hop.Header) (flow.End, error) {
-	c, s, err := p.session(ctx, h) // Open checked the next hop already
+	c, s, err := p.stream(ctx, h) // Open checked the next hop already
 	if err != nil {
 		return nil, err
 	}
-	return flow.HeldStream(s, c.Hold()), nil
+	out := flow.HeldStream(c.Conn, s, c.Hold())
+	// The header is the flow's first bytes, so it waits for the window as
+	// they do (flow.Window): a client that waits for its target to speak
+	// first sends no others. Not past the setup's deadline.
+	if d, ok := ctx.Deadline(); ok {
+		s.SetWriteDeadline(d)
+		defer s.SetWriteDeadline(time.Time{})
+	}
+	if err := writeHeader(out, h); err != nil {
+		out.Fail(hop.CodeNextHop)
+		return nil, &Error{Reason: NextHop, Next: h.Route[0], Err: err}
+	}
+	return out, nil
 }
 
 // openTLSShared is openTLS within the share of TLS flows h's Tunnel has to
@@ -492,6 +505,19 @@ func (p *Peers) Session(ctx context.Context, h *hop.Header) (*rquic.Conn, *quicg
 }
 
 func (p *Peers) session(ctx context.Context, h *hop.Header) (*rquic.Conn, *quicgo.Stream, error) {
+	c, s, err := p.stream(ctx, h)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := writeHeader(s, h); err != nil {
+		flow.Reset(s, hop.CodeNextHop)
+		return nil, nil, &Error{Reason: NextHop, Next: h.Route[0], Err: err}
+	}
+	return c, s, nil
+}
+
+// stream opens a QUIC stream to h.Route[0], on the link of h's class.
+func (p *Peers) stream(ctx context.Context, h *hop.Header) (*rquic.Conn, *quicgo.Stream, error) {
 	next := h.Route[0]
 	set := p.o.Manifests()
 	if set.Relay(next) == nil {
@@ -504,10 +530,6 @@ func (p *Peers) session(ctx context.Context, h *hop.Header) (*rquic.Conn, *quicg
 	c, s, err := link.OpenStream(ctx)
 	if err != nil {
 		return nil, nil, &Error{Reason: NextHop, Next: next, Err: fmt.Errorf("open stream: %w", err)}
-	}
-	if err := writeHeader(s, h); err != nil {
-		flow.Reset(s, hop.CodeNextHop)
-		return nil, nil, &Error{Reason: NextHop, Next: next, Err: err}
 	}
 	return c, s, nil
 }
