@@ -349,3 +349,34 @@ func TestLateTablesCountInTheNextRounds(t *testing.T) {
 		t.Fatalf("two intervals after its last answer: %+v", d)
 	}
 }
+
+// A round of a chain as wide as the CRD allows (32 via relays, maxHops 15)
+// with every relay linked to every other ends, and finds the cheapest
+// route: a planted one across all 15 links. Listing every route, as route
+// choice did, there are about 10^19 of them, and a round of 32 via relays
+// at maxHops 6 took gigabytes without ending.
+func TestRoundThroughTheWidestChain(t *testing.T) {
+	ch := fastChain(v1alpha1.ModeSum)
+	ch.Spec.Via, ch.Spec.MaxHops = nil, 15
+	for i := range 32 {
+		ch.Spec.Via = append(ch.Spec.Via, fmt.Sprintf("v%02d", i))
+	}
+	all := append([]string{"hk", "useast"}, ch.Spec.Via...)
+	s := &script{links: map[[2]string]time.Duration{}, direct: map[string]bool{}}
+	for _, a := range all {
+		s.direct[a] = true
+		for _, b := range all {
+			if a != b {
+				s.links[[2]string{a, b}] = 100 * ms
+			}
+		}
+	}
+	planted := []string{"hk", "v31", "v07", "v19", "v02", "v25", "v11", "v30", "v04", "v16", "v22", "v09", "v28", "v13", "v01", "useast"}
+	for i := 1; i < len(planted); i++ {
+		s.links[[2]string{planted[i-1], planted[i]}] = ms
+	}
+	l := newLoop(s, ch)
+	if d := boundedRound(t, l); route.Key(d.Route) != route.Key(planted) || d.Estimated != 15*ms {
+		t.Fatalf("route %v at %v; want %v at 15ms", d.Route, d.Estimated, planted)
+	}
+}
