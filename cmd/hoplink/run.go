@@ -68,16 +68,43 @@ func serveUntilSignal(log *slog.Logger, metricsAddr string, profiling bool, reg 
 		}
 	}
 	<-sigs
+	return shutDown(sigs, log, drain, grace, func() {
+		if srv != nil {
+			srv.Close()
+		}
+	}, stop, closeTimeout)
+}
+
+// closeTimeout bounds the close that follows a drain. On a host busy
+// enough, closing every connection of a few dozen relays (local mode) took
+// minutes, while the relays still open redialed the ones closed.
+const closeTimeout = 10 * time.Second
+
+// shutDown drains (when drain is not nil) for up to grace or until another
+// signal, then stops. A stop that has not returned within limit, or by
+// another signal, is left to the process's exit, which ends every socket.
+func shutDown(sigs <-chan os.Signal, log *slog.Logger, drain func(context.Context) int, grace time.Duration,
+	unserve func(), stop func() error, limit time.Duration) error {
 	log.Info("shutting down")
 	if drain != nil {
 		ctx, cancel := drainContext(sigs, grace, log)
 		drain(ctx)
 		cancel()
 	}
-	if srv != nil {
-		srv.Close()
+	unserve()
+	done := make(chan error, 1)
+	go func() { done <- stop() }()
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-sigs:
+		log.Warn("another signal: exiting while the relays still close")
+	case <-t.C:
+		log.Warn("the relays still close: exiting", "after", limit)
 	}
-	return stop()
+	return nil
 }
 
 // drainContext ends after grace, or at once on another signal on sigs.
