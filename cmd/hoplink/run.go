@@ -136,7 +136,7 @@ func newLocalCmd(lf *logFlags) *cobra.Command {
 	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz here, e.g. 127.0.0.1:9090")
 	cmd.Flags().BoolVar(&profiling, "pprof", false, "also serve /debug/pprof on --metrics-addr")
 	cmd.Flags().BoolVar(&tunOffload, "tun-offload", true, "open tun Tunnels' devices with segmentation offload where the kernel has it")
-	cmd.Flags().StringVar(&observerCerts, "observer-certs", "", "write the in-memory CA's certificate and an observer certificate here (ca.crt, observer.crt, observer.key), for `hoplink status --certs DIR`")
+	cmd.Flags().StringVar(&observerCerts, "observer-certs", "", "write the in-memory CA's certificate and an observer certificate into `DIR` (ca.crt, observer.crt, observer.key), for 'hoplink status --certs DIR'")
 	drainFlag(cmd.Flags(), &drainTimeout)
 	return cmd
 }
@@ -314,7 +314,7 @@ func newCertCmd() *cobra.Command {
 	}
 	observer := &cobra.Command{
 		Use:   "observer --dir DIR",
-		Short: "Issue the certificate `hoplink status` and `probe` read relays with: DIR/observer.crt and DIR/observer.key",
+		Short: "Issue the certificate 'hoplink status' and 'probe' read relays with: DIR/observer.crt and DIR/observer.key",
 		Long: `Issues a client certificate for the observer, signed by DIR/ca.*: relays let it
 read their status and measure chains over their admin API, nothing else. It is
 no relay's certificate and cannot carry flows.`,

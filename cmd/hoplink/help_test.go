@@ -1,0 +1,68 @@
+package main
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// commands is every command a user can run, cobra's help and completion
+// commands included, as the tree Execute builds.
+func commands() []*cobra.Command {
+	root := newRoot()
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	var out []*cobra.Command
+	var walk func(*cobra.Command)
+	walk = func(c *cobra.Command) {
+		out = append(out, c)
+		for _, s := range c.Commands() {
+			walk(s)
+		}
+	}
+	walk(root)
+	return out
+}
+
+// ours says whether c is hoplink's, not one cobra adds.
+func ours(c *cobra.Command) bool {
+	for p := c; p != nil; p = p.Parent() {
+		if p.Parent() != nil && p.Parent().Parent() == nil && (p.Name() == "completion" || p.Name() == "help") {
+			return false
+		}
+	}
+	return true
+}
+
+var valueName = regexp.MustCompile(`^[A-Z][A-Z0-9_]*$`)
+
+// pflag takes the first `quoted` word of a flag's usage as the name of
+// its value, so a command quoted there showed as the value's name
+// (`--observer-certs hoplink status --certs DIR`). A quoted word must be
+// a placeholder in capitals, and commands' texts quote nothing.
+func TestFlagHelpNamesValues(t *testing.T) {
+	for _, c := range commands() {
+		check := func(f *pflag.Flag) {
+			name, usage := pflag.UnquoteUsage(f)
+			if strings.Contains(f.Usage, "`") && !valueName.MatchString(name) {
+				t.Errorf("%s --%s: help shows %q as the value's name; quote only a placeholder such as `DIR`", c.CommandPath(), f.Name, name)
+			}
+			if strings.Contains(usage, "`") {
+				t.Errorf("%s --%s: help shows a backtick: %q", c.CommandPath(), f.Name, usage)
+			}
+		}
+		c.LocalFlags().VisitAll(check)
+		c.InheritedFlags().VisitAll(check)
+		if !ours(c) {
+			continue
+		}
+		for what, s := range map[string]string{"Use": c.Use, "Short": c.Short, "Long": c.Long, "Example": c.Example} {
+			if strings.Contains(s, "`") {
+				t.Errorf("%s: %s shows backticks as they are: %q", c.CommandPath(), what, s)
+			}
+		}
+	}
+}
