@@ -66,3 +66,44 @@ func TestFlagHelpNamesValues(t *testing.T) {
 		}
 	}
 }
+
+// Renamed flags answer to their old names for a release, say so, and are
+// out of help: one name per concept, without breaking scripts and pods of
+// the last version.
+func TestRenamedFlagsKeepTheirOldNames(t *testing.T) {
+	dir := t.TempDir()
+	out, err := execute("cert", "ca", "--dir", dir)
+	if err != nil || !strings.Contains(out, dir+"/ca.key") {
+		t.Fatalf("cert ca --dir: %q, %v", out, err)
+	}
+	if !strings.Contains(out, "Flag --dir has been deprecated, use --certs instead") {
+		t.Errorf("cert ca --dir printed no notice: %q", out)
+	}
+	// --relaynode sets what --name does: the error names the relay given.
+	out, err = execute("relay", "-f", "../../examples/local", "--relaynode", "seatle")
+	if err == nil || !strings.Contains(err.Error(), `--name "seatle"`) {
+		t.Errorf("relay --relaynode: %v", err)
+	}
+	if !strings.Contains(out, "Flag --relaynode has been deprecated, use --name instead") {
+		t.Errorf("relay --relaynode printed no notice: %q", out)
+	}
+	out, err = execute("operator", "--metrics-bind-address", ":0", "--privileged-relays", "all")
+	if err == nil || !strings.Contains(err.Error(), "--privileged-relays") || !strings.Contains(out, "Flag --metrics-bind-address has been deprecated, use --metrics-addr instead") {
+		t.Errorf("operator --metrics-bind-address: %q, %v", out, err)
+	}
+	for _, c := range commands() {
+		for old, current := range map[string]string{"dir": "certs", "relaynode": "name", "metrics-bind-address": "metrics-addr",
+			"health-probe-bind-address": "health-probe-addr", "pprof-bind-address": "pprof-addr"} {
+			f := c.LocalFlags().Lookup(old)
+			if f == nil {
+				continue
+			}
+			if f.Deprecated == "" || c.LocalFlags().Lookup(current) == nil || f.Value != c.LocalFlags().Lookup(current).Value {
+				t.Errorf("%s --%s: not a deprecated alias of --%s", c.CommandPath(), old, current)
+			}
+			if strings.Contains(c.UsageString(), "--"+old+" ") {
+				t.Errorf("%s: help lists --%s", c.CommandPath(), old)
+			}
+		}
+	}
+}

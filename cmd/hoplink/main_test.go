@@ -21,16 +21,16 @@ func execute(args ...string) (string, error) {
 
 func TestCertCommands(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "certs")
-	if out, err := execute("cert", "ca", "--dir", dir); err != nil || !strings.Contains(out, "ca.key") {
+	if out, err := execute("cert", "ca", "--certs", dir); err != nil || !strings.Contains(out, "ca.key") {
 		t.Fatalf("cert ca: %q, %v", out, err)
 	}
-	if _, err := execute("cert", "issue", "--dir", dir, "hk", "la"); err != nil {
+	if _, err := execute("cert", "issue", "--certs", dir, "hk", "la"); err != nil {
 		t.Fatalf("cert issue: %v", err)
 	}
-	if _, err := execute("cert", "issue", "--dir", dir, "Not_A_Name"); err == nil || !strings.Contains(err.Error(), "relay name") {
+	if _, err := execute("cert", "issue", "--certs", dir, "Not_A_Name"); err == nil || !strings.Contains(err.Error(), "relay name") {
 		t.Fatalf("cert issue accepted an invalid relay name: %v", err)
 	}
-	if _, err := execute("cert", "ca", "--dir", dir); err == nil {
+	if _, err := execute("cert", "ca", "--certs", dir); err == nil {
 		t.Fatal("cert ca overwrote an existing CA")
 	}
 }

@@ -133,7 +133,7 @@ func newLocalCmd(lf *logFlags) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringSliceVarP(&files, "file", "f", nil, "manifest file or directory (repeatable)")
-	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz here, e.g. 127.0.0.1:9090")
+	metricsFlag(cmd.Flags(), &metricsAddr)
 	cmd.Flags().BoolVar(&profiling, "pprof", false, "also serve /debug/pprof on --metrics-addr")
 	cmd.Flags().BoolVar(&tunOffload, "tun-offload", true, "open tun Tunnels' devices with segmentation offload where the kernel has it")
 	cmd.Flags().StringVar(&observerCerts, "observer-certs", "", "write the in-memory CA's certificate and an observer certificate into `DIR` (ca.crt, observer.crt, observer.key), for 'hoplink status --certs DIR'")
@@ -169,7 +169,7 @@ func newRelayCmd(lf *logFlags) *cobra.Command {
 		drainTimeout               time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "relay (-f FILE_OR_DIR --name NAME --certs DIR | --kube --relaynode NAME)",
+		Use:   "relay (-f FILE_OR_DIR --name NAME --certs DIR | --kube --name NAME)",
 		Short: "Run one relay of the manifests, or of a cluster",
 		Long: `Run the relay NAME of the manifests as its own process, so relays can live on
 different hosts with the same files. Certificates come from --certs DIR
@@ -242,14 +242,14 @@ injected sidecar relays run.`,
 	f := cmd.Flags()
 	f.StringSliceVarP(&files, "file", "f", nil, "manifest file or directory (repeatable)")
 	f.StringVar(&name, "name", "", "the RelayNode this process runs")
-	f.StringVar(&name, "relaynode", "", "the RelayNode this process runs (with --kube; same as --name)")
+	deprecatedAlias(f, "relaynode", "name")
 	f.BoolVar(&kubeMode, "kube", false, "read manifests and certificates from the Kubernetes API")
 	kf.register(f)
-	f.StringVar(&certDir, "certs", "", "directory with ca.crt, NAME.crt and NAME.key (with --kube: ca.crt, tls.crt, tls.key)")
-	f.StringVar(&caFile, "ca", "", "CA certificate (PEM)")
-	f.StringVar(&certFile, "cert", "", "relay certificate (PEM)")
-	f.StringVar(&keyFile, "key", "", "relay private key (PEM)")
-	f.StringVar(&metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz here, e.g. 127.0.0.1:9090")
+	f.StringVar(&certDir, "certs", "", "`DIR` with ca.crt, NAME.crt and NAME.key (with --kube: ca.crt, tls.crt, tls.key)")
+	f.StringVar(&caFile, "ca", "", "CA certificate `FILE` (PEM; default DIR/ca.crt)")
+	f.StringVar(&certFile, "cert", "", "relay certificate `FILE` (PEM; default DIR/NAME.crt)")
+	f.StringVar(&keyFile, "key", "", "relay private key `FILE` (PEM; default DIR/NAME.key)")
+	metricsFlag(f, &metricsAddr)
 	f.BoolVar(&profiling, "pprof", false, "also serve /debug/pprof on --metrics-addr")
 	f.BoolVar(&separateDial, "separate-dial-port", false, "dial peers over QUIC from a port of its own, not the relay port: for a relay behind SNAT sharing an address with another relay (on by itself with --kube in a pod network)")
 	f.IntVar(&maxFlows, "max-flows", relay.DefaultMaxFlows, "most flows this relay carries at once (in a container with a memory limit, what the limit affords)")
@@ -274,7 +274,7 @@ func newCertCmd() *cobra.Command {
 	}
 	var dir string
 	ca := &cobra.Command{
-		Use:   "ca --dir DIR",
+		Use:   "ca --certs DIR",
 		Short: "Create a CA: DIR/ca.crt and DIR/ca.key",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -290,7 +290,7 @@ func newCertCmd() *cobra.Command {
 		},
 	}
 	issue := &cobra.Command{
-		Use:   "issue --dir DIR NAME...",
+		Use:   "issue --certs DIR NAME...",
 		Short: "Issue certificates for relays: DIR/NAME.crt and DIR/NAME.key, signed by DIR/ca.*",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, names []string) error {
@@ -313,7 +313,7 @@ func newCertCmd() *cobra.Command {
 		},
 	}
 	observer := &cobra.Command{
-		Use:   "observer --dir DIR",
+		Use:   "observer --certs DIR",
 		Short: "Issue the certificate 'hoplink status' and 'probe' read relays with: DIR/observer.crt and DIR/observer.key",
 		Long: `Issues a client certificate for the observer, signed by DIR/ca.*: relays let it
 read their status and measure chains over their admin API, nothing else. It is
@@ -332,7 +332,8 @@ no relay's certificate and cannot carry flows.`,
 		},
 	}
 	for _, c := range []*cobra.Command{ca, issue, observer} {
-		c.Flags().StringVar(&dir, "dir", "certs", "directory for the certificate files")
+		c.Flags().StringVar(&dir, "certs", "certs", "`DIR` of the certificate files, as 'hoplink relay --certs' reads them")
+		deprecatedAlias(c.Flags(), "dir", "certs")
 	}
 	cmd.AddCommand(ca, issue, observer)
 	return cmd

@@ -110,7 +110,7 @@ func (o *observeFlags) loadKube(ctx context.Context) (*manifest.Set, []observe.O
 
 func (o *observeFlags) loadFiles() (*manifest.Set, *adminapi.Client, error) {
 	if o.certs == "" {
-		return nil, nil, errors.New("--certs: required: the directory with ca.crt, observer.crt and observer.key (make them with `hoplink cert observer --dir DIR`)")
+		return nil, nil, errors.New("--certs: required: the directory with ca.crt, observer.crt and observer.key (make them with 'hoplink cert observer --certs DIR')")
 	}
 	if len(o.files) == 0 {
 		return nil, nil, errors.New("-f: name the manifest files or directories of the relays to ask")
@@ -129,7 +129,7 @@ func (o *observeFlags) loadFiles() (*manifest.Set, *adminapi.Client, error) {
 	}
 	cert, err := tls.LoadX509KeyPair(filepath.Join(o.certs, pki.ObserverCert), filepath.Join(o.certs, pki.ObserverKey))
 	if err != nil {
-		return nil, nil, fmt.Errorf("--certs: the observer's certificate: %w (make it with `hoplink cert observer --dir %s`)", err, o.certs)
+		return nil, nil, fmt.Errorf("--certs: the observer's certificate: %w (make it with 'hoplink cert observer --certs %s')", err, o.certs)
 	}
 	return set, adminapi.NewClient(roots, func() (*tls.Certificate, error) { return &cert, nil }), nil
 }
