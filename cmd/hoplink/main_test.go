@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"log"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"testing"
 )
@@ -64,6 +65,32 @@ func TestVersion(t *testing.T) {
 	out, err := execute("version")
 	if err != nil || !strings.HasPrefix(out, "hoplink ") {
 		t.Fatalf("version: %q, %v", out, err)
+	}
+	for _, flag := range []string{"--version", "-v"} {
+		if got, err := execute(flag); err != nil || got != out {
+			t.Errorf("hoplink %s: %q, %v; want what hoplink version prints, %q", flag, got, err, out)
+		}
+	}
+}
+
+// A binary built by 'go install module@version' has no -X main.version;
+// it reports the module version Go recorded, and a build of a checkout
+// with neither says dev.
+func TestBuildVersion(t *testing.T) {
+	info := func(v string) func() (*debug.BuildInfo, bool) {
+		return func() (*debug.BuildInfo, bool) { return &debug.BuildInfo{Main: debug.Module{Version: v}}, true }
+	}
+	for _, tc := range []struct {
+		set, module, want string
+	}{
+		{"v1.4.0", "v1.3.0", "v1.4.0"},
+		{"dev", "v1.3.0", "v1.3.0"},
+		{"dev", "(devel)", "dev"},
+		{"dev", "", "dev"},
+	} {
+		if got := buildVersion(tc.set, info(tc.module)); got != tc.want {
+			t.Errorf("set %q, module %q: %q, want %q", tc.set, tc.module, got, tc.want)
+		}
 	}
 }
 
