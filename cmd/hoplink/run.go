@@ -16,7 +16,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/hoplink/hoplink/manifest"
 	"github.com/hoplink/hoplink/metrics"
@@ -265,78 +264,6 @@ func orDefault(v, def string) string {
 		return v
 	}
 	return def
-}
-
-func newCertCmd() *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "cert",
-		Short: "Make a CA and relay certificates for standalone relays",
-	}
-	var dir string
-	ca := &cobra.Command{
-		Use:   "ca --certs DIR",
-		Short: "Create a CA: DIR/ca.crt and DIR/ca.key",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := pki.NewCA("hoplink CA")
-			if err != nil {
-				return err
-			}
-			if err := c.WriteCA(dir); err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s/ca.crt and %s/ca.key (keep ca.key secret)\n", dir, dir)
-			return nil
-		},
-	}
-	issue := &cobra.Command{
-		Use:   "issue --certs DIR NAME...",
-		Short: "Issue certificates for relays: DIR/NAME.crt and DIR/NAME.key, signed by DIR/ca.*",
-		Args:  cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, names []string) error {
-			c, err := pki.LoadCA(dir+"/ca.crt", dir+"/ca.key")
-			if err != nil {
-				return err
-			}
-			for _, n := range names {
-				if msgs := validation.IsDNS1123Label(n); len(msgs) > 0 {
-					return fmt.Errorf("relay name %q: %s (it must match a RelayNode's metadata.name)", n, strings.Join(msgs, "; "))
-				}
-			}
-			for _, n := range names {
-				if err := c.WriteRelay(dir, n); err != nil {
-					return err
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "wrote %s/%s.crt and %s/%s.key\n", dir, n, dir, n)
-			}
-			return nil
-		},
-	}
-	observer := &cobra.Command{
-		Use:   "observer --certs DIR",
-		Short: "Issue the certificate 'hoplink status' and 'probe' read relays with: DIR/observer.crt and DIR/observer.key",
-		Long: `Issues a client certificate for the observer, signed by DIR/ca.*: relays let it
-read their status and measure chains over their admin API, nothing else. It is
-no relay's certificate and cannot carry flows.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := pki.LoadCA(dir+"/ca.crt", dir+"/ca.key")
-			if err != nil {
-				return err
-			}
-			if err := c.WriteObserver(dir); err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s/%s and %s/%s\n", dir, pki.ObserverCert, dir, pki.ObserverKey)
-			return nil
-		},
-	}
-	for _, c := range []*cobra.Command{ca, issue, observer} {
-		c.Flags().StringVar(&dir, "certs", "certs", "`DIR` of the certificate files, as 'hoplink relay --certs' reads them")
-		deprecatedAlias(c.Flags(), "dir", "certs")
-	}
-	cmd.AddCommand(ca, issue, observer)
-	return cmd
 }
 
 // relayGC collects garbage at 50% heap growth rather than Go's 100%, unless
