@@ -51,6 +51,21 @@ func (s Source) String() string {
 // listed in Set.Skipped, so a folder may also hold the Kubernetes objects of
 // a demo.
 func Load(paths ...string) (*Set, error) {
+	s, err := Read(paths...)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Read reads the manifests as Load does, without checking the objects or
+// the references between them, and returns the objects it could decode
+// with the errors of those it could not: for what lists names (shell
+// completion) while the files are still being written.
+func Read(paths ...string) (*Set, error) {
 	var files []string
 	for _, p := range paths {
 		st, err := os.Stat(p)
@@ -91,13 +106,7 @@ func Load(paths ...string) (*Set, error) {
 			errs = append(errs, err)
 		}
 	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	if err := s.Validate(); err != nil {
-		return nil, err
-	}
-	return s, nil
+	return s, errors.Join(errs...)
 }
 
 // Parse reads manifests from memory, as Load does from a file named name.

@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/hoplink/hoplink/manifest"
 	"github.com/hoplink/hoplink/pki"
 )
 
@@ -32,19 +33,22 @@ func newCertCmd() *cobra.Command {
 			return nil
 		},
 	}
+	var files []string
 	issue := &cobra.Command{
-		Use:   "issue --certs DIR NAME...",
+		Use:   "issue --certs DIR (NAME... | -f FILE_OR_DIR [NAME...])",
 		Short: "Issue certificates for relays: DIR/NAME.crt and DIR/NAME.key, signed by DIR/ca.*",
-		Args:  cobra.MinimumNArgs(1),
+		Long: `Issues a certificate for each relay NAME, signed by the CA in DIR. With -f,
+the names are checked against the RelayNodes of the manifests, and without
+names every RelayNode of them gets one.`,
+		ValidArgsFunction: fromManifests(relayNames),
 		RunE: func(cmd *cobra.Command, names []string) error {
-			c, err := pki.LoadCA(dir+"/ca.crt", dir+"/ca.key")
+			names, err := relaysToIssue(names, files)
 			if err != nil {
 				return err
 			}
-			for _, n := range names {
-				if msgs := validation.IsDNS1123Label(n); len(msgs) > 0 {
-					return fmt.Errorf("relay name %q: %s (it must match a RelayNode's metadata.name)", n, strings.Join(msgs, "; "))
-				}
+			c, err := pki.LoadCA(dir+"/ca.crt", dir+"/ca.key")
+			if err != nil {
+				return err
 			}
 			for _, n := range names {
 				if err := c.WriteRelay(dir, n); err != nil {
@@ -74,6 +78,7 @@ no relay's certificate and cannot carry flows.`,
 			return nil
 		},
 	}
+	issue.Flags().StringSliceVarP(&files, "file", "f", nil, "manifest file or directory (repeatable): the RelayNodes to issue for")
 	for _, c := range []*cobra.Command{ca, issue, observer} {
 		c.Flags().StringVar(&dir, "certs", "certs", "`DIR` of the certificate files, as 'hoplink relay --certs' reads them")
 		deprecatedAlias(c.Flags(), "dir", "certs")
@@ -82,3 +87,33 @@ no relay's certificate and cannot carry flows.`,
 	return cmd
 }
 
+// relaysToIssue checks the names 'cert issue' was given: each must be a
+// relay name, and with manifests one of their RelayNodes; no name with
+// manifests means all of them.
+func relaysToIssue(names, files []string) ([]string, error) {
+	if len(files) == 0 && len(names) == 0 {
+		return nil, fmt.Errorf("name at least one relay, or give -f FILE_OR_DIR to issue for every RelayNode of the manifests")
+	}
+	for _, n := range names {
+		if msgs := validation.IsDNS1123Label(n); len(msgs) > 0 {
+			return nil, fmt.Errorf("relay name %q: %s (it must match a RelayNode's metadata.name)", n, strings.Join(msgs, "; "))
+		}
+	}
+	if len(files) == 0 {
+		return names, nil
+	}
+	set, err := manifest.Load(files...)
+	if err != nil {
+		return nil, err
+	}
+	known := set.RelayNames()
+	if len(names) == 0 {
+		return known, nil
+	}
+	for _, n := range names {
+		if set.Relay(n) == nil {
+			return nil, fmt.Errorf("relay name %q: no RelayNode of that name in the manifests (they have: %s)%s", n, strings.Join(known, ", "), manifest.DidYouMean(n, known))
+		}
+	}
+	return names, nil
+}

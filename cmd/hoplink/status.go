@@ -255,6 +255,12 @@ targets; and the entry sends traces along the route and along every candidate
 of its last round, end to end, as a flow would travel. CHAIN is NAME (in
 --namespace, default "default") or NAMESPACE/NAME.`,
 		Args: cobra.ExactArgs(1),
+		ValidArgsFunction: func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+			if len(args) > 0 {
+				return nil, cobra.ShellCompDirectiveNoFileComp
+			}
+			return fromManifests(chainNames)(cmd, args, toComplete)
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			set, _, client, err := of.load(cmd.Context())
 			if err != nil {
