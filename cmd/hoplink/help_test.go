@@ -1,6 +1,9 @@
 package main
 
 import (
+	"flag"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -106,4 +109,74 @@ func TestRenamedFlagsKeepTheirOldNames(t *testing.T) {
 			}
 		}
 	}
+}
+
+var update = flag.Bool("update", false, "rewrite testdata/help from the commands' help")
+
+// TestHelp holds every command's help (what --help prints) to
+// testdata/help, so a change to a flag or text shows in review.
+// go test ./cmd/hoplink -run TestHelp -update rewrites the files.
+func TestHelp(t *testing.T) {
+	t.Setenv("HOPLINK_RELAY_IMAGE", "") // the operator's --relay-image default
+	dir := filepath.Join("testdata", "help")
+	want := map[string]bool{}
+	for _, c := range commands() {
+		if c.Hidden {
+			continue
+		}
+		path := strings.Fields(c.CommandPath())[1:]
+		file := strings.Join(append([]string{"hoplink"}, path...), "_") + ".txt"
+		want[file] = true
+		got, err := execute(append(path, "--help")...)
+		if err != nil {
+			t.Fatalf("%s --help: %v", c.CommandPath(), err)
+		}
+		if *update {
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, file), []byte(got), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		golden, err := os.ReadFile(filepath.Join(dir, file))
+		if err != nil {
+			t.Errorf("%s: %v (run go test ./cmd/hoplink -run TestHelp -update)", c.CommandPath(), err)
+			continue
+		}
+		if got != string(golden) {
+			t.Errorf("%s --help differs from %s (run go test ./cmd/hoplink -run TestHelp -update, and review the diff):\n%s",
+				c.CommandPath(), filepath.Join(dir, file), lineDiff(string(golden), got))
+		}
+	}
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if !want[e.Name()] {
+			if *update {
+				os.Remove(filepath.Join(dir, e.Name()))
+				continue
+			}
+			t.Errorf("%s: no command has this help (run with -update to remove it)", filepath.Join(dir, e.Name()))
+		}
+	}
+}
+
+// lineDiff lists the lines of want and got that differ, by position.
+func lineDiff(want, got string) string {
+	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
+	var b strings.Builder
+	for i := range max(len(w), len(g)) {
+		var a, c string
+		if i < len(w) {
+			a = w[i]
+		}
+		if i < len(g) {
+			c = g[i]
+		}
+		if a != c {
+			b.WriteString("- " + a + "\n+ " + c + "\n")
+		}
+	}
+	return b.String()
 }

@@ -64,7 +64,7 @@ func newRoot() *cobra.Command {
 	lf := &logFlags{}
 	root := &cobra.Command{
 		Use:           "hoplink",
-		Short:         "Carry TCP and UDP across multi-hop chains of QUIC relays",
+		Short:         "Carry TCP, UDP and IP subnets across multi-hop chains of relays",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		// --version, as well as the version command: what most tools take.
