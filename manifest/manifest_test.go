@@ -126,7 +126,11 @@ func TestLoadRejects(t *testing.T) {
 			[]string{`Tunnel "default/iperf": spec.listen.port: 0 is out of range`}},
 		{"missing endpoints",
 			strings.Replace(relays, `endpoints: ["127.0.0.1:7402"]`, ``, 1) + chain,
-			[]string{`RelayNode "seattle": spec.endpoints: required: relay "seattle" is hop 1 of Chain "default/to-east"`}},
+			[]string{`RelayNode "seattle": spec.endpoints: required: relay "seattle" is hop 1 of Chain "default/to-east", so peers must know where to dial it: ` +
+				`give the address or name other hosts reach its host at, e.g. endpoints: ["seattle.example.net:7402"] (or ["127.0.0.1:7402"] when every relay runs on one host, as with hoplink local)`}},
+		{"missing endpoints of a relay listening on one address",
+			strings.Replace(relays, `{port: 7402}, endpoints: ["127.0.0.1:7402"]`, `{address: "fd00::7", port: 7402}`, 1) + chain,
+			[]string{`RelayNode "seattle": spec.endpoints: required: relay "seattle" is hop 1 of Chain "default/to-east", so peers must know where to dial it: it listens on fd00::7 only, so endpoints: ["[fd00::7]:7402"]`}},
 		{"bad endpoint",
 			strings.Replace(relays, `"127.0.0.1:7402"`, `"127.0.0.1"`, 1),
 			[]string{`RelayNode "seattle": spec.endpoints[0]: "127.0.0.1" is not host:port`}},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -203,7 +204,7 @@ injected sidecar relays run.`,
 			// report, not the certificate files it would name.
 			set, err := loadManifests(files, log)
 			if err != nil {
-				return err
+				return withHostAddresses(err, name, net.InterfaceAddrs)
 			}
 			if set.Relay(name) == nil {
 				names := set.RelayNames()
