@@ -55,10 +55,8 @@ func (o *observeFlags) add(cmd *cobra.Command) {
 // load reads the manifests and the observer's identity, and checks the
 // output format, before anything is asked.
 func (o *observeFlags) load(ctx context.Context) (*manifest.Set, []observe.Object, *adminapi.Client, error) {
-	switch o.output {
-	case "table", "json", "yaml":
-	default:
-		return nil, nil, nil, fmt.Errorf("-o %q: want table, json or yaml", o.output)
+	if err := checkOutput(o.output); err != nil {
+		return nil, nil, nil, err
 	}
 	if !o.kube && len(o.files) == 0 && filepath.Base(os.Args[0]) == "kubectl-hoplink" {
 		o.kube = true // `kubectl hoplink status`: kubectl runs plugins by that name
@@ -136,7 +134,21 @@ func (o *observeFlags) loadFiles() (*manifest.Set, *adminapi.Client, error) {
 
 // write renders v as the output format asks; table renders tables.
 func (o *observeFlags) write(w io.Writer, v any, table func(io.Writer) error) error {
-	switch o.output {
+	return writeAs(w, o.output, v, table)
+}
+
+// checkOutput checks an -o value before anything is done.
+func checkOutput(format string) error {
+	switch format {
+	case "table", "json", "yaml":
+		return nil
+	}
+	return fmt.Errorf("-o %q: want table, json or yaml", format)
+}
+
+// writeAs renders v as JSON or YAML, or calls table.
+func writeAs(w io.Writer, format string, v any, table func(io.Writer) error) error {
+	switch format {
 	case "json":
 		b, err := json.MarshalIndent(v, "", "  ")
 		if err != nil {
