@@ -191,7 +191,13 @@ func (s *Set) validateTunnel(p *problems, t *v1alpha1.Tunnel) {
 	if t.Spec.Chain == "" {
 		bad("spec.chain", "required: name a Chain")
 	} else if s.ChainOf(t) == nil {
-		bad("spec.chain", "unknown Chain %q in namespace %q", t.Spec.Chain, t.Namespace)
+		var names []string
+		for _, c := range s.Chains {
+			if c.Namespace == t.Namespace {
+				names = append(names, c.Name)
+			}
+		}
+		bad("spec.chain", "unknown Chain %q in namespace %q (it has: %s)%s", t.Spec.Chain, t.Namespace, orNone(names), DidYouMean(t.Spec.Chain, names))
 	}
 	switch t.Spec.Protocol {
 	case v1alpha1.ProtocolTCP, v1alpha1.ProtocolUDP:
@@ -514,4 +520,12 @@ func checkHostPort(hp string) error {
 		return fmt.Errorf("%q: port %q is out of range; use 1-65535", hp, port)
 	}
 	return nil
+}
+
+// orNone lists names, or says there are none.
+func orNone(names []string) string {
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ", ")
 }
