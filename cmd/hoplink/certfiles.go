@@ -15,6 +15,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/hoplink/hoplink/observe"
 	"github.com/hoplink/hoplink/pki"
 )
 
@@ -34,10 +35,6 @@ const (
 	stateExpiring = "expires soon"
 	stateValid    = "valid"
 )
-
-// expiryWarning is how close to its expiry a certificate in use makes
-// 'hoplink status' and 'cert show' warn.
-const expiryWarning = 30 * 24 * time.Hour
 
 // certFile is one certificate of a directory, as 'cert show' lists it.
 type certFile struct {
@@ -124,7 +121,7 @@ func certState(f certFile, roots *x509.CertPool, now time.Time) string {
 		return stateOtherCA
 	case f.Kind != kindCA && !now.Before(f.RenewFrom):
 		return stateRenew
-	case f.NotAfter.Sub(now) < expiryWarning:
+	case f.NotAfter.Sub(now) < observe.CertWarning:
 		return stateExpiring
 	}
 	return stateValid

@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -39,6 +41,11 @@ type observeFlags struct {
 	kf       kubeFlags
 	caSecret string
 	api      client.Client // set by load with --kube
+
+	// Set by load: the CAs and certificate this command uses, and what
+	// to do about a relay's certificate near its expiry.
+	inUse    []certInUse
+	relayFix func(relay string) string
 }
 
 func (o *observeFlags) add(cmd *cobra.Command) {
@@ -103,6 +110,10 @@ func (o *observeFlags) loadKube(ctx context.Context) (*manifest.Set, []observe.O
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	o.inUse = casInUse(ca.TrustPEM(), "Secret "+o.caSecret, "rotate it before then (docs/architecture.md: rotating the operator's CA)")
+	o.relayFix = func(string) string {
+		return "the operator renews it when a third of its validity is left: see the RelayNode's conditions and the operator's log"
+	}
 	return set, objs, adminapi.NewClient(roots, func() (*tls.Certificate, error) { return &cert, nil }), nil
 }
 
@@ -117,19 +128,72 @@ func (o *observeFlags) loadFiles() (*manifest.Set, *adminapi.Client, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	caPEM, err := os.ReadFile(filepath.Join(o.certs, "ca.crt"))
+	caFile := filepath.Join(o.certs, "ca.crt")
+	caPEM, err := os.ReadFile(caFile)
 	if err != nil {
-		return nil, nil, fmt.Errorf("--certs: %w", err)
+		return nil, nil, fmt.Errorf("--certs: %w (copy there the ca.crt of the relays' CA, with the observer's certificate: 'hoplink cert observer --certs DIR' where the CA is)", err)
 	}
 	roots, err := pki.ParseRoots(caPEM)
 	if err != nil {
-		return nil, nil, fmt.Errorf("--certs: %s: %w", filepath.Join(o.certs, "ca.crt"), err)
+		return nil, nil, fmt.Errorf("--certs: %s: %w", caFile, err)
 	}
 	cert, err := tls.LoadX509KeyPair(filepath.Join(o.certs, pki.ObserverCert), filepath.Join(o.certs, pki.ObserverKey))
 	if err != nil {
 		return nil, nil, fmt.Errorf("--certs: the observer's certificate: %w (make it with 'hoplink cert observer --certs %s')", err, o.certs)
 	}
+	o.inUse = append(casInUse(caPEM, caFile, "rotate it before then (docs/architecture.md: rotating the CA of standalone relays)"),
+		certInUse{what: "the observer's certificate (" + filepath.Join(o.certs, pki.ObserverCert) + ")", notAfter: cert.Leaf.NotAfter,
+			fix: fmt.Sprintf("renew it: hoplink cert renew --certs %s observer", o.certs)})
+	o.relayFix = func(relay string) string {
+		return fmt.Sprintf("renew it where the CA's key is (hoplink cert renew --certs DIR %s) and copy %s.crt to its host", relay, relay)
+	}
 	return set, adminapi.NewClient(roots, func() (*tls.Certificate, error) { return &cert, nil }), nil
+}
+
+// certInUse is a certificate 'status' trusts or presents, which it warns
+// of before it expires.
+type certInUse struct {
+	what     string
+	notAfter time.Time
+	fix      string
+}
+
+// casInUse are the CAs of a trust bundle.
+func casInUse(bundle []byte, where, fix string) []certInUse {
+	var out []certInUse
+	for rest := bundle; ; {
+		var b *pem.Block
+		if b, rest = pem.Decode(rest); b == nil {
+			return out
+		}
+		if c, err := x509.ParseCertificate(b.Bytes); err == nil {
+			out = append(out, certInUse{what: fmt.Sprintf("the CA %q (%s)", c.Subject.CommonName, where), notAfter: c.NotAfter, fix: fix})
+		}
+	}
+}
+
+// certWarnings are the certificates in use that expire within
+// observe.CertWarning of now (or have): each relay's, as it reports it,
+// and the CAs and observer certificate of this command.
+func (o *observeFlags) certWarnings(r *observe.Report, now time.Time) []string {
+	var out []string
+	warn := func(what string, notAfter time.Time, fix string) {
+		switch d := notAfter.Sub(now); {
+		case d < 0:
+			out = append(out, fmt.Sprintf("%s expired on %s: %s", what, notAfter.UTC().Format(time.DateOnly), fix))
+		case d < observe.CertWarning:
+			out = append(out, fmt.Sprintf("%s expires on %s (in %s): %s", what, notAfter.UTC().Format(time.DateOnly), left(notAfter, now), fix))
+		}
+	}
+	for _, rl := range r.Relays {
+		if s := rl.Status; s != nil && !s.CertificateExpires.IsZero() {
+			warn("relay "+rl.Name+"'s certificate", s.CertificateExpires, o.relayFix(rl.Name))
+		}
+	}
+	for _, c := range o.inUse {
+		warn(c.what, c.notAfter, c.fix)
+	}
+	return out
 }
 
 // write renders v as the output format asks; table renders tables.
@@ -205,6 +269,7 @@ links are up and every Tunnel listens (exit 0), or --wait-timeout passes
 				if of.kube {
 					r.WithAPI(objs)
 				}
+				r.Warnings = of.certWarnings(r, time.Now())
 				return r
 			}
 			out := cmd.OutOrStdout()
