@@ -73,7 +73,7 @@ func newRoot() *cobra.Command {
 	root.SetVersionTemplate(versionLine())
 	root.PersistentFlags().StringVar(&lf.level, "log-level", "info", "debug, info, warn or error")
 	root.PersistentFlags().StringVar(&lf.format, "log-format", "text", "text or json")
-	root.AddCommand(newLocalCmd(lf), newRelayCmd(lf), newOperatorCmd(lf), newCertCmd(), newStatusCmd(), newProbeCmd(), newVersionCmd())
+	root.AddCommand(newLocalCmd(lf), newForwardCmd(lf), newRelayCmd(lf), newOperatorCmd(lf), newCertCmd(), newStatusCmd(), newProbeCmd(), newVersionCmd())
 	addCompletions(root)
 	return root
 }

@@ -99,11 +99,41 @@ func drainFlag(f *pflag.FlagSet, d *time.Duration) {
 	f.DurationVar(d, "drain-timeout", relay.DefaultDrainTimeout, "on SIGTERM, how long open flows may go on while the relay takes no new ones (a second signal ends them at once; 0 ends them at once)")
 }
 
+// localRun is how local mode runs a manifest set: the flags of 'local'
+// that 'forward' shares.
+type localRun struct {
+	metricsAddr, observerCerts string
+	profiling, tunOffload      bool
+	drainTimeout               time.Duration
+}
+
+func (o *localRun) flags(f *pflag.FlagSet) {
+	metricsFlag(f, &o.metricsAddr)
+	f.BoolVar(&o.profiling, "pprof", false, "also serve /debug/pprof on --metrics-addr")
+	f.StringVar(&o.observerCerts, "observer-certs", "", "write the in-memory CA's certificate and an observer certificate into `DIR` (ca.crt, observer.crt, observer.key), for 'hoplink status --certs DIR'")
+	drainFlag(f, &o.drainTimeout)
+}
+
+// run starts every relay of set in this process and serves until a signal.
+func (o *localRun) run(log *slog.Logger, set *manifest.Set) error {
+	reg, m := newRegistry()
+	n, err := local.Start(set, relay.Config{Metrics: m, Log: log, NoTUNOffload: !o.tunOffload, Version: version})
+	if err != nil {
+		return err
+	}
+	if o.observerCerts != "" {
+		if err := writeObserverFiles(n.CA, o.observerCerts); err != nil {
+			n.Close()
+			return fmt.Errorf("--observer-certs: %w", err)
+		}
+	}
+	log.Info("local network ready", "relays", len(n.Relays), "tunnels", len(set.Tunnels))
+	return serveUntilSignal(log, o.metricsAddr, o.profiling, reg, n.Ready, n.Drain, o.drainTimeout, n.Close)
+}
+
 func newLocalCmd(lf *logFlags) *cobra.Command {
 	var files []string
-	var metricsAddr, observerCerts string
-	var profiling, tunOffload bool
-	var drainTimeout time.Duration
+	var o localRun
 	cmd := &cobra.Command{
 		Use:   "local -f FILE_OR_DIR",
 		Short: "Run every relay of the manifests in this process, with an in-memory CA",
@@ -117,27 +147,12 @@ func newLocalCmd(lf *logFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			reg, m := newRegistry()
-			n, err := local.Start(set, relay.Config{Metrics: m, Log: log, NoTUNOffload: !tunOffload, Version: version})
-			if err != nil {
-				return err
-			}
-			if observerCerts != "" {
-				if err := writeObserverFiles(n.CA, observerCerts); err != nil {
-					n.Close()
-					return fmt.Errorf("--observer-certs: %w", err)
-				}
-			}
-			log.Info("local network ready", "relays", len(n.Relays), "tunnels", len(set.Tunnels))
-			return serveUntilSignal(log, metricsAddr, profiling, reg, n.Ready, n.Drain, drainTimeout, n.Close)
+			return o.run(log, set)
 		},
 	}
 	cmd.Flags().StringSliceVarP(&files, "file", "f", nil, "manifest file or directory (repeatable)")
-	metricsFlag(cmd.Flags(), &metricsAddr)
-	cmd.Flags().BoolVar(&profiling, "pprof", false, "also serve /debug/pprof on --metrics-addr")
-	cmd.Flags().BoolVar(&tunOffload, "tun-offload", true, "open tun Tunnels' devices with segmentation offload where the kernel has it")
-	cmd.Flags().StringVar(&observerCerts, "observer-certs", "", "write the in-memory CA's certificate and an observer certificate into `DIR` (ca.crt, observer.crt, observer.key), for 'hoplink status --certs DIR'")
-	drainFlag(cmd.Flags(), &drainTimeout)
+	o.flags(cmd.Flags())
+	cmd.Flags().BoolVar(&o.tunOffload, "tun-offload", true, "open tun Tunnels' devices with segmentation offload where the kernel has it")
 	return cmd
 }
 
