@@ -23,6 +23,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -392,6 +393,8 @@ func LoadIdentity(name, caFile, certFile, keyFile string) (*Identity, error) {
 			return nil, fmt.Errorf("CA certificate: %w: copy into %s the ca.crt of the CA that issues the relays' certificates ('hoplink cert ca --certs DIR' makes a CA)", err, filepath.Dir(f))
 		case errors.Is(err, fs.ErrNotExist):
 			return nil, fmt.Errorf("relay certificate: %w: %s", err, issueHint(name, caFile, certFile, keyFile))
+		case errors.Is(err, fs.ErrPermission):
+			return nil, fmt.Errorf("%w: this relay runs as uid %d, which may not read it: make it readable to that user (chown, or a group of its and chmod 0640)", err, os.Getuid())
 		case err != nil:
 			return nil, err
 		}
@@ -399,9 +402,24 @@ func LoadIdentity(name, caFile, certFile, keyFile string) (*Identity, error) {
 	}
 	id, err := NewIdentity(name, blobs[0], blobs[1], blobs[2])
 	if err != nil {
-		return nil, fmt.Errorf("%s, %s: %w%s", certFile, keyFile, err, validityHint(blobs[1], name, time.Now()))
+		return nil, fmt.Errorf("%s, %s: %w%s%s", certFile, keyFile, err, validityHint(blobs[1], name, time.Now()), mismatchHint(err, name, caFile, certFile))
 	}
 	return id, nil
+}
+
+// mismatchHint says which files do not belong together.
+func mismatchHint(err error, name, caFile, certFile string) string {
+	var authority x509.UnknownAuthorityError
+	var host x509.HostnameError
+	switch {
+	case errors.As(err, &authority):
+		return fmt.Sprintf("; %s was not issued by the CA of %s: issue it again from that CA ('hoplink cert issue'), or put in %s the CA that issued it", certFile, caFile, caFile)
+	case errors.As(err, &host):
+		return fmt.Sprintf("; %s is another relay's: give relay %q its own (--certs DIR reads DIR/%s.crt and DIR/%s.key)", certFile, name, name, name)
+	case strings.Contains(err.Error(), "private key does not match public key"):
+		return "; the key is not the certificate's: copy both from one 'hoplink cert issue'"
+	}
+	return ""
 }
 
 // issueHint says how to make a relay's missing certificate files: the

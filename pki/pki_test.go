@@ -222,6 +222,25 @@ func TestLoadIdentitySaysWhatToDo(t *testing.T) {
 	if _, err := LoadIdentity("hk", f("ca.crt"), f("hk.crt"), f("hk.key")); err == nil || !strings.Contains(err.Error(), "renew it with 'hoplink cert renew --certs DIR hk'") {
 		t.Errorf("expired: %v", err)
 	}
+	// Files that do not belong together.
+	otherCA, _ := NewCA("other")
+	otherCert, otherKey, _ := otherCA.Issue("hk")
+	laCert, laKey, _ := ca.Issue("la")
+	hkCert, _, _ := ca.Issue("hk")
+	for _, tc := range []struct {
+		cert, key []byte
+		want      string
+	}{
+		{otherCert, otherKey, "; " + f("hk.crt") + " was not issued by the CA of " + f("ca.crt") + ": issue it again from that CA ('hoplink cert issue'), or put in " + f("ca.crt") + " the CA that issued it"},
+		{laCert, laKey, "; " + f("hk.crt") + ` is another relay's: give relay "hk" its own (--certs DIR reads DIR/hk.crt and DIR/hk.key)`},
+		{hkCert, laKey, "; the key is not the certificate's: copy both from one 'hoplink cert issue'"},
+	} {
+		os.WriteFile(f("hk.crt"), tc.cert, 0o644)
+		os.WriteFile(f("hk.key"), tc.key, 0o600)
+		if _, err := LoadIdentity("hk", f("ca.crt"), f("hk.crt"), f("hk.key")); err == nil || !strings.HasSuffix(err.Error(), tc.want) {
+			t.Errorf("%v, want it to end %q", err, tc.want)
+		}
+	}
 	// Issued now, read by a host whose clock is a day behind.
 	good, _, _ := ca.Issue("hk")
 	if h := validityHint(good, "hk", time.Now().Add(-24*time.Hour)); !strings.Contains(h, "and this host's clock says") || !strings.Contains(h, "set the clock right") {

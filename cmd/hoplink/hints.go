@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/hoplink/hoplink/manifest"
 )
@@ -64,4 +65,17 @@ func hostEndpoints(addrs func() ([]net.Addr, error), port int32) []string {
 		out = append(out, strconv.Quote(net.JoinHostPort(ip.String(), strconv.Itoa(int(port)))))
 	}
 	return out
+}
+
+// portHint adds the ways out to an error of a listener that could not
+// bind: the port is another process's, or it needs a privilege.
+func portHint(err error) error {
+	switch {
+	case err == nil:
+	case errors.Is(err, syscall.EADDRINUSE):
+		return fmt.Errorf("%w: another process holds the port ('ss -tulpn' shows which): stop it, or choose another port", err)
+	case errors.Is(err, syscall.EACCES) && strings.Contains(err.Error(), "bind"):
+		return fmt.Errorf("%w: ports below 1024 need root or CAP_NET_BIND_SERVICE: choose a port from 1024 up, or grant it (systemd: AmbientCapabilities=CAP_NET_BIND_SERVICE)", err)
+	}
+	return err
 }

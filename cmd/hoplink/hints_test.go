@@ -1,11 +1,14 @@
 package main
 
 import (
+	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -57,5 +60,26 @@ spec: {entry: hk, exit: la, route: [hk, la]}
 	// hk's process runs elsewhere: this host's addresses are not la's.
 	if err := withHostAddresses(loadErr, "hk", addrs); strings.Contains(err.Error(), "runs on this host") {
 		t.Errorf("hk's process: %v", err)
+	}
+}
+
+// A listener that cannot bind says why and what to do: a port another
+// process holds, or one below 1024 without the privilege.
+func TestPortHint(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, err = net.Listen("tcp", ln.Addr().String())
+	if got := portHint(fmt.Errorf("--metrics-addr: %w", err)); !strings.HasSuffix(got.Error(), "bind: address already in use: another process holds the port ('ss -tulpn' shows which): stop it, or choose another port") {
+		t.Errorf("in use: %v", got)
+	}
+	denied := &net.OpError{Op: "listen", Net: "udp", Err: os.NewSyscallError("bind", syscall.EACCES)}
+	if got := portHint(denied); !strings.Contains(got.Error(), "bind: permission denied: ports below 1024 need root or CAP_NET_BIND_SERVICE") {
+		t.Errorf("denied: %v", got)
+	}
+	if other := errors.New("x"); portHint(other) != other || portHint(nil) != nil {
+		t.Error("portHint changed an error that is no bind's")
 	}
 }

@@ -119,7 +119,7 @@ func (o *localRun) run(log *slog.Logger, set *manifest.Set) error {
 	reg, m := newRegistry()
 	n, err := local.Start(set, relay.Config{Metrics: m, Log: log, NoTUNOffload: !o.tunOffload, Version: version})
 	if err != nil {
-		return err
+		return portHint(err)
 	}
 	if o.observerCerts != "" {
 		if err := writeObserverFiles(n.CA, o.observerCerts); err != nil {
@@ -128,7 +128,7 @@ func (o *localRun) run(log *slog.Logger, set *manifest.Set) error {
 		}
 	}
 	log.Info("local network ready", "relays", len(n.Relays), "tunnels", len(set.Tunnels))
-	return serveUntilSignal(log, o.metricsAddr, o.profiling, reg, n.Ready, n.Drain, o.drainTimeout, n.Close)
+	return portHint(serveUntilSignal(log, o.metricsAddr, o.profiling, reg, n.Ready, n.Drain, o.drainTimeout, n.Close))
 }
 
 func newLocalCmd(lf *logFlags) *cobra.Command {
@@ -244,14 +244,14 @@ injected sidecar relays run.`,
 				return err
 			}
 			if err := r.Start(); err != nil {
-				return err
+				return portHint(err)
 			}
 			watched := &standaloneFiles{manifests: files, ca: caFile, cert: certFile, key: keyFile, log: log, relay: r, identity: id}
 			watched.loaded()
 			stop := make(chan struct{})
 			defer close(stop)
 			go watched.watch(stop)
-			return serveUntilSignal(log, metricsAddr, profiling, reg, r.Ready, r.Drain, drainTimeout, r.Close)
+			return portHint(serveUntilSignal(log, metricsAddr, profiling, reg, r.Ready, r.Drain, drainTimeout, r.Close))
 		},
 	}
 	f := cmd.Flags()
