@@ -32,11 +32,11 @@ func newForwardCmd(lf *logFlags) *cobra.Command {
 		Short: "Forward a port through a chain of relays on this machine, and print the manifests that stand for it",
 		Long: `The simplest chain without writing YAML: an entry relay that listens at
 --listen, the --via relays in order, and an exit relay that dials --target,
-all in this process as 'hoplink local' runs them. It prints the RelayNodes,
-Chain and Tunnel it runs first (on stdout; logs go to stderr), so
+all in this process as 'hoplink local' runs them. First it prints the
+RelayNodes, Chain and Tunnel it runs (on stdout; logs go to stderr):
 'hoplink local -f FILE' runs the same from a file, and the same manifests,
-with each relay's endpoints set to its host's address, run the relays on
-separate hosts ('hoplink relay'). Relays listen on 127.0.0.1 from
+with each relay's listen address and endpoints set to its host's, run the
+relays on separate hosts ('hoplink relay'). Relays listen on 127.0.0.1 from
 --relay-port up, one port each.`,
 		Example: `  # 127.0.0.1:8080 -> entry -> exit -> example.net:80
   hoplink forward --listen 127.0.0.1:8080 --target example.net:80
