@@ -40,7 +40,9 @@ func ours(c *cobra.Command) bool {
 	return true
 }
 
-var valueName = regexp.MustCompile(`^[A-Z][A-Z0-9_]*$`)
+// valueName is a placeholder: capitals, with ":" and "[]" for its parts
+// (HOST:PORT, [ADDR:]PORT).
+var valueName = regexp.MustCompile(`^[A-Z\[][A-Z0-9_:\[\]]*$`)
 
 // pflag takes the first `quoted` word of a flag's usage as the name of
 // its value, so a command quoted there showed as the value's name
