@@ -377,11 +377,12 @@ spec: {chain: to-la, listen: {address: 127.0.0.1, port: %d}, target: "127.0.0.1:
 		"An expired certificate": func(t *testing.T) string {
 			h := newHost(t, hkPort, map[string][]byte{"ca.crt": read("ca.crt"), "hk.crt": relayCert(t, time.Now().Add(-time.Hour), 59*time.Minute), "hk.key": hkKey})
 			out := h.run("", relayArgs(h, "hk")...)
-			// hk's certificate expires 4 s after it starts: la closes the
-			// connection, then refuses hk's handshakes.
+			// hk's certificate expires 8 s after it is issued (room for a
+			// slow start): la closes the connection, then refuses hk's
+			// handshakes.
 			la := newHost(t, hkPort, relayFiles("la"))
 			laOut, stopLa := la.start(relayArgs(la, "la")...)
-			hk := newHost(t, hkPort, map[string][]byte{"ca.crt": read("ca.crt"), "hk.crt": relayCert(t, time.Now().Add(-time.Minute), time.Minute+4*time.Second), "hk.key": hkKey})
+			hk := newHost(t, hkPort, map[string][]byte{"ca.crt": read("ca.crt"), "hk.crt": relayCert(t, time.Now().Add(-time.Minute), time.Minute+8*time.Second), "hk.key": hkKey})
 			_, stopHk := hk.start(relayArgs(hk, "hk")...)
 			for deadline := time.Now().Add(30 * time.Second); !strings.Contains(laOut.String(), "rejected peer certificate") && time.Now().Before(deadline); {
 				time.Sleep(100 * time.Millisecond)
