@@ -125,8 +125,8 @@ func TestSystemdUnit(t *testing.T) {
 		t.Errorf("ExecStart %q does not run the instance's relay (--name %%i)", start)
 	}
 	cmd := exec.Command(bin, args...)
-	var logs bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
+	logs := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -162,12 +162,16 @@ func TestSystemdUnit(t *testing.T) {
 		}
 	}
 
-	// ExecReload, with $MAINPID as systemd sets it.
+	// ExecReload, with $MAINPID as systemd sets it; the relay logs the reload.
 	reload := strings.Fields(strings.ReplaceAll(u.one(t, "Service", "ExecReload"), "$MAINPID", strconv.Itoa(cmd.Process.Pid)))
 	if out, err := exec.Command(reload[0], reload[1:]...).CombinedOutput(); err != nil {
 		fatal("ExecReload %v: %v\n%s", reload, err, out)
 	}
-	time.Sleep(time.Second) // the relay logs the reload; logs is read once it has exited
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(logs.String(), `msg="manifests reloaded" signal=true`); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			fatal("ExecReload %v: the relay did not reload in 10 s", reload)
+		}
+	}
 
 	signal := map[string]syscall.Signal{"SIGTERM": syscall.SIGTERM, "SIGINT": syscall.SIGINT}[u.one(t, "Service", "KillSignal")]
 	if signal == 0 {
@@ -189,9 +193,6 @@ func TestSystemdUnit(t *testing.T) {
 		}
 	case <-time.After(stopTimeout):
 		fatal("still running %v after %s", stopTimeout, u.one(t, "Service", "KillSignal"))
-	}
-	if !strings.Contains(logs.String(), `msg="manifests reloaded" signal=true`) {
-		t.Errorf("ExecReload did not reload the relay:\n%s", logs.String())
 	}
 	if u.one(t, "Install", "WantedBy") != "multi-user.target" || u.one(t, "Service", "User") == "root" {
 		t.Errorf("the unit should start at boot as a user of its own: %v", u)
