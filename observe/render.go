@@ -99,6 +99,12 @@ func WriteReport(w io.Writer, r *Report) error {
 			fmt.Fprintf(w, "  %s\n", n)
 		}
 	}
+	if len(r.Warnings) > 0 {
+		fmt.Fprintln(w, "\nwarnings:")
+		for _, n := range r.Warnings {
+			fmt.Fprintf(w, "  %s\n", n)
+		}
+	}
 	if r.Ready {
 		_, err := fmt.Fprintln(w, "\nready: every relay answers, every chain has a route whose links are up, every Tunnel listens")
 		return err

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"log"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"testing"
 )
@@ -21,16 +22,16 @@ func execute(args ...string) (string, error) {
 
 func TestCertCommands(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "certs")
-	if out, err := execute("cert", "ca", "--dir", dir); err != nil || !strings.Contains(out, "ca.key") {
+	if out, err := execute("cert", "ca", "--certs", dir); err != nil || !strings.Contains(out, "ca.key") {
 		t.Fatalf("cert ca: %q, %v", out, err)
 	}
-	if _, err := execute("cert", "issue", "--dir", dir, "hk", "la"); err != nil {
+	if _, err := execute("cert", "issue", "--certs", dir, "hk", "la"); err != nil {
 		t.Fatalf("cert issue: %v", err)
 	}
-	if _, err := execute("cert", "issue", "--dir", dir, "Not_A_Name"); err == nil || !strings.Contains(err.Error(), "relay name") {
+	if _, err := execute("cert", "issue", "--certs", dir, "Not_A_Name"); err == nil || !strings.Contains(err.Error(), "relay name") {
 		t.Fatalf("cert issue accepted an invalid relay name: %v", err)
 	}
-	if _, err := execute("cert", "ca", "--dir", dir); err == nil {
+	if _, err := execute("cert", "ca", "--certs", dir); err == nil {
 		t.Fatal("cert ca overwrote an existing CA")
 	}
 }
@@ -64,6 +65,32 @@ func TestVersion(t *testing.T) {
 	out, err := execute("version")
 	if err != nil || !strings.HasPrefix(out, "hoplink ") {
 		t.Fatalf("version: %q, %v", out, err)
+	}
+	for _, flag := range []string{"--version", "-v"} {
+		if got, err := execute(flag); err != nil || got != out {
+			t.Errorf("hoplink %s: %q, %v; want what hoplink version prints, %q", flag, got, err, out)
+		}
+	}
+}
+
+// A binary built by 'go install module@version' has no -X main.version;
+// it reports the module version Go recorded, and a build of a checkout
+// with neither says dev.
+func TestBuildVersion(t *testing.T) {
+	info := func(v string) func() (*debug.BuildInfo, bool) {
+		return func() (*debug.BuildInfo, bool) { return &debug.BuildInfo{Main: debug.Module{Version: v}}, true }
+	}
+	for _, tc := range []struct {
+		set, module, want string
+	}{
+		{"v1.4.0", "v1.3.0", "v1.4.0"},
+		{"dev", "v1.3.0", "v1.3.0"},
+		{"dev", "(devel)", "dev"},
+		{"dev", "", "dev"},
+	} {
+		if got := buildVersion(tc.set, info(tc.module)); got != tc.want {
+			t.Errorf("set %q, module %q: %q, want %q", tc.set, tc.module, got, tc.want)
+		}
 	}
 }
 
