@@ -94,7 +94,10 @@ type ChainRoute struct {
 	// Reason is why the route is what it is (routed chains).
 	Reason string `json:"reason,omitempty"`
 	// Changed is when the route last changed (routed chains).
-	Changed    time.Time   `json:"changed,omitzero"`
+	Changed time.Time `json:"changed,omitzero"`
+	// Kept says why the route stays although the last round found a
+	// cheaper candidate (hysteresis); empty when none is cheaper.
+	Kept       string      `json:"kept,omitempty"`
 	Candidates []Candidate `json:"candidates,omitempty"`
 }
 

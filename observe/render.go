@@ -63,7 +63,13 @@ func WriteReport(w io.Writer, r *Report) error {
 			if !c.Changed.IsZero() {
 				changed = r.Time.Sub(c.Changed).Round(time.Second).String() + " ago"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", c.Chain, c.Mode, routeString(c.Route), changed, orDash(c.Reason))
+			// A route kept over a cheaper candidate is on it for that
+			// reason now, whatever chose it first.
+			reason := c.Reason
+			if c.Kept != "" {
+				reason = c.Kept
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", c.Chain, c.Mode, routeString(c.Route), changed, orDash(reason))
 			for _, cd := range c.Candidates {
 				cands = append(cands, fmt.Sprintf("%s\t%s\t%s\t%s\t%s", c.Chain, routeString(cd.Route), dur(cd.Cost), dur(cd.Estimated), dur(cd.Measured)))
 			}

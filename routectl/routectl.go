@@ -59,6 +59,9 @@ type Decision struct {
 	// Previous is the route before a change.
 	Previous []string
 	Reason   string
+	// Kept says why Route stays although a cheaper candidate exists (see
+	// route.Decision); empty otherwise.
+	Kept string
 	// Estimated and Measured are the route's figures this round; zero when
 	// unknown.
 	Estimated, Measured time.Duration
@@ -433,7 +436,7 @@ func (l *loop) round(ctx context.Context, ch *v1alpha1.Chain) Decision {
 	} else {
 		sd = l.sel.Next(ranked, cost, ok)
 	}
-	d.Route, d.Changed, d.Reason, d.Candidates = sd.Route, sd.Changed, sd.Reason, ranked
+	d.Route, d.Changed, d.Reason, d.Kept, d.Candidates = sd.Route, sd.Changed, sd.Reason, sd.Kept, ranked
 	if sd.Changed {
 		d.Previous = current
 	}

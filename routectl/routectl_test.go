@@ -165,6 +165,26 @@ func TestPipeToleratesOneMissedProbe(t *testing.T) {
 	}
 }
 
+// A round that keeps the current route over a cheaper candidate says so,
+// in sum mode (by the links' sums) as in pipe mode (by the traces).
+func TestRoundSaysWhyItKeepsTheRoute(t *testing.T) {
+	s := &script{
+		links: map[[2]string]time.Duration{
+			{"hk", "useast"}: 10 * ms, {"hk", "seattle"}: 5 * ms, {"seattle", "useast"}: 4500 * time.Microsecond,
+		},
+		direct: map[string]bool{"seattle": true, "la": true, "useast": true},
+	}
+	for _, mode := range []v1alpha1.RouteMode{v1alpha1.ModeSum, v1alpha1.ModePipe} {
+		l := newLoop(s, chain(mode))
+		l.sel.Start([]string{"hk", "useast"})
+		d := l.round(context.Background(), l.chain)
+		want := "kept: candidate hk,seattle,useast is 500µs cheaper, below the 2ms / 5% switch threshold"
+		if d.Changed || route.Key(d.Route) != "hk,useast" || d.Kept != want {
+			t.Errorf("%s: route %v changed %v kept %q; want hk,useast kept %q", mode, d.Route, d.Changed, d.Kept, want)
+		}
+	}
+}
+
 // rounds counts the rounds a script was asked for, by the entry's table.
 func (s *script) rounds() int {
 	s.mu.Lock()
