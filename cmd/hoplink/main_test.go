@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"log"
+	"os/exec"
 	"path/filepath"
 	"runtime/debug"
 	"strings"
@@ -110,5 +111,20 @@ func TestStandardLogGoesThroughTheLogger(t *testing.T) {
 	}
 	if rec["level"] != "WARN" || !strings.HasPrefix(rec["msg"].(string), "failed to sufficiently increase receive buffer size") {
 		t.Errorf("record %v", rec)
+	}
+}
+
+// A standalone relay given local mode's link emulation says it leaves it
+// alone, rather than silently measuring other round trips than the file says.
+func TestRelaySaysItLeavesLinkEmulationAlone(t *testing.T) {
+	bin := buildHoplink(t)
+	out, err := exec.Command(bin, "relay", "-f", "../../examples/local", "--name", "hk").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "give --certs DIR") {
+		t.Fatalf("relay without certificates: %v\n%s", err, out)
+	}
+	for _, rn := range []string{"hk", "seattle"} {
+		if want := `msg="annotation left alone here: only 'hoplink local' emulates links; these have real round trips" relaynode=` + rn + ` annotation=hoplink.dev/local-rtt`; !strings.Contains(string(out), want) {
+			t.Errorf("no line %s in\n%s", want, out)
+		}
 	}
 }

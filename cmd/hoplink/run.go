@@ -252,6 +252,11 @@ injected sidecar relays run.`,
 				names := set.RelayNames()
 				return fmt.Errorf("--name %q: no RelayNode of that name in the manifests (they have: %s)%s", name, strings.Join(names, ", "), manifest.DidYouMean(name, names))
 			}
+			for _, rn := range set.Relays {
+				if _, ok := rn.Annotations[local.AnnotationRTT]; ok {
+					log.Info("annotation left alone here: only 'hoplink local' emulates links; these have real round trips", "relaynode", rn.Name, "annotation", local.AnnotationRTT)
+				}
+			}
 			if certDir != "" {
 				caFile = orDefault(caFile, certDir+"/ca.crt")
 				certFile = orDefault(certFile, certDir+"/"+name+".crt")
