@@ -61,7 +61,7 @@ relays on separate hosts ('hoplink relay'). Relays listen on 127.0.0.1 from
 			if err != nil {
 				return err
 			}
-			return o.run(log, set)
+			return o.run(log, set, nil, doc)
 		},
 	}
 	f := cmd.Flags()

@@ -137,25 +137,61 @@ type localRun struct {
 func (o *localRun) flags(f *pflag.FlagSet) {
 	metricsFlag(f, &o.metricsAddr)
 	f.BoolVar(&o.profiling, "pprof", false, "also serve /debug/pprof on --metrics-addr")
-	f.StringVar(&o.observerCerts, "observer-certs", "", "write the in-memory CA's certificate and an observer certificate into `DIR` (ca.crt, observer.crt, observer.key), for 'hoplink status --certs DIR'")
+	f.StringVar(&o.observerCerts, "observer-certs", "", "write the in-memory CA's certificate and an observer certificate into `DIR` (ca.crt, observer.crt, observer.key), for 'hoplink status --certs DIR' (default: a new temporary directory, removed at exit)")
 	drainFlag(f, &o.drainTimeout)
 }
 
 // run starts every relay of set in this process and serves until a signal.
-func (o *localRun) run(log *slog.Logger, set *manifest.Set) error {
+// files are the manifests as the user named them; without any (forward),
+// doc is written beside the observer's files for 'status -f'.
+func (o *localRun) run(log *slog.Logger, set *manifest.Set, files []string, doc string) error {
 	reg, m := newRegistry()
 	n, err := local.Start(set, relay.Config{Metrics: m, Log: log, NoTUNOffload: !o.tunOffload, Version: version})
 	if err != nil {
 		return portHint(err)
 	}
-	if o.observerCerts != "" {
-		if err := writeObserverFiles(n.CA, o.observerCerts); err != nil {
+	// What 'hoplink status' needs is written whether or not it was asked
+	// for, so that a running network can always be looked at: the CA is in
+	// memory and dies with the process, so a directory of our own is
+	// removed at exit.
+	dir := o.observerCerts
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "hoplink-local-"); err != nil {
 			n.Close()
-			return fmt.Errorf("--observer-certs: %w", err)
+			return fmt.Errorf("a directory for the observer's certificate: %w", err)
 		}
+		defer os.RemoveAll(dir)
+	}
+	err = writeObserverFiles(n.CA, dir)
+	if err == nil && len(files) == 0 {
+		files = []string{filepath.Join(dir, "manifests.yaml")}
+		err = os.WriteFile(files[0], []byte(doc), 0o644)
+	}
+	if err != nil {
+		n.Close()
+		return fmt.Errorf("--observer-certs: %w", err)
 	}
 	log.Info("local network ready", "relays", len(n.Relays), "tunnels", len(set.Tunnels))
+	log.Info("inspect it with", "command", inspectCommand(files, dir))
 	return portHint(serveUntilSignal(log, o.metricsAddr, o.profiling, reg, n.Ready, n.Drain, o.drainTimeout, n.Close))
+}
+
+// inspectCommand is the 'hoplink status' that shows a local network, run
+// as this process was (bin/hoplink under make demo) from the same directory.
+func inspectCommand(files []string, certs string) string {
+	args := []string{shellWord(os.Args[0]), "status"}
+	for _, f := range files {
+		args = append(args, "-f", shellWord(f))
+	}
+	return strings.Join(append(args, "--certs", shellWord(certs)), " ")
+}
+
+// shellWord quotes s for a POSIX shell when it needs it.
+func shellWord(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./:=,+@%") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 func newLocalCmd(lf *logFlags) *cobra.Command {
@@ -174,7 +210,7 @@ func newLocalCmd(lf *logFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return o.run(log, set)
+			return o.run(log, set, files, "")
 		},
 	}
 	cmd.Flags().StringSliceVarP(&files, "file", "f", nil, "manifest file or directory (repeatable)")

@@ -54,7 +54,7 @@ func (o *observeFlags) add(cmd *cobra.Command) {
 	o.kf.register(f)
 	f.StringVar(&o.caSecret, "ca-secret", "hoplink-system/hoplink-ca", "with --kube, the Secret (NAMESPACE/NAME) holding the relay CA")
 	f.StringSliceVarP(&o.files, "file", "f", nil, "manifest file or directory (repeatable): the relays to ask and their endpoints")
-	f.StringVar(&o.certs, "certs", "", "`DIR` with ca.crt and the observer's certificate (observer.crt, observer.key), as 'hoplink cert observer' or 'hoplink local --observer-certs' writes them")
+	f.StringVar(&o.certs, "certs", "", "`DIR` with ca.crt and the observer's certificate (observer.crt, observer.key), as 'hoplink cert observer' writes them, or 'hoplink local' (which logs the command)")
 	f.StringVarP(&o.output, "output", "o", "table", "output format: table, json or yaml")
 	f.DurationVar(&o.timeout, "timeout", 5*time.Second, "how long to wait for each relay's answer")
 }
