@@ -67,6 +67,10 @@ type Congestion struct {
 	Algorithm string `json:"algorithm,omitempty"`
 	Reason    string `json:"reason"`
 	Fix       string `json:"fix,omitempty"`
+	// SendBuffer is the most one link socket may queue to send, in bytes:
+	// the third figure of net.ipv4.tcp_wmem where the relay runs, which
+	// bounds one TLS flow to about half of it per round trip.
+	SendBuffer int64 `json:"sendBuffer,omitempty"`
 }
 
 // Peer is a relay's link to a next hop: whether it carries flows now, and
