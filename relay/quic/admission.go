@@ -1,0 +1,76 @@
+package quic
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// DefaultMaxConns is the connections a peer may hold when Options.MaxConns
+// says nothing: as many as one relay process dials, twice over, since a
+// relay that restarted reconnects before its old connections are gone.
+const DefaultMaxConns = 2 * (1 + MaxTunnelLinks)
+
+// bound closes connections of c's peer (those it dialed to this relay)
+// past the peer's bound, c just accepted among them, and reports whether
+// c itself closed. Each connection may make this relay buffer up to its
+// flow-control window, so connections without bound were memory without
+// bound. The idlest close first (idleness.closesBefore), and never one
+// serving a stream: c serves none yet, so it closes rather than a busy
+// one, and a bound that shrank (a Tunnel removed) leaves flows to finish.
+// A connection the peer used as its link closes only once every one the
+// peer made and never used is gone.
+func (e *Endpoint) bound(c *Conn) bool {
+	limit := DefaultMaxConns
+	if e.opts.MaxConns != nil {
+		limit = max(1, e.opts.MaxConns(c.Peer))
+	}
+	e.mu.Lock()
+	var peers []idleness
+	for o := range e.conns {
+		if o.Peer == c.Peer && o.Context().Err() == nil {
+			peers = append(peers, o.idleness())
+		}
+	}
+	e.mu.Unlock()
+	if len(peers) <= limit {
+		return false
+	}
+	slices.SortFunc(peers, idleness.closesBefore)
+	self := false
+	for _, v := range peers[:len(peers)-limit] {
+		if v.busy {
+			break
+		}
+		e.opts.Metrics.ConnsEvicted.WithLabelValues(e.opts.Name, c.Peer).Inc()
+		e.warn.Warn("peer holds too many connections: the idlest closes", "peer", c.Peer, "limit", limit, "remote", v.c.RemoteAddr())
+		v.c.CloseWithError(0, "too many connections from this relay")
+		self = self || v.c == c
+	}
+	return self
+}
+
+// Recheck closes every connection whose peer no longer holds: its
+// certificate expired, or (full) the manifests no longer name it. Flows on
+// such a connection end. It returns how many it closed.
+func (e *Endpoint) Recheck(full bool) int {
+	n := 0
+	now := time.Now()
+	for _, c := range e.allConns() {
+		var err error
+		st := c.ConnectionState().TLS
+		switch {
+		case len(st.PeerCertificates) > 0 && now.After(st.PeerCertificates[0].NotAfter):
+			err = fmt.Errorf("its certificate expired at %s", st.PeerCertificates[0].NotAfter.UTC().Format(time.RFC3339))
+		case full && e.opts.KnownPeer != nil && !e.opts.KnownPeer(c.Peer):
+			err = errors.New("the manifests no longer name it")
+		}
+		if err != nil {
+			e.opts.Log.Warn("closing the connection to a peer that no longer holds", "peer", c.Peer, "transport", "quic", "err", err)
+			c.CloseWithError(0, "peer no longer trusted")
+			n++
+		}
+	}
+	return n
+}
