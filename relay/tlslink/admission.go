@@ -1,0 +1,89 @@
+package tlslink
+
+import (
+	crand "crypto/rand"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hoplink/hoplink/pki"
+)
+
+// Recheck closes every connection carrying a flow whose peer no longer
+// holds: its certificate expired, or (full) the manifests no longer name
+// it. With full, new handshakes also check peers against the CAs trusted
+// now (no session made before resumes). It returns how many it closed.
+func (e *Endpoint) Recheck(full bool) int {
+	e.mu.Lock()
+	conns := make([]*tls.Conn, 0, len(e.active))
+	for c := range e.active {
+		conns = append(conns, c)
+	}
+	var pools []*Pool
+	retrust := full && e.trusted != e.opts.Identity.Roots()
+	if retrust {
+		e.trusted = e.opts.Identity.Roots()
+		for _, p := range e.pools {
+			pools = append(pools, p)
+		}
+	}
+	e.mu.Unlock()
+	if retrust {
+		// Sessions resume without a certificate check: none made under
+		// the old trust may.
+		var key [32]byte
+		crand.Read(key[:])
+		e.serverConf.SetSessionTicketKeys([][32]byte{key})
+		for _, p := range pools {
+			p.retrust()
+			p.drain() // spares were checked under the old trust
+			p.refill()
+		}
+	}
+	n := 0
+	for _, c := range conns {
+		if err := e.peerHolds(c.ConnectionState(), full); err != nil {
+			peer, _ := pki.PeerName(c.ConnectionState())
+			e.opts.Log.Warn("closing the connection to a peer that no longer holds", "peer", peer, "transport", "tls", "err", err)
+			c.NetConn().Close()
+			n++
+		}
+	}
+	return n
+}
+
+// ClosePeer closes every connection carrying a flow to or from peer, and
+// returns how many: the peer stopped answering, and TCP would keep its
+// flows hanging for as long as its kernel still acknowledges (a stopped
+// process) or its retransmissions last (a lost host).
+func (e *Endpoint) ClosePeer(peer string) int {
+	e.mu.Lock()
+	var conns []*tls.Conn
+	for c := range e.active {
+		if name, err := pki.PeerName(c.ConnectionState()); err == nil && name == peer {
+			conns = append(conns, c)
+		}
+	}
+	e.mu.Unlock()
+	for _, c := range conns {
+		c.NetConn().Close()
+	}
+	return len(conns)
+}
+
+func (e *Endpoint) peerHolds(st tls.ConnectionState, full bool) error {
+	if len(st.PeerCertificates) == 0 {
+		return nil // not yet handshaken
+	}
+	if leaf := st.PeerCertificates[0]; time.Now().After(leaf.NotAfter) {
+		return fmt.Errorf("its certificate expired at %s", leaf.NotAfter.UTC().Format(time.RFC3339))
+	}
+	if !full {
+		return nil
+	}
+	if peer, err := pki.PeerName(st); err != nil || (e.opts.KnownPeer != nil && !e.opts.KnownPeer(peer)) {
+		return errors.New("the manifests no longer name it")
+	}
+	return nil
+}
