@@ -1,0 +1,49 @@
+package nexthop
+
+import rquic "github.com/hoplink/hoplink/relay/quic"
+
+// Draining reports whether a peer (every replica of a sidecar peer) said
+// it drains.
+func (p *Peers) Draining(peer string) bool {
+	r := p.o.Manifests().Relay(peer)
+	if r == nil || !r.Spec.IsSidecar() {
+		return p.quic.PeerDraining(peer)
+	}
+	for _, a := range r.Spec.Endpoints {
+		if !p.quic.ReplicaDraining(peer, a) {
+			return false
+		}
+	}
+	return len(r.Spec.Endpoints) > 0
+}
+
+// Answering records whether peer answered the last round of link probes
+// (see rquic.Endpoint.Answering).
+func (p *Peers) Answering(peer string, ok bool) { p.quic.Answering(peer, ok) }
+
+// peerLost ends the TLS flows of a peer whose QUIC control connection
+// timed out: it stopped answering (a host lost, a process hung). QUIC's
+// idle timeout ended its QUIC flows; TCP would keep TLS flows hanging for
+// as long as its kernel acknowledges or its retransmissions last.
+func (p *Peers) peerLost(peer string) {
+	if n := p.tls.ClosePeer(peer); n > 0 && p.o.Log != nil {
+		p.o.Log.Warn("peer stopped answering: its TLS flows end", "peer", peer, "flows", n)
+	}
+}
+
+// unavailable reports a relay new flows should not be sent through: it
+// drains, or, as this relay's next hop, it stopped answering. That this
+// relay cannot reach a relay further on says nothing of the route: the
+// relay before that one reaches it (a link cut between two relays).
+func (p *Peers) unavailable(peer string, next bool) bool {
+	return p.Draining(peer) || (next && p.quic.PeerDown(peer))
+}
+
+// Live returns the connection to a peer if it is up now, without waiting.
+func (p *Peers) Live(peer string) *rquic.Conn { return p.quic.Live(peer) }
+
+// Up says whether the link to peer carries new flows now: connected, not
+// counted down, not draining.
+func (p *Peers) Up(peer string) bool {
+	return p.quic.Live(peer) != nil && !p.quic.PeerDown(peer) && !p.Draining(peer)
+}
