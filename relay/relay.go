@@ -185,7 +185,6 @@ func (r *Relay) Start() error {
 		Listen:           net.JoinHostPort(self.Spec.Listen.Address, strconv.Itoa(int(self.Spec.Listen.Port))),
 		SeparateDialPort: r.cfg.SeparateDialPort,
 		Manifests:        e.manifests,
-		Router:           r.routes,
 		Stream:           func(c *rquic.Conn, s *quicgo.Stream) { r.dispatch.serveQUIC(c, s) },
 		TLS:              func(peer string, c *tls.Conn) { r.dispatch.serveTLS(peer, c) },
 		Admin:            adminapi.Handler(adminBackend{m: r.measure, status: r.status}),
@@ -204,11 +203,11 @@ func (r *Relay) Start() error {
 		Log:        e.log,
 	})
 	// Every role exists before the first peer's stream can arrive.
-	r.hops, r.measure.hops = hops, hops
-	r.tcp = &tcpFlows{env: e, hops: hops, targets: targets}
-	r.udp = &udpFlows{env: e, hops: hops}
+	r.hops, r.measure.hops, r.routes.links = hops, hops, hops
+	r.tcp = &tcpFlows{env: e, hops: hops, routes: r.routes, targets: targets}
+	r.udp = &udpFlows{env: e, hops: hops, routes: r.routes}
 	r.tun = &tunFlows{env: e, tcp: r.tcp, udp: r.udp, noOffload: r.cfg.NoTUNOffload}
-	r.packets = &packetTunnels{env: e, hops: hops, noOffload: r.cfg.NoTUNOffload, exits: map[string]*packetExit{}}
+	r.packets = &packetTunnels{env: e, hops: hops, routes: r.routes, noOffload: r.cfg.NoTUNOffload, exits: map[string]*packetExit{}}
 	r.dispatch = &dispatcher{env: e, hops: hops, tcp: r.tcp, udp: r.udp, packets: r.packets, measure: r.measure}
 	if err := hops.Listen(); err != nil {
 		return fmt.Errorf("RelayNode %q: spec.listen: %w", r.cfg.Name, err)

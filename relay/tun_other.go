@@ -32,6 +32,7 @@ func (f *tunFlows) open(*v1alpha1.Tunnel, string, netip.Prefix, []netip.Prefix) 
 type packetTunnels struct {
 	*env
 	hops      *nexthop.Peers
+	routes    *routeBook
 	noOffload bool
 
 	mu    sync.Mutex

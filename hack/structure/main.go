@@ -387,7 +387,7 @@ var tcpPath = []step{
 	{"entry: the client accepted, a flow token taken", "relay", "tcpFlows.serve", true},
 	{"entry: the client's socket as a flow end", "relay/flow", "TCP", true},
 	{"entry: the flow into the chain", "relay", "tcpFlows.entry", false},
-	{"entry: the route", "relay/nexthop", "Peers.Route", true},
+	{"entry: the route", "relay", "routeBook.routeOf", true},
 	{"entry: the route", "relay", "routeBook.Route", true},
 	{"entry: a hop opened", "relay/nexthop", "Peers.Open", true},
 	{"entry: the link's transport chosen", "relay/nexthop", "Peers.choose", false},

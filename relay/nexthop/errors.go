@@ -8,11 +8,9 @@ import (
 // ErrDraining is a next hop that drains: it takes no new flows.
 var ErrDraining = errors.New("the relay is draining (shutting down): it takes no new flows")
 
-// Reasons of an Error: the reason label of hoplink_flow_errors_total.
-const (
-	NoRoute = "no_route"
-	NextHop = "next_hop"
-)
+// NextHop is the reason of every Error, the reason label of
+// hoplink_flow_errors_total.
+const NextHop = "next_hop"
 
 // Error is a flow that could not reach its next hop.
 type Error struct {
@@ -30,9 +28,6 @@ func (e *Error) Error() string {
 }
 
 func (e *Error) Unwrap() error { return e.Err }
-
-// ErrChainGone is a flow whose Tunnel's Chain left the manifests.
-var ErrChainGone = errors.New("the Tunnel's chain is gone")
 
 func unknown(next string) error {
 	return &Error{Reason: NextHop, Next: next, Err: fmt.Errorf("%q is not a known relay", next)}

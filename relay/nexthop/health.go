@@ -31,13 +31,10 @@ func (p *Peers) peerLost(peer string) {
 	}
 }
 
-// unavailable reports a relay new flows should not be sent through: it
-// drains, or, as this relay's next hop, it stopped answering. That this
-// relay cannot reach a relay further on says nothing of the route: the
-// relay before that one reaches it (a link cut between two relays).
-func (p *Peers) unavailable(peer string, next bool) bool {
-	return p.Draining(peer) || (next && p.quic.PeerDown(peer))
-}
+// Down reports whether this relay's link to peer is known down now: it
+// answered no probe of the last round, or its connection timed out or a
+// dial failed and none is up since (see rquic.Endpoint.PeerDown).
+func (p *Peers) Down(peer string) bool { return p.quic.PeerDown(peer) }
 
 // Live returns the connection to a peer if it is up now, without waiting.
 func (p *Peers) Live(peer string) *rquic.Conn { return p.quic.Live(peer) }
@@ -45,5 +42,5 @@ func (p *Peers) Live(peer string) *rquic.Conn { return p.quic.Live(peer) }
 // Up says whether the link to peer carries new flows now: connected, not
 // counted down, not draining.
 func (p *Peers) Up(peer string) bool {
-	return p.quic.Live(peer) != nil && !p.quic.PeerDown(peer) && !p.Draining(peer)
+	return p.quic.Live(peer) != nil && !p.Down(peer) && !p.Draining(peer)
 }

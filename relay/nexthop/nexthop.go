@@ -25,16 +25,6 @@ import (
 	"github.com/hoplink/hoplink/relay/tlslink"
 )
 
-// Router knows the routes of chains.
-type Router interface {
-	// Route returns the route new flows of chain c take; a routed chain
-	// without one yet is waited for until ctx ends. A route that crosses
-	// a relay avoid names (one that drains; the next hop also when it is
-	// down) is not taken: a routed chain waits for a round to find another,
-	// a chain with a fixed route fails at once.
-	Route(ctx context.Context, c *v1alpha1.Chain, avoid func(relay string, next bool) bool) ([]string, error)
-}
-
 // Options configure Peers.
 type Options struct {
 	Name     string
@@ -45,7 +35,6 @@ type Options struct {
 	SeparateDialPort bool
 	// Manifests returns the manifests in force now.
 	Manifests func() *manifest.Set
-	Router    Router
 	// Stream serves a stream a peer opened over QUIC; TLS one a TLS
 	// connection (whose read deadline bounds the wait for its header).
 	Stream func(c *rquic.Conn, s *quicgo.Stream)

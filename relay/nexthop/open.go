@@ -34,19 +34,6 @@ func (p *Peers) refuseDraining(next string) error {
 	return nil
 }
 
-// Route returns the chain and route a new flow of Tunnel t takes.
-func (p *Peers) Route(ctx context.Context, t *v1alpha1.Tunnel) (*v1alpha1.Chain, []string, error) {
-	chain := p.o.Manifests().ChainOf(t)
-	if chain == nil {
-		return nil, nil, &Error{Reason: NoRoute, Err: ErrChainGone}
-	}
-	route, err := p.o.Router.Route(ctx, chain, p.unavailable)
-	if err != nil {
-		return nil, nil, &Error{Reason: NoRoute, Err: err}
-	}
-	return chain, route, nil
-}
-
 // Onward is the header a relay sends on: h for the rest of the route.
 func Onward(h *hop.Header) *hop.Header {
 	next := *h
