@@ -184,7 +184,6 @@ func (r *Relay) Start() error {
 		Identity:         r.cfg.Identity,
 		Listen:           net.JoinHostPort(self.Spec.Listen.Address, strconv.Itoa(int(self.Spec.Listen.Port))),
 		SeparateDialPort: r.cfg.SeparateDialPort,
-		Manifests:        e.manifests,
 		Stream:           func(c *rquic.Conn, s *quicgo.Stream) { r.dispatch.serveQUIC(c, s) },
 		TLS:              func(peer string, c *tls.Conn) { r.dispatch.serveTLS(peer, c) },
 		Admin:            adminapi.Handler(adminBackend{m: r.measure, status: r.status}),
@@ -209,11 +208,10 @@ func (r *Relay) Start() error {
 	r.tun = &tunFlows{env: e, tcp: r.tcp, udp: r.udp, noOffload: r.cfg.NoTUNOffload}
 	r.packets = &packetTunnels{env: e, hops: hops, routes: r.routes, noOffload: r.cfg.NoTUNOffload, exits: map[string]*packetExit{}}
 	r.dispatch = &dispatcher{env: e, hops: hops, tcp: r.tcp, udp: r.udp, packets: r.packets, measure: r.measure}
+	hops.SetPeers(peersOf(set, r.cfg.Name))
 	if err := hops.Listen(); err != nil {
 		return fmt.Errorf("RelayNode %q: spec.listen: %w", r.cfg.Name, err)
 	}
-
-	hops.Connect(set)
 	r.packets.sync(set)
 	// A Tunnel that cannot open (its port taken, its device refused) is
 	// reported and retried; it keeps no other Tunnel from serving.
@@ -263,10 +261,10 @@ func (r *Relay) Update(set *manifest.Set) error {
 	if cc, changed := r.congestionFor(set); changed {
 		r.hops.SetCongestion(cc)
 	}
+	r.hops.SetPeers(peersOf(set, r.cfg.Name))
 	// Peers the manifests dropped lose their connections; TLS sessions
 	// stop resuming under CAs an Identity().Update replaced.
 	r.hops.Recheck(true)
-	r.hops.Connect(set)
 	r.routingUpdated(set)
 	r.packets.sync(set)
 	want := map[string]*v1alpha1.Tunnel{}

@@ -5,16 +5,16 @@ import rquic "github.com/hoplink/hoplink/relay/quic"
 // Draining reports whether a peer (every replica of a sidecar peer) said
 // it drains.
 func (p *Peers) Draining(peer string) bool {
-	r := p.o.Manifests().Relay(peer)
-	if r == nil || !r.Spec.IsSidecar() {
+	r, ok := p.peer(peer)
+	if !ok || !r.Replicas {
 		return p.quic.PeerDraining(peer)
 	}
-	for _, a := range r.Spec.Endpoints {
+	for _, a := range r.Endpoints {
 		if !p.quic.ReplicaDraining(peer, a) {
 			return false
 		}
 	}
-	return len(r.Spec.Endpoints) > 0
+	return len(r.Endpoints) > 0
 }
 
 // Answering records whether peer answered the last round of link probes

@@ -18,7 +18,6 @@ import (
 	quicgo "github.com/quic-go/quic-go"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
-	"github.com/hoplink/hoplink/manifest"
 	"github.com/hoplink/hoplink/metrics"
 	"github.com/hoplink/hoplink/pki"
 	rquic "github.com/hoplink/hoplink/relay/quic"
@@ -33,8 +32,6 @@ type Options struct {
 	Listen string
 	// SeparateDialPort is rquic.Options'.
 	SeparateDialPort bool
-	// Manifests returns the manifests in force now.
-	Manifests func() *manifest.Set
 	// Stream serves a stream a peer opened over QUIC; TLS one a TLS
 	// connection (whose read deadline bounds the wait for its header).
 	Stream func(c *rquic.Conn, s *quicgo.Stream)
@@ -59,6 +56,10 @@ type Peers struct {
 	quic *rquic.Endpoint
 	tls  *tlslink.Endpoint
 
+	mu    sync.Mutex
+	peers map[string]Peer // by name (SetPeers)
+	order []Peer          // as given
+
 	spread sync.Map // peer with replicas -> *atomic.Uint64, its round-robin turn
 	auto   *chooser
 
@@ -82,24 +83,28 @@ func New(o Options) *Peers {
 	return p
 }
 
-// Listen binds the relay's QUIC and TLS listeners on the same port number.
+// Listen binds the relay's QUIC and TLS listeners on the same port number,
+// which admit the peers SetPeers gave, and starts their links.
 func (p *Peers) Listen() error {
 	o := p.o
-	known := func(name string) bool { return o.Manifests().Relay(name) != nil }
-	q, err := rquic.Listen(rquic.Options{Name: o.Name, Identity: o.Identity, Listen: o.Listen, KnownPeer: known, SeparateDialPort: o.SeparateDialPort,
+	p.mu.Lock()
+	peers := p.order
+	p.mu.Unlock()
+	conns, names := admission(peers)
+	q, err := rquic.Listen(rquic.Options{Name: o.Name, Identity: o.Identity, Listen: o.Listen, Peers: conns, SeparateDialPort: o.SeparateDialPort,
 		Handler: o.Stream, OnProbeEcho: o.OnProbeEcho, OnPeerDraining: o.OnPeerDraining, OnRejected: o.OnRejected, OnPeerLost: p.peerLost,
-		MaxConns: func(peer string) int { return maxConns(o.Manifests(), o.Name, peer) },
-		Metrics:  o.Metrics, Log: o.Log})
+		Metrics: o.Metrics, Log: o.Log})
 	if err != nil {
 		return err
 	}
-	t, err := tlslink.Listen(tlslink.Options{Name: o.Name, Identity: o.Identity, Listen: o.Listen, KnownPeer: known,
+	t, err := tlslink.Listen(tlslink.Options{Name: o.Name, Identity: o.Identity, Listen: o.Listen, Peers: names,
 		Handler: o.TLS, Admin: o.Admin, OnRejected: o.OnRejected, Congestion: o.Congestion, Metrics: o.Metrics, Log: o.Log})
 	if err != nil {
 		q.Close()
 		return err
 	}
 	p.quic, p.tls = q, t
+	p.start(peers)
 	return nil
 }
 
@@ -133,8 +138,8 @@ func (p *Peers) Drain() { p.quic.Drain() }
 func (p *Peers) Settle(ctx context.Context) int { return p.quic.Settle(ctx) }
 
 // Recheck closes the connections, QUIC and TLS, whose peer no longer
-// holds: its certificate expired, or (full) the manifests no longer name
-// it; with full, TLS sessions made under the previous CAs stop resuming.
+// holds: its certificate expired, or (full) it is no longer among the
+// peers SetPeers gave; with full, TLS sessions made under the previous CAs stop resuming.
 func (p *Peers) Recheck(full bool) int {
 	return p.quic.Recheck(full) + p.tls.Recheck(full)
 }

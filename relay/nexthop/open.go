@@ -104,8 +104,8 @@ func (p *Peers) openStream(ctx context.Context, h *hop.Header) (flow.End, error)
 // flow's connection is finished.
 func (p *Peers) openTLS(ctx context.Context, h *hop.Header, spareOnly bool, ended func()) (flow.End, error) {
 	next := h.Route[0]
-	peer := p.o.Manifests().Relay(next)
-	if peer == nil {
+	peer, ok := p.peer(next)
+	if !ok {
 		return nil, unknown(next)
 	}
 	get := func(pool *tlslink.Pool) (*tls.Conn, error) {
@@ -116,12 +116,12 @@ func (p *Peers) openTLS(ctx context.Context, h *hop.Header, spareOnly bool, ende
 	}
 	var c *tls.Conn
 	var err error
-	if !peer.Spec.IsSidecar() {
-		c, err = get(p.tls.Pool(peer.Name, peer.Spec.Endpoints))
+	if !peer.Replicas {
+		c, err = get(p.tls.Pool(peer.Name, peer.Endpoints))
 	} else {
 		// A replica that refuses (it died a moment ago: TCP says so at
 		// once) costs a try, not the flow: the next replica gets it.
-		for range max(1, len(peer.Spec.Endpoints)) {
+		for range max(1, len(peer.Endpoints)) {
 			addr, perr := p.replica(peer)
 			if perr != nil {
 				return nil, perr
@@ -166,11 +166,11 @@ func (p *Peers) Session(ctx context.Context, h *hop.Header) (*rquic.Conn, *quicg
 
 func (p *Peers) session(ctx context.Context, h *hop.Header) (*rquic.Conn, *quicgo.Stream, error) {
 	next := h.Route[0]
-	set := p.o.Manifests()
-	if set.Relay(next) == nil {
+	peer, ok := p.peer(next)
+	if !ok {
 		return nil, nil, unknown(next)
 	}
-	link, err := p.link(set.Relay(next), class(h))
+	link, err := p.link(peer, class(h))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -207,9 +207,9 @@ func (p *Peers) OpenLive(ctx context.Context, h *hop.Header) (*quicgo.Stream, er
 // replicas (a sidecar relay) spreads new streams over its ready replicas
 // in turn, preferring those connected now; a stream, and so a UDP or
 // packet session, stays on the replica it opened on.
-func (p *Peers) link(peer *v1alpha1.RelayNode, class string) (*rquic.Link, error) {
-	if !peer.Spec.IsSidecar() {
-		return p.quic.Link(peer.Name, class, peer.Spec.Endpoints), nil
+func (p *Peers) link(peer Peer, class string) (*rquic.Link, error) {
+	if !peer.Replicas {
+		return p.quic.Link(peer.Name, class, peer.Endpoints), nil
 	}
 	addr, err := p.replica(peer)
 	if err != nil {
@@ -220,8 +220,8 @@ func (p *Peers) link(peer *v1alpha1.RelayNode, class string) (*rquic.Link, error
 
 // replica picks the replica of a sidecar peer a new flow goes to: the next
 // in turn that is connected and has not been seen lost, else the next.
-func (p *Peers) replica(peer *v1alpha1.RelayNode) (string, error) {
-	eps := peer.Spec.Endpoints
+func (p *Peers) replica(peer Peer) (string, error) {
+	eps := peer.Endpoints
 	if len(eps) == 0 {
 		return "", &Error{Reason: NextHop, Next: peer.Name, Err: fmt.Errorf("sidecar relay %q has no ready replica", peer.Name)}
 	}

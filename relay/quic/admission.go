@@ -7,10 +7,26 @@ import (
 	"time"
 )
 
-// DefaultMaxConns is the connections a peer may hold when Options.MaxConns
+// DefaultMaxConns is the connections a peer may hold when Options.Peers
 // says nothing: as many as one relay process dials, twice over, since a
 // relay that restarted reconnects before its old connections are gone.
 const DefaultMaxConns = 2 * (1 + MaxTunnelLinks)
+
+// SetPeers replaces the relays that may connect and the connections each
+// may hold (Options.Peers). Connections already up stay until Recheck.
+func (e *Endpoint) SetPeers(peers map[string]int) {
+	e.mu.Lock()
+	e.peers = peers
+	e.mu.Unlock()
+}
+
+// known says whether a relay of that name may connect.
+func (e *Endpoint) known(name string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	_, ok := e.peers[name]
+	return ok
+}
 
 // bound closes connections of c's peer (those it dialed to this relay)
 // past the peer's bound, c just accepted among them, and reports whether
@@ -23,10 +39,10 @@ const DefaultMaxConns = 2 * (1 + MaxTunnelLinks)
 // peer made and never used is gone.
 func (e *Endpoint) bound(c *Conn) bool {
 	limit := DefaultMaxConns
-	if e.opts.MaxConns != nil {
-		limit = max(1, e.opts.MaxConns(c.Peer))
-	}
 	e.mu.Lock()
+	if n := e.peers[c.Peer]; n > 0 {
+		limit = n
+	}
 	var peers []idleness
 	for o := range e.conns {
 		if o.Peer == c.Peer && o.Context().Err() == nil {
@@ -52,7 +68,7 @@ func (e *Endpoint) bound(c *Conn) bool {
 }
 
 // Recheck closes every connection whose peer no longer holds: its
-// certificate expired, or (full) the manifests no longer name it. Flows on
+// certificate expired, or (full) it is no longer among Peers. Flows on
 // such a connection end. It returns how many it closed.
 func (e *Endpoint) Recheck(full bool) int {
 	n := 0
@@ -63,7 +79,7 @@ func (e *Endpoint) Recheck(full bool) int {
 		switch {
 		case len(st.PeerCertificates) > 0 && now.After(st.PeerCertificates[0].NotAfter):
 			err = fmt.Errorf("its certificate expired at %s", st.PeerCertificates[0].NotAfter.UTC().Format(time.RFC3339))
-		case full && e.opts.KnownPeer != nil && !e.opts.KnownPeer(c.Peer):
+		case full && !e.known(c.Peer):
 			err = errors.New("the manifests no longer name it")
 		}
 		if err != nil {

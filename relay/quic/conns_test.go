@@ -28,11 +28,10 @@ func boundedEndpoint(t *testing.T, ca *pki.CA, name string, limit int, handler f
 		t.Fatal(err)
 	}
 	e, err := Listen(Options{Name: name, Identity: id, Listen: "127.0.0.1:0",
-		MaxConns:  func(string) int { return limit },
-		KnownPeer: func(string) bool { return true },
-		Handler:   handler,
-		Metrics:   metrics.New(prometheus.NewRegistry()),
-		Log:       slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Peers:   map[string]int{"a": limit, "b": limit, "c": limit, "d": limit},
+		Handler: handler,
+		Metrics: metrics.New(prometheus.NewRegistry()),
+		Log:     slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

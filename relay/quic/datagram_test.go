@@ -23,6 +23,10 @@ func testEndpoint(t *testing.T, ca *pki.CA, name string, accepted chan<- *Conn) 
 	})
 }
 
+// testPeers are the relays the tests' endpoints take, each with the
+// default bound on its connections.
+var testPeers = map[string]int{"a": 0, "b": 0, "c": 0, "d": 0}
+
 // testEndpointWith starts an endpoint whose peers' streams go to handler.
 func testEndpointWith(t *testing.T, ca *pki.CA, name string, handler func(*Conn, *quicgo.Stream)) *Endpoint {
 	t.Helper()
@@ -31,10 +35,10 @@ func testEndpointWith(t *testing.T, ca *pki.CA, name string, handler func(*Conn,
 		t.Fatal(err)
 	}
 	e, err := Listen(Options{Name: name, Identity: id, Listen: "127.0.0.1:0",
-		KnownPeer: func(string) bool { return true },
-		Handler:   handler,
-		Metrics:   metrics.New(prometheus.NewRegistry()),
-		Log:       slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Peers:   testPeers,
+		Handler: handler,
+		Metrics: metrics.New(prometheus.NewRegistry()),
+		Log:     slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

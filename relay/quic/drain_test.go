@@ -8,7 +8,6 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"io"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -83,10 +82,8 @@ func TestRecheckClosesForgottenPeers(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := testEndpoint(t, ca, "b", make(chan *Conn, 8))
-	var known atomic.Bool
-	known.Store(true)
 	id, _ := ca.Identity("a")
-	a, err := Listen(Options{Name: "a", Identity: id, Listen: "127.0.0.1:0", KnownPeer: func(string) bool { return known.Load() },
+	a, err := Listen(Options{Name: "a", Identity: id, Listen: "127.0.0.1:0", Peers: testPeers,
 		Metrics: b.opts.Metrics, Log: b.opts.Log})
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +98,7 @@ func TestRecheckClosesForgottenPeers(t *testing.T) {
 	if n := a.Recheck(true); n != 0 || c.Context().Err() != nil {
 		t.Fatalf("a known peer with a valid certificate lost its connection (%d closed)", n)
 	}
-	known.Store(false)
+	a.SetPeers(nil)
 	if n := a.Recheck(false); n != 0 {
 		t.Fatalf("an expiry-only recheck closed %d connections of a peer whose certificate holds", n)
 	}
@@ -135,7 +132,7 @@ func TestRecheckClosesOnExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := testEndpoint(t, ca, "a", nil)
-	b, err := Listen(Options{Name: "b", Identity: short, Listen: "127.0.0.1:0", KnownPeer: func(string) bool { return true },
+	b, err := Listen(Options{Name: "b", Identity: short, Listen: "127.0.0.1:0", Peers: testPeers,
 		Handler: func(_ *Conn, s *quicgo.Stream) { s.CancelRead(0) }, Metrics: a.opts.Metrics, Log: a.opts.Log})
 	if err != nil {
 		t.Fatal(err)

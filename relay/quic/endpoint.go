@@ -37,15 +37,14 @@ type Options struct {
 	SeparateDialPort bool
 	// MaxStreams bounds the flows a peer may have open at once on one
 	// connection (quic-go's MaxIncomingStreams), not on all of them: a peer
-	// may hold MaxConns connections. 0 means DefaultMaxStreams.
+	// may hold several connections (Peers). 0 means DefaultMaxStreams.
 	MaxStreams int64
-	// MaxConns bounds the connections one peer may hold to this relay (it
-	// dialed them); past it the idlest closes (Endpoint.bound). Nil means
-	// DefaultMaxConns.
-	MaxConns func(peer string) int
-	// KnownPeer says whether a relay of that name may connect; a peer with a
-	// valid certificate that no manifest names is turned away.
-	KnownPeer func(name string) bool
+	// Peers are the relays that may connect, each with the connections it
+	// may hold to this relay (it dialed them; past them the idlest closes,
+	// Endpoint.bound), 0 meaning DefaultMaxConns. A peer with a valid
+	// certificate that is not among them is turned away. SetPeers replaces
+	// them.
+	Peers map[string]int
 	// Handler serves a stream a peer opened. It owns the stream.
 	Handler func(c *Conn, s *quicgo.Stream)
 	// OnProbeEcho receives the answers to link probes sent on connections
@@ -89,6 +88,8 @@ type Endpoint struct {
 	// peer, while they last: a peer that restarts connects anew. Only its
 	// links count (drainNotice).
 	drainers map[string][]*Conn
+
+	peers map[string]int // who may connect (Options.Peers); under mu
 
 	draining atomic.Bool // this relay drains
 	red      *redundancy // where lone packets go twice
@@ -145,6 +146,7 @@ func Listen(opts Options) (*Endpoint, error) {
 	}
 	e := &Endpoint{
 		opts:    opts,
+		peers:   opts.Peers,
 		udp:     udp,
 		dialUDP: dialUDP,
 		tr:      transport(udp),
@@ -222,7 +224,7 @@ func (e *Endpoint) accept() {
 			return
 		}
 		peer, err := pki.PeerName(qc.ConnectionState().TLS)
-		if err == nil && !e.opts.KnownPeer(peer) {
+		if err == nil && !e.known(peer) {
 			err = fmt.Errorf("relay %q is in no manifest this relay knows", peer)
 		}
 		if err != nil {

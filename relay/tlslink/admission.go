@@ -10,9 +10,28 @@ import (
 	"github.com/hoplink/hoplink/pki"
 )
 
+// SetPeers replaces the relays that may connect (Options.Peers).
+// Connections already up stay until Recheck.
+func (e *Endpoint) SetPeers(peers []string) {
+	m := make(map[string]bool, len(peers))
+	for _, p := range peers {
+		m[p] = true
+	}
+	e.mu.Lock()
+	e.peers = m
+	e.mu.Unlock()
+}
+
+// known says whether a relay of that name may connect.
+func (e *Endpoint) known(name string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.peers[name]
+}
+
 // Recheck closes every connection carrying a flow whose peer no longer
-// holds: its certificate expired, or (full) the manifests no longer name
-// it. With full, new handshakes also check peers against the CAs trusted
+// holds: its certificate expired, or (full) it is no longer among Peers.
+// With full, new handshakes also check peers against the CAs trusted
 // now (no session made before resumes). It returns how many it closed.
 func (e *Endpoint) Recheck(full bool) int {
 	e.mu.Lock()
@@ -82,7 +101,7 @@ func (e *Endpoint) peerHolds(st tls.ConnectionState, full bool) error {
 	if !full {
 		return nil
 	}
-	if peer, err := pki.PeerName(st); err != nil || (e.opts.KnownPeer != nil && !e.opts.KnownPeer(peer)) {
+	if peer, err := pki.PeerName(st); err != nil || !e.known(peer) {
 		return errors.New("the manifests no longer name it")
 	}
 	return nil

@@ -30,7 +30,7 @@ func TestLinksRunTheirCongestionControl(t *testing.T) {
 	listen := func(name string, c Congestion) *Endpoint {
 		id, _ := ca.Identity(name)
 		e, err := Listen(Options{Name: name, Identity: id, Listen: "127.0.0.1:0", Spares: 1, Congestion: c,
-			KnownPeer: func(string) bool { return true },
+			Peers: []string{"a", "b"},
 			Handler: func(_ string, c *tls.Conn) {
 				defer c.Close()
 				// Spares are accepted before they carry a flow: report

@@ -88,7 +88,7 @@ func (e *Endpoint) serve(c *tls.Conn, handshaken func()) {
 		return
 	}
 	peer, err := pki.PeerName(c.ConnectionState())
-	if err == nil && !e.opts.KnownPeer(peer) {
+	if err == nil && !e.known(peer) {
 		err = fmt.Errorf("relay %q is in no manifest this relay knows", peer)
 	}
 	if err != nil {

@@ -68,8 +68,11 @@ type Options struct {
 	Name     string
 	Identity *pki.Identity
 	// Listen is the TCP host:port; relays use their QUIC port number.
-	Listen    string
-	KnownPeer func(name string) bool
+	Listen string
+	// Peers are the relays that may connect; a peer with a valid
+	// certificate that is not among them is turned away. SetPeers
+	// replaces them.
+	Peers []string
 	// Congestion is the TCP congestion control of the links this endpoint
 	// dials and accepts (ChooseCongestion).
 	Congestion Congestion
@@ -105,7 +108,8 @@ type Endpoint struct {
 	cc         ccSetting // the links' congestion control
 
 	mu          sync.Mutex
-	trusted     *x509.CertPool // the CAs the pools and tickets were made under
+	peers       map[string]bool // who may connect (Options.Peers)
+	trusted     *x509.CertPool  // the CAs the pools and tickets were made under
 	pools       map[string]*Pool
 	active      map[*tls.Conn]struct{} // connections carrying flows, closed by Close
 	shaking     int                    // handshakes in progress
@@ -127,6 +131,7 @@ func Listen(opts Options) (*Endpoint, error) {
 	e := &Endpoint{opts: opts, warn: ratelog.New(opts.Log), pools: map[string]*Pool{}, active: map[*tls.Conn]struct{}{},
 		shakingFrom: map[string]int{}, waiting: map[string][]*tls.Conn{}, waitingFor: map[*tls.Conn]string{},
 		waitMax: MaxWaiting, waitPerPeer: MaxWaitingPerPeer}
+	e.SetPeers(opts.Peers)
 	e.cc.store(opts.Congestion)
 	lc := net.ListenConfig{Control: e.control}
 	ln, err := lc.Listen(context.Background(), "tcp", opts.Listen)

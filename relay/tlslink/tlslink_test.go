@@ -36,7 +36,7 @@ func endpoint(t *testing.T, ca *pki.CA, name string, m *metrics.Metrics, got cha
 	}
 	e, err := Listen(Options{
 		Name: name, Identity: id, Listen: "127.0.0.1:0", Spares: 2,
-		KnownPeer: func(n string) bool { return n == "a" || n == "b" },
+		Peers: []string{"a", "b"},
 		Handler: func(peer string, c *tls.Conn) {
 			defer c.Close()
 			b := make([]byte, 5)
@@ -154,7 +154,7 @@ func TestWaitingConnectionsAreBounded(t *testing.T) {
 	got := make(chan accepted, 8)
 	b, err := Listen(Options{
 		Name: "b", Identity: id, Listen: "127.0.0.1:0",
-		KnownPeer: func(n string) bool { return n == "a" || n == "c" || n == "d" },
+		Peers: []string{"a", "c", "d"},
 		Handler: func(peer string, c *tls.Conn) {
 			defer c.Close()
 			h := make([]byte, 5)
