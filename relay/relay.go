@@ -15,7 +15,6 @@ package relay
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -26,7 +25,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	quicgo "github.com/quic-go/quic-go"
 	"k8s.io/apimachinery/pkg/api/equality"
 
 	"github.com/hoplink/hoplink/adminapi"
@@ -36,7 +34,6 @@ import (
 	"github.com/hoplink/hoplink/pki"
 	"github.com/hoplink/hoplink/relay/nexthop"
 	"github.com/hoplink/hoplink/relay/probe"
-	rquic "github.com/hoplink/hoplink/relay/quic"
 	"github.com/hoplink/hoplink/relay/ratelog"
 	"github.com/hoplink/hoplink/routectl"
 )
@@ -179,35 +176,29 @@ func (r *Relay) Start() error {
 	targets := probe.NewTargets(e.name, e.m)
 	r.measure = &measurer{env: e, links: links, targets: targets, routes: r.routes, requests: newLinkRequests()}
 	cc, _ := r.congestionFor(set)
+	if r.cfg.Route {
+		r.ctl = routectl.New(routectl.Options{Measurer: r.measure, Decide: r.routes.decide, Metrics: e.m.Route, Log: e.log})
+	}
+	// The dispatcher is the link layer's one way up; every role exists
+	// before the first peer's stream can arrive.
+	r.dispatch = &dispatcher{env: e, measure: r.measure, ctl: r.ctl}
 	hops := nexthop.New(nexthop.Options{
 		Name:             e.name,
 		Identity:         r.cfg.Identity,
 		Listen:           net.JoinHostPort(self.Spec.Listen.Address, strconv.Itoa(int(self.Spec.Listen.Port))),
 		SeparateDialPort: r.cfg.SeparateDialPort,
-		Stream:           func(c *rquic.Conn, s *quicgo.Stream) { r.dispatch.serveQUIC(c, s) },
-		TLS:              func(peer string, c *tls.Conn) { r.dispatch.serveTLS(peer, c) },
+		Upper:            r.dispatch,
 		Admin:            adminapi.Handler(adminBackend{m: r.measure, status: r.status}),
-		OnProbeEcho:      links.Echo,
-		OnRejected: func(remote net.Addr, err error) {
-			e.problems.add(adminapi.ProblemHandshake, "", fmt.Sprintf("from %v: %v", remote, err))
-		},
-		OnPeerDraining: func(peer string) {
-			links.Stale(peer)
-			if r.ctl != nil {
-				r.ctl.Kick()
-			}
-		},
-		Congestion: cc,
-		Metrics:    e.m,
-		Log:        e.log,
+		Congestion:       cc,
+		Metrics:          e.m,
+		Log:              e.log,
 	})
-	// Every role exists before the first peer's stream can arrive.
 	r.hops, r.measure.hops, r.routes.links = hops, hops, hops
 	r.tcp = &tcpFlows{env: e, hops: hops, routes: r.routes, targets: targets}
 	r.udp = &udpFlows{env: e, hops: hops, routes: r.routes}
 	r.tun = &tunFlows{env: e, tcp: r.tcp, udp: r.udp, noOffload: r.cfg.NoTUNOffload}
 	r.packets = &packetTunnels{env: e, hops: hops, routes: r.routes, noOffload: r.cfg.NoTUNOffload, exits: map[string]*packetExit{}}
-	r.dispatch = &dispatcher{env: e, hops: hops, tcp: r.tcp, udp: r.udp, packets: r.packets, measure: r.measure}
+	r.dispatch.tcp, r.dispatch.udp, r.dispatch.packets = r.tcp, r.udp, r.packets
 	hops.SetPeers(peersOf(set, r.cfg.Name))
 	if err := hops.Listen(); err != nil {
 		return fmt.Errorf("RelayNode %q: spec.listen: %w", r.cfg.Name, err)
@@ -221,9 +212,6 @@ func (r *Relay) Start() error {
 	e.spawn(r.retryTunnels)
 	e.spawn(r.measure.probeLoop)
 	e.spawn(r.watchCertificates)
-	if r.cfg.Route {
-		r.ctl = routectl.New(routectl.Options{Measurer: r.measure, Decide: r.routes.decide, Metrics: e.m.Route, Log: e.log})
-	}
 	r.routingUpdated(set)
 	r.ready.Store(true)
 	e.m.Ready.WithLabelValues(r.cfg.Name).Set(1)

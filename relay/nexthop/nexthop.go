@@ -8,14 +8,11 @@ package nexthop
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"log/slog"
 	"net"
 	"net/http"
 	"sync"
-
-	quicgo "github.com/quic-go/quic-go"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/metrics"
@@ -32,18 +29,11 @@ type Options struct {
 	Listen string
 	// SeparateDialPort is rquic.Options'.
 	SeparateDialPort bool
-	// Stream serves a stream a peer opened over QUIC; TLS one a TLS
-	// connection (whose read deadline bounds the wait for its header).
-	Stream func(c *rquic.Conn, s *quicgo.Stream)
-	TLS    func(peer string, c *tls.Conn)
+	// Upper serves what peers open and hears what the link layer learns
+	// of them.
+	Upper Upper
 	// Admin serves the admin API on the TLS port.
-	Admin       http.Handler
-	OnProbeEcho func(peer string, payload []byte)
-	// OnPeerDraining is told when a peer says it drains: it takes no new
-	// flows, and new flows fail at once rather than try it.
-	OnPeerDraining func(peer string)
-	// OnRejected is told of every peer handshake refused, QUIC or TLS.
-	OnRejected func(remote net.Addr, err error)
+	Admin http.Handler
 	// Congestion is the TCP congestion control of the TLS links.
 	Congestion tlslink.Congestion
 	Metrics    *metrics.Metrics
@@ -92,13 +82,12 @@ func (p *Peers) Listen() error {
 	p.mu.Unlock()
 	conns, names := admission(peers)
 	q, err := rquic.Listen(rquic.Options{Name: o.Name, Identity: o.Identity, Listen: o.Listen, Peers: conns, SeparateDialPort: o.SeparateDialPort,
-		Handler: o.Stream, OnProbeEcho: o.OnProbeEcho, OnPeerDraining: o.OnPeerDraining, OnRejected: o.OnRejected, OnPeerLost: p.peerLost,
-		Metrics: o.Metrics, Log: o.Log})
+		Upper: fromQUIC{p}, Metrics: o.Metrics, Log: o.Log})
 	if err != nil {
 		return err
 	}
 	t, err := tlslink.Listen(tlslink.Options{Name: o.Name, Identity: o.Identity, Listen: o.Listen, Peers: names,
-		Handler: o.TLS, Admin: o.Admin, OnRejected: o.OnRejected, Congestion: o.Congestion, Metrics: o.Metrics, Log: o.Log})
+		Upper: fromTLS{p}, Admin: o.Admin, Congestion: o.Congestion, Metrics: o.Metrics, Log: o.Log})
 	if err != nil {
 		q.Close()
 		return err
@@ -122,13 +111,6 @@ func (p *Peers) Close() error {
 // SetCongestion makes TLS links made from now on run c's algorithm.
 func (p *Peers) SetCongestion(c tlslink.Congestion) { p.tls.SetCongestion(c) }
 
-// TLSDone tells the TLS endpoint that a connection it accepted is closed.
-func (p *Peers) TLSDone(c *tls.Conn) { p.tls.Done(c) }
-
-// TLSStarted tells the TLS endpoint that a connection it accepted has sent
-// its header: it no longer waits, and is not closed to make room.
-func (p *Peers) TLSStarted(c *tls.Conn) { p.tls.Started(c) }
-
 // Drain tells the peers that this relay takes no new flows.
 func (p *Peers) Drain() { p.quic.Drain() }
 
@@ -139,7 +121,8 @@ func (p *Peers) Settle(ctx context.Context) int { return p.quic.Settle(ctx) }
 
 // Recheck closes the connections, QUIC and TLS, whose peer no longer
 // holds: its certificate expired, or (full) it is no longer among the
-// peers SetPeers gave; with full, TLS sessions made under the previous CAs stop resuming.
+// peers SetPeers gave; with full, TLS sessions made under the previous CAs
+// stop resuming.
 func (p *Peers) Recheck(full bool) int {
 	return p.quic.Recheck(full) + p.tls.Recheck(full)
 }

@@ -2,7 +2,6 @@ package nexthop
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	quicgo "github.com/quic-go/quic-go"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/internal/testutil"
@@ -29,6 +27,20 @@ type received struct {
 	h    hop.Header
 	data string
 }
+
+// reporter is an Upper that hands what a peer sent, over either transport,
+// to itself.
+type reporter func(peer string, r io.Reader)
+
+func (f reporter) Serve(in Inbound) {
+	if in.TLS != nil {
+		f(in.Peer, in.TLS)
+		return
+	}
+	f(in.Peer, in.Stream)
+}
+
+func (reporter) Event(Event) {}
 
 // two starts relays a and b; b reports what each stream or TLS connection
 // carried. a's manifests route chain c (a -> b) over transport.
@@ -79,9 +91,7 @@ spec: {chain: c, listen: {port: 15999}, target: "127.0.0.1:1"}
 			t.Fatal(err)
 		}
 		p := New(Options{Name: name, Identity: id, Listen: fmt.Sprintf("127.0.0.1:%d", port),
-			Stream:  func(c *rquic.Conn, s *quicgo.Stream) { report(c.Peer, s) },
-			TLS:     func(peer string, c *tls.Conn) { report(peer, c) },
-			Metrics: m, Log: log})
+			Upper: reporter(report), Metrics: m, Log: log})
 		p.SetPeers(peers)
 		if err := p.Listen(); err != nil {
 			t.Fatal(err)

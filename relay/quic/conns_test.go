@@ -29,7 +29,7 @@ func boundedEndpoint(t *testing.T, ca *pki.CA, name string, limit int, handler f
 	}
 	e, err := Listen(Options{Name: name, Identity: id, Listen: "127.0.0.1:0",
 		Peers:   map[string]int{"a": limit, "b": limit, "c": limit, "d": limit},
-		Handler: handler,
+		Upper:   &testUpper{serve: handler},
 		Metrics: metrics.New(prometheus.NewRegistry()),
 		Log:     slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {

@@ -27,9 +27,9 @@ func TestDrainReachesPeers(t *testing.T) {
 	}
 	a, b := testEndpoint(t, ca, "a", nil), testEndpoint(t, ca, "b", make(chan *Conn, 8))
 	told := make(chan string, 4)
-	a.opts.OnPeerDraining = func(peer string) { told <- peer }
+	upperOf(a).draining = func(peer string) { told <- peer }
 	echoes := make(chan []byte, 8)
-	a.opts.OnProbeEcho = func(_ string, p []byte) { echoes <- p }
+	upperOf(a).echo = func(_ string, p []byte) { echoes <- p }
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	c, err := a.Link("b", Control, []string{b.Addr().String()}).Conn(ctx)
@@ -133,7 +133,7 @@ func TestRecheckClosesOnExpiry(t *testing.T) {
 	}
 	a := testEndpoint(t, ca, "a", nil)
 	b, err := Listen(Options{Name: "b", Identity: short, Listen: "127.0.0.1:0", Peers: testPeers,
-		Handler: func(_ *Conn, s *quicgo.Stream) { s.CancelRead(0) }, Metrics: a.opts.Metrics, Log: a.opts.Log})
+		Upper: &testUpper{serve: func(_ *Conn, s *quicgo.Stream) { s.CancelRead(0) }}, Metrics: a.opts.Metrics, Log: a.opts.Log})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,7 +32,7 @@ func TestDrainNoticeFromAnExtraConnection(t *testing.T) {
 	})
 	b := testEndpoint(t, ca, "b", nil)
 	told := make(chan string, 4)
-	a.opts.OnPeerDraining = func(peer string) { told <- peer }
+	upperOf(a).draining = func(peer string) { told <- peer }
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	link, err := a.Link("b", Control, []string{b.Addr().String()}).Conn(ctx)
@@ -134,7 +134,7 @@ func TestDrainNoticeOnAnAdmittedConnection(t *testing.T) {
 		admitted <- c
 	})
 	told := make(chan string, 4)
-	a.opts.OnPeerDraining = func(peer string) { told <- peer }
+	upperOf(a).draining = func(peer string) { told <- peer }
 	c, d := testEndpoint(t, ca, "c", nil), testEndpoint(t, ca, "d", nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()

@@ -90,9 +90,7 @@ func (e *Endpoint) drainNotice(c *Conn) {
 	}
 	notices.WithLabelValues(e.opts.Name, c.Peer, "honoured").Inc()
 	e.opts.Log.Info("peer draining: no new flows through it", "peer", c.Peer)
-	if e.opts.OnPeerDraining != nil {
-		e.opts.OnPeerDraining(c.Peer)
-	}
+	e.event(Event{Kind: PeerDraining, Peer: c.Peer})
 }
 
 // PeerDraining reports whether peer said it drains on one of its links

@@ -16,6 +16,7 @@ import (
 
 	"github.com/hoplink/hoplink/metrics"
 	"github.com/hoplink/hoplink/pki"
+	"github.com/hoplink/hoplink/relay/hop"
 	"github.com/hoplink/hoplink/relay/ratelog"
 )
 
@@ -45,20 +46,11 @@ type Options struct {
 	// certificate that is not among them is turned away. SetPeers replaces
 	// them.
 	Peers map[string]int
-	// Handler serves a stream a peer opened. It owns the stream.
-	Handler func(c *Conn, s *quicgo.Stream)
-	// OnProbeEcho receives the answers to link probes sent on connections
-	// this endpoint dialed (see Conn.SendProbe).
-	OnProbeEcho func(peer string, payload []byte)
-	// OnRejected is told of every peer handshake refused.
-	OnRejected func(remote net.Addr, err error)
-	// OnPeerLost is told when a peer's control connection timed out: the
-	// peer stopped answering.
-	OnPeerLost func(peer string)
-	// OnPeerDraining is told when a peer says it drains (see Drain).
-	OnPeerDraining func(peer string)
-	Metrics        *metrics.Metrics
-	Log            *slog.Logger
+	// Upper takes the streams peers open and hears what the endpoint
+	// learns of them.
+	Upper   Upper
+	Metrics *metrics.Metrics
+	Log     *slog.Logger
 }
 
 // Endpoint is a relay's QUIC side: it accepts peers and dials them.
@@ -167,7 +159,7 @@ func Listen(opts Options) (*Endpoint, error) {
 	tlsConf := opts.Identity.ServerConfig(func(remote net.Addr, err error) {
 		e.handshake("accept", "rejected")
 		e.warn.Warn("rejected peer certificate", "remote", remote, "err", err)
-		e.rejected(remote, err)
+		e.event(Event{Kind: Rejected, Remote: remote, Err: err})
 	})
 	e.ln, err = e.tr.Listen(tlsConf, listenConfig(opts.MaxStreams))
 	if err != nil {
@@ -230,7 +222,7 @@ func (e *Endpoint) accept() {
 		if err != nil {
 			e.handshake("accept", "rejected")
 			e.warn.Warn("rejected peer", "remote", qc.RemoteAddr(), "err", err)
-			e.rejected(qc.RemoteAddr(), err)
+			e.event(Event{Kind: Rejected, Remote: qc.RemoteAddr(), Err: err})
 			qc.CloseWithError(1, "unknown relay")
 			continue
 		}
@@ -267,23 +259,22 @@ func (e *Endpoint) accept() {
 						c.touch()
 						c.serving.Add(-1)
 					}()
-					e.opts.Handler(c, s)
+					e.serve(c, s)
 				}()
 			}
 		}()
 	}
 }
 
-func (e *Endpoint) echo(peer string, payload []byte) {
-	if e.opts.OnProbeEcho != nil {
-		e.opts.OnProbeEcho(peer, payload)
+// serve hands a stream a peer opened to the Upper; without one, nothing
+// serves it.
+func (e *Endpoint) serve(c *Conn, s *quicgo.Stream) {
+	if e.opts.Upper == nil {
+		s.CancelRead(hop.CodeRejected)
+		s.CancelWrite(hop.CodeRejected)
+		return
 	}
-}
-
-func (e *Endpoint) rejected(remote net.Addr, err error) {
-	if e.opts.OnRejected != nil {
-		e.opts.OnRejected(remote, err)
-	}
+	e.opts.Upper.Serve(c, s)
 }
 
 // allConns is every connection up now, accepted and dialed.

@@ -318,8 +318,8 @@ func (l *Link) run() {
 			// not take a flow until a new connection says otherwise.
 			l.markDown()
 		}
-		if timedOut != nil && l.class == Control && l.replica == "" && l.e.opts.OnPeerLost != nil {
-			l.e.opts.OnPeerLost(l.peer)
+		if timedOut != nil && l.class == Control && l.replica == "" {
+			l.e.event(Event{Kind: PeerLost, Peer: l.peer})
 		}
 		if c.Draining() || l.e.draining.Load() {
 			log.Info("peer connection ended after a drain", "err", context.Cause(c.Context()))

@@ -31,7 +31,7 @@ func TestLinksRunTheirCongestionControl(t *testing.T) {
 		id, _ := ca.Identity(name)
 		e, err := Listen(Options{Name: name, Identity: id, Listen: "127.0.0.1:0", Spares: 1, Congestion: c,
 			Peers: []string{"a", "b"},
-			Handler: func(_ string, c *tls.Conn) {
+			Upper: serveFunc(func(_ string, c *tls.Conn) {
 				defer c.Close()
 				// Spares are accepted before they carry a flow: report
 				// the one that carries the flow.
@@ -39,7 +39,7 @@ func TestLinksRunTheirCongestionControl(t *testing.T) {
 					accepted <- SocketCongestion(TCP(c.NetConn()))
 				}
 				io.Copy(io.Discard, c)
-			},
+			}),
 			Metrics: m, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		if err != nil {
 			t.Fatal(err)

@@ -111,7 +111,11 @@ func (e *Endpoint) serve(c *tls.Conn, handshaken func()) {
 		old.NetConn().Close() // its handler sees the error and ends
 	}
 	defer e.Started(c) // at the latest
-	e.opts.Handler(peer, c)
+	if e.opts.Upper == nil {
+		c.Close() // nothing above serves it
+		return
+	}
+	e.opts.Upper.Serve(peer, c)
 }
 
 // wait counts c among the connections of peer that wait for their flow

@@ -76,19 +76,26 @@ type Options struct {
 	// Congestion is the TCP congestion control of the links this endpoint
 	// dials and accepts (ChooseCongestion).
 	Congestion Congestion
-	// Handler serves an authenticated connection whose read deadline bounds
+	// Upper takes the connections peers open and hears of the handshakes
+	// refused.
+	Upper Upper
+	// Admin, when set, serves the admin API to the operator: connections
+	// that negotiate pki.AdminALPN with the operator's certificate.
+	Admin   http.Handler
+	Spares  int
+	Metrics *metrics.Metrics
+	Log     *slog.Logger
+}
+
+// Upper is the layer above an Endpoint, its one way in.
+type Upper interface {
+	// Serve serves an authenticated connection whose read deadline bounds
 	// the wait for the flow's header, and calls Endpoint.Started once it
 	// has read the header: until then the connection may be closed to make
 	// room for others (MaxWaitingPerPeer). It owns the connection.
-	Handler func(peer string, c *tls.Conn)
-	// Admin, when set, serves the admin API to the operator: connections
-	// that negotiate pki.AdminALPN with the operator's certificate.
-	Admin  http.Handler
-	Spares int
-	// OnRejected is told of every peer handshake refused.
-	OnRejected func(remote net.Addr, err error)
-	Metrics    *metrics.Metrics
-	Log        *slog.Logger
+	Serve(peer string, c *tls.Conn)
+	// Rejected hears of a peer handshake refused.
+	Rejected(remote net.Addr, err error)
 }
 
 // Endpoint accepts and dials TLS links for one relay.
@@ -175,8 +182,8 @@ func (e *Endpoint) handshake(direction, result string) {
 }
 
 func (e *Endpoint) rejected(remote net.Addr, err error) {
-	if e.opts.OnRejected != nil {
-		e.opts.OnRejected(remote, err)
+	if e.opts.Upper != nil {
+		e.opts.Upper.Rejected(remote, err)
 	}
 }
 

@@ -28,6 +28,14 @@ type accepted struct {
 	line string
 }
 
+// serveFunc is an Upper that serves connections with itself and ignores
+// refused handshakes.
+type serveFunc func(peer string, c *tls.Conn)
+
+func (f serveFunc) Serve(peer string, c *tls.Conn) { f(peer, c) }
+
+func (serveFunc) Rejected(net.Addr, error) {}
+
 func endpoint(t *testing.T, ca *pki.CA, name string, m *metrics.Metrics, got chan<- accepted) *Endpoint {
 	t.Helper()
 	id, err := ca.Identity(name)
@@ -37,12 +45,12 @@ func endpoint(t *testing.T, ca *pki.CA, name string, m *metrics.Metrics, got cha
 	e, err := Listen(Options{
 		Name: name, Identity: id, Listen: "127.0.0.1:0", Spares: 2,
 		Peers: []string{"a", "b"},
-		Handler: func(peer string, c *tls.Conn) {
+		Upper: serveFunc(func(peer string, c *tls.Conn) {
 			defer c.Close()
 			b := make([]byte, 5)
 			n, _ := io.ReadFull(c, b)
 			got <- accepted{peer, string(b[:n])}
-		},
+		}),
 		Admin: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			fmt.Fprintf(w, "hello %s", adminapi.ClientOf(r.Context()))
 		}),
@@ -155,7 +163,7 @@ func TestWaitingConnectionsAreBounded(t *testing.T) {
 	b, err := Listen(Options{
 		Name: "b", Identity: id, Listen: "127.0.0.1:0",
 		Peers: []string{"a", "c", "d"},
-		Handler: func(peer string, c *tls.Conn) {
+		Upper: serveFunc(func(peer string, c *tls.Conn) {
 			defer c.Close()
 			h := make([]byte, 5)
 			if _, err := io.ReadFull(c, h); err != nil {
@@ -165,7 +173,7 @@ func TestWaitingConnectionsAreBounded(t *testing.T) {
 			c.SetReadDeadline(time.Time{})
 			got <- accepted{peer, string(h)}
 			io.Copy(io.Discard, c) // the flow, until its peer ends it
-		},
+		}),
 		Metrics: m, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {
