@@ -42,6 +42,21 @@ type measurer struct {
 	requests *quota
 }
 
+// probePeers is the link layer as the prober sees it. A draining peer is
+// down for routing: it takes no new flows. What a round heard tells the
+// link layer which peers stopped answering. The link layer is the
+// measurer's, read when a round runs.
+type probePeers struct{ m *measurer }
+
+func (p probePeers) Sender(peer string) probe.Sender {
+	if c := p.m.hops.Live(peer); c != nil && !p.m.hops.Draining(peer) {
+		return c
+	}
+	return nil
+}
+
+func (p probePeers) Answered(peer string, ok bool) { p.m.hops.Answering(peer, ok) }
+
 // probeInterval is how often this relay probes in the background: the
 // shortest probe interval of the routed chains it is part of.
 func (m *measurer) probeInterval(set *manifest.Set) time.Duration {

@@ -166,15 +166,9 @@ func (r *Relay) Start() error {
 	set := r.set.Load()
 	self := set.Relay(r.cfg.Name)
 	e := r.env
-	links := probe.NewLinks(probe.LinkOptions{Relay: e.name, Metrics: e.m, Conn: func(peer string) probe.Sender {
-		// A draining peer is down for routing: it takes no new flows.
-		if c := r.hops.Live(peer); c != nil && !r.hops.Draining(peer) {
-			return c
-		}
-		return nil
-	}, Answered: func(peer string, ok bool) { r.hops.Answering(peer, ok) }})
 	targets := probe.NewTargets(e.name, e.m)
-	r.measure = &measurer{env: e, links: links, targets: targets, routes: r.routes, requests: newLinkRequests()}
+	r.measure = &measurer{env: e, targets: targets, routes: r.routes, requests: newLinkRequests()}
+	r.measure.links = probe.NewLinks(probe.LinkOptions{Relay: e.name, Metrics: e.m, Peers: probePeers{r.measure}})
 	cc, _ := r.congestionFor(set)
 	if r.cfg.Route {
 		r.ctl = routectl.New(routectl.Options{Measurer: r.measure, Decide: r.routes.decide, Metrics: e.m.Route, Log: e.log})
