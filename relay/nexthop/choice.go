@@ -87,12 +87,12 @@ type peerLoss struct {
 	peer string
 }
 
-func (l peerLoss) QUIC() (sent, lost uint64) { return l.p.quic.Loss(l.peer) }
+func (l peerLoss) QUIC() (sent, lost uint64) { return l.p.links.Loss(l.peer) }
 
 func (l peerLoss) OpenTLS() (sent, retransmitted uint64) { return l.p.live.counts(l.peer) }
 
 func (l peerLoss) RTT() time.Duration {
-	if c := l.p.quic.Live(l.peer); c != nil {
+	if c := l.p.links.Live(l.peer); c != nil {
 		return c.ConnectionStats().SmoothedRTT
 	}
 	return 0

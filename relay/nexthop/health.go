@@ -10,7 +10,7 @@ func (p *Peers) Draining(peer string) bool {
 		return p.quic.PeerDraining(peer)
 	}
 	for _, a := range r.Endpoints {
-		if !p.quic.ReplicaDraining(peer, a) {
+		if !p.links.ReplicaDraining(peer, a) {
 			return false
 		}
 	}
@@ -18,8 +18,8 @@ func (p *Peers) Draining(peer string) bool {
 }
 
 // Answering records whether peer answered the last round of link probes
-// (see rquic.Endpoint.Answering).
-func (p *Peers) Answering(peer string, ok bool) { p.quic.Answering(peer, ok) }
+// (see rquic.Links.Answering).
+func (p *Peers) Answering(peer string, ok bool) { p.links.Answering(peer, ok) }
 
 // peerLost ends the TLS flows of a peer whose QUIC control connection
 // timed out: it stopped answering (a host lost, a process hung). QUIC's
@@ -33,14 +33,14 @@ func (p *Peers) peerLost(peer string) {
 
 // Down reports whether this relay's link to peer is known down now: it
 // answered no probe of the last round, or its connection timed out or a
-// dial failed and none is up since (see rquic.Endpoint.PeerDown).
-func (p *Peers) Down(peer string) bool { return p.quic.PeerDown(peer) }
+// dial failed and none is up since (see rquic.Links.PeerDown).
+func (p *Peers) Down(peer string) bool { return p.links.PeerDown(peer) }
 
 // Live returns the connection to a peer if it is up now, without waiting.
-func (p *Peers) Live(peer string) *rquic.Conn { return p.quic.Live(peer) }
+func (p *Peers) Live(peer string) *rquic.Conn { return p.links.Live(peer) }
 
 // Up says whether the link to peer carries new flows now: connected, not
 // counted down, not draining.
 func (p *Peers) Up(peer string) bool {
-	return p.quic.Live(peer) != nil && !p.Down(peer) && !p.Draining(peer)
+	return p.links.Live(peer) != nil && !p.Down(peer) && !p.Draining(peer)
 }

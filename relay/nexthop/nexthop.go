@@ -42,9 +42,10 @@ type Options struct {
 
 // Peers is a relay's side of its links to other relays.
 type Peers struct {
-	o    Options
-	quic *rquic.Endpoint
-	tls  *tlslink.Endpoint
+	o     Options
+	quic  *rquic.Endpoint
+	links *rquic.Links // quic's
+	tls   *tlslink.Endpoint
 
 	mu    sync.Mutex
 	peers map[string]Peer // by name (SetPeers)
@@ -92,7 +93,7 @@ func (p *Peers) Listen() error {
 		q.Close()
 		return err
 	}
-	p.quic, p.tls = q, t
+	p.quic, p.links, p.tls = q, q.Links(), t
 	p.start(peers)
 	return nil
 }

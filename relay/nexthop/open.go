@@ -188,7 +188,7 @@ func (p *Peers) session(ctx context.Context, h *hop.Header) (*rquic.Conn, *quicg
 // OpenLive opens a stream to h.Route[0] only if its connection is up now: a
 // link request, which a round sends another way rather than wait.
 func (p *Peers) OpenLive(ctx context.Context, h *hop.Header) (*quicgo.Stream, error) {
-	c := p.quic.Live(h.Route[0])
+	c := p.links.Live(h.Route[0])
 	if c == nil {
 		return nil, &Error{Reason: NextHop, Next: h.Route[0], Err: rquic.ErrPeerDown}
 	}
@@ -209,13 +209,13 @@ func (p *Peers) OpenLive(ctx context.Context, h *hop.Header) (*quicgo.Stream, er
 // packet session, stays on the replica it opened on.
 func (p *Peers) link(peer Peer, class string) (*rquic.Link, error) {
 	if !peer.Replicas {
-		return p.quic.Link(peer.Name, class, peer.Endpoints), nil
+		return p.links.Link(peer.Name, class, peer.Endpoints), nil
 	}
 	addr, err := p.replica(peer)
 	if err != nil {
 		return nil, err
 	}
-	return p.quic.Replica(peer.Name, class, addr), nil
+	return p.links.Replica(peer.Name, class, addr), nil
 }
 
 // replica picks the replica of a sidecar peer a new flow goes to: the next
@@ -229,7 +229,7 @@ func (p *Peers) replica(peer Peer) (string, error) {
 	turn := v.(*atomic.Uint64).Add(1)
 	pick := eps[turn%uint64(len(eps))]
 	for i := range eps {
-		if a := eps[(turn+uint64(i))%uint64(len(eps))]; p.quic.ReplicaUp(peer.Name, a) {
+		if a := eps[(turn+uint64(i))%uint64(len(eps))]; p.links.ReplicaUp(peer.Name, a) {
 			pick = a
 			break
 		}

@@ -88,13 +88,13 @@ func (p *Peers) start(peers []Peer) {
 		case peer.Replicas:
 			// A control link to every ready replica: it tells which are up.
 			for _, addr := range peer.Endpoints {
-				p.quic.Replica(peer.Name, rquic.Control, addr)
+				p.links.Replica(peer.Name, rquic.Control, addr)
 			}
-			p.quic.Retire(peer.Name, peer.Endpoints)
+			p.links.Retire(peer.Name, peer.Endpoints)
 			p.tls.Retire(peer.Name, peer.Endpoints)
 		default:
-			p.quic.Link(peer.Name, rquic.Control, peer.Endpoints)
-			p.quic.SetAddrs(peer.Name, peer.Endpoints)
+			p.links.Link(peer.Name, rquic.Control, peer.Endpoints)
+			p.links.SetAddrs(peer.Name, peer.Endpoints)
 		}
 	}
 	for _, peer := range peers {

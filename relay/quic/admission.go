@@ -43,13 +43,13 @@ func (e *Endpoint) bound(c *Conn) bool {
 	if n := e.peers[c.Peer]; n > 0 {
 		limit = n
 	}
+	e.mu.Unlock()
 	var peers []idleness
-	for o := range e.conns {
+	for _, o := range e.accepted.list() {
 		if o.Peer == c.Peer && o.Context().Err() == nil {
 			peers = append(peers, o.idleness())
 		}
 	}
-	e.mu.Unlock()
 	if len(peers) <= limit {
 		return false
 	}

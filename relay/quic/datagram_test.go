@@ -81,7 +81,7 @@ func TestLargestDatagramArrives(t *testing.T) {
 	a, b := testEndpoint(t, ca, "a", nil), testEndpoint(t, ca, "b", accepted)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := a.Link("b", Control, []string{b.Addr().String()}).Conn(ctx)
+	c, err := a.Links().Link("b", Control, []string{b.Addr().String()}).Conn(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,7 +32,7 @@ func TestDrainReachesPeers(t *testing.T) {
 	upperOf(a).echo = func(_ string, p []byte) { echoes <- p }
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := a.Link("b", Control, []string{b.Addr().String()}).Conn(ctx)
+	c, err := a.Links().Link("b", Control, []string{b.Addr().String()}).Conn(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func TestRecheckClosesForgottenPeers(t *testing.T) {
 	defer a.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := a.Link("b", Control, []string{b.Addr().String()}).Conn(ctx)
+	c, err := a.Links().Link("b", Control, []string{b.Addr().String()}).Conn(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +140,7 @@ func TestRecheckClosesOnExpiry(t *testing.T) {
 	defer b.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := a.Link("b", Control, []string{b.Addr().String()}).Conn(ctx)
+	c, err := a.Links().Link("b", Control, []string{b.Addr().String()}).Conn(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +178,7 @@ func TestSettleWaitsForThePeerToRead(t *testing.T) {
 	b := testEndpoint(t, ca, "b", nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	c, err := b.Link("a", Control, []string{a.Addr().String()}).Conn(ctx)
+	c, err := b.Links().Link("a", Control, []string{a.Addr().String()}).Conn(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,23 +233,23 @@ func TestReplicasAreDownOnlyTogether(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	for _, b := range []*Endpoint{b1, b2} {
-		if _, err := a.Replica("b", Control, b.Addr().String()).Conn(ctx); err != nil {
+		if _, err := a.Links().Replica("b", Control, b.Addr().String()).Conn(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
-	a.Answering("b", false)
-	if a.PeerDown("b") {
+	a.Links().Answering("b", false)
+	if a.Links().PeerDown("b") {
 		t.Fatal("one silent probe round makes a peer of two live replicas down")
 	}
 	b1.Close()
 	deadline := time.Now().Add(10 * time.Second)
-	for a.ReplicaUp("b", b1.Addr().String()) && time.Now().Before(deadline) {
+	for a.Links().ReplicaUp("b", b1.Addr().String()) && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
-	if a.PeerDown("b") {
+	if a.Links().PeerDown("b") {
 		t.Fatal("a peer with a live replica left counts as down after another died")
 	}
-	if c := a.Live("b"); c == nil {
+	if c := a.Links().Live("b"); c == nil {
 		t.Fatal("no live replica of b")
 	}
 }

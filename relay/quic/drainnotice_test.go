@@ -35,7 +35,7 @@ func TestDrainNoticeFromAnExtraConnection(t *testing.T) {
 	upperOf(a).draining = func(peer string) { told <- peer }
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	link, err := a.Link("b", Control, []string{b.Addr().String()}).Conn(ctx)
+	link, err := a.Links().Link("b", Control, []string{b.Addr().String()}).Conn(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +139,7 @@ func TestDrainNoticeOnAnAdmittedConnection(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	// c sends a a flow on a Tunnel's link; d only keeps its control link.
-	_, s, err := c.Link("a", "default/t", []string{a.Addr().String()}).OpenStream(ctx)
+	_, s, err := c.Links().Link("a", "default/t", []string{a.Addr().String()}).OpenStream(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +149,7 @@ func TestDrainNoticeOnAnAdmittedConnection(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("c's stream was never served")
 	}
-	if _, err := d.Link("a", Control, []string{a.Addr().String()}).Conn(ctx); err != nil {
+	if _, err := d.Links().Link("a", Control, []string{a.Addr().String()}).Conn(ctx); err != nil {
 		t.Fatal(err)
 	}
 

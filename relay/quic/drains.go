@@ -70,8 +70,8 @@ func (e *Endpoint) drainNotice(c *Conn) {
 	if c.heard.Load() == heardHonoured {
 		return
 	}
+	link := c.dialed || (c.admitted.Load() && !e.links.dials(c.Peer))
 	e.mu.Lock()
-	link := c.dialed || (c.admitted.Load() && !e.dialsLocked(c.Peer))
 	if link {
 		if e.drainers == nil {
 			e.drainers = map[string][]*Conn{}

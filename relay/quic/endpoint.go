@@ -68,14 +68,10 @@ type Endpoint struct {
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 
-	mu    sync.Mutex
-	links map[linkKey]*Link
-	// replicaLost holds the replicas (key: peer and replica) a link lost
-	// its connection to and has not reconnected since.
-	replicaLost sync.Map
-	// silent holds the peers that answered no probe of their last round.
-	silent sync.Map
-	conns  map[*Conn]struct{}
+	links    *Links   // the connections it dials
+	accepted accepted // the connections peers dialed
+
+	mu sync.Mutex
 	// drainers holds the connections on which a peer said it drains, by
 	// peer, while they last: a peer that restarts connects anew. Only its
 	// links count (drainNotice).
@@ -142,10 +138,9 @@ func Listen(opts Options) (*Endpoint, error) {
 		udp:     udp,
 		dialUDP: dialUDP,
 		tr:      transport(udp),
-		links:   map[linkKey]*Link{},
-		conns:   map[*Conn]struct{}{},
 		red:     red,
 	}
+	e.links = &Links{e: e, links: map[linkKey]*Link{}}
 	// Past a rate of new connections, a client must prove its address (a
 	// Retry, one round trip) before any handshake work: a flood of spoofed
 	// Initials costs little.
@@ -228,12 +223,12 @@ func (e *Endpoint) accept() {
 		}
 		e.handshake("accept", "ok")
 		c := newConn(qc, peer, false)
-		if !e.track(c) {
+		if !e.accepted.add(e.ctx, c) {
 			qc.CloseWithError(0, "relay shutting down")
 			return
 		}
 		if e.bound(c) {
-			e.untrack(c)
+			e.accepted.remove(c)
 			continue
 		}
 		e.opts.Log.Debug("peer connected", "peer", peer, "remote", qc.RemoteAddr())
@@ -244,9 +239,9 @@ func (e *Endpoint) accept() {
 		}()
 		go func() {
 			defer e.wg.Done()
-			// Untrack only once the connection is gone, so Close, which
-			// closes every tracked connection, cannot miss one.
-			defer e.untrack(c)
+			// Forget it only once the connection is gone, so Close, which
+			// closes every accepted connection, cannot miss one.
+			defer e.accepted.remove(c)
 			for {
 				s, err := qc.AcceptStream(qc.Context())
 				if err != nil {
@@ -279,51 +274,58 @@ func (e *Endpoint) serve(c *Conn, s *quicgo.Stream) {
 
 // allConns is every connection up now, accepted and dialed.
 func (e *Endpoint) allConns() []*Conn {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	conns := make([]*Conn, 0, len(e.conns)+len(e.links))
-	for c := range e.conns {
-		conns = append(conns, c)
-	}
-	for _, l := range e.links {
-		if c := l.Live(); c != nil {
-			conns = append(conns, c)
-		}
-	}
-	return conns
+	return append(e.accepted.list(), e.links.conns()...)
 }
+
+// Links are the connections this endpoint dials.
+func (e *Endpoint) Links() *Links { return e.links }
 
 func (e *Endpoint) dropped(reason string) {
 	e.opts.Metrics.UDPDropped.WithLabelValues(e.opts.Name, "", reason).Inc()
 }
 
-func (e *Endpoint) track(c *Conn) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.ctx.Err() != nil {
+// accepted is the connections peers dialed to this relay, while they last.
+type accepted struct {
+	mu    sync.Mutex
+	conns map[*Conn]struct{}
+}
+
+// add counts c, unless ctx (the endpoint's) ended: Close, which closes
+// every connection counted, could miss it then.
+func (a *accepted) add(ctx context.Context, c *Conn) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if ctx.Err() != nil {
 		return false
 	}
-	e.conns[c] = struct{}{}
+	if a.conns == nil {
+		a.conns = map[*Conn]struct{}{}
+	}
+	a.conns[c] = struct{}{}
 	return true
 }
 
-func (e *Endpoint) untrack(c *Conn) {
-	e.mu.Lock()
-	delete(e.conns, c)
-	e.mu.Unlock()
+func (a *accepted) remove(c *Conn) {
+	a.mu.Lock()
+	delete(a.conns, c)
+	a.mu.Unlock()
+}
+
+func (a *accepted) list() []*Conn {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	conns := make([]*Conn, 0, len(a.conns))
+	for c := range a.conns {
+		conns = append(conns, c)
+	}
+	return conns
 }
 
 // Close ends every connection and stops the endpoint.
 func (e *Endpoint) Close() error {
 	e.cancel()
 	err := e.ln.Close()
-	e.mu.Lock()
-	conns := make([]*Conn, 0, len(e.conns))
-	for c := range e.conns {
-		conns = append(conns, c)
-	}
-	e.mu.Unlock()
-	for _, c := range conns {
+	for _, c := range e.accepted.list() {
 		c.CloseWithError(0, "relay shutting down")
 	}
 	e.wg.Wait()

@@ -31,15 +31,15 @@ func (e *Endpoint) judgeLoss() {
 // packets, and lost (quic-go's counts, over each connection's life; since
 // copies made up for the link's loss, the counts that turned them on,
 // until the link shows itself clean without copies).
-func (e *Endpoint) Loss(peer string) (sent, lost uint64) {
-	e.mu.Lock()
+func (ls *Links) Loss(peer string) (sent, lost uint64) {
+	ls.mu.Lock()
 	var links []*Link
-	for k, l := range e.links {
+	for k, l := range ls.links {
 		if k.peer == peer {
 			links = append(links, l)
 		}
 	}
-	e.mu.Unlock()
+	ls.mu.Unlock()
 	var hidden counts
 	for _, l := range links {
 		if c := l.Live(); c != nil {
@@ -47,7 +47,7 @@ func (e *Endpoint) Loss(peer string) (sent, lost uint64) {
 			sent += cur.sent
 			lost += cur.lost
 			if ua, ok := c.RemoteAddr().(*net.UDPAddr); ok {
-				if j, on := e.red.hidden(ua.AddrPort()); on {
+				if j, on := ls.e.red.hidden(ua.AddrPort()); on {
 					hidden = j
 				}
 			}
@@ -64,11 +64,11 @@ func (e *Endpoint) Loss(peer string) (sent, lost uint64) {
 // Answering records whether peer answered the last round of link probes.
 // A peer that answers none is down for new flows (PeerDown) before its
 // connection times out: within a probe round of its death.
-func (e *Endpoint) Answering(peer string, ok bool) {
+func (ls *Links) Answering(peer string, ok bool) {
 	if ok {
-		e.silent.Delete(peer)
+		ls.silent.Delete(peer)
 	} else {
-		e.silent.Store(peer, true)
+		ls.silent.Store(peer, true)
 	}
 }
 
@@ -79,8 +79,8 @@ func (e *Endpoint) Answering(peer string, ok bool) {
 // A peer of replicas (a sidecar RelayNode) is down only once every
 // replica's link is: a probe round reaches one replica, so its silence
 // says nothing of the others.
-func (e *Endpoint) PeerDown(peer string) bool {
-	l, replicas := e.controlLinks(peer)
+func (ls *Links) PeerDown(peer string) bool {
+	l, replicas := ls.controlLinks(peer)
 	if l == nil && len(replicas) > 0 {
 		for _, r := range replicas {
 			if !r.Down() {
@@ -89,7 +89,7 @@ func (e *Endpoint) PeerDown(peer string) bool {
 		}
 		return true
 	}
-	if _, silent := e.silent.Load(peer); silent {
+	if _, silent := ls.silent.Load(peer); silent {
 		return true
 	}
 	return l != nil && l.Down()
