@@ -46,6 +46,7 @@ type Peers struct {
 	quic  *rquic.Endpoint
 	links *rquic.Links // quic's
 	tls   *tlslink.Endpoint
+	pools *tlslink.Pools // tls's
 
 	mu    sync.Mutex
 	peers map[string]Peer // by name (SetPeers)
@@ -93,7 +94,7 @@ func (p *Peers) Listen() error {
 		q.Close()
 		return err
 	}
-	p.quic, p.links, p.tls = q, q.Links(), t
+	p.quic, p.links, p.tls, p.pools = q, q.Links(), t, t.Pools()
 	p.start(peers)
 	return nil
 }

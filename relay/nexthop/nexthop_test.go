@@ -171,7 +171,7 @@ func TestErrorsSayWhy(t *testing.T) {
 
 func hasSpare(p *Peers, peer string) bool {
 	r, _ := p.peer(peer)
-	pool := p.tls.Pool(peer, r.Endpoints)
+	pool := p.pools.Pool(peer, r.Endpoints)
 	return pool.Spares() > 0
 }
 

@@ -117,7 +117,7 @@ func (p *Peers) openTLS(ctx context.Context, h *hop.Header, spareOnly bool, ende
 	var c *tls.Conn
 	var err error
 	if !peer.Replicas {
-		c, err = get(p.tls.Pool(peer.Name, peer.Endpoints))
+		c, err = get(p.pools.Pool(peer.Name, peer.Endpoints))
 	} else {
 		// A replica that refuses (it died a moment ago: TCP says so at
 		// once) costs a try, not the flow: the next replica gets it.
@@ -126,7 +126,7 @@ func (p *Peers) openTLS(ctx context.Context, h *hop.Header, spareOnly bool, ende
 			if perr != nil {
 				return nil, perr
 			}
-			if c, err = get(p.tls.Replica(peer.Name, addr)); (err == nil && c != nil) || ctx.Err() != nil {
+			if c, err = get(p.pools.Replica(peer.Name, addr)); (err == nil && c != nil) || ctx.Err() != nil {
 				break
 			}
 		}

@@ -91,7 +91,7 @@ func (p *Peers) start(peers []Peer) {
 				p.links.Replica(peer.Name, rquic.Control, addr)
 			}
 			p.links.Retire(peer.Name, peer.Endpoints)
-			p.tls.Retire(peer.Name, peer.Endpoints)
+			p.pools.Retire(peer.Name, peer.Endpoints)
 		default:
 			p.links.Link(peer.Name, rquic.Control, peer.Endpoints)
 			p.links.SetAddrs(peer.Name, peer.Endpoints)
@@ -102,10 +102,10 @@ func (p *Peers) start(peers []Peer) {
 		case !peer.Warm:
 		case peer.Replicas:
 			for _, addr := range peer.Endpoints {
-				p.tls.Replica(peer.Name, addr) // warm them now
+				p.pools.Replica(peer.Name, addr) // warm them now
 			}
 		default:
-			p.tls.Pool(peer.Name, peer.Endpoints) // warm it now
+			p.pools.Pool(peer.Name, peer.Endpoints) // warm it now
 		}
 	}
 }

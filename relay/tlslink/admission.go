@@ -39,26 +39,13 @@ func (e *Endpoint) Recheck(full bool) int {
 	for c := range e.active {
 		conns = append(conns, c)
 	}
-	var pools []*Pool
-	retrust := full && e.trusted != e.opts.Identity.Roots()
-	if retrust {
-		e.trusted = e.opts.Identity.Roots()
-		for _, p := range e.pools {
-			pools = append(pools, p)
-		}
-	}
 	e.mu.Unlock()
-	if retrust {
+	if full && e.pools.retrust() {
 		// Sessions resume without a certificate check: none made under
 		// the old trust may.
 		var key [32]byte
 		crand.Read(key[:])
 		e.serverConf.SetSessionTicketKeys([][32]byte{key})
-		for _, p := range pools {
-			p.retrust()
-			p.drain() // spares were checked under the old trust
-			p.refill()
-		}
 	}
 	n := 0
 	for _, c := range conns {

@@ -61,7 +61,7 @@ func TestLinksRunTheirCongestionControl(t *testing.T) {
 	flow := func() (dialed, acc string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		c, err := a.Pool("b", []string{b.Addr().String()}).Get(ctx)
+		c, err := a.Pools().Pool("b", []string{b.Addr().String()}).Get(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -76,7 +76,7 @@ func TestLinksRunTheirCongestionControl(t *testing.T) {
 	// for a connection made after.
 	a.SetCongestion(Congestion{Want: "auto", Algorithm: def, Reason: CongestionNotAllowed})
 	b.SetCongestion(Congestion{Want: "auto", Algorithm: def, Reason: CongestionNotAllowed})
-	a.Pool("b", nil).drain()
+	a.Pools().Pool("b", nil).drain()
 	if d, acc := flow(); d != def || acc != def {
 		t.Fatalf("links back on the host's default %s: dialed %s, accepted %s", def, d, acc)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/hoplink/hoplink/pki"
@@ -25,7 +26,7 @@ func (e *Endpoint) accept() {
 			continue
 		}
 		src := sourceOf(raw.RemoteAddr())
-		if !e.startHandshake(src) {
+		if !e.handshakes.start(src) {
 			e.handshake("accept", "failed")
 			raw.Close()
 			continue
@@ -33,8 +34,8 @@ func (e *Endpoint) accept() {
 		go func() {
 			// The slot is given back once the handshake ends (or, should
 			// serve panic, at the latest here).
-			defer func() { e.endHandshake(src) }()
-			e.serve(tls.Server(wrap(raw), conf), func() { e.endHandshake(src); src = "" })
+			defer func() { e.handshakes.end(src) }()
+			e.serve(tls.Server(wrap(raw), conf), func() { e.handshakes.end(src); src = "" })
 		}()
 	}
 }
@@ -47,30 +48,40 @@ func sourceOf(a net.Addr) string {
 	return a.String()
 }
 
-// startHandshake takes a handshake slot for a connection from src: at most
-// MaxHandshakes at once, and MaxHandshakesPerSource from one host, so that
-// one host cannot take every slot.
-func (e *Endpoint) startHandshake(src string) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.shaking >= MaxHandshakes || e.shakingFrom[src] >= MaxHandshakesPerSource {
+// handshakes counts the handshakes of connections accepted and not yet
+// authenticated: at most MaxHandshakes at once, and MaxHandshakesPerSource
+// from one host, so that one host cannot take every slot.
+type handshakes struct {
+	mu    sync.Mutex
+	n     int            // in progress
+	bySrc map[string]int // ... by source host
+}
+
+// start takes a slot for a connection from src, if one is free.
+func (h *handshakes) start(src string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.n >= MaxHandshakes || h.bySrc[src] >= MaxHandshakesPerSource {
 		return false
 	}
-	e.shaking++
-	e.shakingFrom[src]++
+	if h.bySrc == nil {
+		h.bySrc = map[string]int{}
+	}
+	h.n++
+	h.bySrc[src]++
 	return true
 }
 
-// endHandshake gives a slot back; "" is a slot already given back.
-func (e *Endpoint) endHandshake(src string) {
+// end gives a slot back; "" is a slot already given back.
+func (h *handshakes) end(src string) {
 	if src == "" {
 		return
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.shaking--
-	if e.shakingFrom[src]--; e.shakingFrom[src] <= 0 {
-		delete(e.shakingFrom, src)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.n--
+	if h.bySrc[src]--; h.bySrc[src] <= 0 {
+		delete(h.bySrc, src)
 	}
 }
 
@@ -104,7 +115,7 @@ func (e *Endpoint) serve(c *tls.Conn, handshaken func()) {
 		return
 	}
 	c.SetReadDeadline(time.Now().Add(headerTimeout))
-	if old, whose := e.wait(peer, c); old != nil {
+	if old, whose := e.waiting.add(peer, c); old != nil {
 		e.opts.Metrics.Rejected.WithLabelValues(e.opts.Name, "header_limit").Inc()
 		e.warn.Warn("closed the oldest connection waiting for its header: too many wait", "transport", "tls",
 			"peer", whose, "remote", old.RemoteAddr())
@@ -118,55 +129,73 @@ func (e *Endpoint) serve(c *tls.Conn, handshaken func()) {
 	e.opts.Upper.Serve(peer, c)
 }
 
-// wait counts c among the connections of peer that wait for their flow
-// to start, and returns the one to close to make room, if any, with its
+// waiting holds the connections of each peer that are authenticated and
+// have not started a flow yet, oldest first (spares, and headers on their
+// way), at most max in all and perPeer of one peer (MaxWaiting,
+// MaxWaitingPerPeer; tests take less).
+type waiting struct {
+	max, perPeer int
+
+	mu    sync.Mutex
+	conns map[string][]*tls.Conn
+	whose map[*tls.Conn]string
+}
+
+// add counts c among the connections of peer that wait for their flow to
+// start, and returns the one to close to make room, if any, with its
 // peer: the oldest of peer past its share, else past the total the oldest
 // of the peer that holds the most (peer itself on a tie).
-func (e *Endpoint) wait(peer string, c *tls.Conn) (old *tls.Conn, whose string) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+func (w *waiting) add(peer string, c *tls.Conn) (old *tls.Conn, whose string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.conns == nil {
+		w.conns, w.whose = map[string][]*tls.Conn{}, map[*tls.Conn]string{}
+	}
 	switch {
-	case len(e.waiting[peer]) >= e.waitPerPeer:
+	case len(w.conns[peer]) >= w.perPeer:
 		whose = peer
-	case len(e.waitingFor) >= e.waitMax:
+	case len(w.whose) >= w.max:
 		whose = peer
-		for p, cs := range e.waiting {
-			if len(cs) > len(e.waiting[whose]) {
+		for p, cs := range w.conns {
+			if len(cs) > len(w.conns[whose]) {
 				whose = p
 			}
 		}
 	}
-	if cs := e.waiting[whose]; whose != "" && len(cs) > 0 {
+	if cs := w.conns[whose]; whose != "" && len(cs) > 0 {
 		old = cs[0]
-		e.unwaitLocked(old)
+		w.removeLocked(old)
 	}
-	e.waiting[peer] = append(e.waiting[peer], c)
-	e.waitingFor[c] = peer
+	w.conns[peer] = append(w.conns[peer], c)
+	w.whose[c] = peer
 	return old, whose
+}
+
+// remove stops counting c: its flow started, or it closed.
+func (w *waiting) remove(c *tls.Conn) {
+	w.mu.Lock()
+	w.removeLocked(c)
+	w.mu.Unlock()
+}
+
+func (w *waiting) removeLocked(c *tls.Conn) {
+	peer, ok := w.whose[c]
+	if !ok {
+		return
+	}
+	delete(w.whose, c)
+	cs := slices.DeleteFunc(w.conns[peer], func(x *tls.Conn) bool { return x == c })
+	if len(cs) == 0 {
+		delete(w.conns, peer)
+		return
+	}
+	w.conns[peer] = cs
 }
 
 // Started tells the endpoint that c's flow has started (its header was
 // read): it no longer counts as waiting, and is never closed to make room
 // for others. The handler calls it; serve does once the handler returns.
-func (e *Endpoint) Started(c *tls.Conn) {
-	e.mu.Lock()
-	e.unwaitLocked(c)
-	e.mu.Unlock()
-}
-
-func (e *Endpoint) unwaitLocked(c *tls.Conn) {
-	peer, ok := e.waitingFor[c]
-	if !ok {
-		return
-	}
-	delete(e.waitingFor, c)
-	cs := slices.DeleteFunc(e.waiting[peer], func(x *tls.Conn) bool { return x == c })
-	if len(cs) == 0 {
-		delete(e.waiting, peer)
-		return
-	}
-	e.waiting[peer] = cs
-}
+func (e *Endpoint) Started(c *tls.Conn) { e.waiting.remove(c) }
 
 func (e *Endpoint) track(c *tls.Conn) bool {
 	e.mu.Lock()
@@ -182,6 +211,6 @@ func (e *Endpoint) track(c *tls.Conn) bool {
 func (e *Endpoint) Done(c *tls.Conn) {
 	e.mu.Lock()
 	delete(e.active, c)
-	e.unwaitLocked(c)
 	e.mu.Unlock()
+	e.waiting.remove(c)
 }

@@ -3,6 +3,7 @@ package tlslink
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -16,36 +17,47 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// Pools are the pools of connections an endpoint dials, one per peer (or
+// replica of one).
+type Pools struct {
+	e *Endpoint
+
+	mu      sync.Mutex
+	pools   map[string]*Pool
+	trusted *x509.CertPool // the CAs the pools were made under
+}
+
 // Pool returns the pool of connections to a peer, creating it (and starting
 // to fill it) on first use.
-func (e *Endpoint) Pool(peer string, addrs []string) *Pool {
-	return e.pool(peer, peer, addrs)
+func (ps *Pools) Pool(peer string, addrs []string) *Pool {
+	return ps.pool(peer, peer, addrs)
 }
 
 // Replica returns the pool of connections to one replica of a peer whose
 // relays are replicas of one name (a sidecar RelayNode), so flows spread
 // over them as they do over QUIC.
-func (e *Endpoint) Replica(peer, addr string) *Pool {
-	return e.pool(peer+" "+addr, peer, []string{addr})
+func (ps *Pools) Replica(peer, addr string) *Pool {
+	return ps.pool(peer+" "+addr, peer, []string{addr})
 }
 
 // Retire stops the replica pools of peer whose address is not in keep
 // (the replica left); flows that already took a connection keep it.
-func (e *Endpoint) Retire(peer string, keep []string) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for k, p := range e.pools {
+func (ps *Pools) Retire(peer string, keep []string) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	for k, p := range ps.pools {
 		if addr, ok := strings.CutPrefix(k, peer+" "); ok && !slices.Contains(keep, addr) {
-			delete(e.pools, k)
+			delete(ps.pools, k)
 			close(p.stop)
 		}
 	}
 }
 
-func (e *Endpoint) pool(key, peer string, addrs []string) *Pool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if p := e.pools[key]; p != nil {
+func (ps *Pools) pool(key, peer string, addrs []string) *Pool {
+	e := ps.e
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if p := ps.pools[key]; p != nil {
 		p.mu.Lock()
 		p.addrs = addrs // endpoints may change while the relay runs
 		p.mu.Unlock()
@@ -53,7 +65,7 @@ func (e *Endpoint) pool(key, peer string, addrs []string) *Pool {
 	}
 	p := &Pool{e: e, peer: peer, addrs: addrs, wake: make(chan struct{}, 1), stop: make(chan struct{}), dialing: make(chan struct{}, poolDials)}
 	p.retrust()
-	e.pools[key] = p
+	ps.pools[key] = p
 	if e.ctx.Err() == nil {
 		e.wg.Add(1)
 		go func() {
@@ -62,6 +74,40 @@ func (e *Endpoint) pool(key, peer string, addrs []string) *Pool {
 		}()
 	}
 	return p
+}
+
+// retrust makes every pool check its peer against the CAs trusted now,
+// if they changed since the pools were made: their spares, checked under
+// the old trust, go, and sessions made under it stop resuming. It says
+// whether they changed.
+func (ps *Pools) retrust() bool {
+	roots := ps.e.opts.Identity.Roots()
+	ps.mu.Lock()
+	if ps.trusted == roots {
+		ps.mu.Unlock()
+		return false
+	}
+	ps.trusted = roots
+	pools := make([]*Pool, 0, len(ps.pools))
+	for _, p := range ps.pools {
+		pools = append(pools, p)
+	}
+	ps.mu.Unlock()
+	for _, p := range pools {
+		p.retrust()
+		p.drain() // spares were checked under the old trust
+		p.refill()
+	}
+	return true
+}
+
+// drain closes every pool's spares.
+func (ps *Pools) drain() {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	for _, p := range ps.pools {
+		p.drain()
+	}
 }
 
 // Pool keeps handshaken connections to one peer ready for new flows.

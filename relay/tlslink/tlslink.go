@@ -10,7 +10,6 @@ package tlslink
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"net"
@@ -114,20 +113,13 @@ type Endpoint struct {
 	serverConf *tls.Config
 	cc         ccSetting // the links' congestion control
 
-	mu          sync.Mutex
-	peers       map[string]bool // who may connect (Options.Peers)
-	trusted     *x509.CertPool  // the CAs the pools and tickets were made under
-	pools       map[string]*Pool
-	active      map[*tls.Conn]struct{} // connections carrying flows, closed by Close
-	shaking     int                    // handshakes in progress
-	shakingFrom map[string]int         // ... by source host
-	// waiting holds the connections of each peer that have not started a
-	// flow yet, oldest first (spares, and headers on their way).
-	waiting    map[string][]*tls.Conn
-	waitingFor map[*tls.Conn]string // ... and whose they are
-	// waitMax and waitPerPeer are MaxWaiting and MaxWaitingPerPeer
-	// (tests take less).
-	waitMax, waitPerPeer int
+	pools      *Pools     // the connections it dials
+	handshakes handshakes // those it accepts, before they are authenticated
+	waiting    waiting    // ... and after, until their flow starts
+
+	mu     sync.Mutex
+	peers  map[string]bool        // who may connect (Options.Peers)
+	active map[*tls.Conn]struct{} // connections carrying flows, closed by Close
 }
 
 // Listen binds the TCP listener and starts accepting peers.
@@ -135,9 +127,9 @@ func Listen(opts Options) (*Endpoint, error) {
 	if opts.Spares <= 0 {
 		opts.Spares = DefaultSpares
 	}
-	e := &Endpoint{opts: opts, warn: ratelog.New(opts.Log), pools: map[string]*Pool{}, active: map[*tls.Conn]struct{}{},
-		shakingFrom: map[string]int{}, waiting: map[string][]*tls.Conn{}, waitingFor: map[*tls.Conn]string{},
-		waitMax: MaxWaiting, waitPerPeer: MaxWaitingPerPeer}
+	e := &Endpoint{opts: opts, warn: ratelog.New(opts.Log), active: map[*tls.Conn]struct{}{},
+		waiting: waiting{max: MaxWaiting, perPeer: MaxWaitingPerPeer}}
+	e.pools = &Pools{e: e, pools: map[string]*Pool{}, trusted: opts.Identity.Roots()}
 	e.SetPeers(opts.Peers)
 	e.cc.store(opts.Congestion)
 	lc := net.ListenConfig{Control: e.control}
@@ -163,7 +155,6 @@ func Listen(opts Options) (*Endpoint, error) {
 	if e.opts.Admin != nil {
 		protos = append(protos, pki.AdminALPN)
 	}
-	e.trusted = opts.Identity.Roots()
 	e.serverConf = e.opts.Identity.ServerConfig(func(remote net.Addr, err error) {
 		e.handshake("accept", "rejected")
 		e.warn.Warn("rejected peer certificate", "transport", "tls", "remote", remote, "err", err)
@@ -173,6 +164,9 @@ func Listen(opts Options) (*Endpoint, error) {
 	go e.accept()
 	return e, nil
 }
+
+// Pools are the connections this endpoint dials.
+func (e *Endpoint) Pools() *Pools { return e.pools }
 
 // Addr is the bound TCP address.
 func (e *Endpoint) Addr() net.Addr { return e.ln.Addr() }
@@ -196,11 +190,9 @@ func (e *Endpoint) Close() error {
 		e.admin.Close()
 	}
 	e.wg.Wait()
+	e.pools.drain()
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for _, p := range e.pools {
-		p.drain()
-	}
 	for c := range e.active {
 		c.NetConn().Close() // ends the flow; its relay goroutines see the error
 	}

@@ -71,7 +71,7 @@ func TestPoolCarriesFlowsAndRefills(t *testing.T) {
 	a := endpoint(t, ca, "a", m, got)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	p := a.Pool("b", []string{b.Addr().String()})
+	p := a.Pools().Pool("b", []string{b.Addr().String()})
 	for i := range 3 {
 		c, err := p.Get(ctx)
 		if err != nil {
@@ -181,15 +181,15 @@ func TestWaitingConnectionsAreBounded(t *testing.T) {
 	}
 	t.Cleanup(func() { b.Close() })
 	self.Store(b)
-	b.mu.Lock()
-	b.waitPerPeer, b.waitMax = 8, 20
-	b.mu.Unlock()
+	b.waiting.mu.Lock()
+	b.waiting.perPeer, b.waiting.max = 8, 20
+	b.waiting.mu.Unlock()
 
 	closedByB := closedWaiting(m, "b")
 	waiting := func(peer string) int {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		return len(b.waiting[peer])
+		b.waiting.mu.Lock()
+		defer b.waiting.mu.Unlock()
+		return len(b.waiting.conns[peer])
 	}
 	var all []*tls.Conn
 	t.Cleanup(func() {
