@@ -89,7 +89,7 @@ type Relay struct {
 	ready     atomic.Bool
 	drainOnce sync.Once // Drain's first call takes the relay out of service
 
-	hops       *nexthop.Peers
+	peers      *nexthop.Peers                     // the link layer
 	congestion atomic.Pointer[nexthop.Congestion] // what the TLS links run
 	routes     *routeBook
 	measure    *measurer
@@ -155,7 +155,7 @@ func (r *Relay) Name() string { return r.cfg.Name }
 func (r *Relay) Ready() bool { return r.ready.Load() }
 
 // Addr is the relay's bound QUIC address.
-func (r *Relay) Addr() net.Addr { return r.hops.Addr() }
+func (r *Relay) Addr() net.Addr { return r.peers.Addr() }
 
 // Identity is the relay's certificate and CA, for renewal.
 func (r *Relay) Identity() *pki.Identity { return r.cfg.Identity }
@@ -176,7 +176,7 @@ func (r *Relay) Start() error {
 	// The dispatcher is the link layer's one way up; every role exists
 	// before the first peer's stream can arrive.
 	r.dispatch = &dispatcher{env: e, measure: r.measure, ctl: r.ctl}
-	hops := nexthop.New(nexthop.Options{
+	peers := nexthop.New(nexthop.Options{
 		Name:             e.name,
 		Identity:         r.cfg.Identity,
 		Listen:           net.JoinHostPort(self.Spec.Listen.Address, strconv.Itoa(int(self.Spec.Listen.Port))),
@@ -187,14 +187,15 @@ func (r *Relay) Start() error {
 		Metrics:          e.m,
 		Log:              e.log,
 	})
-	r.hops, r.measure.hops, r.routes.links = hops, hops, hops
+	hops := peers.Hops()
+	r.peers, r.measure.peers, r.measure.hops, r.routes.links = peers, peers, hops, peers
 	r.tcp = &tcpFlows{env: e, hops: hops, routes: r.routes, targets: targets}
 	r.udp = &udpFlows{env: e, hops: hops, routes: r.routes}
 	r.tun = &tunFlows{env: e, tcp: r.tcp, udp: r.udp, noOffload: r.cfg.NoTUNOffload}
 	r.packets = &packetTunnels{env: e, hops: hops, routes: r.routes, noOffload: r.cfg.NoTUNOffload, exits: map[string]*packetExit{}}
 	r.dispatch.tcp, r.dispatch.udp, r.dispatch.packets = r.tcp, r.udp, r.packets
-	hops.SetPeers(peersOf(set, r.cfg.Name))
-	if err := hops.Listen(); err != nil {
+	peers.SetPeers(peersOf(set, r.cfg.Name))
+	if err := peers.Listen(); err != nil {
 		return fmt.Errorf("RelayNode %q: spec.listen: %w", r.cfg.Name, err)
 	}
 	r.packets.sync(set)
@@ -209,7 +210,7 @@ func (r *Relay) Start() error {
 	r.routingUpdated(set)
 	r.ready.Store(true)
 	e.m.Ready.WithLabelValues(r.cfg.Name).Set(1)
-	e.log.Info("relay started", "listen", hops.Addr().String(), "peers", set.NextHops(r.cfg.Name))
+	e.log.Info("relay started", "listen", peers.Addr().String(), "peers", set.NextHops(r.cfg.Name))
 	return nil
 }
 
@@ -241,12 +242,12 @@ func (r *Relay) Update(set *manifest.Set) error {
 	}
 	r.set.Store(set)
 	if cc, changed := r.congestionFor(set); changed {
-		r.hops.SetCongestion(cc)
+		r.peers.SetCongestion(cc)
 	}
-	r.hops.SetPeers(peersOf(set, r.cfg.Name))
+	r.peers.SetPeers(peersOf(set, r.cfg.Name))
 	// Peers the manifests dropped lose their connections; TLS sessions
 	// stop resuming under CAs an Identity().Update replaced.
-	r.hops.Recheck(true)
+	r.peers.Recheck(true)
 	r.routingUpdated(set)
 	r.packets.sync(set)
 	want := map[string]*v1alpha1.Tunnel{}
@@ -444,7 +445,7 @@ func (r *Relay) watchCertificates() {
 	defer t.Stop()
 	for {
 		r.cfg.Metrics.CertExpiry.WithLabelValues(r.cfg.Name).Set(float64(r.cfg.Identity.NotAfter().Unix()))
-		r.hops.Recheck(false)
+		r.peers.Recheck(false)
 		select {
 		case <-t.C:
 		case <-r.env.ctx.Done():
@@ -482,8 +483,8 @@ func (r *Relay) Drain(ctx context.Context) (open int) {
 		for _, stop := range stops {
 			stop()
 		}
-		if r.hops != nil {
-			r.hops.Drain()
+		if r.peers != nil {
+			r.peers.Drain()
 		}
 		r.cfg.Log.Info("draining: no new flows; waiting for the open TCP flows", "open", r.env.openTCP.Load())
 	})
@@ -492,8 +493,8 @@ func (r *Relay) Drain(ctx context.Context) (open int) {
 	for {
 		if open = int(r.env.openTCP.Load()); open == 0 {
 			r.cfg.Log.Info("drained: every flow ended")
-			if r.hops != nil {
-				if n := r.hops.Settle(ctx); n > 0 {
+			if r.peers != nil {
+				if n := r.peers.Settle(ctx); n > 0 {
 					r.cfg.Log.Info("drain ended before every peer read what this relay sent", "peers", n)
 				}
 			}
@@ -528,8 +529,8 @@ func (r *Relay) Close() error {
 	}
 	r.cancel()
 	var err error
-	if r.hops != nil {
-		err = r.hops.Close()
+	if r.peers != nil {
+		err = r.peers.Close()
 	}
 	r.wg.Wait()
 	return err

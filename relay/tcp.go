@@ -29,7 +29,7 @@ const endBuffer = 128 << 10
 // exit dials the target. A tun Tunnel's TCP flows enter here too.
 type tcpFlows struct {
 	*env
-	hops   *nexthop.Peers
+	hops   *nexthop.Hops
 	routes *routeBook
 	// targets learns the target's round trip from every real connect.
 	targets *probe.Targets

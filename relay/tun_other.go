@@ -31,7 +31,7 @@ func (f *tunFlows) open(*v1alpha1.Tunnel, string, netip.Prefix, []netip.Prefix) 
 
 type packetTunnels struct {
 	*env
-	hops      *nexthop.Peers
+	hops      *nexthop.Hops
 	routes    *routeBook
 	noOffload bool
 

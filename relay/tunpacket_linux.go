@@ -43,7 +43,7 @@ import (
 // exit's devices with the sessions they serve.
 type packetTunnels struct {
 	*env
-	hops      *nexthop.Peers
+	hops      *nexthop.Hops
 	routes    *routeBook
 	noOffload bool
 

@@ -30,7 +30,7 @@ import (
 // the stream that marks its life and carries packets too large for one.
 type udpFlows struct {
 	*env
-	hops   *nexthop.Peers
+	hops   *nexthop.Hops
 	routes *routeBook
 	// exits counts the sessions of each Tunnel this relay ends at their
 	// target, which spec.udp.maxSessions bounds here as at the entry.

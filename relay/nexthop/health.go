@@ -1,6 +1,9 @@
 package nexthop
 
-import rquic "github.com/hoplink/hoplink/relay/quic"
+import (
+	"github.com/hoplink/hoplink/api/v1alpha1"
+	rquic "github.com/hoplink/hoplink/relay/quic"
+)
 
 // Draining reports whether a peer (every replica of a sidecar peer) said
 // it drains.
@@ -15,6 +18,12 @@ func (p *Peers) Draining(peer string) bool {
 		}
 	}
 	return len(r.Endpoints) > 0
+}
+
+// LinkTransport is the transport bulk flows of auto chains take to peer
+// now and why; "" before this relay chose one.
+func (p *Peers) LinkTransport(peer string) (v1alpha1.Transport, string) {
+	return p.hops.auto.current(peer)
 }
 
 // Answering records whether peer answered the last round of link probes

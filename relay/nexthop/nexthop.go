@@ -14,7 +14,6 @@ import (
 	"net/http"
 	"sync"
 
-	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/metrics"
 	"github.com/hoplink/hoplink/pki"
 	rquic "github.com/hoplink/hoplink/relay/quic"
@@ -52,28 +51,20 @@ type Peers struct {
 	peers map[string]Peer // by name (SetPeers)
 	order []Peer          // as given
 
-	spread sync.Map // peer with replicas -> *atomic.Uint64, its round-robin turn
-	auto   *chooser
-
-	tlsMu    sync.Mutex
-	tlsFlows map[tlsShare]int // TLS flows open under auto
-
-	live liveTCP // the TCP connections of TLS flows open, per peer
+	hops *Hops
 }
 
 // New makes a relay's Peers; Listen binds them. The two steps let the
 // roles that serve peers' streams hold the Peers before the first stream
 // arrives.
 func New(o Options) *Peers {
-	p := &Peers{o: o, auto: newChooser()}
-	p.auto.changed = p.transportChanged
-	p.auto.goodput = func(peer string, t v1alpha1.Transport, bps float64) {
-		if o.Metrics != nil {
-			o.Metrics.LinkGoodput.WithLabelValues(o.Name, peer, string(t)).Set(bps)
-		}
-	}
+	p := &Peers{o: o}
+	p.hops = newHops(p)
 	return p
 }
+
+// Hops opens hops to the peers.
+func (p *Peers) Hops() *Hops { return p.hops }
 
 // Listen binds the relay's QUIC and TLS listeners on the same port number,
 // which admit the peers SetPeers gave, and starts their links.

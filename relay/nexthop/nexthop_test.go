@@ -44,7 +44,7 @@ func (reporter) Event(Event) {}
 
 // two starts relays a and b; b reports what each stream or TLS connection
 // carried. a's manifests route chain c (a -> b) over transport.
-func two(t *testing.T, transport string) (a *Peers, got chan received, set *manifest.Set) {
+func two(t *testing.T, transport string) (a *Hops, got chan received, set *manifest.Set) {
 	t.Helper()
 	pa, pb := testutil.FreePort(t), testutil.FreePort(t)
 	set, err := manifest.Parse("two.yaml", fmt.Appendf(nil, `
@@ -105,7 +105,7 @@ spec: {chain: c, listen: {port: 15999}, target: "127.0.0.1:1"}
 	rb := Peer{Name: "b", Endpoints: []string{fmt.Sprintf("127.0.0.1:%d", pb)}}
 	start("b", pb, []Peer{ra, rb})
 	rb.NextHop, rb.Warm = true, transport != "quic"
-	a = start("a", pa, []Peer{ra, rb})
+	a = start("a", pa, []Peer{ra, rb}).Hops()
 	return a, got, set
 }
 
@@ -169,9 +169,9 @@ func TestErrorsSayWhy(t *testing.T) {
 	}
 }
 
-func hasSpare(p *Peers, peer string) bool {
-	r, _ := p.peer(peer)
-	pool := p.pools.Pool(peer, r.Endpoints)
+func hasSpare(hs *Hops, peer string) bool {
+	r, _ := hs.p.peer(peer)
+	pool := hs.p.pools.Pool(peer, r.Endpoints)
 	return pool.Spares() > 0
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	quicgo "github.com/quic-go/quic-go"
@@ -14,6 +15,31 @@ import (
 	rquic "github.com/hoplink/hoplink/relay/quic"
 	"github.com/hoplink/hoplink/relay/tlslink"
 )
+
+// Hops opens hops to peers for headers: a stream on a QUIC link or a
+// connection from a TLS pool, over the chain's transport or, under auto,
+// this relay's choice for the link, with one set of errors. The entries of
+// every protocol, middle relays, traces and link requests all open hops
+// here.
+type Hops struct {
+	p *Peers
+
+	spread sync.Map // peer with replicas -> *atomic.Uint64, its round-robin turn
+	auto   *chooser
+	shares tlsShares // TLS flows open under auto
+	live   liveTCP   // the TCP connections of TLS flows open, per peer
+}
+
+func newHops(p *Peers) *Hops {
+	hs := &Hops{p: p, auto: newChooser()}
+	hs.auto.changed = hs.transportChanged
+	hs.auto.goodput = func(peer string, t v1alpha1.Transport, bps float64) {
+		if m := p.o.Metrics; m != nil {
+			m.LinkGoodput.WithLabelValues(p.o.Name, peer, string(t)).Set(bps)
+		}
+	}
+	return hs
+}
 
 // class is the link a header's stream rides: its Tunnel's own for flows
 // and sessions, the control link for traces and link requests.
@@ -27,8 +53,8 @@ func class(h *hop.Header) string {
 
 // refuseDraining fails a flow whose next hop drains, at once: waiting
 // would only end in its refusal.
-func (p *Peers) refuseDraining(next string) error {
-	if p.Draining(next) {
+func (hs *Hops) refuseDraining(next string) error {
+	if hs.p.Draining(next) {
 		return &Error{Reason: NextHop, Next: next, Err: ErrDraining}
 	}
 	return nil
@@ -45,8 +71,8 @@ func Onward(h *hop.Header) *hop.Header {
 // packet or UDP session over TLS. The chain's transport decides how, or
 // under auto this relay's choice for the link; the Choice says which and
 // takes the flow's figures back.
-func (p *Peers) Open(ctx context.Context, h *hop.Header, transport v1alpha1.Transport) (flow.End, *Choice, error) {
-	if err := p.refuseDraining(h.Route[0]); err != nil {
+func (hs *Hops) Open(ctx context.Context, h *hop.Header, transport v1alpha1.Transport) (flow.End, *Choice, error) {
+	if err := hs.refuseDraining(h.Route[0]); err != nil {
 		return nil, nil, err
 	}
 	if h.Kind == hop.KindPacket || h.Kind == hop.KindUDP {
@@ -55,7 +81,7 @@ func (p *Peers) Open(ctx context.Context, h *hop.Header, transport v1alpha1.Tran
 		// carries: over QUIC a session is an rquic.Session (Session).
 		transport = v1alpha1.TransportTLS
 	}
-	ch := p.choose(h, transport)
+	ch := hs.choose(h, transport)
 	var out flow.End
 	var err error
 	if ch.Transport == v1alpha1.TransportTLS {
@@ -63,11 +89,11 @@ func (p *Peers) Open(ctx context.Context, h *hop.Header, transport v1alpha1.Tran
 		// choice of TLS is not.
 		if transport == v1alpha1.TransportAuto && h.Kind == hop.KindTCP {
 			var shared bool
-			if out, shared, err = p.openTLSShared(ctx, h, ch.spareOnly); !shared {
+			if out, shared, err = hs.openTLSShared(ctx, h, ch.spareOnly); !shared {
 				ch.Transport, ch.Reason = v1alpha1.TransportQUIC, ReasonTLSShare
 			}
 		} else {
-			out, err = p.openTLS(ctx, h, ch.spareOnly, func() {})
+			out, err = hs.openTLS(ctx, h, ch.spareOnly, func() {})
 		}
 		if ch.Transport == v1alpha1.TransportTLS && out == nil && err == nil {
 			// A flow of unknown shape in a burst: rather than wait for a
@@ -76,23 +102,23 @@ func (p *Peers) Open(ctx context.Context, h *hop.Header, transport v1alpha1.Tran
 		}
 	}
 	if ch.Transport != v1alpha1.TransportTLS {
-		out, err = p.openStream(ctx, h)
+		out, err = hs.openStream(ctx, h)
 	}
 	if err != nil {
 		if ch.meter != nil {
-			p.auto.unwatch(ch.tunnel, ch.meter)
+			hs.auto.unwatch(ch.tunnel, ch.meter)
 		}
 		return nil, nil, err
 	}
 	ch.out = out
 	if h.Kind == hop.KindTCP {
-		p.countFlow(ch.peer, ch.Transport, ch.Reason)
+		hs.countFlow(ch.peer, ch.Transport, ch.Reason)
 	}
 	return out, ch, nil
 }
 
-func (p *Peers) openStream(ctx context.Context, h *hop.Header) (flow.End, error) {
-	c, s, err := p.session(ctx, h) // Open checked the next hop already
+func (hs *Hops) openStream(ctx context.Context, h *hop.Header) (flow.End, error) {
+	c, s, err := hs.session(ctx, h) // Open checked the next hop already
 	if err != nil {
 		return nil, err
 	}
@@ -102,9 +128,9 @@ func (p *Peers) openStream(ctx context.Context, h *hop.Header) (flow.End, error)
 // openTLS takes a TLS connection to h.Route[0] and sends it h. With
 // spareOnly it takes a ready one or none (nil, nil). ended runs when the
 // flow's connection is finished.
-func (p *Peers) openTLS(ctx context.Context, h *hop.Header, spareOnly bool, ended func()) (flow.End, error) {
+func (hs *Hops) openTLS(ctx context.Context, h *hop.Header, spareOnly bool, ended func()) (flow.End, error) {
 	next := h.Route[0]
-	peer, ok := p.peer(next)
+	peer, ok := hs.p.peer(next)
 	if !ok {
 		return nil, unknown(next)
 	}
@@ -117,16 +143,16 @@ func (p *Peers) openTLS(ctx context.Context, h *hop.Header, spareOnly bool, ende
 	var c *tls.Conn
 	var err error
 	if !peer.Replicas {
-		c, err = get(p.pools.Pool(peer.Name, peer.Endpoints))
+		c, err = get(hs.p.pools.Pool(peer.Name, peer.Endpoints))
 	} else {
 		// A replica that refuses (it died a moment ago: TCP says so at
 		// once) costs a try, not the flow: the next replica gets it.
 		for range max(1, len(peer.Endpoints)) {
-			addr, perr := p.replica(peer)
+			addr, perr := hs.replica(peer)
 			if perr != nil {
 				return nil, perr
 			}
-			if c, err = get(p.pools.Replica(peer.Name, addr)); (err == nil && c != nil) || ctx.Err() != nil {
+			if c, err = get(hs.p.pools.Replica(peer.Name, addr)); (err == nil && c != nil) || ctx.Err() != nil {
 				break
 			}
 		}
@@ -139,13 +165,13 @@ func (p *Peers) openTLS(ctx context.Context, h *hop.Header, spareOnly bool, ende
 	}
 	tc := tcpOf(c)
 	if tc != nil {
-		p.live.add(next, tc)
+		hs.live.add(next, tc)
 	}
 	out := flow.TLS(c, func() {
 		if tc != nil {
-			p.live.remove(next, tc)
+			hs.live.remove(next, tc)
 		}
-		p.tls.Done(c)
+		hs.p.tls.Done(c)
 		ended()
 	})
 	if err := writeHeader(out, h); err != nil {
@@ -157,20 +183,20 @@ func (p *Peers) openTLS(ctx context.Context, h *hop.Header, spareOnly bool, ende
 
 // Session opens a QUIC stream to h.Route[0] and sends it h: a datagram
 // session (UDP, packets), or a TCP flow or trace over QUIC.
-func (p *Peers) Session(ctx context.Context, h *hop.Header) (*rquic.Conn, *quicgo.Stream, error) {
-	if err := p.refuseDraining(h.Route[0]); err != nil {
+func (hs *Hops) Session(ctx context.Context, h *hop.Header) (*rquic.Conn, *quicgo.Stream, error) {
+	if err := hs.refuseDraining(h.Route[0]); err != nil {
 		return nil, nil, err
 	}
-	return p.session(ctx, h)
+	return hs.session(ctx, h)
 }
 
-func (p *Peers) session(ctx context.Context, h *hop.Header) (*rquic.Conn, *quicgo.Stream, error) {
+func (hs *Hops) session(ctx context.Context, h *hop.Header) (*rquic.Conn, *quicgo.Stream, error) {
 	next := h.Route[0]
-	peer, ok := p.peer(next)
+	peer, ok := hs.p.peer(next)
 	if !ok {
 		return nil, nil, unknown(next)
 	}
-	link, err := p.link(peer, class(h))
+	link, err := hs.link(peer, class(h))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -187,8 +213,8 @@ func (p *Peers) session(ctx context.Context, h *hop.Header) (*rquic.Conn, *quicg
 
 // OpenLive opens a stream to h.Route[0] only if its connection is up now: a
 // link request, which a round sends another way rather than wait.
-func (p *Peers) OpenLive(ctx context.Context, h *hop.Header) (*quicgo.Stream, error) {
-	c := p.links.Live(h.Route[0])
+func (hs *Hops) OpenLive(ctx context.Context, h *hop.Header) (*quicgo.Stream, error) {
+	c := hs.p.links.Live(h.Route[0])
 	if c == nil {
 		return nil, &Error{Reason: NextHop, Next: h.Route[0], Err: rquic.ErrPeerDown}
 	}
@@ -207,29 +233,29 @@ func (p *Peers) OpenLive(ctx context.Context, h *hop.Header) (*quicgo.Stream, er
 // replicas (a sidecar relay) spreads new streams over its ready replicas
 // in turn, preferring those connected now; a stream, and so a UDP or
 // packet session, stays on the replica it opened on.
-func (p *Peers) link(peer Peer, class string) (*rquic.Link, error) {
+func (hs *Hops) link(peer Peer, class string) (*rquic.Link, error) {
 	if !peer.Replicas {
-		return p.links.Link(peer.Name, class, peer.Endpoints), nil
+		return hs.p.links.Link(peer.Name, class, peer.Endpoints), nil
 	}
-	addr, err := p.replica(peer)
+	addr, err := hs.replica(peer)
 	if err != nil {
 		return nil, err
 	}
-	return p.links.Replica(peer.Name, class, addr), nil
+	return hs.p.links.Replica(peer.Name, class, addr), nil
 }
 
 // replica picks the replica of a sidecar peer a new flow goes to: the next
 // in turn that is connected and has not been seen lost, else the next.
-func (p *Peers) replica(peer Peer) (string, error) {
+func (hs *Hops) replica(peer Peer) (string, error) {
 	eps := peer.Endpoints
 	if len(eps) == 0 {
 		return "", &Error{Reason: NextHop, Next: peer.Name, Err: fmt.Errorf("sidecar relay %q has no ready replica", peer.Name)}
 	}
-	v, _ := p.spread.LoadOrStore(peer.Name, new(atomic.Uint64))
+	v, _ := hs.spread.LoadOrStore(peer.Name, new(atomic.Uint64))
 	turn := v.(*atomic.Uint64).Add(1)
 	pick := eps[turn%uint64(len(eps))]
 	for i := range eps {
-		if a := eps[(turn+uint64(i))%uint64(len(eps))]; p.links.ReplicaUp(peer.Name, a) {
+		if a := eps[(turn+uint64(i))%uint64(len(eps))]; hs.p.links.ReplicaUp(peer.Name, a) {
 			pick = a
 			break
 		}
