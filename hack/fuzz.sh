@@ -16,6 +16,7 @@ targets=(
   "./relay/hop        FuzzReadPacketFrame  800000"
   "./relay/hop        FuzzReadFrame        800000"
   "./relay            FuzzLinkTable        50000"
+  "./route            FuzzCandidates       40000"
   "./relay/admit      FuzzStream           250000"
   "./adminapi         FuzzHandler          90000"
   "./relay/tun        FuzzComplete         400000"

@@ -102,7 +102,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"relay", "tunnel", "role"}),
 		FlowErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hoplink_flow_errors_total",
-			Help: "Flows that ended in error, by reason (dial_target, next_hop, no_route, flow_limit, tunnel_limit, source_limit, draining, idle, evicted, stalled).",
+			Help: "Flows that ended in error, by reason (dial_target, next_hop, no_route, flow_limit, tunnel_limit, source_limit, draining, idle, evicted, stalled: a stuck write, a TCP flow's reset to let a new flow of its QUIC connection through).",
 		}, []string{"relay", "tunnel", "reason"}),
 		Rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hoplink_rejected_streams_total",

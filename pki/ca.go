@@ -12,9 +12,11 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math/big"
 	"net"
 	"os"
+	"path/filepath"
 	"time"
 )
 
@@ -187,6 +189,9 @@ func (ca *CA) KeyPEM() ([]byte, error) {
 // LoadCA reads a CA certificate and key written by WriteCA.
 func LoadCA(certFile, keyFile string) (*CA, error) {
 	certPEM, err := os.ReadFile(certFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("load CA: %w: make a CA with 'hoplink cert ca --certs %s', or give the directory that holds ca.crt and ca.key", err, filepath.Dir(certFile))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("load CA: %w", err)
 	}

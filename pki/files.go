@@ -47,7 +47,7 @@ func writeFiles(dir string, files map[string][]byte) error {
 	}
 	for name := range files {
 		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
-			return fmt.Errorf("%s exists; remove it first or choose another --dir", filepath.Join(dir, name))
+			return fmt.Errorf("%s exists; remove it first or choose another directory", filepath.Join(dir, name))
 		}
 	}
 	for name, data := range files {

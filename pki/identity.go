@@ -7,7 +7,9 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"sync/atomic"
 	"time"
 )
@@ -120,18 +122,27 @@ func verifiedPair(name string, roots *x509.CertPool, certPEM, keyPEM []byte) (tl
 }
 
 // LoadIdentity reads a relay's CA, certificate and key from PEM files.
+// A missing file or a certificate out of its validity says which command
+// makes or renews it, or that the clock is off.
 func LoadIdentity(name, caFile, certFile, keyFile string) (*Identity, error) {
 	var blobs [3][]byte
 	for i, f := range []string{caFile, certFile, keyFile} {
 		b, err := os.ReadFile(f)
-		if err != nil {
+		switch {
+		case errors.Is(err, fs.ErrNotExist) && i == 0:
+			return nil, fmt.Errorf("CA certificate: %w: copy into %s the ca.crt of the CA that issues the relays' certificates ('hoplink cert ca --certs DIR' makes a CA)", err, filepath.Dir(f))
+		case errors.Is(err, fs.ErrNotExist):
+			return nil, fmt.Errorf("relay certificate: %w: %s", err, issueHint(name, caFile, certFile, keyFile))
+		case errors.Is(err, fs.ErrPermission):
+			return nil, fmt.Errorf("%w: this relay runs as uid %d, which may not read it: make it readable to that user (chown, or a group of its and chmod 0640)", err, os.Getuid())
+		case err != nil:
 			return nil, err
 		}
 		blobs[i] = b
 	}
 	id, err := NewIdentity(name, blobs[0], blobs[1], blobs[2])
 	if err != nil {
-		return nil, fmt.Errorf("%s, %s: %w", certFile, keyFile, err)
+		return nil, fmt.Errorf("%s, %s: %w%s%s", certFile, keyFile, err, validityHint(blobs[1], name, time.Now()), mismatchHint(err, name, caFile, certFile))
 	}
 	return id, nil
 }

@@ -3,14 +3,19 @@ package relay
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
+	"syscall"
 	"testing"
 	"time"
 
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	quicgo "github.com/quic-go/quic-go"
 
+	"github.com/hoplink/hoplink/internal/testutil"
 	"github.com/hoplink/hoplink/measure"
 	"github.com/hoplink/hoplink/relay/hop"
+	"github.com/hoplink/hoplink/routectl"
 )
 
 // TestLinkRequestsAreBoundedAtEveryHop: the entry r0 and the via relay
@@ -114,4 +119,52 @@ func TestLinkRequestsAreBoundedAtEveryHop(t *testing.T) {
 	s := ask(c0)
 	s.Close()
 	answered(s)
+}
+
+// hangingTarget is a TCP address whose connects hang: its listener's
+// accept queue is full and never drained, so the kernel drops every SYN.
+func hangingTarget(t *testing.T) string {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Listen(fd, 0); err != nil {
+		t.Fatal(err)
+	}
+	sa, _ := syscall.Getsockname(fd)
+	addr := fmt.Sprintf("127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
+	for range 10 {
+		c, err := net.DialTimeout("tcp", addr, 300*time.Millisecond)
+		if err != nil {
+			return addr // the queue is full
+		}
+		t.Cleanup(func() { c.Close() })
+	}
+	t.Fatal("connects to a listener that accepts nothing kept succeeding")
+	return ""
+}
+
+// The relay's own table waits for its probes as long as a peer's would
+// (routectl.ProbeWait, 350 ms at a 1 s interval), however long the route
+// controller would wait for it: a round's request may outlive the round.
+func TestOwnTableWaitsAsLongAsAPeers(t *testing.T) {
+	target := hangingTarget(t)
+	n := startNetwork(t, []string{"r0", "r1"}, fmt.Sprintf(
+		"---\napiVersion: hoplink.dev/v1alpha1\nkind: Chain\nmetadata: {name: c}\nspec: {entry: r0, exit: r1, mode: sum, probe: {interval: 1s}}\n"+
+			"---\napiVersion: hoplink.dev/v1alpha1\nkind: Tunnel\nmetadata: {name: t}\nspec: {chain: c, protocol: tcp, listen: {address: 127.0.0.1, port: %d}, target: %q}\n",
+		testutil.FreePort(t), target))
+	r1 := n.relays["r1"]
+	c := r1.set.Load().Chain("default/c")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	tb, err := r1.measure.Links(ctx, routectl.LinksRequest{Chain: c, Relay: "r1"})
+	if took := time.Since(start); err != nil || took > 10*time.Second || len(tb.Targets) != 1 || tb.Targets[0].Up {
+		t.Fatalf("own table after %v: %+v, %v; want the target down within the probe wait", took, tb, err)
+	}
 }

@@ -222,6 +222,10 @@ func (m *measurer) serveLinks(peer string, remote net.Addr, s *quicgo.Stream, h 
 // this relay's directly, a peer's with a link request.
 func (m *measurer) Links(ctx context.Context, req routectl.LinksRequest) (*measure.Table, error) {
 	if req.Relay == m.name {
+		// Its probes wait as long as a peer's would (serveLinks), however
+		// long the asker is ready to wait for the table.
+		ctx, cancel := context.WithTimeout(ctx, routectl.ProbeWait(routectl.Interval(req.Chain)))
+		defer cancel()
 		return m.table(ctx, req.Chain, req.Fresh), nil
 	}
 	path := append(slices.Clone(req.Through), req.Relay)

@@ -154,10 +154,10 @@ func (d *dispatcher) serveQUIC(c *rquic.Conn, s *quicgo.Stream) {
 		d.packets.serveQUIC(c, s, x)
 	case h.Kind == hop.KindTCP && g.Last:
 		defer c.Hold()()
-		d.tcp.exit(flow.Stream(s), &h, g.Tunnel)
+		d.tcp.exit(flow.HeldStream(c.Conn, s, nil), &h, g.Tunnel)
 	case h.Kind == hop.KindTCP:
 		defer c.Hold()()
-		d.tcp.middle(flow.Stream(s), &h, g.Tunnel, g.Chain)
+		d.tcp.middle(flow.HeldStream(c.Conn, s, nil), &h, g.Tunnel, g.Chain)
 	case g.Last:
 		d.udp.exit(c, s, &h, g.Tunnel)
 	default: // a UDP or packet session: datagrams and frames

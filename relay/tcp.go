@@ -116,10 +116,15 @@ func (f *tcpFlows) entry(in flow.End, t *v1alpha1.Tunnel, key, target string) {
 	via.Done()
 }
 
-// join counts how a joined flow ended, when it ended for being idle.
+// join counts how a joined flow ended, when it ended for being idle or
+// stalled.
 func (f *tcpFlows) join(tunnel string, err error) {
-	if errors.Is(err, flow.ErrIdle) {
+	switch {
+	case errors.Is(err, flow.ErrIdle):
 		f.flowError(tunnel, "idle")
+	case errors.Is(err, flow.ErrStalled):
+		f.flowError(tunnel, "stalled")
+		f.warn.Warn("tcp flow reset: stuck in a write for a second or more while a new flow of its QUIC connection waited for the window", "tunnel", tunnel)
 	}
 }
 

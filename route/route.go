@@ -27,11 +27,14 @@ type Graph struct {
 }
 
 // SetLink records the RTT measured on the link from one relay to another.
+// An RTT below zero (only a broken or lying peer reports one) counts as
+// zero: no link may make a route cheaper than its other links, or a route
+// that returned to a relay could look cheapest.
 func (g *Graph) SetLink(from, to string, rtt time.Duration) {
 	if g.links == nil {
 		g.links = map[[2]string]time.Duration{}
 	}
-	g.links[[2]string{from, to}] = rtt
+	g.links[[2]string{from, to}] = max(rtt, 0)
 }
 
 // RemoveLink forgets a link (its peer is unreachable).
@@ -114,6 +117,9 @@ type Request struct {
 // cheapest first. Among equal costs fewer hops win, then the lexically
 // smaller route, so the order is stable from round to round. A route visits
 // each relay once and has at most MaxHops links.
+//
+// It finds them without listing every route (there are about V^(MaxHops-1)
+// of them through V via relays): see kShortest.
 func Candidates(g *Graph, req Request, k int) []Path {
 	maxHops := req.MaxHops
 	if maxHops <= 0 {
@@ -126,34 +132,15 @@ func Candidates(g *Graph, req Request, k int) []Path {
 		c := g.target[req.Exit]
 		return []Path{{Relays: []string{req.Entry}, Cost: c, Estimated: c}}
 	}
+	n := newNetwork(g, req)
 	var out []Path
-	path := []string{req.Entry}
-	var walk func(at string, cost time.Duration)
-	walk = func(at string, cost time.Duration) {
-		if rtt, ok := g.Link(at, req.Exit); ok {
-			c := cost + rtt + g.target[req.Exit]
-			out = append(out, Path{Relays: append(slices.Clone(path), req.Exit), Cost: c, Estimated: c})
+	for _, p := range n.kShortest(k, maxHops) {
+		relays := make([]string, len(p.nodes))
+		for i, x := range p.nodes {
+			relays[i] = n.names[x]
 		}
-		if len(path) >= maxHops { // one more link would reach only the exit
-			return
-		}
-		for _, v := range req.Via {
-			if v == req.Entry || v == req.Exit || g.down[v] || slices.Contains(path, v) {
-				continue
-			}
-			rtt, ok := g.Link(at, v)
-			if !ok {
-				continue
-			}
-			path = append(path, v)
-			walk(v, cost+rtt)
-			path = path[:len(path)-1]
-		}
-	}
-	walk(req.Entry, 0)
-	slices.SortFunc(out, Path.compare)
-	if len(out) > k {
-		out = out[:k]
+		c := p.cost() + g.target[req.Exit]
+		out = append(out, Path{Relays: relays, Cost: c, Estimated: c})
 	}
 	return out
 }

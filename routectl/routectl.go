@@ -59,6 +59,9 @@ type Decision struct {
 	// Previous is the route before a change.
 	Previous []string
 	Reason   string
+	// Kept says why Route stays although a cheaper candidate exists (see
+	// route.Decision); empty otherwise.
+	Kept string
 	// Estimated and Measured are the route's figures this round; zero when
 	// unknown.
 	Estimated, Measured time.Duration
@@ -68,8 +71,12 @@ type Decision struct {
 	// links (transport: auto), as their tables said this round.
 	Transports []v1alpha1.LinkTransport
 	// Unmeasured lists the relays of the chain whose measurements could
-	// not be read this round; their links count as down.
+	// not be read this round, nor kept from the last two intervals; their
+	// links count as down.
 	Unmeasured []string
+	// Late lists the relays that did not answer in this round's wait and
+	// whose table is the one they answered last, within two intervals.
+	Late []string
 	// Err says why no route could be priced this round; Route is then the
 	// one kept from before.
 	Err error
@@ -215,6 +222,7 @@ type loop struct {
 	// The loop's goroutine only:
 	sel    route.Selector
 	cands  []route.Path // the last round's candidates
+	book   tableBook    // shared with the link requests a round leaves running
 	err    string       // the last failure logged
 	failed int          // rounds in a row that found no route
 	misses int          // rounds in a row the current route's probe failed
@@ -305,6 +313,12 @@ const quietFailures = 3
 func tablesWait(interval time.Duration) time.Duration { return interval * 60 / 100 }
 func pipeWait(interval time.Duration) time.Duration   { return interval * 35 / 100 }
 
+// roundWait bounds all the waiting of a round, so that it ends within its
+// interval whatever its measurer does: a measurer's call may end some time
+// after its context (a busy host, a stream reset that is slow to land), and
+// the round does not wait for it.
+func roundWait(interval time.Duration) time.Duration { return interval * 95 / 100 }
+
 func hysteresis(ch *v1alpha1.Chain) route.Hysteresis {
 	h := route.DefaultHysteresis
 	if s := ch.Spec.Hysteresis; s != nil {
@@ -328,10 +342,15 @@ func mode(ch *v1alpha1.Chain) route.Mode {
 	return route.Sum
 }
 
-// round measures the chain and decides its route.
+// round measures the chain and decides its route, within roundWait of
+// the interval: it waits for tables until tablesWait, for traces until
+// pipeWait after they start, and for nothing past roundWait; what answered
+// by then is what it decides on.
 func (l *loop) round(ctx context.Context, ch *v1alpha1.Chain) Decision {
 	m := l.c.o.Measurer
 	interval := Interval(ch)
+	start := time.Now() // contexts' deadlines are on the real clock
+	end := start.Add(roundWait(interval))
 	l.sel.H = hysteresis(ch)
 	if cur := l.sel.Current(); cur != nil {
 		if err := manifest.ValidRoute(ch, cur); err != nil {
@@ -346,52 +365,68 @@ func (l *loop) round(ctx context.Context, ch *v1alpha1.Chain) Decision {
 	md := mode(ch)
 	measured := map[string]time.Duration{}
 	var mmu sync.Mutex
-	probeRoutes := func(routes [][]string) {
+	closed := false // set once the round ranks: later results are dropped
+	probeRoutes := func(routes [][]string, until time.Time) <-chan struct{} {
+		done := make(chan struct{})
 		if len(routes) == 0 {
-			return
+			close(done)
+			return done
 		}
-		pctx, cancel := context.WithTimeout(ctx, pipeWait(interval))
-		defer cancel()
-		results, err := m.Trace(pctx, ch, routes)
-		if err != nil {
-			return
-		}
-		mmu.Lock()
-		defer mmu.Unlock()
-		for _, r := range results {
-			if r.Err == "" && r.RTT > 0 {
-				measured[route.Key(r.Route)] = r.RTT.D()
+		go func() {
+			defer close(done)
+			pctx, cancel := context.WithDeadline(ctx, until)
+			defer cancel()
+			results, err := m.Trace(pctx, ch, routes)
+			if err != nil {
+				return
 			}
-		}
+			mmu.Lock()
+			defer mmu.Unlock()
+			if closed {
+				return
+			}
+			for _, r := range results {
+				if r.Err == "" && r.RTT > 0 {
+					measured[route.Key(r.Route)] = r.RTT.D()
+				}
+			}
+		}()
+		return done
 	}
 	early := route.ToMeasure(md, l.cands, current)
-	pipeDone := make(chan struct{})
-	go func() { defer close(pipeDone); probeRoutes(early) }()
+	earlyUntil := start.Add(pipeWait(interval))
+	earlyDone := probeRoutes(early, earlyUntil)
 
-	tctx, cancel := context.WithTimeout(ctx, tablesWait(interval))
-	g, chosen, unmeasured, tableErr := l.gather(tctx, ch, current, interval/4)
-	cancel()
-	d := Decision{Chain: l.key, Unmeasured: unmeasured}
+	g, chosen, unmeasured, late, down, tableErr := l.gather(ctx, start.Add(tablesWait(interval)), ch, current, interval)
+	d := Decision{Chain: l.key, Unmeasured: unmeasured, Late: late}
 	cands := route.Candidates(g, route.Request{Entry: ch.Spec.Entry, Exit: ch.Spec.Exit, Via: ch.Spec.Via, MaxHops: int(ch.Spec.MaxHops)},
 		int(candidates(ch)))
 	l.cands = cands
-	<-pipeDone
-	var late [][]string
+	waitUntil(ctx, earlyDone, earlyUntil)
+	var fresh [][]string
 	for _, r := range route.ToMeasure(md, cands, current) {
 		if !slices.ContainsFunc(early, func(e []string) bool { return slices.Equal(e, r) }) {
-			late = append(late, r)
+			fresh = append(fresh, r)
 		}
 	}
 	if !slices.Contains(unmeasured, ch.Spec.Entry) {
-		probeRoutes(late)
+		until := time.Now().Add(pipeWait(interval))
+		if until.After(end) {
+			until = end
+		}
+		waitUntil(ctx, probeRoutes(fresh, until), until)
 	}
+	mmu.Lock()
+	closed = true // measured is the round's from here on
+	mmu.Unlock()
 	ranked, cost, ok := route.Rank(md, g, cands, measured, current)
-	if current == nil && len(unmeasured) > 0 && l.c.o.Clock.Since(l.born) < max(interval, time.Second) {
+	if current == nil && len(unmeasured)+len(down) > 0 && l.c.o.Clock.Since(l.born) < max(interval, time.Second) {
 		// A chain's first round often runs while its relays' connections
-		// come up: wait a little for all of them rather than take the one
-		// route measured so far and change it a moment later.
+		// come up: wait a little for all of them, and for every link
+		// between them, rather than take the one route measured so far
+		// and change it a moment later.
 		d.Candidates = ranked
-		d.Err = fmt.Errorf("waiting for relays %v before the first route", unmeasured)
+		d.Err = fmt.Errorf("waiting for relays %v and links %v before the first route", unmeasured, down)
 		return d
 	}
 	var sd route.Decision
@@ -402,7 +437,7 @@ func (l *loop) round(ctx context.Context, ch *v1alpha1.Chain) Decision {
 	} else {
 		sd = l.sel.Next(ranked, cost, ok)
 	}
-	d.Route, d.Changed, d.Reason, d.Candidates = sd.Route, sd.Changed, sd.Reason, ranked
+	d.Route, d.Changed, d.Reason, d.Kept, d.Candidates = sd.Route, sd.Changed, sd.Reason, sd.Kept, ranked
 	if sd.Changed {
 		d.Previous = current
 	}
@@ -423,6 +458,16 @@ func (l *loop) round(ctx context.Context, ch *v1alpha1.Chain) Decision {
 	return d
 }
 
+// waitUntil waits for done, until the deadline or ctx's end.
+func waitUntil(ctx context.Context, done <-chan struct{}, deadline time.Time) {
+	wctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	select {
+	case <-done:
+	case <-wctx.Done():
+	}
+}
+
 // probeMissed reports a pipe-mode current route that could not be priced
 // only because its end-to-end probe failed, for the first round in a row.
 func (l *loop) probeMissed(md route.Mode, g *route.Graph, measured map[string]time.Duration, current []string, priced bool) bool {
@@ -438,17 +483,24 @@ func (l *loop) probeMissed(md route.Mode, g *route.Graph, measured map[string]ti
 
 // gather reads the tables of the chain's relays into a graph: first from
 // every relay directly, then, for relays that could not be reached so,
-// through relays whose tables show a link to them. A relay whose table
-// cannot be read contributes no links: routes through it cannot be priced,
-// and one that has died shows anyway in the links toward it, which its
-// peers' probes find down.
-func (l *loop) gather(ctx context.Context, ch *v1alpha1.Chain, current []string, fresh time.Duration) (*route.Graph, map[[2]string]v1alpha1.LinkTransport, []string, error) {
-	g := &route.Graph{}
-	chosen := map[[2]string]v1alpha1.LinkTransport{}
+// through relays whose tables show a link to them, until wait. A relay
+// that has not answered by then adds the table it answered last, if that
+// came within keepTable (it is late), or no links (it is unmeasured):
+// routes through it cannot be priced, and one that has died shows anyway
+// in the links toward it, which its peers' probes find down (listed in
+// down). Requests not answered by wait go on (see tableBook).
+func (l *loop) gather(ctx context.Context, wait time.Time, ch *v1alpha1.Chain, current []string, interval time.Duration) (
+	g *route.Graph, chosen map[[2]string]v1alpha1.LinkTransport, unmeasured, late, down []string, err error) {
+	wctx, cancel := context.WithDeadline(ctx, wait)
+	defer cancel()
+	g = &route.Graph{}
+	chosen = map[[2]string]v1alpha1.LinkTransport{}
 	add := func(relay string, t *measure.Table) {
 		for _, link := range t.Links {
 			if link.Up {
 				g.SetLink(relay, link.To, link.RTT.D())
+			} else {
+				down = append(down, relay+" -> "+link.To)
 			}
 			if link.Transport != "" {
 				chosen[[2]string{relay, link.To}] = v1alpha1.LinkTransport{From: relay, To: link.To,
@@ -459,40 +511,53 @@ func (l *loop) gather(ctx context.Context, ch *v1alpha1.Chain, current []string,
 			g.SetTarget(relay, targetRTT(t.Targets))
 		}
 	}
-	ask := func(relays []string, through func(string) []string) (failed []string, errs []error) {
-		tables := make([]*measure.Table, len(relays))
-		errs = make([]error, len(relays))
-		var wg sync.WaitGroup
-		for i, r := range relays {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				tables[i], errs[i] = l.c.o.Measurer.Links(ctx, LinksRequest{Chain: ch, Relay: r, Through: through(r), Current: current, Fresh: fresh})
-			}()
+	relays := manifest.Measured(ch)
+	l.book.retain(func(r string) bool { return slices.Contains(relays, r) })
+	answered := map[string]bool{}
+	why := map[string]error{} // the last failure of each relay
+	// ask sends (or finds in flight) a request to each relay, waits for
+	// them until wait, and returns those whose request failed.
+	ask := func(rs []string, through func(string) []string) (failed []string) {
+		asks := make([]*tableAsk, len(rs))
+		for i, r := range rs {
+			req := LinksRequest{Chain: ch, Relay: r, Through: through(r), Current: current, Fresh: interval / 4}
+			asks[i] = l.book.ask(ctx, r, askTimeout(interval), l.c.o.Clock.Now, func(actx context.Context) (*measure.Table, error) {
+				return l.c.o.Measurer.Links(actx, req)
+			})
 		}
-		wg.Wait()
-		for i, r := range relays {
-			if errs[i] == nil && tables[i] != nil {
-				add(r, tables[i])
-			} else {
-				failed = append(failed, r)
+		for _, a := range asks {
+			select {
+			case <-a.done:
+			case <-wctx.Done():
 			}
 		}
-		return failed, errs
+		for i, r := range rs {
+			select {
+			case <-asks[i].done:
+			default:
+				why[r] = fmt.Errorf("link table of %s: no answer within %v", r, tablesWait(interval))
+				continue
+			}
+			if asks[i].err != nil || asks[i].t == nil {
+				why[r] = asks[i].err
+				failed = append(failed, r)
+				continue
+			}
+			add(r, asks[i].t)
+			answered[r] = true
+		}
+		return failed
 	}
-	failed, errs := ask(manifest.Measured(ch), func(string) []string { return nil })
-	if slices.Contains(failed, ch.Spec.Entry) {
-		return g, chosen, failed, errors.Join(errs...)
-	}
-	// Then, phase by phase, the relays not reached yet, through the relays
-	// reached so far that have a link toward them. Each phase reaches at
+	failed := ask(relays, func(string) []string { return nil })
+	// Then, phase by phase, the relays that failed, through the relays
+	// that answered and have a link toward them. Each phase reaches at
 	// least one more relay or is the last.
-	for len(failed) > 0 && ctx.Err() == nil {
-		answered := slices.DeleteFunc(slices.Clone(ch.Spec.Via), func(v string) bool { return slices.Contains(failed, v) })
+	for len(failed) > 0 && wctx.Err() == nil && answered[ch.Spec.Entry] {
+		through := slices.DeleteFunc(slices.Clone(ch.Spec.Via), func(v string) bool { return !answered[v] })
 		paths := map[string][]string{}
 		var again, unreachable []string
 		for _, r := range failed {
-			if p := route.Reach(g, ch.Spec.Entry, r, answered); len(p) > 2 {
+			if p := route.Reach(g, ch.Spec.Entry, r, through); len(p) > 2 {
 				paths[r] = p[1 : len(p)-1]
 				again = append(again, r)
 			} else {
@@ -502,14 +567,29 @@ func (l *loop) gather(ctx context.Context, ch *v1alpha1.Chain, current []string,
 		if len(again) == 0 {
 			break
 		}
-		var still []string
-		still, errs = ask(again, func(r string) []string { return paths[r] })
-		if len(still) == len(again) {
+		before := len(answered)
+		still := ask(again, func(r string) []string { return paths[r] })
+		if len(answered) == before {
 			break
 		}
 		failed = append(unreachable, still...)
 	}
-	return g, chosen, failed, errors.Join(errs...)
+	now := l.c.o.Clock.Now()
+	var errs []error
+	for _, r := range relays {
+		switch t := l.book.kept(r, now, keepTable(interval)); {
+		case answered[r]:
+		case t != nil:
+			add(r, t)
+			late = append(late, r)
+		default:
+			unmeasured = append(unmeasured, r)
+			if why[r] != nil {
+				errs = append(errs, why[r])
+			}
+		}
+	}
+	return g, chosen, unmeasured, late, down, errors.Join(errs...)
 }
 
 func noRoute(ch *v1alpha1.Chain, md route.Mode, unmeasured []string, err error) error {
@@ -576,7 +656,7 @@ func (l *loop) report(d Decision) {
 		for _, c := range d.Candidates {
 			cands = append(cands, fmt.Sprintf("%s=%v/%v", route.Key(c.Relays), c.Estimated.Round(10*time.Microsecond), c.Measured.Round(10*time.Microsecond)))
 		}
-		o.Log.Debug("route round", "chain", d.Chain, "route", route.Key(d.Route), "candidates", cands, "unmeasured", d.Unmeasured, "err", d.Err)
+		o.Log.Debug("route round", "chain", d.Chain, "route", route.Key(d.Route), "candidates", cands, "unmeasured", d.Unmeasured, "late", d.Late, "err", d.Err)
 	}
 	switch {
 	case d.Changed:

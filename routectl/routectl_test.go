@@ -27,13 +27,33 @@ type script struct {
 	links   map[[2]string]time.Duration // one way is enough: routes go forward
 	direct  map[string]bool             // relays the entry reaches directly
 	pipeErr map[string]bool             // routes whose end-to-end probe fails
+	down    map[[2]string]bool          // links their relay reports down
 	asked   []string                    // "relay via a,b"
+	// gates hold a relay's answers until closed (a busy or hung relay):
+	// until its context ends as well when honorCtx, else regardless, as a
+	// call slow to return after its context ended would.
+	gates     map[string]chan struct{}
+	honorCtx  bool
+	traceGate chan struct{} // holds every trace, regardless of its context
 }
 
-func (s *script) Links(_ context.Context, req LinksRequest) (*measure.Table, error) {
+func (s *script) Links(ctx context.Context, req LinksRequest) (*measure.Table, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.asked = append(s.asked, req.Relay+" via "+strings.Join(req.Through, ","))
+	if gate := s.gates[req.Relay]; gate != nil {
+		s.mu.Unlock()
+		if s.honorCtx {
+			select {
+			case <-gate:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		} else {
+			<-gate
+		}
+		s.mu.Lock()
+	}
+	defer s.mu.Unlock()
 	if len(req.Through) == 0 && !s.direct[req.Relay] && req.Relay != req.Chain.Spec.Entry {
 		return nil, fmt.Errorf("no link from the entry to %s", req.Relay)
 	}
@@ -45,7 +65,7 @@ func (s *script) Links(_ context.Context, req LinksRequest) (*measure.Table, err
 			if l[1] == "la" {
 				tr = "tls"
 			}
-			t.Links = append(t.Links, measure.Link{To: l[1], Up: true, RTT: measure.Duration(rtt), Transport: tr, TransportReason: "measured"})
+			t.Links = append(t.Links, measure.Link{To: l[1], Up: !s.down[l], RTT: measure.Duration(rtt), Transport: tr, TransportReason: "measured"})
 		}
 	}
 	return t, nil
@@ -53,6 +73,11 @@ func (s *script) Links(_ context.Context, req LinksRequest) (*measure.Table, err
 
 func (s *script) Trace(_ context.Context, c *v1alpha1.Chain, routes [][]string) ([]measure.Trace, error) {
 	s.mu.Lock()
+	if gate := s.traceGate; gate != nil {
+		s.mu.Unlock()
+		<-gate
+		s.mu.Lock()
+	}
 	defer s.mu.Unlock()
 	out := make([]measure.Trace, len(routes))
 	for i, r := range routes {
@@ -141,6 +166,59 @@ func TestPipeToleratesOneMissedProbe(t *testing.T) {
 	}
 }
 
+// A round that keeps the current route over a cheaper candidate says so,
+// in sum mode (by the links' sums) as in pipe mode (by the traces).
+func TestRoundSaysWhyItKeepsTheRoute(t *testing.T) {
+	s := &script{
+		links: map[[2]string]time.Duration{
+			{"hk", "useast"}: 10 * ms, {"hk", "seattle"}: 5 * ms, {"seattle", "useast"}: 4500 * time.Microsecond,
+		},
+		direct: map[string]bool{"seattle": true, "la": true, "useast": true},
+	}
+	for _, mode := range []v1alpha1.RouteMode{v1alpha1.ModeSum, v1alpha1.ModePipe} {
+		l := newLoop(s, chain(mode))
+		l.sel.Start([]string{"hk", "useast"})
+		d := l.round(context.Background(), l.chain)
+		want := "kept: candidate hk,seattle,useast is 500µs cheaper, below the 2ms / 5% switch threshold"
+		if d.Changed || route.Key(d.Route) != "hk,useast" || d.Kept != want {
+			t.Errorf("%s: route %v changed %v kept %q; want hk,useast kept %q", mode, d.Route, d.Changed, d.Kept, want)
+		}
+	}
+}
+
+// A chain's first rounds wait for every link between its relays, not only
+// for every relay: a route taken while the better links still came up
+// would change a moment later. After the first moments a link that is
+// down does not hold the chain back.
+func TestFirstRouteWaitsForLinksComingUp(t *testing.T) {
+	s := &script{
+		links: map[[2]string]time.Duration{
+			{"hk", "useast"}: 40 * ms, {"hk", "seattle"}: 10 * ms, {"seattle", "useast"}: 8 * ms,
+		},
+		direct: map[string]bool{"seattle": true, "la": true, "useast": true},
+		down:   map[[2]string]bool{{"seattle", "useast"}: true},
+	}
+	l := newLoop(s, chain(v1alpha1.ModeSum))
+	l.born = time.Now()
+	d := l.round(context.Background(), l.chain)
+	if len(d.Route) != 0 || d.Err == nil || !strings.Contains(d.Err.Error(), "seattle -> useast") {
+		t.Fatalf("first round with seattle -> useast down: route %v, err %v; want no route yet, waiting for the link", d.Route, d.Err)
+	}
+	s.mu.Lock()
+	s.down = nil
+	s.mu.Unlock()
+	if d := l.round(context.Background(), l.chain); route.Key(d.Route) != "hk,seattle,useast" || !d.Changed || d.Reason != "first route" {
+		t.Fatalf("once the link is up: %+v", d)
+	}
+
+	s.down = map[[2]string]bool{{"seattle", "useast"}: true}
+	l = newLoop(s, chain(v1alpha1.ModeSum))
+	l.born = time.Now().Add(-2 * time.Second) // past the first moments
+	if d := l.round(context.Background(), l.chain); route.Key(d.Route) != "hk,useast" || d.Err != nil {
+		t.Fatalf("a link down after the first moments: %+v; want the route without it", d)
+	}
+}
+
 // rounds counts the rounds a script was asked for, by the entry's table.
 func (s *script) rounds() int {
 	s.mu.Lock()
@@ -210,4 +288,149 @@ func TestRoundsFollowTheClock(t *testing.T) {
 	}
 	fake.Step(time.Second + time.Millisecond)
 	waitRounds(3)
+}
+
+// asks counts the link requests relay was sent.
+func (s *script) asks(relay string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, a := range s.asked {
+		if strings.HasPrefix(a, relay+" via ") {
+			n++
+		}
+	}
+	return n
+}
+
+// boundedRound runs a round of l, failing the test if it has not ended
+// within 10 s: fifty times the intervals these tests use.
+func boundedRound(t *testing.T, l *loop) Decision {
+	t.Helper()
+	done := make(chan Decision, 1)
+	go func() { done <- l.round(context.Background(), l.chain) }()
+	select {
+	case d := <-done:
+		return d
+	case <-time.After(10 * time.Second):
+		t.Fatalf("a round of a chain probed every %v still runs after 10 s", Interval(l.chain))
+		return Decision{}
+	}
+}
+
+func fastChain(mode v1alpha1.RouteMode) *v1alpha1.Chain {
+	c := chain(mode)
+	c.Spec.Probe.Interval = &metav1.Duration{Duration: 200 * time.Millisecond}
+	return c
+}
+
+// A round ends within its interval with what answered, even when its
+// measurer's calls do not end with their context (a relay's table and
+// every trace are held here): it does not wait for them.
+func TestRoundDoesNotWaitPastItsInterval(t *testing.T) {
+	s := &script{
+		links:     map[[2]string]time.Duration{{"hk", "la"}: 10 * ms, {"la", "useast"}: 10 * ms, {"hk", "useast"}: 50 * ms},
+		direct:    map[string]bool{"seattle": true, "la": true, "useast": true},
+		gates:     map[string]chan struct{}{"la": make(chan struct{})},
+		traceGate: make(chan struct{}),
+	}
+	defer close(s.traceGate)
+	defer close(s.gates["la"])
+	for _, mode := range []v1alpha1.RouteMode{v1alpha1.ModeSum, v1alpha1.ModePipe} {
+		l := newLoop(s, fastChain(mode))
+		start := time.Now()
+		d := boundedRound(t, l)
+		took := time.Since(start)
+		t.Logf("%s: %v, decision %+v", mode, took, d)
+		if !slices.Equal(d.Unmeasured, []string{"la"}) {
+			t.Errorf("%s: unmeasured %v, want [la]", mode, d.Unmeasured)
+		}
+		if mode == v1alpha1.ModeSum && route.Key(d.Route) != "hk,useast" {
+			t.Errorf("sum: route %v, want the one that could be priced, hk,useast", d.Route)
+		}
+	}
+}
+
+// A relay that answers every request, but after the round's wait (a busy
+// host), still prices routes: its answer counts in the next rounds while
+// it is younger than two intervals. One request is in flight at a time.
+func TestLateTablesCountInTheNextRounds(t *testing.T) {
+	s := &script{
+		links:    map[[2]string]time.Duration{{"hk", "seattle"}: 10 * ms, {"seattle", "useast"}: 10 * ms, {"hk", "useast"}: 50 * ms},
+		direct:   map[string]bool{"seattle": true, "la": true, "useast": true},
+		gates:    map[string]chan struct{}{"seattle": make(chan struct{})},
+		honorCtx: true,
+	}
+	fake := testingclock.NewFakeClock(time.Now())
+	ch := fastChain(v1alpha1.ModeSum)
+	l := &loop{c: New(Options{Measurer: s, Clock: fake}), key: "default/c", chain: ch}
+	release := func() { // seattle answers the request in flight, and holds the next
+		s.mu.Lock()
+		close(s.gates["seattle"])
+		s.gates["seattle"] = make(chan struct{})
+		s.mu.Unlock()
+	}
+	defer release()
+
+	d := boundedRound(t, l)
+	if !slices.Equal(d.Unmeasured, []string{"seattle"}) || route.Key(d.Route) != "hk,useast" {
+		t.Fatalf("round 1: %+v", d)
+	}
+	release()
+	deadline := time.Now().Add(10 * time.Second)
+	for l.book.kept("seattle", fake.Now(), time.Hour) == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("seattle's late answer was not kept")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for round := 2; round <= 3; round++ {
+		d = boundedRound(t, l)
+		if len(d.Unmeasured) != 0 || !slices.Equal(d.Late, []string{"seattle"}) || len(d.Candidates) == 0 || route.Key(d.Candidates[0].Relays) != "hk,seattle,useast" {
+			t.Fatalf("round %d: %+v", round, d)
+		}
+	}
+	if d.Route == nil || route.Key(d.Route) != "hk,seattle,useast" {
+		t.Errorf("after two rounds in which it won: route %v", d.Route)
+	}
+	if n := s.asks("seattle"); n != 2 {
+		t.Errorf("seattle was asked %d times; want 2 (round 1's request, then one in flight since round 2)", n)
+	}
+	// Past two intervals a table no longer counts.
+	fake.Step(2*Interval(ch) + time.Millisecond)
+	d = boundedRound(t, l)
+	if !slices.Equal(d.Unmeasured, []string{"seattle"}) || len(d.Late) != 0 {
+		t.Fatalf("two intervals after its last answer: %+v", d)
+	}
+}
+
+// A round of a chain as wide as the CRD allows (32 via relays, maxHops 15)
+// with every relay linked to every other ends, and finds the cheapest
+// route: a planted one across all 15 links. Listing every route, as route
+// choice did, there are about 10^19 of them, and a round of 32 via relays
+// at maxHops 6 took gigabytes without ending.
+func TestRoundThroughTheWidestChain(t *testing.T) {
+	ch := fastChain(v1alpha1.ModeSum)
+	ch.Spec.Via, ch.Spec.MaxHops = nil, 15
+	for i := range 32 {
+		ch.Spec.Via = append(ch.Spec.Via, fmt.Sprintf("v%02d", i))
+	}
+	all := append([]string{"hk", "useast"}, ch.Spec.Via...)
+	s := &script{links: map[[2]string]time.Duration{}, direct: map[string]bool{}}
+	for _, a := range all {
+		s.direct[a] = true
+		for _, b := range all {
+			if a != b {
+				s.links[[2]string{a, b}] = 100 * ms
+			}
+		}
+	}
+	planted := []string{"hk", "v31", "v07", "v19", "v02", "v25", "v11", "v30", "v04", "v16", "v22", "v09", "v28", "v13", "v01", "useast"}
+	for i := 1; i < len(planted); i++ {
+		s.links[[2]string{planted[i-1], planted[i]}] = ms
+	}
+	l := newLoop(s, ch)
+	if d := boundedRound(t, l); route.Key(d.Route) != route.Key(planted) || d.Estimated != 15*ms {
+		t.Fatalf("route %v at %v; want %v at 15ms", d.Route, d.Estimated, planted)
+	}
 }

@@ -84,7 +84,7 @@ func TestRelaysTrustOnlyNamesTheirNamespaceHolds(t *testing.T) {
 		Chain: "c", Listen: &v1alpha1.TunnelListen{Address: "127.0.0.1", Port: int32(tunnelPort)}, Target: target}})
 
 	laMetrics := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
-	c.run(t, bin, "relay-la", "relay", "--kube", "--relaynode", "la", "--namespace", "a", "--kubeconfig", laConfig,
+	c.run(t, bin, "relay-la", "relay", "--kube", "--name", "la", "--namespace", "a", "--kubeconfig", laConfig,
 		"--metrics-addr", laMetrics)
 	waitFor(t, "la ready", func() error {
 		resp, err := http.Get("http://" + laMetrics + "/readyz")

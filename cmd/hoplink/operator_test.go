@@ -81,7 +81,7 @@ func TestOperatorAndKubeRelays(t *testing.T) {
 	// wrote is what it gets, as in a pod.
 	for _, rn := range set.Relays {
 		relayConfig := relayKubeconfig(t, cfg, dir, ns, v1alpha1.RelayObjectName(rn.Name))
-		start("relay-"+rn.Name, "relay", "--kube", "--relaynode", rn.Name, "--namespace", ns, "--kubeconfig", relayConfig, "--log-level", "debug")
+		start("relay-"+rn.Name, "relay", "--kube", "--name", rn.Name, "--namespace", ns, "--kubeconfig", relayConfig, "--log-level", "debug")
 	}
 
 	webAddr := fmt.Sprintf("127.0.0.1:%d", web.Spec.Listen.Port)

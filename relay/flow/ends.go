@@ -129,22 +129,44 @@ type StreamEnd struct {
 	one     [1]byte
 	release func()      // may run more than once
 	fin     atomic.Bool // this side ended its writes cleanly
+	// win is the Window of the stream's connection, nil when the stream
+	// is not a TCP flow's. sent counts the first bytes written (the
+	// writing half's alone), settled says they are all out.
+	win     *Window
+	sent    int
+	settled atomic.Bool
 }
 
 // Stream makes s an End.
 func Stream(s *quicgo.Stream) *StreamEnd { return &StreamEnd{s: s, release: func() {}} }
 
-// HeldStream is Stream for a TCP flow, calling release when the flow ends
-// (Close or Fail): its connection stays until then when its peer drains.
-func HeldStream(s *quicgo.Stream, release func()) *StreamEnd {
-	return &StreamEnd{s: s, release: release}
+// HeldStream is Stream for a TCP flow on connection c, calling release
+// (when not nil) when the flow ends (Close or Fail): its connection stays
+// until then when its peer drains. Its first writes wait for c's window
+// no longer than a stalled flow of c takes to be reset (Window).
+func HeldStream(c *quicgo.Conn, s *quicgo.Stream, release func()) *StreamEnd {
+	if release == nil {
+		release = func() {}
+	}
+	return &StreamEnd{s: s, release: release, win: WindowOf(c)}
 }
 
-func (e *StreamEnd) Read(b []byte) (int, error)  { return e.s.Read(b) }
-func (e *StreamEnd) Write(b []byte) (int, error) { return e.s.Write(b) }
-func (e *StreamEnd) CloseWrite() error           { e.fin.Store(true); return e.s.Close() }
-func (e *StreamEnd) Close()                      { e.release() }
-func (e *StreamEnd) Abort()                      { e.Fail(hop.CodeReset) }
+func (e *StreamEnd) Read(b []byte) (int, error) { return e.s.Read(b) }
+
+func (e *StreamEnd) Write(b []byte) (int, error) {
+	if e.win == nil || e.settled.Load() {
+		return e.s.Write(b)
+	}
+	n, err := e.win.write(e.s, b)
+	if e.sent += n; e.sent >= firstBytes {
+		e.settled.Store(true)
+	}
+	return n, err
+}
+
+func (e *StreamEnd) CloseWrite() error { e.fin.Store(true); return e.s.Close() }
+func (e *StreamEnd) Close()            { e.release() }
+func (e *StreamEnd) Abort()            { e.Fail(hop.CodeReset) }
 func (e *StreamEnd) Fail(code quicgo.StreamErrorCode) {
 	Reset(e.s, code)
 	e.release()

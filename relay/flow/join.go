@@ -66,13 +66,14 @@ func (it *idleTimer) stop(err error) error {
 // the target) until both directions end, counting up (a to b) and down.
 // EOF in one direction half-closes the other end; an error anywhere resets
 // both ends, and so does idle (when not 0) passing without a byte either
-// way, which Join then reports as ErrIdle. Backpressure is natural: a side
-// that cannot write stops its reader, and QUIC flow control stops the
-// sender upstream.
+// way, which Join then reports as ErrIdle; a flow its QUIC connection's
+// Window reset for a new flow ends in ErrStalled. Backpressure is natural:
+// a side that cannot write stops its reader, and QUIC flow control stops
+// the sender upstream.
 func Join(a, b End, up, down Counter, idle time.Duration) error {
 	abort := func() { a.Abort(); b.Abort() }
 	it := newIdleTimer(idle, abort)
-	wa, wb := newStallWatch(a, abort), newStallWatch(b, abort)
+	wa, wb := newStallWatch(a, b, abort), newStallWatch(b, a, abort)
 	done := make(chan error, 1)
 	go func() {
 		err := copyHalf(b, a, up, it, wa)
@@ -88,6 +89,9 @@ func Join(a, b End, up, down Counter, idle time.Duration) error {
 	err = it.stop(errors.Join(err, <-done))
 	wa.stop()
 	wb.stop()
+	if wa.wasEvicted() || wb.wasEvicted() {
+		return ErrStalled
+	}
 	if err == nil {
 		a.Close()
 		b.Close()
@@ -114,26 +118,44 @@ const (
 // from. Nothing reads that end meanwhile, so a reset of it (a client that
 // gave up) would otherwise wait for the write, which may never come (a
 // target that stopped reading), and hold the flow until its idle timeout.
-// A watch costs a timer per half, armed only during writes.
+// A half that writes to a QUIC stream is also, once its write has waited
+// stalledFor, one its connection's Window may reset for a new flow. A
+// watch costs a timer per half, armed only during writes.
 type stallWatch struct {
-	src   breakable
+	src   breakable // nil when src cannot tell a reset without a read
 	abort func()
 	t     *time.Timer
+	// win is the Window of dst's connection, nil when dst is no stream
+	// of a shared QUIC connection; since is when the write under way
+	// began (now), 0 between writes: both only for such a half.
+	win     *Window
+	dst     *StreamEnd
+	since   atomic.Int64
+	evicted atomic.Bool // its Window reset the flow
 
 	mu      sync.Mutex
 	writing bool
 	stopped bool
+	stuck   bool          // in win.stuck
 	next    time.Duration // the wait before the next look
 }
 
-// newStallWatch watches src for a half copying from it; nil when src
-// cannot tell a reset without a read.
-func newStallWatch(src End, abort func()) *stallWatch {
-	b, ok := src.(breakable)
-	if !ok {
+// newStallWatch watches a half copying from src to dst; nil when there is
+// nothing to watch.
+func newStallWatch(src, dst End, abort func()) *stallWatch {
+	b, _ := src.(breakable)
+	var win *Window
+	se, _ := dst.(*StreamEnd)
+	if se != nil {
+		win = se.win
+	}
+	if b == nil && win == nil {
 		return nil
 	}
-	w := &stallWatch{src: b, abort: abort}
+	w := &stallWatch{src: b, abort: abort, win: win}
+	if win != nil {
+		w.dst = se
+	}
 	w.t = time.AfterFunc(time.Hour, w.check)
 	w.t.Stop()
 	return w
@@ -143,6 +165,13 @@ func newStallWatch(src End, abort func()) *stallWatch {
 func (w *stallWatch) write(on bool) {
 	if w == nil {
 		return
+	}
+	if w.win != nil {
+		var t int64
+		if on {
+			t = int64(now())
+		}
+		w.since.Store(t)
 	}
 	w.mu.Lock()
 	w.writing = on
@@ -160,12 +189,17 @@ func (w *stallWatch) check() {
 	defer w.mu.Unlock()
 	switch {
 	case w.stopped || !w.writing:
-	case w.src.Broken():
+		return
+	case w.src != nil && w.src.Broken():
 		w.abort()
-	default:
-		w.next = min(2*w.next, stallCheckMax)
-		w.t.Reset(w.next)
+		return
 	}
+	if w.win != nil && !w.stuck {
+		w.stuck = true
+		w.win.add(w)
+	}
+	w.next = min(2*w.next, stallCheckMax)
+	w.t.Reset(w.next)
 }
 
 // stop ends the watch for good, before the flow's ends are closed.
@@ -175,9 +209,16 @@ func (w *stallWatch) stop() {
 	}
 	w.mu.Lock()
 	w.stopped = true
+	stuck := w.stuck
 	w.mu.Unlock()
 	w.t.Stop()
+	if stuck {
+		w.win.remove(w)
+	}
 }
+
+// wasEvicted says whether the Window reset the flow for a new one.
+func (w *stallWatch) wasEvicted() bool { return w != nil && w.evicted.Load() }
 
 func copyHalf(dst, src End, n Counter, it *idleTimer, w *stallWatch) error {
 	pool := &bufPool
@@ -280,7 +321,7 @@ func Splice(a, b *net.TCPConn, up, down Counter, idle time.Duration) error {
 			}
 		}
 	}
-	wa, wb := newStallWatch(ta, abort), newStallWatch(tb, abort)
+	wa, wb := newStallWatch(ta, tb, abort), newStallWatch(tb, ta, abort)
 	done := make(chan error, 1)
 	go func() {
 		err := half(b, a, up, wa)

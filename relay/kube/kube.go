@@ -313,7 +313,11 @@ func (k *Relay) manifests(ctx context.Context) (*manifest.Set, error) {
 		}
 	}
 	if set.Relay(k.o.Name) == nil {
-		return nil, errors.New("RelayNode " + k.o.Name + " is not in namespace " + k.o.Namespace + " (or has a problem: " + strings.Join(msgs, "; ") + ")")
+		names := make([]string, len(rl.Items))
+		for i, r := range rl.Items {
+			names[i] = r.Name
+		}
+		return nil, errors.New("RelayNode " + k.o.Name + " is not in namespace " + k.o.Namespace + " (or has a problem: " + strings.Join(msgs, "; ") + ")" + manifest.DidYouMean(k.o.Name, names))
 	}
 	return set, nil
 }

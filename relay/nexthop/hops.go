@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	quicgo "github.com/quic-go/quic-go"
 
@@ -118,11 +119,23 @@ func (hs *Hops) Open(ctx context.Context, h *hop.Header, transport v1alpha1.Tran
 }
 
 func (hs *Hops) openStream(ctx context.Context, h *hop.Header) (flow.End, error) {
-	c, s, err := hs.session(ctx, h) // Open checked the next hop already
+	c, s, err := hs.stream(ctx, h) // Open checked the next hop already
 	if err != nil {
 		return nil, err
 	}
-	return flow.HeldStream(s, c.Hold()), nil
+	out := flow.HeldStream(c.Conn, s, c.Hold())
+	// The header is the flow's first bytes, so it waits for the window as
+	// they do (flow.Window): a client that waits for its target to speak
+	// first sends no others. Not past the setup's deadline.
+	if d, ok := ctx.Deadline(); ok {
+		s.SetWriteDeadline(d)
+		defer s.SetWriteDeadline(time.Time{})
+	}
+	if err := writeHeader(out, h); err != nil {
+		out.Fail(hop.CodeNextHop)
+		return nil, &Error{Reason: NextHop, Next: h.Route[0], Err: err}
+	}
+	return out, nil
 }
 
 // openTLS takes a TLS connection to h.Route[0] and sends it h. With
@@ -191,6 +204,19 @@ func (hs *Hops) Session(ctx context.Context, h *hop.Header) (*rquic.Conn, *quicg
 }
 
 func (hs *Hops) session(ctx context.Context, h *hop.Header) (*rquic.Conn, *quicgo.Stream, error) {
+	c, s, err := hs.stream(ctx, h)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := writeHeader(s, h); err != nil {
+		flow.Reset(s, hop.CodeNextHop)
+		return nil, nil, &Error{Reason: NextHop, Next: h.Route[0], Err: err}
+	}
+	return c, s, nil
+}
+
+// stream opens a QUIC stream to h.Route[0], on the link of h's class.
+func (hs *Hops) stream(ctx context.Context, h *hop.Header) (*rquic.Conn, *quicgo.Stream, error) {
 	next := h.Route[0]
 	peer, ok := hs.p.peer(next)
 	if !ok {
@@ -203,10 +229,6 @@ func (hs *Hops) session(ctx context.Context, h *hop.Header) (*rquic.Conn, *quicg
 	c, s, err := link.OpenStream(ctx)
 	if err != nil {
 		return nil, nil, &Error{Reason: NextHop, Next: next, Err: fmt.Errorf("open stream: %w", err)}
-	}
-	if err := writeHeader(s, h); err != nil {
-		flow.Reset(s, hop.CodeNextHop)
-		return nil, nil, &Error{Reason: NextHop, Next: next, Err: err}
 	}
 	return c, s, nil
 }

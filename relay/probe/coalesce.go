@@ -75,6 +75,19 @@ func (c *coalescer[K, V]) set(key K, v V) bool {
 	return true
 }
 
+// setIf records a value measured elsewhere, if key is tracked, no
+// measurement of it runs, and its last value passes cond.
+func (c *coalescer[K, V]) setIf(key K, v V, cond func(V) bool) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.slots[key]
+	if s == nil || s.running != nil || s.done.IsZero() || !cond(s.last) {
+		return false
+	}
+	s.last, s.done = v, time.Now()
+	return true
+}
+
 // stale makes key's value too old to reuse: the next call measures.
 func (c *coalescer[K, V]) stale(key K) {
 	c.mu.Lock()

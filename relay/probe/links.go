@@ -71,6 +71,9 @@ type pendingProbe struct {
 	peer string
 	sent time.Time
 	got  chan<- time.Duration
+	// late marks a probe its round stopped waiting for. Its answer, until
+	// the peer's next round, still says the peer answers (see lateEcho).
+	late bool
 }
 
 // linkStats is what a link's figures are computed from across rounds.
@@ -114,9 +117,39 @@ func (l *Links) Echo(peer string, payload []byte) {
 		delete(l.waiting, seq)
 	}
 	l.mu.Unlock()
-	if ok {
+	switch {
+	case ok && p.late:
+		l.lateEcho(peer, now.Sub(p.sent))
+	case ok:
 		p.got <- now.Sub(p.sent) // buffered for every probe of the round
 	}
+}
+
+// lateEcho takes the answer to a probe that came after its round stopped
+// waiting: on a busy host a peer can answer every round a little too late,
+// and counting none of it would keep the link down and the peer silent
+// (down for new flows) for as long as the host stays busy. The answer
+// counts in the round's loss and minimum; a round that found the link
+// down now finds it up, at this round trip, and the peer answering.
+func (l *Links) lateEcho(peer string, rtt time.Duration) {
+	l.mu.Lock()
+	st := l.stats[peer]
+	if st == nil || len(st.rounds) == 0 {
+		l.mu.Unlock()
+		return
+	}
+	rs := &st.rounds[len(st.rounds)-1]
+	rs.answered++
+	if rs.min == 0 || rtt < rs.min {
+		rs.min = rtt
+	}
+	link := l.figures(st, measure.Link{To: peer, Up: true, RTT: measure.Duration(rtt)})
+	l.mu.Unlock()
+	if !l.last.setIf(peer, link, func(was measure.Link) bool { return !was.Up }) {
+		return // it was up: a straggler only
+	}
+	l.o.Peers.Answered(peer, true)
+	l.export(link, 0, 0) // the counters keep it lost: it was, by its round's end
 }
 
 // Measure returns the links to peers, probing those not measured within
@@ -143,6 +176,13 @@ func (l *Links) round(ctx context.Context, peer string) measure.Link {
 	var samples []time.Duration
 	sent := 0
 	var smoothed time.Duration
+	l.mu.Lock()
+	for seq, p := range l.waiting {
+		if p.peer == peer && p.late { // superseded by this round
+			delete(l.waiting, seq)
+		}
+	}
+	l.mu.Unlock()
 	if c := l.o.Peers.Sender(peer); c != nil {
 		got := make(chan time.Duration, l.o.Probes)
 		var seqs []uint64
@@ -179,7 +219,10 @@ func (l *Links) round(ctx context.Context, peer string) measure.Link {
 		}
 		l.mu.Lock()
 		for _, s := range seqs {
-			delete(l.waiting, s)
+			if p, ok := l.waiting[s]; ok {
+				p.late = true
+				l.waiting[s] = p
+			}
 		}
 		l.mu.Unlock()
 		smoothed = c.SmoothedRTT()
@@ -213,6 +256,14 @@ func (l *Links) round(ctx context.Context, peer string) measure.Link {
 	if len(st.rounds) > l.o.Window {
 		st.rounds = st.rounds[1:]
 	}
+	link = l.figures(st, link)
+	l.export(link, sent, len(samples))
+	return link
+}
+
+// figures fills in a link's loss, minimum and jitter from its recent
+// rounds. l.mu is held.
+func (l *Links) figures(st *linkStats, link measure.Link) measure.Link {
 	var allSent, allAnswered int
 	var minRTT time.Duration
 	for _, r := range st.rounds {
@@ -226,7 +277,6 @@ func (l *Links) round(ctx context.Context, peer string) measure.Link {
 		link.Loss = float64(allSent-allAnswered) / float64(allSent)
 	}
 	link.Min, link.Jitter = measure.Duration(minRTT), measure.Duration(st.jitter)
-	l.export(link, sent, len(samples))
 	return link
 }
 
@@ -261,6 +311,11 @@ func (l *Links) Retain(keep []string) {
 	l.mu.Lock()
 	for _, p := range gone {
 		delete(l.stats, p)
+	}
+	for seq, p := range l.waiting {
+		if p.late && !slices.Contains(keep, p.peer) {
+			delete(l.waiting, seq)
+		}
 	}
 	l.mu.Unlock()
 	m := l.o.Metrics

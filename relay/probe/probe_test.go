@@ -229,3 +229,65 @@ func TestLinksReportSilentPeers(t *testing.T) {
 		t.Error("a peer without a connection was reported")
 	}
 }
+
+// A peer that answers after the round stopped waiting (a busy host) is not
+// left down: its late answer makes the link up at that round trip, and the
+// peer answering, until the next round; a table asked for meanwhile takes
+// it without probing again. A round forgets the probes of the one before
+// that still wait for answers, so they stay bounded.
+func TestLateEchoesCount(t *testing.T) {
+	la := &echoer{}
+	la.delay.Store(int64(150 * time.Millisecond))
+	var mu sync.Mutex
+	var answered []bool
+	l, _ := newProber(t, map[string]*echoer{"la": la})
+	l.o.Peers.(*testPeers).answered = func(peer string, ok bool) {
+		mu.Lock()
+		answered = append(answered, ok)
+		mu.Unlock()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if got := l.Measure(ctx, []string{"la"}, time.Minute)[0]; got.Up {
+		t.Fatalf("answers in 150 ms, waited 20 ms: %+v; want down", got)
+	}
+	sent := la.sent.Load()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		n := len(answered)
+		last := answered[n-1]
+		mu.Unlock()
+		if n >= 2 && last {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("answered %v after the late echoes; want [false true]", answered)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	got := l.Measure(context.Background(), []string{"la"}, time.Minute)[0]
+	if !got.Up || got.RTT.D() < 150*time.Millisecond || la.sent.Load() != sent {
+		t.Errorf("after the late answers: %+v, %d probes sent after %d; want up at >= 150 ms, no new round", got, la.sent.Load(), sent)
+	}
+	if got.Loss >= 1 {
+		t.Errorf("loss %v counts the late answers as lost", got.Loss)
+	}
+	mu.Lock()
+	if len(answered) != 2 {
+		t.Errorf("answered %v; want one round's verdict, then one correction", answered)
+	}
+	mu.Unlock()
+
+	la.delay.Store(int64(10 * time.Second))
+	for range 5 {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		l.Measure(ctx, []string{"la"}, 0)
+		cancel()
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if n := len(l.waiting); n > DefaultProbes {
+		t.Errorf("%d probes wait for answers after 5 unanswered rounds; want the last round's at most", n)
+	}
+}
