@@ -93,7 +93,7 @@ func (l peerLoss) OpenTLS() (sent, retransmitted uint64) { return l.hs.live.coun
 
 func (l peerLoss) RTT() time.Duration {
 	if c := l.hs.p.links.Live(l.peer); c != nil {
-		return c.ConnectionStats().SmoothedRTT
+		return c.ConnectionStats().MinRTT
 	}
 	return 0
 }
