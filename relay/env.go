@@ -105,11 +105,15 @@ func (e *env) flowError(tunnel, reason string) {
 func (e *env) hopFailed(tunnel string, err error) {
 	reason := nexthop.NextHop
 	var he *nexthop.Error
-	if errors.As(err, &he) {
+	var nr *noRouteError
+	switch {
+	case errors.As(err, &nr):
+		reason = reasonNoRoute
+	case errors.As(err, &he):
 		reason = he.Reason
 	}
 	e.flowError(tunnel, reason)
-	if reason == nexthop.NoRoute {
+	if reason == reasonNoRoute {
 		e.log.Warn("no route for flow", "tunnel", tunnel, "err", err)
 		return
 	}

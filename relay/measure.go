@@ -33,7 +33,8 @@ import (
 // has no link to), routes by traces.
 type measurer struct {
 	*env
-	hops    *nexthop.Peers
+	peers   *nexthop.Peers
+	hops    *nexthop.Hops
 	links   *probe.Links
 	targets *probe.Targets
 	routes  *routeBook
@@ -41,6 +42,21 @@ type measurer struct {
 	// on, between the peers that send them (newLinkRequests).
 	requests *quota
 }
+
+// probePeers is the link layer as the prober sees it. A draining peer is
+// down for routing: it takes no new flows. What a round heard tells the
+// link layer which peers stopped answering. The link layer is the
+// measurer's, read when a round runs.
+type probePeers struct{ m *measurer }
+
+func (p probePeers) Sender(peer string) probe.Sender {
+	if c := p.m.peers.Live(peer); c != nil && !p.m.peers.Draining(peer) {
+		return c
+	}
+	return nil
+}
+
+func (p probePeers) Answered(peer string, ok bool) { p.m.peers.Answering(peer, ok) }
 
 // probeInterval is how often this relay probes in the background: the
 // shortest probe interval of the routed chains it is part of.
@@ -109,7 +125,7 @@ func (m *measurer) table(ctx context.Context, c *v1alpha1.Chain, fresh time.Dura
 			defer wg.Done()
 			t.Links = m.links.Measure(ctx, peers, fresh)
 			for i := range t.Links {
-				tr, why := m.hops.LinkTransport(t.Links[i].To)
+				tr, why := m.peers.LinkTransport(t.Links[i].To)
 				t.Links[i].Transport, t.Links[i].TransportReason = string(tr), why
 			}
 		}()

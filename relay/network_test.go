@@ -64,7 +64,7 @@ func startNetwork(t *testing.T, names []string, rest string) *testNetwork {
 func (n *testNetwork) linked(t *testing.T, from, to string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for n.relays[from].hops.Live(to) == nil {
+	for n.relays[from].peers.Live(to) == nil {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s has no connection to %s", from, to)
 		}

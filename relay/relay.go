@@ -15,7 +15,6 @@ package relay
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -26,7 +25,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	quicgo "github.com/quic-go/quic-go"
 	"k8s.io/apimachinery/pkg/api/equality"
 
 	"github.com/hoplink/hoplink/adminapi"
@@ -36,7 +34,6 @@ import (
 	"github.com/hoplink/hoplink/pki"
 	"github.com/hoplink/hoplink/relay/nexthop"
 	"github.com/hoplink/hoplink/relay/probe"
-	rquic "github.com/hoplink/hoplink/relay/quic"
 	"github.com/hoplink/hoplink/relay/ratelog"
 	"github.com/hoplink/hoplink/routectl"
 )
@@ -92,7 +89,7 @@ type Relay struct {
 	ready     atomic.Bool
 	drainOnce sync.Once // Drain's first call takes the relay out of service
 
-	hops       *nexthop.Peers
+	peers      *nexthop.Peers                     // the link layer
 	congestion atomic.Pointer[nexthop.Congestion] // what the TLS links run
 	routes     *routeBook
 	measure    *measurer
@@ -158,7 +155,7 @@ func (r *Relay) Name() string { return r.cfg.Name }
 func (r *Relay) Ready() bool { return r.ready.Load() }
 
 // Addr is the relay's bound QUIC address.
-func (r *Relay) Addr() net.Addr { return r.hops.Addr() }
+func (r *Relay) Addr() net.Addr { return r.peers.Addr() }
 
 // Identity is the relay's certificate and CA, for renewal.
 func (r *Relay) Identity() *pki.Identity { return r.cfg.Identity }
@@ -169,52 +166,38 @@ func (r *Relay) Start() error {
 	set := r.set.Load()
 	self := set.Relay(r.cfg.Name)
 	e := r.env
-	links := probe.NewLinks(probe.LinkOptions{Relay: e.name, Metrics: e.m, Conn: func(peer string) probe.Sender {
-		// A draining peer is down for routing: it takes no new flows.
-		if c := r.hops.Live(peer); c != nil && !r.hops.Draining(peer) {
-			return c
-		}
-		return nil
-	}, Answered: func(peer string, ok bool) { r.hops.Answering(peer, ok) }})
 	targets := probe.NewTargets(e.name, e.m)
-	r.measure = &measurer{env: e, links: links, targets: targets, routes: r.routes, requests: newLinkRequests()}
+	r.measure = &measurer{env: e, targets: targets, routes: r.routes, requests: newLinkRequests()}
+	r.measure.links = probe.NewLinks(probe.LinkOptions{Relay: e.name, Metrics: e.m, Peers: probePeers{r.measure}})
 	cc, _ := r.congestionFor(set)
-	hops := nexthop.New(nexthop.Options{
+	if r.cfg.Route {
+		r.ctl = routectl.New(routectl.Options{Measurer: r.measure, Decide: r.routes.decide, Metrics: e.m.Route, Log: e.log})
+	}
+	// The dispatcher is the link layer's one way up; every role exists
+	// before the first peer's stream can arrive.
+	r.dispatch = &dispatcher{env: e, measure: r.measure, ctl: r.ctl}
+	peers := nexthop.New(nexthop.Options{
 		Name:             e.name,
 		Identity:         r.cfg.Identity,
 		Listen:           net.JoinHostPort(self.Spec.Listen.Address, strconv.Itoa(int(self.Spec.Listen.Port))),
 		SeparateDialPort: r.cfg.SeparateDialPort,
-		Manifests:        e.manifests,
-		Router:           r.routes,
-		Stream:           func(c *rquic.Conn, s *quicgo.Stream) { r.dispatch.serveQUIC(c, s) },
-		TLS:              func(peer string, c *tls.Conn) { r.dispatch.serveTLS(peer, c) },
+		Upper:            r.dispatch,
 		Admin:            adminapi.Handler(adminBackend{m: r.measure, status: r.status}),
-		OnProbeEcho:      links.Echo,
-		OnRejected: func(remote net.Addr, err error) {
-			e.problems.add(adminapi.ProblemHandshake, "", fmt.Sprintf("from %v: %v", remote, err))
-		},
-		OnPeerDraining: func(peer string) {
-			links.Stale(peer)
-			if r.ctl != nil {
-				r.ctl.Kick()
-			}
-		},
-		Congestion: cc,
-		Metrics:    e.m,
-		Log:        e.log,
+		Congestion:       cc,
+		Metrics:          e.m,
+		Log:              e.log,
 	})
-	// Every role exists before the first peer's stream can arrive.
-	r.hops, r.measure.hops = hops, hops
-	r.tcp = &tcpFlows{env: e, hops: hops, targets: targets}
-	r.udp = &udpFlows{env: e, hops: hops}
+	hops := peers.Hops()
+	r.peers, r.measure.peers, r.measure.hops, r.routes.links = peers, peers, hops, peers
+	r.tcp = &tcpFlows{env: e, hops: hops, routes: r.routes, targets: targets}
+	r.udp = &udpFlows{env: e, hops: hops, routes: r.routes}
 	r.tun = &tunFlows{env: e, tcp: r.tcp, udp: r.udp, noOffload: r.cfg.NoTUNOffload}
-	r.packets = &packetTunnels{env: e, hops: hops, noOffload: r.cfg.NoTUNOffload, exits: map[string]*packetExit{}}
-	r.dispatch = &dispatcher{env: e, hops: hops, tcp: r.tcp, udp: r.udp, packets: r.packets, measure: r.measure}
-	if err := hops.Listen(); err != nil {
+	r.packets = &packetTunnels{env: e, hops: hops, routes: r.routes, noOffload: r.cfg.NoTUNOffload, exits: map[string]*packetExit{}}
+	r.dispatch.tcp, r.dispatch.udp, r.dispatch.packets = r.tcp, r.udp, r.packets
+	peers.SetPeers(peersOf(set, r.cfg.Name))
+	if err := peers.Listen(); err != nil {
 		return fmt.Errorf("RelayNode %q: spec.listen: %w", r.cfg.Name, err)
 	}
-
-	hops.Connect(set)
 	r.packets.sync(set)
 	// A Tunnel that cannot open (its port taken, its device refused) is
 	// reported and retried; it keeps no other Tunnel from serving.
@@ -224,13 +207,10 @@ func (r *Relay) Start() error {
 	e.spawn(r.retryTunnels)
 	e.spawn(r.measure.probeLoop)
 	e.spawn(r.watchCertificates)
-	if r.cfg.Route {
-		r.ctl = routectl.New(routectl.Options{Measurer: r.measure, Decide: r.routes.decide, Metrics: e.m.Route, Log: e.log})
-	}
 	r.routingUpdated(set)
 	r.ready.Store(true)
 	e.m.Ready.WithLabelValues(r.cfg.Name).Set(1)
-	e.log.Info("relay started", "listen", hops.Addr().String(), "peers", set.NextHops(r.cfg.Name))
+	e.log.Info("relay started", "listen", peers.Addr().String(), "peers", set.NextHops(r.cfg.Name))
 	return nil
 }
 
@@ -262,12 +242,12 @@ func (r *Relay) Update(set *manifest.Set) error {
 	}
 	r.set.Store(set)
 	if cc, changed := r.congestionFor(set); changed {
-		r.hops.SetCongestion(cc)
+		r.peers.SetCongestion(cc)
 	}
+	r.peers.SetPeers(peersOf(set, r.cfg.Name))
 	// Peers the manifests dropped lose their connections; TLS sessions
 	// stop resuming under CAs an Identity().Update replaced.
-	r.hops.Recheck(true)
-	r.hops.Connect(set)
+	r.peers.Recheck(true)
 	r.routingUpdated(set)
 	r.packets.sync(set)
 	want := map[string]*v1alpha1.Tunnel{}
@@ -465,7 +445,7 @@ func (r *Relay) watchCertificates() {
 	defer t.Stop()
 	for {
 		r.cfg.Metrics.CertExpiry.WithLabelValues(r.cfg.Name).Set(float64(r.cfg.Identity.NotAfter().Unix()))
-		r.hops.Recheck(false)
+		r.peers.Recheck(false)
 		select {
 		case <-t.C:
 		case <-r.env.ctx.Done():
@@ -510,8 +490,8 @@ func (r *Relay) Drain(ctx context.Context) (open int) {
 		if r.ctl != nil {
 			r.ctl.Close()
 		}
-		if r.hops != nil {
-			r.hops.Drain()
+		if r.peers != nil {
+			r.peers.Drain()
 		}
 		r.cfg.Log.Info("draining: no new flows; waiting for the open TCP flows", "open", r.env.openTCP.Load())
 	})
@@ -520,8 +500,8 @@ func (r *Relay) Drain(ctx context.Context) (open int) {
 	for {
 		if open = int(r.env.openTCP.Load()); open == 0 {
 			r.cfg.Log.Info("drained: every flow ended")
-			if r.hops != nil {
-				if n := r.hops.Settle(ctx); n > 0 {
+			if r.peers != nil {
+				if n := r.peers.Settle(ctx); n > 0 {
 					r.cfg.Log.Info("drain ended before every peer read what this relay sent", "peers", n)
 				}
 			}
@@ -556,8 +536,8 @@ func (r *Relay) Close() error {
 	}
 	r.cancel()
 	var err error
-	if r.hops != nil {
-		err = r.hops.Close()
+	if r.peers != nil {
+		err = r.peers.Close()
 	}
 	r.wg.Wait()
 	return err

@@ -158,7 +158,7 @@ func TestFlowTokensAreShared(t *testing.T) {
 
 func TestHopFailedCountsByReason(t *testing.T) {
 	e, m := testEnv(t, twoRelays)
-	e.hopFailed("default/t", &nexthop.Error{Reason: nexthop.NoRoute, Err: errors.New("no route yet")})
+	e.hopFailed("default/t", &noRouteError{errors.New("no route yet")})
 	e.hopFailed("default/t", fmt.Errorf("wrapped: %w", &nexthop.Error{Reason: nexthop.NextHop, Next: "la", Err: errors.New("down")}))
 	e.hopFailed("default/t", errors.New("anything else"))
 	for reason, want := range map[string]float64{"no_route": 1, "next_hop": 2} {
@@ -213,6 +213,28 @@ func TestRouteBook(t *testing.T) {
 	}
 	if _, ok := b.decided["default/fast"]; ok {
 		t.Fatal("a decision survived its chain becoming static")
+	}
+}
+
+// noLinks is a link layer that knows of no relay draining or down.
+type noLinks struct{}
+
+func (noLinks) Draining(string) bool { return false }
+func (noLinks) Down(string) bool     { return false }
+
+// TestRouteOfSaysWhy: a flow whose Tunnel's chain left the manifests has
+// no route, and says so.
+func TestRouteOfSaysWhy(t *testing.T) {
+	e, _ := testEnv(t, twoRelays)
+	b := newRouteBook(e, true)
+	b.links = noLinks{}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	gone := &v1alpha1.Tunnel{}
+	gone.Namespace, gone.Name, gone.Spec.Chain = "default", "t", "nope"
+	var he *noRouteError
+	if _, _, err := b.routeOf(ctx, gone); !errors.As(err, &he) || !errors.Is(err, errChainGone) {
+		t.Fatalf("chain gone: %v", err)
 	}
 }
 

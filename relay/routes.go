@@ -22,6 +22,9 @@ import (
 // take it, open ones finish where they started.
 type routeBook struct {
 	*env
+	// links is what this relay's link layer knows of its peers now; it is
+	// asked, never asks back.
+	links linkState
 	// self: this relay routes the routed chains it enters (standalone and
 	// local mode); else it follows the routes in the Chains' status.
 	self bool
@@ -44,6 +47,15 @@ type routeBook struct {
 	rounds map[string]round
 }
 
+// linkState is what route choice asks the link layer: read-only questions
+// about the relays it links to (nexthop.Peers).
+type linkState interface {
+	// Draining: the relay said it takes no new flows.
+	Draining(relay string) bool
+	// Down: this relay's link to it is known down now.
+	Down(relay string) bool
+}
+
 type round struct {
 	d       routectl.Decision
 	changed time.Time
@@ -61,6 +73,42 @@ func (b *routeBook) notifyLocked() {
 
 // errNoRoute is a flow of a routed chain that found no route in time.
 var errNoRoute = errors.New("the chain has no route yet")
+
+// errChainGone is a flow whose Tunnel's Chain left the manifests.
+var errChainGone = errors.New("the Tunnel's chain is gone")
+
+// reasonNoRoute is the reason label of hoplink_flow_errors_total of a
+// flow that found no route (a noRouteError).
+const reasonNoRoute = "no_route"
+
+// noRouteError is a flow that found no route to take.
+type noRouteError struct{ err error }
+
+func (e *noRouteError) Error() string { return e.err.Error() }
+
+func (e *noRouteError) Unwrap() error { return e.err }
+
+// routeOf returns the chain and the route a new flow of Tunnel t takes,
+// avoiding the relays the link layer knows are unavailable.
+func (b *routeBook) routeOf(ctx context.Context, t *v1alpha1.Tunnel) (*v1alpha1.Chain, []string, error) {
+	chain := b.manifests().ChainOf(t)
+	if chain == nil {
+		return nil, nil, &noRouteError{errChainGone}
+	}
+	rt, err := b.Route(ctx, chain, b.unavailable)
+	if err != nil {
+		return nil, nil, &noRouteError{err}
+	}
+	return chain, rt, nil
+}
+
+// unavailable reports a relay new flows should not be sent through: it
+// drains, or, as this relay's next hop, it stopped answering. That this
+// relay cannot reach a relay further on says nothing of the route: the
+// relay before that one reaches it (a link cut between two relays).
+func (b *routeBook) unavailable(relay string, next bool) bool {
+	return b.links.Draining(relay) || (next && b.links.Down(relay))
+}
 
 // Route returns the route new flows of chain c take. A routed chain
 // without one yet (its first round is under way) is waited for until ctx

@@ -2,8 +2,8 @@ package relay
 
 import (
 	"bytes"
-	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net/netip"
 	"sync"
@@ -11,11 +11,13 @@ import (
 
 	quicgo "github.com/quic-go/quic-go"
 
+	"github.com/hoplink/hoplink/adminapi"
 	"github.com/hoplink/hoplink/relay/admit"
 	"github.com/hoplink/hoplink/relay/flow"
 	"github.com/hoplink/hoplink/relay/hop"
 	"github.com/hoplink/hoplink/relay/nexthop"
 	rquic "github.com/hoplink/hoplink/relay/quic"
+	"github.com/hoplink/hoplink/routectl"
 )
 
 // headerTimeout bounds how long a peer may take to send a stream's header.
@@ -32,14 +34,16 @@ const maxPendingHeaders = 256
 
 // dispatcher serves what peers open: it reads a stream's header (bounded
 // in size and time), admits it (admit.Stream, against the manifests in
-// force), takes a flow token, and hands it to the role it asks for.
+// force), takes a flow token, and hands it to the role it asks for. It is
+// the link layer's one way up (nexthop.Upper), for what it learns of peers
+// too.
 type dispatcher struct {
 	*env
-	hops    *nexthop.Peers
 	tcp     *tcpFlows
 	udp     *udpFlows
 	packets *packetTunnels
 	measure *measurer
+	ctl     *routectl.Controller // when the relay routes its chains
 
 	mu      sync.Mutex
 	pending map[*rquic.Conn]int // streams waiting for their header, by connection
@@ -65,6 +69,33 @@ func (d *dispatcher) headerRead(c *rquic.Conn) {
 		delete(d.pending, c)
 	}
 	d.mu.Unlock()
+}
+
+// Serve serves what a peer opened, over either transport.
+func (d *dispatcher) Serve(in nexthop.Inbound) {
+	if in.TLS != nil {
+		d.serveTLS(in)
+		return
+	}
+	d.serveQUIC(in.Conn, in.Stream)
+}
+
+// Event takes what the link layer learned of a peer: the answers to link
+// probes, a peer that drains (new flows route around it, and a route
+// controller looks again at once), a handshake refused (a problem the
+// operator hears of).
+func (d *dispatcher) Event(e nexthop.Event) {
+	switch e.Kind {
+	case nexthop.ProbeEcho:
+		d.measure.links.Echo(e.Peer, e.Payload)
+	case nexthop.PeerDraining:
+		d.measure.links.Stale(e.Peer)
+		if d.ctl != nil {
+			d.ctl.Kick()
+		}
+	case nexthop.Rejected:
+		d.problems.add(adminapi.ProblemHandshake, "", fmt.Sprintf("from %v: %v", e.Remote, e.Err))
+	}
 }
 
 // serveQUIC serves a stream a peer opened on its QUIC connection.
@@ -146,8 +177,9 @@ func (d *dispatcher) refusal() quicgo.StreamErrorCode {
 
 // serveTLS serves a flow a peer sent over a TLS connection: the same
 // header, the same checks; TCP flows, traces, packet and UDP sessions.
-func (d *dispatcher) serveTLS(peer string, c *tls.Conn) {
-	in := flow.TLS(c, func() { d.hops.TLSDone(c) })
+func (d *dispatcher) serveTLS(from nexthop.Inbound) {
+	peer, c := from.Peer, from.TLS
+	in := flow.TLS(c, from.Done)
 	var first [1]byte
 	if _, err := io.ReadFull(c, first[:]); err != nil {
 		in.Abort() // a spare the peer retired unused, or a peer gone
@@ -159,7 +191,7 @@ func (d *dispatcher) serveTLS(peer string, c *tls.Conn) {
 		in.Abort()
 		return
 	}
-	d.hops.TLSStarted(c)
+	from.Started()
 	c.SetReadDeadline(time.Time{})
 	g, ref := admit.Stream(d.manifests(), d.name, peer, &h, admit.TLS)
 	if ref != nil {

@@ -23,7 +23,7 @@ func (r *Relay) status() *adminapi.Status {
 	if id := r.cfg.Identity; id != nil {
 		s.CertificateExpires = id.NotAfter().UTC()
 	}
-	if r.hops != nil {
+	if r.peers != nil {
 		for _, peer := range set.NextHops(r.cfg.Name) {
 			s.Peers = append(s.Peers, r.peerStatus(peer))
 		}
@@ -65,15 +65,15 @@ func (r *Relay) status() *adminapi.Status {
 
 // peerStatus is the link to peer as this relay sees it.
 func (r *Relay) peerStatus(peer string) adminapi.Peer {
-	p := adminapi.Peer{Name: peer, Up: r.hops.Up(peer), Draining: r.hops.Draining(peer)}
-	if c := r.hops.Live(peer); c != nil {
+	p := adminapi.Peer{Name: peer, Up: r.peers.Up(peer), Draining: r.peers.Draining(peer)}
+	if c := r.peers.Live(peer); c != nil {
 		st := c.ConnectionStats()
 		p.RTT, p.Jitter = measure.Duration(st.SmoothedRTT), measure.Duration(st.MeanDeviation)
 		if st.PacketsSent > 0 {
 			p.Loss = float64(st.PacketsLost) / float64(st.PacketsSent)
 		}
 	}
-	tr, why := r.hops.LinkTransport(peer)
+	tr, why := r.peers.LinkTransport(peer)
 	p.Transport, p.TransportReason = string(tr), why
 	return p
 }

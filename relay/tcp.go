@@ -29,7 +29,8 @@ const endBuffer = 128 << 10
 // exit dials the target. A tun Tunnel's TCP flows enter here too.
 type tcpFlows struct {
 	*env
-	hops *nexthop.Peers
+	hops   *nexthop.Hops
+	routes *routeBook
 	// targets learns the target's round trip from every real connect.
 	targets *probe.Targets
 }
@@ -89,7 +90,7 @@ func (f *tcpFlows) entry(in flow.End, t *v1alpha1.Tunnel, key, target string) {
 	defer done()
 	ctx, cancel := f.setupContext()
 	defer cancel()
-	chain, route, err := f.hops.Route(ctx, t)
+	chain, route, err := f.routes.routeOf(ctx, t)
 	if err != nil {
 		f.hopFailed(key, err)
 		in.Abort()

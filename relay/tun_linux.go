@@ -122,7 +122,7 @@ func (f *tunFlows) entryUDP(c net.Conn, dst netip.AddrPort, t *v1alpha1.Tunnel, 
 	defer gauge.Dec()
 	ctx, cancel := f.setupContext()
 	defer cancel()
-	_, route, err := f.udp.hops.Route(ctx, t)
+	_, route, err := f.udp.routes.routeOf(ctx, t)
 	if err != nil {
 		f.hopFailed(key, err)
 		return

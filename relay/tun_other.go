@@ -31,7 +31,8 @@ func (f *tunFlows) open(*v1alpha1.Tunnel, string, netip.Prefix, []netip.Prefix) 
 
 type packetTunnels struct {
 	*env
-	hops      *nexthop.Peers
+	hops      *nexthop.Hops
+	routes    *routeBook
 	noOffload bool
 
 	mu    sync.Mutex

@@ -43,7 +43,8 @@ import (
 // exit's devices with the sessions they serve.
 type packetTunnels struct {
 	*env
-	hops      *nexthop.Peers
+	hops      *nexthop.Hops
+	routes    *routeBook
 	noOffload bool
 
 	mu    sync.Mutex
@@ -250,7 +251,7 @@ func (e *packetEntry) session() error {
 	p := e.p
 	ctx, cancel := p.setupContext()
 	defer cancel()
-	chain, route, err := p.hops.Route(ctx, e.t)
+	chain, route, err := p.routes.routeOf(ctx, e.t)
 	if err != nil {
 		return err
 	}

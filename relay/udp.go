@@ -30,7 +30,8 @@ import (
 // the stream that marks its life and carries packets too large for one.
 type udpFlows struct {
 	*env
-	hops *nexthop.Peers
+	hops   *nexthop.Hops
+	routes *routeBook
 	// exits counts the sessions of each Tunnel this relay ends at their
 	// target, which spec.udp.maxSessions bounds here as at the entry.
 	exits sessionSlots
@@ -327,7 +328,7 @@ func (s *udpSession) connect() {
 	u, f := s.u, s.u.f
 	ctx, cancel := f.setupContext()
 	defer cancel()
-	chain, route, err := f.hops.Route(ctx, u.t)
+	chain, route, err := f.routes.routeOf(ctx, u.t)
 	if err != nil {
 		f.hopFailed(u.key, err)
 		s.end(hop.CodeNextHop)

@@ -380,29 +380,28 @@ type step struct {
 
 // tcpPath is one TCP flow over a three-relay chain (hk -> seattle -> la)
 // on QUIC hops under transport auto, client socket to target socket. A
-// function that the flow passes again (Peers.Open, flow.Join at the
+// function that the flow passes again (Hops.Open, flow.Join at the
 // middle) is listed once.
 var tcpPath = []step{
 	{"entry: the Tunnel's listener opened", "relay", "Relay.openTunnel", true},
 	{"entry: the client accepted, a flow token taken", "relay", "tcpFlows.serve", true},
 	{"entry: the client's socket as a flow end", "relay/flow", "TCP", true},
 	{"entry: the flow into the chain", "relay", "tcpFlows.entry", false},
-	{"entry: the route", "relay/nexthop", "Peers.Route", true},
+	{"entry: the route", "relay", "routeBook.routeOf", true},
 	{"entry: the route", "relay", "routeBook.Route", true},
-	{"entry: a hop opened", "relay/nexthop", "Peers.Open", true},
-	{"entry: the link's transport chosen", "relay/nexthop", "Peers.choose", false},
-	{"entry: a QUIC stream", "relay/nexthop", "Peers.openStream", false},
-	{"entry: a QUIC stream (the table says Peers.Session)", "relay/nexthop", "Peers.session", true},
+	{"entry: a hop opened", "relay/nexthop", "Hops.Open", true},
+	{"entry: the link's transport chosen", "relay/nexthop", "Hops.choose", false},
+	{"entry: a QUIC stream", "relay/nexthop", "Hops.openStream", false},
+	{"entry: a QUIC stream", "relay/nexthop", "Hops.stream", true},
 	{"entry: a QUIC stream", "relay/quic", "Link.OpenStream", false},
 	{"entry: the header written", "relay/nexthop", "writeHeader", false},
 	{"entry: the stream as a flow end", "relay/flow", "HeldStream", true},
 	{"entry: client and stream joined", "relay/flow", "Join", true},
 	{"middle: the stream accepted", "relay/quic", "Endpoint.accept", true},
-	{"middle: the stream served", "relay", "dispatcher.serveQUIC", true},
+	{"middle: the stream served (as a flow end: flow.HeldStream)", "relay", "dispatcher.serveQUIC", true},
 	{"middle: the header read", "relay/hop", "Read", true},
 	{"middle: the header admitted", "relay/admit", "Stream", true},
-	{"middle: the stream as a flow end", "relay/flow", "Stream", true},
-	{"middle: the flow passed on (Peers.Open, flow.Join)", "relay", "tcpFlows.middle", true},
+	{"middle: the flow passed on (Hops.Open, flow.Join)", "relay", "tcpFlows.middle", true},
 	{"exit: the flow to its target", "relay", "tcpFlows.exit", true},
 	{"exit: the target dialed", "relay", "tcpFlows.dial", true},
 	{"exit: target and stream joined (flow.TCP, flow.Join)", "relay", "tcpFlows.joinTarget", false},

@@ -25,16 +25,11 @@ type tunnelSpec struct {
 // route, and the given tunnels, then starts them in this process.
 func network(t *testing.T, nRelays int, route []string, tunnels ...tunnelSpec) (*Network, *metrics.Metrics, *manifest.Set) {
 	t.Helper()
-	return networkOver(t, "quic", nRelays, route, tunnels...)
+	return networkWith(t, relay.Config{}, "quic", nRelays, route, tunnels...)
 }
 
-// networkOver is network with the chain's transport for TCP flows.
-func networkOver(t *testing.T, transport string, nRelays int, route []string, tunnels ...tunnelSpec) (*Network, *metrics.Metrics, *manifest.Set) {
-	t.Helper()
-	return networkWith(t, relay.Config{}, transport, nRelays, route, tunnels...)
-}
-
-// networkWith is networkOver with the relays' limits from base.
+// networkWith is network with the relays' limits from base and the
+// chain's transport for TCP flows.
 func networkWith(t *testing.T, base relay.Config, transport string, nRelays int, route []string, tunnels ...tunnelSpec) (*Network, *metrics.Metrics, *manifest.Set) {
 	t.Helper()
 	var b strings.Builder

@@ -15,7 +15,7 @@ type Choice struct {
 	Transport v1alpha1.Transport
 	Reason    string
 
-	p            *Peers
+	hs           *Hops
 	peer, tunnel string
 	meter        *flow.Meter // nil unless auto
 	out          flow.End
@@ -40,16 +40,16 @@ func (ch *Choice) Done() {
 	}
 	if t, ok := ch.out.(*flow.TLSEnd); ok {
 		sent, retransmitted := t.Segments()
-		ch.p.auto.tcpLoss(ch.peer, sent, retransmitted)
+		ch.hs.auto.tcpLoss(ch.peer, sent, retransmitted)
 	}
-	ch.p.auto.done(ch.peer, ch.tunnel, ch.Transport, ch.meter.Bytes(), ch.meter.Turns(), ch.meter.Active(), time.Now())
+	ch.hs.auto.done(ch.peer, ch.tunnel, ch.Transport, ch.meter.Bytes(), ch.meter.Turns(), ch.meter.Active(), time.Now())
 	// After done: what the flow said is never out of sight meanwhile.
-	ch.p.auto.unwatch(ch.tunnel, ch.meter)
+	ch.hs.auto.unwatch(ch.tunnel, ch.meter)
 }
 
 // choose settles the transport of a new hop for h.
-func (p *Peers) choose(h *hop.Header, transport v1alpha1.Transport) *Choice {
-	ch := &Choice{Transport: transport, Reason: ReasonExplicit, p: p, peer: h.Route[0], tunnel: h.Tunnel}
+func (hs *Hops) choose(h *hop.Header, transport v1alpha1.Transport) *Choice {
+	ch := &Choice{Transport: transport, Reason: ReasonExplicit, hs: hs, peer: h.Route[0], tunnel: h.Tunnel}
 	if transport != v1alpha1.TransportAuto {
 		return ch
 	}
@@ -57,10 +57,10 @@ func (p *Peers) choose(h *hop.Header, transport v1alpha1.Transport) *Choice {
 	case hop.KindTCP:
 		var bulk bool
 		ch.meter = flow.NewMeter()
-		ch.Transport, ch.Reason, bulk = p.pick(ch.peer, h.Tunnel, true, ch.meter)
+		ch.Transport, ch.Reason, bulk = hs.pick(ch.peer, h.Tunnel, true, ch.meter)
 		ch.spareOnly = !bulk
 	case hop.KindPacket:
-		ch.Transport, ch.Reason, _ = p.pick(ch.peer, h.Tunnel, false, nil)
+		ch.Transport, ch.Reason, _ = hs.pick(ch.peer, h.Tunnel, false, nil)
 	default:
 		// Traces measure what a new short flow would see.
 		ch.Transport, ch.Reason = v1alpha1.TransportQUIC, ReasonShort
@@ -70,47 +70,41 @@ func (p *Peers) choose(h *hop.Header, transport v1alpha1.Transport) *Choice {
 
 // PacketTransport is the transport a packet session of a chain with
 // transport takes to peer.
-func (p *Peers) PacketTransport(h *hop.Header, transport v1alpha1.Transport) v1alpha1.Transport {
-	return p.choose(h, transport).Transport
+func (hs *Hops) PacketTransport(h *hop.Header, transport v1alpha1.Transport) v1alpha1.Transport {
+	return hs.choose(h, transport).Transport
 }
 
-func (p *Peers) pick(peer, tunnel string, isFlow bool, m progress) (v1alpha1.Transport, string, bool) {
+func (hs *Hops) pick(peer, tunnel string, isFlow bool, m progress) (v1alpha1.Transport, string, bool) {
 	// The loss counts walk every connection to the peer: only packet
 	// sessions and flows of Tunnels of unknown shape ask for them, so a
 	// known Tunnel's flow does not pay it.
-	return p.auto.pick(peer, tunnel, isFlow, m, peerLoss{p, peer}, time.Now())
+	return hs.auto.pick(peer, tunnel, isFlow, m, peerLoss{hs, peer}, time.Now())
 }
 
 // peerLoss is a linkLoss of the relay's link to peer.
 type peerLoss struct {
-	p    *Peers
+	hs   *Hops
 	peer string
 }
 
-func (l peerLoss) QUIC() (sent, lost uint64) { return l.p.quic.Loss(l.peer) }
+func (l peerLoss) QUIC() (sent, lost uint64) { return l.hs.p.links.Loss(l.peer) }
 
-func (l peerLoss) OpenTLS() (sent, retransmitted uint64) { return l.p.live.counts(l.peer) }
+func (l peerLoss) OpenTLS() (sent, retransmitted uint64) { return l.hs.live.counts(l.peer) }
 
 func (l peerLoss) RTT() time.Duration {
-	if c := l.p.quic.Live(l.peer); c != nil {
+	if c := l.hs.p.links.Live(l.peer); c != nil {
 		return c.ConnectionStats().MinRTT
 	}
 	return 0
 }
 
-// LinkTransport is the transport bulk flows of auto chains take to peer
-// now and why; "" before this relay chose one.
-func (p *Peers) LinkTransport(peer string) (v1alpha1.Transport, string) {
-	return p.auto.current(peer)
-}
-
-func (p *Peers) transportChanged(peer string, from, to v1alpha1.Transport, reason string, rates map[v1alpha1.Transport]float64) {
-	if m := p.o.Metrics; m != nil {
-		m.LinkTransport.DeletePartialMatch(map[string]string{"from": p.o.Name, "to": peer})
-		m.LinkTransport.WithLabelValues(p.o.Name, peer, string(to), reason).Set(1)
+func (hs *Hops) transportChanged(peer string, from, to v1alpha1.Transport, reason string, rates map[v1alpha1.Transport]float64) {
+	if m := hs.p.o.Metrics; m != nil {
+		m.LinkTransport.DeletePartialMatch(map[string]string{"from": hs.p.o.Name, "to": peer})
+		m.LinkTransport.WithLabelValues(hs.p.o.Name, peer, string(to), reason).Set(1)
 	}
-	if p.o.Log != nil {
-		p.o.Log.Info("link transport chosen", "peer", peer, "from", string(from), "to", string(to), "reason", reason,
+	if hs.p.o.Log != nil {
+		hs.p.o.Log.Info("link transport chosen", "peer", peer, "from", string(from), "to", string(to), "reason", reason,
 			"quic_mbps", int(rates[v1alpha1.TransportQUIC]/1e6), "tls_mbps", int(rates[v1alpha1.TransportTLS]/1e6))
 	}
 }

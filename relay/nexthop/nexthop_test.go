@@ -2,7 +2,6 @@ package nexthop
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	quicgo "github.com/quic-go/quic-go"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/internal/testutil"
@@ -22,12 +20,6 @@ import (
 	rquic "github.com/hoplink/hoplink/relay/quic"
 )
 
-type staticRouter struct{}
-
-func (staticRouter) Route(_ context.Context, c *v1alpha1.Chain, _ func(string, bool) bool) ([]string, error) {
-	return manifest.Route(c), nil
-}
-
 // received is what the far relay got: the header it read and the first
 // bytes after it.
 type received struct {
@@ -36,9 +28,23 @@ type received struct {
 	data string
 }
 
+// reporter is an Upper that hands what a peer sent, over either transport,
+// to itself.
+type reporter func(peer string, r io.Reader)
+
+func (f reporter) Serve(in Inbound) {
+	if in.TLS != nil {
+		f(in.Peer, in.TLS)
+		return
+	}
+	f(in.Peer, in.Stream)
+}
+
+func (reporter) Event(Event) {}
+
 // two starts relays a and b; b reports what each stream or TLS connection
 // carried. a's manifests route chain c (a -> b) over transport.
-func two(t *testing.T, transport string) (a *Peers, got chan received, set *manifest.Set) {
+func two(t *testing.T, transport string) (a *Hops, got chan received, set *manifest.Set) {
 	t.Helper()
 	pa, pb := testutil.FreePort(t), testutil.FreePort(t)
 	set, err := manifest.Parse("two.yaml", fmt.Appendf(nil, `
@@ -79,25 +85,27 @@ spec: {chain: c, listen: {port: 15999}, target: "127.0.0.1:1"}
 		n, _ := io.ReadFull(r, buf)
 		got <- received{peer: peer, h: h, data: string(buf[:n])}
 	}
-	start := func(name string, port int) *Peers {
+	start := func(name string, port int, peers []Peer) *Peers {
 		id, err := ca.Identity(name)
 		if err != nil {
 			t.Fatal(err)
 		}
 		p := New(Options{Name: name, Identity: id, Listen: fmt.Sprintf("127.0.0.1:%d", port),
-			Manifests: func() *manifest.Set { return set }, Router: staticRouter{},
-			Stream:  func(c *rquic.Conn, s *quicgo.Stream) { report(c.Peer, s) },
-			TLS:     func(peer string, c *tls.Conn) { report(peer, c) },
-			Metrics: m, Log: log})
+			Upper: reporter(report), Metrics: m, Log: log})
+		p.SetPeers(peers)
 		if err := p.Listen(); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { p.Close() })
 		return p
 	}
-	start("b", pb)
-	a = start("a", pa)
-	a.Connect(set)
+	// What the relays above would read from set: both know both; a sends
+	// b flows, over TLS too unless the chain takes QUIC.
+	ra := Peer{Name: "a", Endpoints: []string{fmt.Sprintf("127.0.0.1:%d", pa)}}
+	rb := Peer{Name: "b", Endpoints: []string{fmt.Sprintf("127.0.0.1:%d", pb)}}
+	start("b", pb, []Peer{ra, rb})
+	rb.NextHop, rb.Warm = true, transport != "quic"
+	a = start("a", pa, []Peer{ra, rb}).Hops()
 	return a, got, set
 }
 
@@ -107,9 +115,11 @@ func TestOpenSendsTheHeaderWithTheFirstBytes(t *testing.T) {
 			a, got, set := two(t, transport)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			chain, route, err := a.Route(ctx, set.Tunnel("default/t"))
-			if err != nil || chain.Name != "c" || len(route) != 2 {
-				t.Fatalf("route %v of %v (%v)", route, chain, err)
+			// The relay above chooses routes; this one is the manifests'.
+			chain := set.ChainOf(set.Tunnel("default/t"))
+			route := manifest.Route(chain)
+			if chain.Name != "c" || len(route) != 2 {
+				t.Fatalf("route %v of %v", route, chain)
 			}
 			h := &hop.Header{Kind: hop.KindTCP, Tunnel: "default/t", Route: route[1:], Target: "127.0.0.1:1"}
 			if transport == "auto" {
@@ -141,7 +151,7 @@ func TestOpenSendsTheHeaderWithTheFirstBytes(t *testing.T) {
 }
 
 func TestErrorsSayWhy(t *testing.T) {
-	a, _, set := two(t, "quic")
+	a, _, _ := two(t, "quic")
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	var he *Error
@@ -149,11 +159,6 @@ func TestErrorsSayWhy(t *testing.T) {
 	_, _, err := a.Open(ctx, &hop.Header{Kind: hop.KindTCP, Tunnel: "default/t", Route: []string{"mallory"}, Target: "x:1"}, v1alpha1.TransportQUIC)
 	if !errors.As(err, &he) || he.Reason != NextHop || he.Next != "mallory" {
 		t.Fatalf("unknown relay: %v", err)
-	}
-	gone := set.Tunnel("default/t").DeepCopy()
-	gone.Spec.Chain = "nope"
-	if _, _, err := a.Route(ctx, gone); !errors.As(err, &he) || he.Reason != NoRoute || !errors.Is(err, ErrChainGone) {
-		t.Fatalf("chain gone: %v", err)
 	}
 	// A peer that is not connected now is not waited for by OpenLive.
 	if _, err := a.OpenLive(ctx, &hop.Header{Kind: hop.KindLinks, Tunnel: "default/c", Route: []string{"a"}}); !errors.As(err, &he) || !errors.Is(err, rquic.ErrPeerDown) {
@@ -164,8 +169,9 @@ func TestErrorsSayWhy(t *testing.T) {
 	}
 }
 
-func hasSpare(p *Peers, peer string) bool {
-	pool := p.tls.Pool(peer, p.o.Manifests().Relay(peer).Spec.Endpoints)
+func hasSpare(hs *Hops, peer string) bool {
+	r, _ := hs.p.peer(peer)
+	pool := hs.p.pools.Pool(peer, r.Endpoints)
 	return pool.Spares() > 0
 }
 

@@ -39,50 +39,50 @@ type UDPHop struct {
 
 // OpenUDP opens a hop to h.Route[0] for a new UDP session of a Tunnel with
 // mode, on a chain with transport, and sends it h.
-func (p *Peers) OpenUDP(ctx context.Context, h *hop.Header, transport v1alpha1.Transport, mode v1alpha1.UDPMode) (UDPHop, error) {
-	if err := p.refuseDraining(h.Route[0]); err != nil {
+func (hs *Hops) OpenUDP(ctx context.Context, h *hop.Header, transport v1alpha1.Transport, mode v1alpha1.UDPMode) (UDPHop, error) {
+	if err := hs.refuseDraining(h.Route[0]); err != nil {
 		return UDPHop{}, err
 	}
 	peer := h.Route[0]
-	t, reason := p.udpTransport(h, transport, mode)
+	t, reason := hs.udpTransport(h, transport, mode)
 	if t == v1alpha1.TransportTLS {
-		out, shared, err := p.openTLSShared(ctx, h, false)
+		out, shared, err := hs.openTLSShared(ctx, h, false)
 		if err != nil {
 			return UDPHop{}, err
 		}
 		if shared {
-			p.countFlow(peer, t, reason)
+			hs.countFlow(peer, t, reason)
 			return UDPHop{TLS: out}, nil
 		}
 		t, reason = v1alpha1.TransportQUIC, ReasonTLSShare
 	}
-	c, s, err := p.session(ctx, h)
+	c, s, err := hs.session(ctx, h)
 	if err != nil {
 		return UDPHop{}, err
 	}
-	p.countFlow(peer, t, reason)
+	hs.countFlow(peer, t, reason)
 	return UDPHop{Conn: c, Stream: s}, nil
 }
 
-func (p *Peers) udpTransport(h *hop.Header, transport v1alpha1.Transport, mode v1alpha1.UDPMode) (v1alpha1.Transport, string) {
+func (hs *Hops) udpTransport(h *hop.Header, transport v1alpha1.Transport, mode v1alpha1.UDPMode) (v1alpha1.Transport, string) {
 	switch {
 	case transport != v1alpha1.TransportAuto || mode == v1alpha1.UDPDatagram:
 		// The chain's quic and tls name the transport of TCP flows;
 		// UDP Tunnels of such chains keep QUIC, as documented.
 		return v1alpha1.TransportQUIC, ReasonExplicit
-	case mode != v1alpha1.UDPStream && !p.auto.udpBulk(h.Tunnel, time.Now()):
+	case mode != v1alpha1.UDPStream && !hs.auto.udpBulk(h.Tunnel, time.Now()):
 		return v1alpha1.TransportQUIC, ReasonDatagrams
 	}
-	return p.auto.bulkTransport(h.Route[0], time.Now())
+	return hs.auto.bulkTransport(h.Route[0], time.Now())
 }
 
 // UDPBulk records that a session of tunnel sends at a bulk rate: the
 // Tunnel's next sessions take the link's bulk transport.
-func (p *Peers) UDPBulk(tunnel string) { p.auto.sawUDPBulk(tunnel, time.Now()) }
+func (hs *Hops) UDPBulk(tunnel string) { hs.auto.sawUDPBulk(tunnel, time.Now()) }
 
-func (p *Peers) countFlow(peer string, t v1alpha1.Transport, reason string) {
-	if m := p.o.Metrics; m != nil {
-		m.LinkFlows.WithLabelValues(p.o.Name, peer, string(t), reason).Inc()
+func (hs *Hops) countFlow(peer string, t v1alpha1.Transport, reason string) {
+	if m := hs.p.o.Metrics; m != nil {
+		m.LinkFlows.WithLabelValues(hs.p.o.Name, peer, string(t), reason).Inc()
 	}
 }
 

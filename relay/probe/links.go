@@ -22,6 +22,16 @@ type Sender interface {
 	SmoothedRTT() time.Duration
 }
 
+// Peers is the link layer as a prober sees it.
+type Peers interface {
+	// Sender is the live connection to peer, or nil when it is down.
+	Sender(peer string) Sender
+	// Answered hears, after each round that sent probes, whether the peer
+	// answered any: a live connection whose peer answers none of a
+	// round's probes leads to a peer that died or is cut off.
+	Answered(peer string, answered bool)
+}
+
 // Defaults of LinkOptions.
 const (
 	DefaultProbes = 5
@@ -33,13 +43,9 @@ const (
 type LinkOptions struct {
 	// Relay is the relay that probes: the from label of its metrics.
 	Relay string
-	// Conn returns the live connection to a peer, or nil when it is down.
-	Conn func(peer string) Sender
-	// Answered, when set, hears after each round that sent probes whether
-	// the peer answered any: a live connection whose peer answers none of
-	// a round's probes leads to a peer that died or is cut off.
-	Answered func(peer string, answered bool)
-	Metrics  *metrics.Metrics
+	// Peers is the link layer the probes go through.
+	Peers   Peers
+	Metrics *metrics.Metrics
 	// Probes sent per round, Gap apart so that each rides its own packet.
 	Probes int
 	Gap    time.Duration
@@ -142,9 +148,7 @@ func (l *Links) lateEcho(peer string, rtt time.Duration) {
 	if !l.last.setIf(peer, link, func(was measure.Link) bool { return !was.Up }) {
 		return // it was up: a straggler only
 	}
-	if l.o.Answered != nil {
-		l.o.Answered(peer, true)
-	}
+	l.o.Peers.Answered(peer, true)
 	l.export(link, 0, 0) // the counters keep it lost: it was, by its round's end
 }
 
@@ -179,7 +183,7 @@ func (l *Links) round(ctx context.Context, peer string) measure.Link {
 		}
 	}
 	l.mu.Unlock()
-	if c := l.o.Conn(peer); c != nil {
+	if c := l.o.Peers.Sender(peer); c != nil {
 		got := make(chan time.Duration, l.o.Probes)
 		var seqs []uint64
 		for i := range l.o.Probes {
@@ -224,8 +228,8 @@ func (l *Links) round(ctx context.Context, peer string) measure.Link {
 		smoothed = c.SmoothedRTT()
 	}
 
-	if sent > 0 && l.o.Answered != nil {
-		l.o.Answered(peer, len(samples) > 0)
+	if sent > 0 {
+		l.o.Peers.Answered(peer, len(samples) > 0)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -37,14 +37,29 @@ func (e *echoer) SendProbe(p []byte) error {
 
 func (e *echoer) SmoothedRTT() time.Duration { return time.Duration(e.delay.Load()) }
 
+// testPeers is the link layer of a test's prober: its echoers, and what
+// it hears of answers.
+type testPeers struct {
+	senders  map[string]*echoer
+	answered func(peer string, ok bool)
+}
+
+func (p *testPeers) Sender(peer string) Sender {
+	if s := p.senders[peer]; s != nil {
+		return s
+	}
+	return nil
+}
+
+func (p *testPeers) Answered(peer string, ok bool) {
+	if p.answered != nil {
+		p.answered(peer, ok)
+	}
+}
+
 func newProber(t *testing.T, senders map[string]*echoer) (*Links, *metrics.Metrics) {
 	m := metrics.New(prometheus.NewRegistry())
-	l := NewLinks(LinkOptions{Relay: "hk", Metrics: m, Conn: func(peer string) Sender {
-		if s := senders[peer]; s != nil {
-			return s
-		}
-		return nil
-	}})
+	l := NewLinks(LinkOptions{Relay: "hk", Metrics: m, Peers: &testPeers{senders: senders}})
 	for name, s := range senders {
 		s.l, s.peer = l, name
 	}
@@ -194,7 +209,7 @@ func TestLinksReportSilentPeers(t *testing.T) {
 	l, _ := newProber(t, map[string]*echoer{"quick": quick, "dead": dead})
 	heard := map[string]bool{}
 	var mu sync.Mutex
-	l.o.Answered = func(peer string, ok bool) {
+	l.o.Peers.(*testPeers).answered = func(peer string, ok bool) {
 		mu.Lock()
 		heard[peer] = ok
 		mu.Unlock()
@@ -226,7 +241,7 @@ func TestLateEchoesCount(t *testing.T) {
 	var mu sync.Mutex
 	var answered []bool
 	l, _ := newProber(t, map[string]*echoer{"la": la})
-	l.o.Answered = func(peer string, ok bool) {
+	l.o.Peers.(*testPeers).answered = func(peer string, ok bool) {
 		mu.Lock()
 		answered = append(answered, ok)
 		mu.Unlock()

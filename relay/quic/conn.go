@@ -211,7 +211,7 @@ func (c *Conn) runDatagrams(e *Endpoint) {
 			}
 			continue
 		case hop.ProbeEchoFlow:
-			e.echo(c.Peer, payload)
+			e.event(Event{Kind: ProbeEcho, Peer: c.Peer, Payload: payload})
 			continue
 		case hop.CountFlow:
 			if !echoes.Allow() {
@@ -279,7 +279,7 @@ func (c *Conn) holdLocked(id uint64, payload []byte) bool {
 }
 
 // SendProbe sends a link probe; the peer answers it with the same payload,
-// which arrives at the endpoint's OnProbeEcho.
+// which arrives at the endpoint's Upper as a ProbeEcho.
 func (c *Conn) SendProbe(payload []byte) error {
 	return c.SendDatagram(hop.AppendDatagram(nil, hop.ProbeFlow, payload))
 }

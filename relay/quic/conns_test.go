@@ -28,11 +28,10 @@ func boundedEndpoint(t *testing.T, ca *pki.CA, name string, limit int, handler f
 		t.Fatal(err)
 	}
 	e, err := Listen(Options{Name: name, Identity: id, Listen: "127.0.0.1:0",
-		MaxConns:  func(string) int { return limit },
-		KnownPeer: func(string) bool { return true },
-		Handler:   handler,
-		Metrics:   metrics.New(prometheus.NewRegistry()),
-		Log:       slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Peers:   map[string]int{"a": limit, "b": limit, "c": limit, "d": limit},
+		Upper:   &testUpper{serve: handler},
+		Metrics: metrics.New(prometheus.NewRegistry()),
+		Log:     slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,10 +41,8 @@ func boundedEndpoint(t *testing.T, ca *pki.CA, name string, limit int, handler f
 
 // connsOf counts the live connections peer dialed to e.
 func connsOf(e *Endpoint, peer string) int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
 	n := 0
-	for c := range e.conns {
+	for _, c := range e.accepted.list() {
 		if c.Peer == peer && c.Context().Err() == nil {
 			n++
 		}
@@ -138,7 +135,7 @@ func TestBusyLinksOutlastAFlood(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	addrs := []string{b.Addr().String()}
-	control, err := a.Link("b", Control, addrs).Conn(ctx)
+	control, err := a.Links().Link("b", Control, addrs).Conn(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +157,7 @@ func TestBusyLinksOutlastAFlood(t *testing.T) {
 	errs := make(chan error, tunnels)
 	started := make(chan struct{}, tunnels)
 	for i := range tunnels {
-		_, s, err := a.Link("b", fmt.Sprintf("default/t%d", i), addrs).OpenStream(ctx)
+		_, s, err := a.Links().Link("b", fmt.Sprintf("default/t%d", i), addrs).OpenStream(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -243,7 +240,7 @@ func TestTunnelLinksPerPeerAreBounded(t *testing.T) {
 	defer cancel()
 	links := map[*Link]bool{}
 	for i := range MaxTunnelLinks + 5 {
-		l := a.Link("b", fmt.Sprintf("default/t%d", i), []string{b.Addr().String()})
+		l := a.Links().Link("b", fmt.Sprintf("default/t%d", i), []string{b.Addr().String()})
 		links[l] = true
 		_, s, err := l.OpenStream(ctx)
 		if err != nil {

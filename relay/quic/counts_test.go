@@ -20,7 +20,7 @@ func TestPeerLossIsAtMostWhatWasSent(t *testing.T) {
 	a := testEndpoint(t, ca, "a", nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, _, err := a.Link("b", Control, []string{b.Addr().String()}).OpenStream(ctx)
+	c, _, err := a.Links().Link("b", Control, []string{b.Addr().String()}).OpenStream(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

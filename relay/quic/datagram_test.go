@@ -23,6 +23,32 @@ func testEndpoint(t *testing.T, ca *pki.CA, name string, accepted chan<- *Conn) 
 	})
 }
 
+// testUpper is the layer above a test's endpoint: streams go to serve,
+// and the events a test listens for to its funcs.
+type testUpper struct {
+	serve    func(*Conn, *quicgo.Stream)
+	draining func(peer string)
+	echo     func(peer string, payload []byte)
+}
+
+func (u *testUpper) Serve(c *Conn, s *quicgo.Stream) { u.serve(c, s) }
+
+func (u *testUpper) Event(e Event) {
+	switch {
+	case e.Kind == PeerDraining && u.draining != nil:
+		u.draining(e.Peer)
+	case e.Kind == ProbeEcho && u.echo != nil:
+		u.echo(e.Peer, e.Payload)
+	}
+}
+
+// upperOf is a test endpoint's testUpper.
+func upperOf(e *Endpoint) *testUpper { return e.opts.Upper.(*testUpper) }
+
+// testPeers are the relays the tests' endpoints take, each with the
+// default bound on its connections.
+var testPeers = map[string]int{"a": 0, "b": 0, "c": 0, "d": 0}
+
 // testEndpointWith starts an endpoint whose peers' streams go to handler.
 func testEndpointWith(t *testing.T, ca *pki.CA, name string, handler func(*Conn, *quicgo.Stream)) *Endpoint {
 	t.Helper()
@@ -31,10 +57,10 @@ func testEndpointWith(t *testing.T, ca *pki.CA, name string, handler func(*Conn,
 		t.Fatal(err)
 	}
 	e, err := Listen(Options{Name: name, Identity: id, Listen: "127.0.0.1:0",
-		KnownPeer: func(string) bool { return true },
-		Handler:   handler,
-		Metrics:   metrics.New(prometheus.NewRegistry()),
-		Log:       slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Peers:   testPeers,
+		Upper:   &testUpper{serve: handler},
+		Metrics: metrics.New(prometheus.NewRegistry()),
+		Log:     slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +81,7 @@ func TestLargestDatagramArrives(t *testing.T) {
 	a, b := testEndpoint(t, ca, "a", nil), testEndpoint(t, ca, "b", accepted)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := a.Link("b", Control, []string{b.Addr().String()}).Conn(ctx)
+	c, err := a.Links().Link("b", Control, []string{b.Addr().String()}).Conn(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,6 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"io"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,12 +27,12 @@ func TestDrainReachesPeers(t *testing.T) {
 	}
 	a, b := testEndpoint(t, ca, "a", nil), testEndpoint(t, ca, "b", make(chan *Conn, 8))
 	told := make(chan string, 4)
-	a.opts.OnPeerDraining = func(peer string) { told <- peer }
+	upperOf(a).draining = func(peer string) { told <- peer }
 	echoes := make(chan []byte, 8)
-	a.opts.OnProbeEcho = func(_ string, p []byte) { echoes <- p }
+	upperOf(a).echo = func(_ string, p []byte) { echoes <- p }
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := a.Link("b", Control, []string{b.Addr().String()}).Conn(ctx)
+	c, err := a.Links().Link("b", Control, []string{b.Addr().String()}).Conn(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,10 +82,8 @@ func TestRecheckClosesForgottenPeers(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := testEndpoint(t, ca, "b", make(chan *Conn, 8))
-	var known atomic.Bool
-	known.Store(true)
 	id, _ := ca.Identity("a")
-	a, err := Listen(Options{Name: "a", Identity: id, Listen: "127.0.0.1:0", KnownPeer: func(string) bool { return known.Load() },
+	a, err := Listen(Options{Name: "a", Identity: id, Listen: "127.0.0.1:0", Peers: testPeers,
 		Metrics: b.opts.Metrics, Log: b.opts.Log})
 	if err != nil {
 		t.Fatal(err)
@@ -94,14 +91,14 @@ func TestRecheckClosesForgottenPeers(t *testing.T) {
 	defer a.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := a.Link("b", Control, []string{b.Addr().String()}).Conn(ctx)
+	c, err := a.Links().Link("b", Control, []string{b.Addr().String()}).Conn(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if n := a.Recheck(true); n != 0 || c.Context().Err() != nil {
 		t.Fatalf("a known peer with a valid certificate lost its connection (%d closed)", n)
 	}
-	known.Store(false)
+	a.SetPeers(nil)
 	if n := a.Recheck(false); n != 0 {
 		t.Fatalf("an expiry-only recheck closed %d connections of a peer whose certificate holds", n)
 	}
@@ -135,15 +132,15 @@ func TestRecheckClosesOnExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := testEndpoint(t, ca, "a", nil)
-	b, err := Listen(Options{Name: "b", Identity: short, Listen: "127.0.0.1:0", KnownPeer: func(string) bool { return true },
-		Handler: func(_ *Conn, s *quicgo.Stream) { s.CancelRead(0) }, Metrics: a.opts.Metrics, Log: a.opts.Log})
+	b, err := Listen(Options{Name: "b", Identity: short, Listen: "127.0.0.1:0", Peers: testPeers,
+		Upper: &testUpper{serve: func(_ *Conn, s *quicgo.Stream) { s.CancelRead(0) }}, Metrics: a.opts.Metrics, Log: a.opts.Log})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := a.Link("b", Control, []string{b.Addr().String()}).Conn(ctx)
+	c, err := a.Links().Link("b", Control, []string{b.Addr().String()}).Conn(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +178,7 @@ func TestSettleWaitsForThePeerToRead(t *testing.T) {
 	b := testEndpoint(t, ca, "b", nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	c, err := b.Link("a", Control, []string{a.Addr().String()}).Conn(ctx)
+	c, err := b.Links().Link("a", Control, []string{a.Addr().String()}).Conn(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,23 +233,23 @@ func TestReplicasAreDownOnlyTogether(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	for _, b := range []*Endpoint{b1, b2} {
-		if _, err := a.Replica("b", Control, b.Addr().String()).Conn(ctx); err != nil {
+		if _, err := a.Links().Replica("b", Control, b.Addr().String()).Conn(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
-	a.Answering("b", false)
-	if a.PeerDown("b") {
+	a.Links().Answering("b", false)
+	if a.Links().PeerDown("b") {
 		t.Fatal("one silent probe round makes a peer of two live replicas down")
 	}
 	b1.Close()
 	deadline := time.Now().Add(10 * time.Second)
-	for a.ReplicaUp("b", b1.Addr().String()) && time.Now().Before(deadline) {
+	for a.Links().ReplicaUp("b", b1.Addr().String()) && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
-	if a.PeerDown("b") {
+	if a.Links().PeerDown("b") {
 		t.Fatal("a peer with a live replica left counts as down after another died")
 	}
-	if c := a.Live("b"); c == nil {
+	if c := a.Links().Live("b"); c == nil {
 		t.Fatal("no live replica of b")
 	}
 }

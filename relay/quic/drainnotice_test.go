@@ -32,10 +32,10 @@ func TestDrainNoticeFromAnExtraConnection(t *testing.T) {
 	})
 	b := testEndpoint(t, ca, "b", nil)
 	told := make(chan string, 4)
-	a.opts.OnPeerDraining = func(peer string) { told <- peer }
+	upperOf(a).draining = func(peer string) { told <- peer }
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	link, err := a.Link("b", Control, []string{b.Addr().String()}).Conn(ctx)
+	link, err := a.Links().Link("b", Control, []string{b.Addr().String()}).Conn(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,12 +134,12 @@ func TestDrainNoticeOnAnAdmittedConnection(t *testing.T) {
 		admitted <- c
 	})
 	told := make(chan string, 4)
-	a.opts.OnPeerDraining = func(peer string) { told <- peer }
+	upperOf(a).draining = func(peer string) { told <- peer }
 	c, d := testEndpoint(t, ca, "c", nil), testEndpoint(t, ca, "d", nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	// c sends a a flow on a Tunnel's link; d only keeps its control link.
-	_, s, err := c.Link("a", "default/t", []string{a.Addr().String()}).OpenStream(ctx)
+	_, s, err := c.Links().Link("a", "default/t", []string{a.Addr().String()}).OpenStream(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +149,7 @@ func TestDrainNoticeOnAnAdmittedConnection(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("c's stream was never served")
 	}
-	if _, err := d.Link("a", Control, []string{a.Addr().String()}).Conn(ctx); err != nil {
+	if _, err := d.Links().Link("a", Control, []string{a.Addr().String()}).Conn(ctx); err != nil {
 		t.Fatal(err)
 	}
 

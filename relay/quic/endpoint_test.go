@@ -36,7 +36,7 @@ func TestSeparateDialPort(t *testing.T) {
 	}
 	id, _ := ca.Identity("b")
 	sep, err := Listen(Options{Name: "b", Identity: id, Listen: "127.0.0.1:0", SeparateDialPort: true,
-		KnownPeer: func(string) bool { return true }, Metrics: e.opts.Metrics, Log: e.opts.Log})
+		Peers: testPeers, Metrics: e.opts.Metrics, Log: e.opts.Log})
 	if err != nil {
 		t.Fatal(err)
 	}

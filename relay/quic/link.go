@@ -74,7 +74,7 @@ func (l *Link) OpenStream(ctx context.Context) (*Conn, *quicgo.Stream, error) {
 	l.lastUsed.Store(time.Now().UnixNano())
 	c, err := l.Conn(ctx)
 	if errors.Is(err, errLinkGone) {
-		return l.e.Link(l.peer, l.class, l.addrsNow()).OpenStream(ctx)
+		return l.e.links.Link(l.peer, l.class, l.addrsNow()).OpenStream(ctx)
 	}
 	if err != nil {
 		return nil, nil, err
@@ -159,7 +159,7 @@ func (l *Link) Conn(ctx context.Context) (*Conn, error) {
 		if c != nil && c.Context().Err() == nil {
 			return c, nil
 		}
-		if l.e.PeerDown(l.peer) {
+		if l.e.links.PeerDown(l.peer) {
 			return nil, fmt.Errorf("%w: %s does not answer", ErrPeerDown, l.peer)
 		}
 		if check == nil {
@@ -193,7 +193,7 @@ func (l *Link) run() {
 	m, relay, log := l.e.opts.Metrics, l.e.opts.Name, l.e.opts.Log.With("peer", l.peer)
 	if l.class != Control {
 		log = log.With("tunnel", l.class)
-		defer l.e.forget(l)
+		defer l.e.links.forget(l)
 	}
 	// peer_up follows the control link; class links come and go with use,
 	// and replicas with their pods.
@@ -204,7 +204,7 @@ func (l *Link) run() {
 	if l.replica != "" {
 		log = log.With("replica", l.replica)
 		if l.class == Control {
-			defer l.e.forget(l)
+			defer l.e.links.forget(l)
 		}
 	}
 	setUp := func(v float64) {
@@ -253,10 +253,10 @@ func (l *Link) run() {
 		}
 		l.mu.Unlock()
 		if l.class == Control && l.replica == "" {
-			l.e.silent.Delete(l.peer) // a new connection: probes will tell
+			l.e.links.silent.Delete(l.peer) // a new connection: probes will tell
 		}
 		setUp(1)
-		l.e.replicaState(l, true)
+		l.e.links.replicaState(l, true)
 		start := time.Now()
 		idle, forgotten := false, false
 		var lastBytes uint64
@@ -286,7 +286,7 @@ func (l *Link) run() {
 				if !forgotten && (l.retired.Load() || l.idle(moved)) {
 					// New flows get a new link from now on; a flow that
 					// took this one a moment ago gets a second to open.
-					l.e.forget(l)
+					l.e.links.forget(l)
 					forgotten = true
 					select {
 					case <-time.After(time.Second):
@@ -311,15 +311,15 @@ func (l *Link) run() {
 		if l.e.ctx.Err() != nil || idle || l.retired.Load() {
 			return
 		}
-		l.e.replicaState(l, false)
+		l.e.links.replicaState(l, false)
 		var timedOut *quicgo.IdleTimeoutError
 		if errors.As(context.Cause(c.Context()), &timedOut) || c.Draining() {
 			// It stopped answering, or left after its drain: it will
 			// not take a flow until a new connection says otherwise.
 			l.markDown()
 		}
-		if timedOut != nil && l.class == Control && l.replica == "" && l.e.opts.OnPeerLost != nil {
-			l.e.opts.OnPeerLost(l.peer)
+		if timedOut != nil && l.class == Control && l.replica == "" {
+			l.e.event(Event{Kind: PeerLost, Peer: l.peer})
 		}
 		if c.Draining() || l.e.draining.Load() {
 			log.Info("peer connection ended after a drain", "err", context.Cause(c.Context()))

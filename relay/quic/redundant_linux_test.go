@@ -97,7 +97,7 @@ func TestBothEndsOfALossyLinkCopy(t *testing.T) {
 	defer lossy.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	_, s, err := a.Link("b", Control, []string{lossy.Addr()}).OpenStream(ctx)
+	_, s, err := a.Links().Link("b", Control, []string{lossy.Addr()}).OpenStream(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

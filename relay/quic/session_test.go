@@ -23,7 +23,7 @@ func sessionPair(t *testing.T) (near, far *Session) {
 	a, b := testEndpointWith(t, ca, "a", handler), testEndpointWith(t, ca, "b", handler)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, s, err := a.Link("b", "t", []string{b.Addr().String()}).OpenStream(ctx)
+	c, s, err := a.Links().Link("b", "t", []string{b.Addr().String()}).OpenStream(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

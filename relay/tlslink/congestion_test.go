@@ -30,8 +30,8 @@ func TestLinksRunTheirCongestionControl(t *testing.T) {
 	listen := func(name string, c Congestion) *Endpoint {
 		id, _ := ca.Identity(name)
 		e, err := Listen(Options{Name: name, Identity: id, Listen: "127.0.0.1:0", Spares: 1, Congestion: c,
-			KnownPeer: func(string) bool { return true },
-			Handler: func(_ string, c *tls.Conn) {
+			Peers: []string{"a", "b"},
+			Upper: serveFunc(func(_ string, c *tls.Conn) {
 				defer c.Close()
 				// Spares are accepted before they carry a flow: report
 				// the one that carries the flow.
@@ -39,7 +39,7 @@ func TestLinksRunTheirCongestionControl(t *testing.T) {
 					accepted <- SocketCongestion(TCP(c.NetConn()))
 				}
 				io.Copy(io.Discard, c)
-			},
+			}),
 			Metrics: m, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		if err != nil {
 			t.Fatal(err)
@@ -61,7 +61,7 @@ func TestLinksRunTheirCongestionControl(t *testing.T) {
 	flow := func() (dialed, acc string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		c, err := a.Pool("b", []string{b.Addr().String()}).Get(ctx)
+		c, err := a.Pools().Pool("b", []string{b.Addr().String()}).Get(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -76,7 +76,7 @@ func TestLinksRunTheirCongestionControl(t *testing.T) {
 	// for a connection made after.
 	a.SetCongestion(Congestion{Want: "auto", Algorithm: def, Reason: CongestionNotAllowed})
 	b.SetCongestion(Congestion{Want: "auto", Algorithm: def, Reason: CongestionNotAllowed})
-	a.Pool("b", nil).drain()
+	a.Pools().Pool("b", nil).drain()
 	if d, acc := flow(); d != def || acc != def {
 		t.Fatalf("links back on the host's default %s: dialed %s, accepted %s", def, d, acc)
 	}

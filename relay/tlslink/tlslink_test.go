@@ -28,6 +28,14 @@ type accepted struct {
 	line string
 }
 
+// serveFunc is an Upper that serves connections with itself and ignores
+// refused handshakes.
+type serveFunc func(peer string, c *tls.Conn)
+
+func (f serveFunc) Serve(peer string, c *tls.Conn) { f(peer, c) }
+
+func (serveFunc) Rejected(net.Addr, error) {}
+
 func endpoint(t *testing.T, ca *pki.CA, name string, m *metrics.Metrics, got chan<- accepted) *Endpoint {
 	t.Helper()
 	id, err := ca.Identity(name)
@@ -36,13 +44,13 @@ func endpoint(t *testing.T, ca *pki.CA, name string, m *metrics.Metrics, got cha
 	}
 	e, err := Listen(Options{
 		Name: name, Identity: id, Listen: "127.0.0.1:0", Spares: 2,
-		KnownPeer: func(n string) bool { return n == "a" || n == "b" },
-		Handler: func(peer string, c *tls.Conn) {
+		Peers: []string{"a", "b"},
+		Upper: serveFunc(func(peer string, c *tls.Conn) {
 			defer c.Close()
 			b := make([]byte, 5)
 			n, _ := io.ReadFull(c, b)
 			got <- accepted{peer, string(b[:n])}
-		},
+		}),
 		Admin: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			fmt.Fprintf(w, "hello %s", adminapi.ClientOf(r.Context()))
 		}),
@@ -63,7 +71,7 @@ func TestPoolCarriesFlowsAndRefills(t *testing.T) {
 	a := endpoint(t, ca, "a", m, got)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	p := a.Pool("b", []string{b.Addr().String()})
+	p := a.Pools().Pool("b", []string{b.Addr().String()})
 	for i := range 3 {
 		c, err := p.Get(ctx)
 		if err != nil {
@@ -154,8 +162,8 @@ func TestWaitingConnectionsAreBounded(t *testing.T) {
 	got := make(chan accepted, 8)
 	b, err := Listen(Options{
 		Name: "b", Identity: id, Listen: "127.0.0.1:0",
-		KnownPeer: func(n string) bool { return n == "a" || n == "c" || n == "d" },
-		Handler: func(peer string, c *tls.Conn) {
+		Peers: []string{"a", "c", "d"},
+		Upper: serveFunc(func(peer string, c *tls.Conn) {
 			defer c.Close()
 			h := make([]byte, 5)
 			if _, err := io.ReadFull(c, h); err != nil {
@@ -165,7 +173,7 @@ func TestWaitingConnectionsAreBounded(t *testing.T) {
 			c.SetReadDeadline(time.Time{})
 			got <- accepted{peer, string(h)}
 			io.Copy(io.Discard, c) // the flow, until its peer ends it
-		},
+		}),
 		Metrics: m, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {
@@ -173,15 +181,15 @@ func TestWaitingConnectionsAreBounded(t *testing.T) {
 	}
 	t.Cleanup(func() { b.Close() })
 	self.Store(b)
-	b.mu.Lock()
-	b.waitPerPeer, b.waitMax = 8, 20
-	b.mu.Unlock()
+	b.waiting.mu.Lock()
+	b.waiting.perPeer, b.waiting.max = 8, 20
+	b.waiting.mu.Unlock()
 
 	closedByB := closedWaiting(m, "b")
 	waiting := func(peer string) int {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		return len(b.waiting[peer])
+		b.waiting.mu.Lock()
+		defer b.waiting.mu.Unlock()
+		return len(b.waiting.conns[peer])
 	}
 	var all []*tls.Conn
 	t.Cleanup(func() {

@@ -1,4 +1,4 @@
-package local
+package relay_test
 
 import (
 	"fmt"
@@ -17,6 +17,7 @@ import (
 	"github.com/hoplink/hoplink/manifest"
 	"github.com/hoplink/hoplink/metrics"
 	"github.com/hoplink/hoplink/relay"
+	"github.com/hoplink/hoplink/relay/local"
 )
 
 // TestUDPStalledSessionHoldsUpNoOther: one session of a bulk UDP Tunnel
@@ -64,7 +65,7 @@ spec: {chain: c, protocol: udp, listen: {address: 127.0.0.1, port: %d}, target: 
 		t.Fatal(err)
 	}
 	m := metrics.New(prometheus.NewRegistry())
-	n, err := Start(set, relay.Config{Metrics: m, Log: testutil.Logger()})
+	n, err := local.Start(set, relay.Config{Metrics: m, Log: testutil.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}

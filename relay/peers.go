@@ -1,15 +1,48 @@
-package nexthop
+package relay
 
 import (
 	"slices"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/manifest"
+	"github.com/hoplink/hoplink/relay/nexthop"
 	rquic "github.com/hoplink/hoplink/relay/quic"
 )
 
+// peersOf is what this relay's link layer knows of the relays of set,
+// read from the manifests: every relay may connect, each with its bound
+// of connections; the next hops of this relay's routes keep their links
+// up, and those a chain may reach over TLS (tls or auto) their pools warm.
+func peersOf(set *manifest.Set, self string) []nexthop.Peer {
+	next := map[string]bool{}
+	for _, peer := range set.NextHops(self) {
+		next[peer] = true
+	}
+	warm := map[string]bool{}
+	for _, c := range set.Chains {
+		if c.Spec.Transport == v1alpha1.TransportQUIC {
+			continue
+		}
+		route := manifest.Route(c)
+		if i := slices.Index(route, self); i >= 0 && i+1 < len(route) {
+			warm[route[i+1]] = true
+		}
+		if c.Spec.Mode.Routed() {
+			for _, peer := range manifest.NextHopsOf(c, self) {
+				warm[peer] = true
+			}
+		}
+	}
+	out := make([]nexthop.Peer, 0, len(set.Relays))
+	for _, rn := range set.Relays {
+		out = append(out, nexthop.Peer{Name: rn.Name, Endpoints: rn.Spec.Endpoints, Replicas: rn.Spec.IsSidecar(),
+			MaxConns: maxConns(set, self, rn.Name), NextHop: next[rn.Name], Warm: warm[rn.Name]})
+	}
+	return out
+}
+
 // maxConns is how many QUIC connections peer may hold to relay self (see
-// rquic.Options.MaxConns). One relay process dials a control link and a
+// rquic.Options.Peers). One relay process dials a control link and a
 // link per Tunnel with flows, at most rquic.MaxTunnelLinks of them, so it
 // needs one plus the Tunnels whose flows the manifests let it send to self,
 // so capped. Several processes may run under one name (a DaemonSet's

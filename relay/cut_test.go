@@ -1,4 +1,4 @@
-package local
+package relay_test
 
 import (
 	"bytes"
@@ -18,6 +18,7 @@ import (
 	"github.com/hoplink/hoplink/manifest"
 	"github.com/hoplink/hoplink/metrics"
 	"github.com/hoplink/hoplink/relay"
+	"github.com/hoplink/hoplink/relay/local"
 )
 
 // TestCutHopIsAResetNotAnEnd: something between two relays ends a TLS
@@ -80,7 +81,7 @@ spec: {chain: c, listen: {address: 127.0.0.1, port: %d}, target: %q}
 			if err != nil {
 				t.Fatal(err)
 			}
-			n, err := Start(set, relay.Config{Metrics: metrics.New(prometheus.NewRegistry()), Log: testutil.Logger()})
+			n, err := local.Start(set, relay.Config{Metrics: metrics.New(prometheus.NewRegistry()), Log: testutil.Logger()})
 			if err != nil {
 				t.Fatal(err)
 			}

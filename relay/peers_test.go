@@ -1,4 +1,4 @@
-package nexthop
+package relay
 
 import (
 	"fmt"

@@ -1,0 +1,297 @@
+package nexthop
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	quicgo "github.com/quic-go/quic-go"
+
+	"github.com/hoplink/hoplink/api/v1alpha1"
+	"github.com/hoplink/hoplink/relay/flow"
+	"github.com/hoplink/hoplink/relay/hop"
+	rquic "github.com/hoplink/hoplink/relay/quic"
+	"github.com/hoplink/hoplink/relay/tlslink"
+)
+
+// Hops opens hops to peers for headers: a stream on a QUIC link or a
+// connection from a TLS pool, over the chain's transport or, under auto,
+// this relay's choice for the link, with one set of errors. The entries of
+// every protocol, middle relays, traces and link requests all open hops
+// here.
+type Hops struct {
+	p *Peers
+
+	spread sync.Map // peer with replicas -> *atomic.Uint64, its round-robin turn
+	auto   *chooser
+	shares tlsShares // TLS flows open under auto
+	live   liveTCP   // the TCP connections of TLS flows open, per peer
+}
+
+func newHops(p *Peers) *Hops {
+	hs := &Hops{p: p, auto: newChooser()}
+	hs.auto.changed = hs.transportChanged
+	hs.auto.goodput = func(peer string, t v1alpha1.Transport, bps float64) {
+		if m := p.o.Metrics; m != nil {
+			m.LinkGoodput.WithLabelValues(p.o.Name, peer, string(t)).Set(bps)
+		}
+	}
+	return hs
+}
+
+// class is the link a header's stream rides: its Tunnel's own for flows
+// and sessions, the control link for traces and link requests.
+func class(h *hop.Header) string {
+	switch h.Kind {
+	case hop.KindTrace, hop.KindLinks:
+		return rquic.Control
+	}
+	return h.Tunnel
+}
+
+// refuseDraining fails a flow whose next hop drains, at once: waiting
+// would only end in its refusal.
+func (hs *Hops) refuseDraining(next string) error {
+	if hs.p.Draining(next) {
+		return &Error{Reason: NextHop, Next: next, Err: ErrDraining}
+	}
+	return nil
+}
+
+// Onward is the header a relay sends on: h for the rest of the route.
+func Onward(h *hop.Header) *hop.Header {
+	next := *h
+	next.Route = h.Route[1:]
+	return &next
+}
+
+// Open opens a hop to h.Route[0] and sends it h: a TCP flow, a trace, or a
+// packet or UDP session over TLS. The chain's transport decides how, or
+// under auto this relay's choice for the link; the Choice says which and
+// takes the flow's figures back.
+func (hs *Hops) Open(ctx context.Context, h *hop.Header, transport v1alpha1.Transport) (flow.End, *Choice, error) {
+	if err := hs.refuseDraining(h.Route[0]); err != nil {
+		return nil, nil, err
+	}
+	if h.Kind == hop.KindPacket || h.Kind == hop.KindUDP {
+		// A session Open carries is framed for a byte stream (a middle
+		// relay passes on one that came over TLS), which only TLS
+		// carries: over QUIC a session is an rquic.Session (Session).
+		transport = v1alpha1.TransportTLS
+	}
+	ch := hs.choose(h, transport)
+	var out flow.End
+	var err error
+	if ch.Transport == v1alpha1.TransportTLS {
+		// Under auto a Tunnel's TLS flows are bounded; the chain's own
+		// choice of TLS is not.
+		if transport == v1alpha1.TransportAuto && h.Kind == hop.KindTCP {
+			var shared bool
+			if out, shared, err = hs.openTLSShared(ctx, h, ch.spareOnly); !shared {
+				ch.Transport, ch.Reason = v1alpha1.TransportQUIC, ReasonTLSShare
+			}
+		} else {
+			out, err = hs.openTLS(ctx, h, ch.spareOnly, func() {})
+		}
+		if ch.Transport == v1alpha1.TransportTLS && out == nil && err == nil {
+			// A flow of unknown shape in a burst: rather than wait for a
+			// handshake, it rides QUIC.
+			ch.Transport, ch.Reason = v1alpha1.TransportQUIC, ReasonNoSpare
+		}
+	}
+	if ch.Transport != v1alpha1.TransportTLS {
+		out, err = hs.openStream(ctx, h)
+	}
+	if err != nil {
+		if ch.meter != nil {
+			hs.auto.unwatch(ch.tunnel, ch.meter)
+		}
+		return nil, nil, err
+	}
+	ch.out = out
+	if h.Kind == hop.KindTCP {
+		hs.countFlow(ch.peer, ch.Transport, ch.Reason)
+	}
+	return out, ch, nil
+}
+
+func (hs *Hops) openStream(ctx context.Context, h *hop.Header) (flow.End, error) {
+	c, s, err := hs.stream(ctx, h) // Open checked the next hop already
+	if err != nil {
+		return nil, err
+	}
+	out := flow.HeldStream(c.Conn, s, c.Hold())
+	// The header is the flow's first bytes, so it waits for the window as
+	// they do (flow.Window): a client that waits for its target to speak
+	// first sends no others. Not past the setup's deadline.
+	if d, ok := ctx.Deadline(); ok {
+		s.SetWriteDeadline(d)
+		defer s.SetWriteDeadline(time.Time{})
+	}
+	if err := writeHeader(out, h); err != nil {
+		out.Fail(hop.CodeNextHop)
+		return nil, &Error{Reason: NextHop, Next: h.Route[0], Err: err}
+	}
+	return out, nil
+}
+
+// openTLS takes a TLS connection to h.Route[0] and sends it h. With
+// spareOnly it takes a ready one or none (nil, nil). ended runs when the
+// flow's connection is finished.
+func (hs *Hops) openTLS(ctx context.Context, h *hop.Header, spareOnly bool, ended func()) (flow.End, error) {
+	next := h.Route[0]
+	peer, ok := hs.p.peer(next)
+	if !ok {
+		return nil, unknown(next)
+	}
+	get := func(pool *tlslink.Pool) (*tls.Conn, error) {
+		if spareOnly {
+			return pool.Spare(), nil
+		}
+		return pool.Get(ctx)
+	}
+	var c *tls.Conn
+	var err error
+	if !peer.Replicas {
+		c, err = get(hs.p.pools.Pool(peer.Name, peer.Endpoints))
+	} else {
+		// A replica that refuses (it died a moment ago: TCP says so at
+		// once) costs a try, not the flow: the next replica gets it.
+		for range max(1, len(peer.Endpoints)) {
+			addr, perr := hs.replica(peer)
+			if perr != nil {
+				return nil, perr
+			}
+			if c, err = get(hs.p.pools.Replica(peer.Name, addr)); (err == nil && c != nil) || ctx.Err() != nil {
+				break
+			}
+		}
+	}
+	if err != nil {
+		return nil, &Error{Reason: NextHop, Next: next, Err: err}
+	}
+	if c == nil {
+		return nil, nil
+	}
+	tc := tcpOf(c)
+	if tc != nil {
+		hs.live.add(next, tc)
+	}
+	out := flow.TLS(c, func() {
+		if tc != nil {
+			hs.live.remove(next, tc)
+		}
+		hs.p.tls.Done(c)
+		ended()
+	})
+	if err := writeHeader(out, h); err != nil {
+		out.Abort()
+		return nil, &Error{Reason: NextHop, Next: next, Err: err}
+	}
+	return out, nil
+}
+
+// Session opens a QUIC stream to h.Route[0] and sends it h: a datagram
+// session (UDP, packets), or a TCP flow or trace over QUIC.
+func (hs *Hops) Session(ctx context.Context, h *hop.Header) (*rquic.Conn, *quicgo.Stream, error) {
+	if err := hs.refuseDraining(h.Route[0]); err != nil {
+		return nil, nil, err
+	}
+	return hs.session(ctx, h)
+}
+
+func (hs *Hops) session(ctx context.Context, h *hop.Header) (*rquic.Conn, *quicgo.Stream, error) {
+	c, s, err := hs.stream(ctx, h)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := writeHeader(s, h); err != nil {
+		flow.Reset(s, hop.CodeNextHop)
+		return nil, nil, &Error{Reason: NextHop, Next: h.Route[0], Err: err}
+	}
+	return c, s, nil
+}
+
+// stream opens a QUIC stream to h.Route[0], on the link of h's class.
+func (hs *Hops) stream(ctx context.Context, h *hop.Header) (*rquic.Conn, *quicgo.Stream, error) {
+	next := h.Route[0]
+	peer, ok := hs.p.peer(next)
+	if !ok {
+		return nil, nil, unknown(next)
+	}
+	link, err := hs.link(peer, class(h))
+	if err != nil {
+		return nil, nil, err
+	}
+	c, s, err := link.OpenStream(ctx)
+	if err != nil {
+		return nil, nil, &Error{Reason: NextHop, Next: next, Err: fmt.Errorf("open stream: %w", err)}
+	}
+	return c, s, nil
+}
+
+// OpenLive opens a stream to h.Route[0] only if its connection is up now: a
+// link request, which a round sends another way rather than wait.
+func (hs *Hops) OpenLive(ctx context.Context, h *hop.Header) (*quicgo.Stream, error) {
+	c := hs.p.links.Live(h.Route[0])
+	if c == nil {
+		return nil, &Error{Reason: NextHop, Next: h.Route[0], Err: rquic.ErrPeerDown}
+	}
+	s, err := c.OpenFlow(ctx)
+	if err != nil {
+		return nil, &Error{Reason: NextHop, Next: h.Route[0], Err: fmt.Errorf("open stream: %w", err)}
+	}
+	if err := writeHeader(s, h); err != nil {
+		flow.Reset(s, hop.CodeNextHop)
+		return nil, &Error{Reason: NextHop, Next: h.Route[0], Err: err}
+	}
+	return s, nil
+}
+
+// link is the QUIC link a new stream of class to peer takes. A peer with
+// replicas (a sidecar relay) spreads new streams over its ready replicas
+// in turn, preferring those connected now; a stream, and so a UDP or
+// packet session, stays on the replica it opened on.
+func (hs *Hops) link(peer Peer, class string) (*rquic.Link, error) {
+	if !peer.Replicas {
+		return hs.p.links.Link(peer.Name, class, peer.Endpoints), nil
+	}
+	addr, err := hs.replica(peer)
+	if err != nil {
+		return nil, err
+	}
+	return hs.p.links.Replica(peer.Name, class, addr), nil
+}
+
+// replica picks the replica of a sidecar peer a new flow goes to: the next
+// in turn that is connected and has not been seen lost, else the next.
+func (hs *Hops) replica(peer Peer) (string, error) {
+	eps := peer.Endpoints
+	if len(eps) == 0 {
+		return "", &Error{Reason: NextHop, Next: peer.Name, Err: fmt.Errorf("sidecar relay %q has no ready replica", peer.Name)}
+	}
+	v, _ := hs.spread.LoadOrStore(peer.Name, new(atomic.Uint64))
+	turn := v.(*atomic.Uint64).Add(1)
+	pick := eps[turn%uint64(len(eps))]
+	for i := range eps {
+		if a := eps[(turn+uint64(i))%uint64(len(eps))]; hs.p.links.ReplicaUp(peer.Name, a) {
+			pick = a
+			break
+		}
+	}
+	return pick, nil
+}
+
+// writeHeader sends a header in one write, so that it leaves with the
+// flow's first bytes.
+func writeHeader(w interface{ Write([]byte) (int, error) }, h *hop.Header) error {
+	var buf [hop.PrefixLen + hop.MaxBodyLen]byte
+	b, err := h.Append(buf[:0])
+	if err == nil {
+		_, err = w.Write(b)
+	}
+	return err
+}

@@ -1,0 +1,58 @@
+package nexthop
+
+import (
+	"context"
+	"sync"
+
+	"github.com/hoplink/hoplink/relay/flow"
+	"github.com/hoplink/hoplink/relay/hop"
+)
+
+// tlsShare is what maxTLSFlowsPerTunnel counts: a Tunnel's flows to a peer.
+type tlsShare struct{ peer, tunnel string }
+
+// tlsShares counts the TLS flows open under auto, by share.
+type tlsShares struct {
+	mu    sync.Mutex
+	flows map[tlsShare]int
+}
+
+// take takes a slot of the Tunnel's share of TLS flows to peer, or says
+// there is none left.
+func (s *tlsShares) take(k tlsShare) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.flows[k] >= maxTLSFlowsPerTunnel {
+		return false
+	}
+	if s.flows == nil {
+		s.flows = map[tlsShare]int{}
+	}
+	s.flows[k]++
+	return true
+}
+
+func (s *tlsShares) give(k tlsShare) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.flows[k] <= 1 {
+		delete(s.flows, k)
+		return
+	}
+	s.flows[k]--
+}
+
+// openTLSShared is openTLS within the share of TLS flows h's Tunnel has to
+// the peer (maxTLSFlowsPerTunnel): shared is false, and nothing opened,
+// when the share is taken; the flow gives its slot back when it ends.
+func (hs *Hops) openTLSShared(ctx context.Context, h *hop.Header, spareOnly bool) (out flow.End, shared bool, err error) {
+	k := tlsShare{h.Route[0], h.Tunnel}
+	if !hs.shares.take(k) {
+		return nil, false, nil
+	}
+	release := sync.OnceFunc(func() { hs.shares.give(k) })
+	if out, err = hs.openTLS(ctx, h, spareOnly, release); out == nil {
+		release()
+	}
+	return out, true, err
+}

@@ -1,0 +1,344 @@
+package tlslink
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Pools are the pools of connections an endpoint dials, one per peer (or
+// replica of one).
+type Pools struct {
+	e *Endpoint
+
+	mu      sync.Mutex
+	pools   map[string]*Pool
+	trusted *x509.CertPool // the CAs the pools were made under
+}
+
+// Pool returns the pool of connections to a peer, creating it (and starting
+// to fill it) on first use.
+func (ps *Pools) Pool(peer string, addrs []string) *Pool {
+	return ps.pool(peer, peer, addrs)
+}
+
+// Replica returns the pool of connections to one replica of a peer whose
+// relays are replicas of one name (a sidecar RelayNode), so flows spread
+// over them as they do over QUIC.
+func (ps *Pools) Replica(peer, addr string) *Pool {
+	return ps.pool(peer+" "+addr, peer, []string{addr})
+}
+
+// Retire stops the replica pools of peer whose address is not in keep
+// (the replica left); flows that already took a connection keep it.
+func (ps *Pools) Retire(peer string, keep []string) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	for k, p := range ps.pools {
+		if addr, ok := strings.CutPrefix(k, peer+" "); ok && !slices.Contains(keep, addr) {
+			delete(ps.pools, k)
+			close(p.stop)
+		}
+	}
+}
+
+func (ps *Pools) pool(key, peer string, addrs []string) *Pool {
+	e := ps.e
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if p := ps.pools[key]; p != nil {
+		p.mu.Lock()
+		p.addrs = addrs // endpoints may change while the relay runs
+		p.mu.Unlock()
+		return p
+	}
+	p := &Pool{e: e, peer: peer, addrs: addrs, wake: make(chan struct{}, 1), stop: make(chan struct{}), dialing: make(chan struct{}, poolDials)}
+	p.retrust()
+	ps.pools[key] = p
+	if e.ctx.Err() == nil {
+		e.wg.Add(1)
+		go func() {
+			defer e.wg.Done()
+			p.fill()
+		}()
+	}
+	return p
+}
+
+// retrust makes every pool check its peer against the CAs trusted now,
+// if they changed since the pools were made: their spares, checked under
+// the old trust, go, and sessions made under it stop resuming. It says
+// whether they changed.
+func (ps *Pools) retrust() bool {
+	roots := ps.e.opts.Identity.Roots()
+	ps.mu.Lock()
+	if ps.trusted == roots {
+		ps.mu.Unlock()
+		return false
+	}
+	ps.trusted = roots
+	pools := make([]*Pool, 0, len(ps.pools))
+	for _, p := range ps.pools {
+		pools = append(pools, p)
+	}
+	ps.mu.Unlock()
+	for _, p := range pools {
+		p.retrust()
+		p.drain() // spares were checked under the old trust
+		p.refill()
+	}
+	return true
+}
+
+// drain closes every pool's spares.
+func (ps *Pools) drain() {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	for _, p := range ps.pools {
+		p.drain()
+	}
+}
+
+// Pool keeps handshaken connections to one peer ready for new flows.
+type Pool struct {
+	e     *Endpoint
+	peer  string
+	addrs []string
+	wake  chan struct{}
+	stop  chan struct{} // closed when a replica's pool is retired
+	// conf resumes TLS 1.3 sessions: a refill then skips certificate
+	// signatures and verification, the costly part of a handshake. The
+	// peer's identity is bound to the ticket it issued after a full,
+	// verified handshake.
+	conf atomic.Pointer[tls.Config]
+	// dialing bounds this pool's handshakes in progress, so that a burst
+	// of new flows stays within what the peer's listener lets one host
+	// run (MaxHandshakesPerSource).
+	dialing chan struct{}
+
+	mu     sync.Mutex
+	spares []spare
+}
+
+// retrust makes the pool's dials check the peer against the CAs trusted
+// now, with a session cache of their own: a session made under the old
+// trust does not resume.
+func (p *Pool) retrust() {
+	conf := p.e.opts.Identity.ClientConfig(p.peer)
+	conf.ClientSessionCache = tls.NewLRUClientSessionCache(64)
+	p.conf.Store(conf)
+}
+
+type spare struct {
+	c    *tls.Conn
+	born time.Time
+}
+
+// Get returns a connection for one flow: a spare when one is ready and
+// alive, else a new one dialed now.
+func (p *Pool) Get(ctx context.Context) (*tls.Conn, error) {
+	if c := p.Spare(); c != nil {
+		return c, nil
+	}
+	defer p.refill()
+	select {
+	case p.dialing <- struct{}{}:
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
+	c, err := p.dial(ctx)
+	<-p.dialing
+	if err == nil && !p.e.track(c) {
+		c.Close()
+		return nil, errors.New("relay shutting down")
+	}
+	return c, err
+}
+
+// Spare returns a ready connection for one flow, or nil when none is:
+// a flow that would rather take another transport than wait for a
+// handshake.
+func (p *Pool) Spare() *tls.Conn {
+	defer p.refill()
+	for {
+		p.mu.Lock()
+		n := len(p.spares)
+		if n == 0 {
+			p.mu.Unlock()
+			return nil
+		}
+		s := p.spares[n-1]
+		p.spares = p.spares[:n-1]
+		p.mu.Unlock()
+		if time.Since(s.born) < spareMaxAge && alive(s.c) && p.e.peerHolds(s.c.ConnectionState(), false) == nil && p.e.track(s.c) {
+			return s.c
+		}
+		s.c.Close()
+	}
+}
+
+// Spares is how many connections are ready.
+func (p *Pool) Spares() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.spares)
+}
+
+func (p *Pool) refill() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// fill keeps the pool at its size, replaces spares before they age out,
+// and backs off while the peer cannot be reached.
+func (p *Pool) fill() {
+	backoff := minBackoff
+	for {
+		p.mu.Lock()
+		now := time.Now()
+		kept := p.spares[:0]
+		for _, s := range p.spares {
+			if now.Sub(s.born) < spareMaxAge-5*time.Second {
+				kept = append(kept, s)
+			} else {
+				s.c.Close()
+			}
+		}
+		p.spares = kept
+		missing := p.e.opts.Spares - len(p.spares)
+		p.mu.Unlock()
+		if missing > 0 {
+			if err := p.add(min(missing, refillParallel)); err != nil {
+				if p.e.ctx.Err() != nil {
+					return
+				}
+				p.e.opts.Log.Warn("cannot reach peer", "transport", "tls", "peer", p.peer, "err", err, "retry_in", backoff)
+				select {
+				case <-time.After(backoff/2 + rand.N(backoff/2+1)):
+				case <-p.e.ctx.Done():
+					return
+				case <-p.stop:
+					p.drain()
+					return
+				}
+				backoff = min(2*backoff, maxBackoff)
+			} else {
+				backoff = minBackoff
+			}
+			continue
+		}
+		select {
+		case <-p.wake:
+		case <-time.After(5 * time.Second):
+		case <-p.e.ctx.Done():
+			return
+		case <-p.stop:
+			p.drain()
+			return
+		}
+	}
+}
+
+// add dials n spares at once; it fails only if none could be made.
+func (p *Pool) add(n int) error {
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			ctx, cancel := context.WithTimeout(p.e.ctx, handshakeTimeout)
+			defer cancel()
+			c, err := p.dial(ctx)
+			if err == nil {
+				p.mu.Lock()
+				p.spares = append(p.spares, spare{c: c, born: time.Now()})
+				p.mu.Unlock()
+			}
+			errs <- err
+		}()
+	}
+	var failed []error
+	for range n {
+		if err := <-errs; err != nil {
+			failed = append(failed, err)
+		}
+	}
+	if len(failed) == n {
+		return errors.Join(failed...)
+	}
+	return nil
+}
+
+func (p *Pool) drain() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, s := range p.spares {
+		s.c.Close()
+	}
+	p.spares = nil
+}
+
+func (p *Pool) dial(ctx context.Context) (*tls.Conn, error) {
+	var errs []error
+	p.mu.Lock()
+	addrs := p.addrs
+	p.mu.Unlock()
+	for _, a := range addrs {
+		d := net.Dialer{Control: p.e.control}
+		raw, err := d.DialContext(ctx, "tcp", a)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		c := tls.Client(wrap(raw), p.conf.Load())
+		if err := c.HandshakeContext(ctx); err != nil {
+			raw.Close()
+			p.e.handshake("dial", "failed")
+			errs = append(errs, fmt.Errorf("%s: %w", a, err))
+			continue
+		}
+		p.e.handshake("dial", "ok")
+		return c, nil
+	}
+	if len(errs) == 0 {
+		return nil, fmt.Errorf("relay %q has no endpoints", p.peer)
+	}
+	return nil, errors.Join(errs...)
+}
+
+// alive reports whether a spare's socket has no EOF and no error pending, as
+// a peer that restarted or closed it would show. Pending data is fine: TLS
+// 1.3 servers send session tickets after the handshake, and crypto/tls
+// reads them with the flow's first read.
+func alive(c *tls.Conn) bool {
+	tc := TCP(c.NetConn())
+	if tc == nil {
+		return true
+	}
+	ok := false
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	rc.Read(func(fd uintptr) bool {
+		var b [1]byte
+		n, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		// Unread bytes (a session ticket the peer sent after the
+		// handshake) hide a FIN behind them: ask TCP whether the peer
+		// closed too.
+		ok = err == unix.EAGAIN || (err == nil && n > 0 && !peerClosed(fd))
+		return true
+	})
+	return ok
+}
