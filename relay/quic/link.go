@@ -326,6 +326,14 @@ func (l *Link) run() {
 		} else {
 			log.Warn("peer connection lost", "err", context.Cause(c.Context()))
 		}
+		if l.e.draining.Load() {
+			// This relay drains: it takes no new flow, and its open ones
+			// rode the connection that ended, so a new one would carry
+			// nothing. Redialing only logged "peer connected" lines after
+			// the drain's last words (every relay of hoplink local at
+			// Ctrl-C).
+			return
+		}
 		if time.Since(start) > stableAfter {
 			backoff = minBackoff
 		}
