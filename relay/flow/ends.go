@@ -123,6 +123,61 @@ func (t *TCPEnd) Wait() error {
 	return nil
 }
 
+// readyReader is a source that can wait for data and read it in one go,
+// taking a buffer only once there is something to read: a TCP socket,
+// where Wait and then Read cost a peek and a read, a system call more per
+// message than a request/response flow needs.
+type readyReader interface {
+	// ReadWhenReady parks until the source has data, EOF or an error,
+	// then reads into a buffer from pool. The buffer (nil with n 0 and an
+	// error when none was taken) is the caller's to give back.
+	ReadWhenReady(pool *sync.Pool) (bp *[]byte, n int, err error)
+}
+
+// ReadWhenReady reads from the socket as soon as it is readable. The
+// buffer is taken only inside the readiness callback and given back when
+// the read would block, so a parked flow holds none. A reset comes back
+// as the read's error, as from Wait's peek.
+func (t *TCPEnd) ReadWhenReady(pool *sync.Pool) (*[]byte, int, error) {
+	var (
+		bp   *[]byte
+		n    int
+		rerr error
+	)
+	if t.rc == nil {
+		// No raw socket (not made by TCP): a plain read, holding the
+		// buffer while it waits.
+		b := pool.Get().(*[]byte)
+		n, err := t.c.Read(*b)
+		return b, n, err
+	}
+	err := t.rc.Read(func(fd uintptr) bool {
+		b := pool.Get().(*[]byte)
+		m, e := unix.Read(int(fd), *b)
+		if e == unix.EAGAIN || e == unix.EINTR {
+			pool.Put(b)
+			return false
+		}
+		bp = b
+		switch {
+		case e != nil:
+			rerr = os.NewSyscallError("read", e)
+		case m == 0:
+			rerr = io.EOF
+		default:
+			n = m
+		}
+		return true
+	})
+	if err != nil {
+		if bp != nil {
+			pool.Put(bp)
+		}
+		return nil, 0, err
+	}
+	return bp, n, rerr
+}
+
 // StreamEnd is a flow's QUIC stream to or from a peer relay.
 type StreamEnd struct {
 	s       *quicgo.Stream
