@@ -20,6 +20,16 @@ const copyBufSize = 64 << 10
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, copyBufSize); return &b }}
 
+// smallBufPool serves the first read after a source was drained. Most such
+// reads of a request/response flow bring a small message, and taking 64
+// KiB for each (zeroed when the pool is empty, which it is after every
+// garbage collection) was most of what a relay allocated per request,
+// which in turn set how often it collected. A read that fills the small
+// buffer moves the rest of the burst to a large one.
+const smallBufSize = 4 << 10
+
+var smallBufPool = sync.Pool{New: func() any { b := make([]byte, smallBufSize); return &b }}
+
 // tlsBufPool serves TLS sources, which hold their buffer while idle; a TLS
 // read returns at most one 16 KiB record anyway.
 var tlsBufPool = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
@@ -263,10 +273,10 @@ func (w *stallWatch) stop() {
 func (w *stallWatch) wasEvicted() bool { return w != nil && w.evicted.Load() }
 
 func copyHalf(dst, src End, n Counter, it *idleTimer, w *stallWatch) error {
-	pool := &bufPool
+	first := &smallBufPool
 	g, gathers := src.(gatherer)
 	if gathers {
-		pool = &tlsBufPool
+		first = &tlsBufPool
 	}
 	ready, _ := src.(readyReader)
 	for {
@@ -277,7 +287,7 @@ func copyHalf(dst, src End, n Counter, it *idleTimer, w *stallWatch) error {
 			primed bool // nr and rerr hold the first read already
 		)
 		if ready != nil {
-			bp, nr, rerr = ready.ReadWhenReady(pool)
+			bp, nr, rerr = ready.ReadWhenReady(first)
 			if bp == nil {
 				return rerr
 			}
@@ -286,8 +296,9 @@ func copyHalf(dst, src End, n Counter, it *idleTimer, w *stallWatch) error {
 			if err := src.Wait(); err != nil && err != io.EOF {
 				return err
 			}
-			bp = pool.Get().(*[]byte)
+			bp = first.Get().(*[]byte)
 		}
+		pool := first // where bp goes back to
 		buf := *bp
 		for {
 			if !primed {
@@ -334,6 +345,14 @@ func copyHalf(dst, src End, n Counter, it *idleTimer, w *stallWatch) error {
 			}
 			if nr < len(buf) {
 				break // drained for now: give the buffer back while we wait
+			}
+			if !gathers && pool != &bufPool {
+				// The small buffer came back full: more is coming,
+				// read it in large pieces.
+				pool.Put(bp)
+				pool = &bufPool
+				bp = pool.Get().(*[]byte)
+				buf = *bp
 			}
 		}
 		pool.Put(bp)
