@@ -178,6 +178,40 @@ func (t *TCPEnd) ReadWhenReady(pool *sync.Pool) (*[]byte, int, error) {
 	return bp, n, rerr
 }
 
+// ReadReady reads what the socket holds now into b, without waiting: the
+// rest of a burst whose start filled a small buffer, so that bulk leaves
+// in writes as large as before.
+func (t *TCPEnd) ReadReady(b []byte) (int, error) {
+	if t.rc == nil {
+		return 0, nil
+	}
+	var (
+		n    int
+		rerr error
+	)
+	err := t.rc.Read(func(fd uintptr) bool {
+		for {
+			m, e := unix.Read(int(fd), b)
+			switch {
+			case e == unix.EINTR:
+				continue
+			case e == unix.EAGAIN:
+			case e != nil:
+				rerr = os.NewSyscallError("read", e)
+			case m == 0:
+				rerr = io.EOF
+			default:
+				n = m
+			}
+			return true
+		}
+	})
+	if err != nil {
+		return 0, err
+	}
+	return n, rerr
+}
+
 // StreamEnd is a flow's QUIC stream to or from a peer relay.
 type StreamEnd struct {
 	s       *quicgo.Stream

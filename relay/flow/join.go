@@ -132,8 +132,9 @@ func Join(a, b End, up, down Counter, idle time.Duration) error {
 	return err
 }
 
-// gatherer is a source that returns little per Read (a TLS record) but can
-// add what already arrived behind it without blocking.
+// gatherer is a source that returns little per Read (a TLS record, or a
+// TCP read into a small buffer) but can add what already arrived behind
+// it without blocking.
 type gatherer interface {
 	ReadReady([]byte) (int, error)
 }
@@ -274,10 +275,10 @@ func (w *stallWatch) wasEvicted() bool { return w != nil && w.evicted.Load() }
 
 func copyHalf(dst, src End, n Counter, it *idleTimer, w *stallWatch) error {
 	first := &smallBufPool
-	g, gathers := src.(gatherer)
-	if gathers {
+	if _, ok := src.(*TLSEnd); ok {
 		first = &tlsBufPool
 	}
+	g, gathers := src.(gatherer)
 	ready, _ := src.(readyReader)
 	for {
 		var (
@@ -308,10 +309,11 @@ func copyHalf(dst, src End, n Counter, it *idleTimer, w *stallWatch) error {
 			out := buf[:nr]
 			var big *[]byte
 			if gathers && rerr == nil && nr == len(buf) {
-				// A full record: bulk. Gather what follows it into a
-				// large buffer, borrowed only for this write; the small
-				// one goes back meanwhile, so a flow blocked on a slow
-				// reader holds 64 KiB, as any other does.
+				// A full record, or a full small buffer: bulk. Gather
+				// what follows it into a large buffer, borrowed only
+				// for this write; the small one goes back meanwhile,
+				// so a flow blocked on a slow reader holds 64 KiB, as
+				// any other does.
 				big = bufPool.Get().(*[]byte)
 				copy(*big, out)
 				pool.Put(bp)
@@ -347,8 +349,8 @@ func copyHalf(dst, src End, n Counter, it *idleTimer, w *stallWatch) error {
 				break // drained for now: give the buffer back while we wait
 			}
 			if !gathers && pool != &bufPool {
-				// The small buffer came back full: more is coming,
-				// read it in large pieces.
+				// The small buffer came back full from a source that
+				// cannot gather: read the rest in large pieces.
 				pool.Put(bp)
 				pool = &bufPool
 				bp = pool.Get().(*[]byte)
