@@ -75,6 +75,7 @@ declare -A relay_pids
 # cpu_ticks TAG: user+system clock ticks the build's relays used so far.
 cpu_ticks() { local t=0 p; for p in ${relay_pids[$1]}; do t=$((t + $(awk '{print $14+$15}' /proc/$p/stat))); done; echo $t; }
 udp_out() { awk '/^Udp:/{n++; if(n==2) print $5}' /proc/net/snmp; }
+udp_drops() { awk '/^Udp:/{n++; if(n==2) print $6}' /proc/net/snmp; }
 setup "$OLD" old 18000 "${CHAIN_OLD:-$CHAIN}"
 setup "$NEW" new 18200 "${CHAIN_NEW:-$CHAIN}"
 sleep 0.5
@@ -91,14 +92,16 @@ declare -A res
 for round in $(seq "$ROUNDS"); do
   for tag in old new; do
     port=18100; [[ $tag == new ]] && port=18300
-    t0=$(cpu_ticks $tag) u0=$(udp_out)
+    t0=$(cpu_ticks $tag) u0=$(udp_out) d0=$(udp_drops)
     out=$($FB rr -addr 127.0.0.1:$port -clients "$RR_CLIENTS" -duration "${RR_SECONDS}s")
-    t1=$(cpu_ticks $tag) u1=$(udp_out)
+    t1=$(cpu_ticks $tag) u1=$(udp_out) d1=$(udp_drops)
     # The relays' CPU time per request, in microseconds.
     out+=" relay_cpu_us=$(python3 -c "print('%.1f' % (($t1-$t0)/$(getconf CLK_TCK)*1e6/max(1,$(echo "$out" | kv count))))")"
     # UDP datagrams the host sent per request: the QUIC hop's packets,
     # both ways, ACKs included (anything else on the host adds to it).
     out+=" udp_per_req=$(python3 -c "print('%.2f' % (($u1-$u0)/max(1,$(echo "$out" | kv count))))")"
+    # Datagrams the host dropped for a full receive buffer meanwhile.
+    out+=" rcvbuf_drops=$((d1 - d0))"
     if [[ -n ${BULK_SECONDS:-} ]]; then
       out+=" bulk_gbps=$(iperf3 -c 127.0.0.1 -p $((port + 1)) -t "$BULK_SECONDS" -J | python3 -c "import json,sys; print('%.2f' % (json.load(sys.stdin)['end']['sum_received']['bits_per_second']/1e9))")"
     fi
@@ -108,8 +111,9 @@ for round in $(seq "$ROUNDS"); do
 done
 for tag in old new; do
   printf '%s median:' "$tag"
-  for k in count p50_us p99_us avg_us relay_cpu_us udp_per_req bulk_gbps; do
-    printf ' %s=%s' "$k" "$(echo -n "${res[$tag]}" | kv $k | sort -g | awk '{a[NR]=$1} END{print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}')"
+  for k in count p50_us p99_us avg_us relay_cpu_us udp_per_req rcvbuf_drops bulk_gbps; do
+    v=$(echo -n "${res[$tag]}" | kv $k | sort -g | awk '{a[NR]=$1} END{if (NR) print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}')
+    [[ -n $v ]] && printf ' %s=%s' "$k" "$v"
   done
   echo
 done
