@@ -89,8 +89,18 @@ done
 kv() { sed -n "s/.*$1=\([^ ]*\).*/\1/p"; }
 echo "chain ${CHAIN_OLD:-$CHAIN} / ${CHAIN_NEW:-$CHAIN}, $RR_CLIENTS clients, ${RR_SECONDS}s a round, $ROUNDS rounds each; load before: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 declare -A res
+tags="old new"
+# DIRECT=1: each round also times the clients against the echo server with
+# no relay, what this machine's load alone makes of a request.
+[[ -n ${DIRECT:-} ]] && tags="direct old new"
 for round in $(seq "$ROUNDS"); do
-  for tag in old new; do
+  for tag in $tags; do
+    if [[ $tag == direct ]]; then
+      out=$($FB rr -addr 127.0.0.1:$ECHO -clients "$RR_CLIENTS" -duration "${RR_SECONDS}s")
+      echo "round $round direct: $out" >&2
+      res[direct]+="$out"$'\n'
+      continue
+    fi
     port=18100; [[ $tag == new ]] && port=18300
     t0=$(cpu_ticks $tag) u0=$(udp_out) d0=$(udp_drops)
     out=$($FB rr -addr 127.0.0.1:$port -clients "$RR_CLIENTS" -duration "${RR_SECONDS}s")
@@ -109,7 +119,7 @@ for round in $(seq "$ROUNDS"); do
     res[$tag]+="$out"$'\n'
   done
 done
-for tag in old new; do
+for tag in $tags; do
   printf '%s median:' "$tag"
   for k in count p50_us p99_us avg_us relay_cpu_us udp_per_req rcvbuf_drops bulk_gbps; do
     v=$(echo -n "${res[$tag]}" | kv $k | sort -g | awk '{a[NR]=$1} END{if (NR) print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}')
