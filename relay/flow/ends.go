@@ -56,6 +56,20 @@ type TCPEnd struct {
 	c   *net.TCPConn
 	rc  syscall.RawConn
 	one [1]byte
+	rd  tcpRead
+}
+
+// tcpRead is the state of ReadWhenReady and ReadReady, which only the
+// half that copies from the end calls: their readiness callbacks are made
+// once, since a closure made per read escapes to the heap, several
+// allocations per message.
+type tcpRead struct {
+	pool           *sync.Pool
+	bp             *[]byte
+	b              []byte
+	n              int
+	err            error
+	whenReady, now func(fd uintptr) bool
 }
 
 // TCP makes c an End. While the flow is open, closing c resets it: should
@@ -67,7 +81,9 @@ func TCP(c *net.TCPConn) (*TCPEnd, error) {
 		return nil, err
 	}
 	armReset(c)
-	return &TCPEnd{c: c, rc: rc}, nil
+	t := &TCPEnd{c: c, rc: rc}
+	t.rd.whenReady, t.rd.now = t.readWhenReady, t.readNow
+	return t, nil
 }
 
 // armReset makes closing c send RST (SO_LINGER 0). A clean half-close
@@ -121,6 +137,98 @@ func (t *TCPEnd) Wait() error {
 		return os.NewSyscallError("recvfrom", perr)
 	}
 	return nil
+}
+
+// readyReader is a source that can wait for data and read it in one go,
+// taking a buffer only once there is something to read: a TCP socket,
+// where Wait and then Read cost a peek and a read, a system call more per
+// message than a request/response flow needs.
+type readyReader interface {
+	// ReadWhenReady parks until the source has data, EOF or an error,
+	// then reads into a buffer from pool. The buffer (nil with n 0 and an
+	// error when none was taken) is the caller's to give back.
+	ReadWhenReady(pool *sync.Pool) (bp *[]byte, n int, err error)
+}
+
+// ReadWhenReady reads from the socket as soon as it is readable. The
+// buffer is taken only inside the readiness callback and given back when
+// the read would block, so a parked flow holds none. A reset comes back
+// as the read's error, as from Wait's peek.
+func (t *TCPEnd) ReadWhenReady(pool *sync.Pool) (*[]byte, int, error) {
+	if t.rc == nil {
+		// No raw socket (not made by TCP): a plain read, holding the
+		// buffer while it waits.
+		b := pool.Get().(*[]byte)
+		n, err := t.c.Read(*b)
+		return b, n, err
+	}
+	r := &t.rd
+	r.pool, r.bp, r.n, r.err = pool, nil, 0, nil
+	if err := t.rc.Read(r.whenReady); err != nil {
+		if r.bp != nil {
+			pool.Put(r.bp)
+		}
+		return nil, 0, err
+	}
+	bp := r.bp
+	r.pool, r.bp = nil, nil
+	return bp, r.n, r.err
+}
+
+func (t *TCPEnd) readWhenReady(fd uintptr) bool {
+	r := &t.rd
+	b := r.pool.Get().(*[]byte)
+	m, e := unix.Read(int(fd), *b)
+	if e == unix.EAGAIN || e == unix.EINTR {
+		r.pool.Put(b)
+		return false
+	}
+	r.bp = b
+	r.n, r.err = readResult(m, e)
+	return true
+}
+
+// readResult is a read(2)'s outcome as io.Reader's: a 0 is the end.
+func readResult(n int, e error) (int, error) {
+	switch {
+	case e != nil:
+		return 0, os.NewSyscallError("read", e)
+	case n == 0:
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+// ReadReady reads what the socket holds now into b, without waiting: the
+// rest of a burst whose start filled a small buffer, so that bulk leaves
+// in writes as large as before.
+func (t *TCPEnd) ReadReady(b []byte) (int, error) {
+	if t.rc == nil {
+		return 0, nil
+	}
+	r := &t.rd
+	r.b, r.n, r.err = b, 0, nil
+	err := t.rc.Read(r.now)
+	r.b = nil
+	if err != nil {
+		return 0, err
+	}
+	return r.n, r.err
+}
+
+func (t *TCPEnd) readNow(fd uintptr) bool {
+	r := &t.rd
+	for {
+		m, e := unix.Read(int(fd), r.b)
+		switch e {
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return true // nothing more now
+		}
+		r.n, r.err = readResult(m, e)
+		return true
+	}
 }
 
 // StreamEnd is a flow's QUIC stream to or from a peer relay.

@@ -105,3 +105,54 @@ func TestTLSBulkLeavesInLargeWrites(t *testing.T) {
 	}
 	t.Logf("%d writes for %d bytes, the largest %d", len(dst.writes), size, largest)
 }
+
+// A TCP source's first read after it drained takes a small buffer; a burst
+// that fills it still leaves in large writes, every byte in order, and a
+// small message leaves whole, in one write.
+func TestTCPBurstLeavesInLargeWrites(t *testing.T) {
+	const size = 1 << 20
+	client, in := pair(t)
+	in.SetReadBuffer(4 << 20)
+	src, err := TCP(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([]byte, size)
+	for i := range want {
+		want[i] = byte(rand.IntN(256))
+	}
+	if _, err := client.Write([]byte("small request")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // the request alone, then the burst
+	wrote := make(chan error, 1)
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		_, err := client.Write(want)
+		if err == nil {
+			err = client.CloseWrite()
+		}
+		wrote <- err
+	}()
+	var dst sink
+	if err := copyHalf(&dst, src, &count{}, &idleTimer{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-wrote; err != nil {
+		t.Fatal(err)
+	}
+	if dst.writes[0] != len("small request") {
+		t.Fatalf("first write %d bytes, want the request whole", dst.writes[0])
+	}
+	if !bytes.Equal(dst.got.Bytes()[len("small request"):], want) || !dst.closed {
+		t.Fatalf("got %d bytes (closed %v), want %d in order and EOF", dst.got.Len(), dst.closed, size)
+	}
+	largest := 0
+	for _, n := range dst.writes {
+		largest = max(largest, n)
+	}
+	if largest <= smallBufSize {
+		t.Fatalf("%d writes, the largest %d bytes: no larger than the small buffer", len(dst.writes), largest)
+	}
+	t.Logf("%d writes for %d bytes, the largest %d", len(dst.writes), size, largest)
+}

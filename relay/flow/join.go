@@ -20,6 +20,16 @@ const copyBufSize = 64 << 10
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, copyBufSize); return &b }}
 
+// smallBufPool serves the first read after a source was drained. Most such
+// reads of a request/response flow bring a small message, and taking 64
+// KiB for each (zeroed when the pool is empty, which it is after every
+// garbage collection) was most of what a relay allocated per request,
+// which in turn set how often it collected. A read that fills the small
+// buffer moves the rest of the burst to a large one.
+const smallBufSize = 4 << 10
+
+var smallBufPool = sync.Pool{New: func() any { b := make([]byte, smallBufSize); return &b }}
+
 // tlsBufPool serves TLS sources, which hold their buffer while idle; a TLS
 // read returns at most one 16 KiB record anyway.
 var tlsBufPool = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
@@ -27,20 +37,40 @@ var tlsBufPool = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &
 // ErrIdle is a flow that moved no byte either way for its idle timeout.
 var ErrIdle = errors.New("flow idle")
 
-// idleTimer resets a flow that moves no byte for a while.
+// idleTimer resets a flow that moves no byte for a while. Bytes moving
+// only note the time: a small request/response flow moves bytes a few
+// hundred times a second, and resetting a runtime timer each time cost
+// more than the timer firing once per idle period to look.
 type idleTimer struct {
 	d     time.Duration
 	t     *time.Timer
+	last  atomic.Int64 // now() when bytes last moved
 	fired atomic.Bool
+
+	mu      sync.Mutex
+	stopped bool
 }
 
 func newIdleTimer(d time.Duration, abort func()) *idleTimer {
 	it := &idleTimer{d: d}
 	if d > 0 {
-		it.t = time.AfterFunc(d, func() {
+		it.last.Store(int64(now()))
+		it.t = time.AfterFunc(time.Hour, func() {
+			it.mu.Lock()
+			if it.stopped {
+				it.mu.Unlock()
+				return
+			}
+			if quiet := now() - time.Duration(it.last.Load()); quiet < it.d {
+				it.t.Reset(it.d - quiet)
+				it.mu.Unlock()
+				return
+			}
 			it.fired.Store(true)
+			it.mu.Unlock()
 			abort()
 		})
+		it.t.Reset(d)
 	}
 	return it
 }
@@ -48,12 +78,15 @@ func newIdleTimer(d time.Duration, abort func()) *idleTimer {
 // moved says bytes moved: the idle time starts again.
 func (it *idleTimer) moved() {
 	if it.t != nil {
-		it.t.Reset(it.d)
+		it.last.Store(int64(now()))
 	}
 }
 
 func (it *idleTimer) stop(err error) error {
 	if it.t != nil {
+		it.mu.Lock()
+		it.stopped = true
+		it.mu.Unlock()
 		it.t.Stop()
 	}
 	if it.fired.Load() {
@@ -99,8 +132,9 @@ func Join(a, b End, up, down Counter, idle time.Duration) error {
 	return err
 }
 
-// gatherer is a source that returns little per Read (a TLS record) but can
-// add what already arrived behind it without blocking.
+// gatherer is a source that returns little per Read (a TLS record, or a
+// TCP read into a small buffer) but can add what already arrived behind
+// it without blocking.
 type gatherer interface {
 	ReadReady([]byte) (int, error)
 }
@@ -120,24 +154,33 @@ const (
 // target that stopped reading), and hold the flow until its idle timeout.
 // A half that writes to a QUIC stream is also, once its write has waited
 // stalledFor, one its connection's Window may reset for a new flow. A
-// watch costs a timer per half, armed only during writes.
+// watch costs a timer per half. A write only notes when it began and arms
+// the timer if it is not armed already; the timer, when it fires, looks
+// at the write under way, if any, and waits on for what it lacks of
+// stallCheck. A small request/response flow writes hundreds of times a
+// second, and a timer reset and stop around each write cost more than
+// the rest of the watch.
 type stallWatch struct {
 	src   breakable // nil when src cannot tell a reset without a read
 	abort func()
 	t     *time.Timer
+	armed atomic.Bool
+	// since is when the write under way began (now), 0 between writes.
+	since atomic.Int64
 	// win is the Window of dst's connection, nil when dst is no stream
-	// of a shared QUIC connection; since is when the write under way
-	// began (now), 0 between writes: both only for such a half.
+	// of a shared QUIC connection.
 	win     *Window
 	dst     *StreamEnd
-	since   atomic.Int64
 	evicted atomic.Bool // its Window reset the flow
 
 	mu      sync.Mutex
-	writing bool
 	stopped bool
-	stuck   bool          // in win.stuck
-	next    time.Duration // the wait before the next look
+	stuck   bool // in win.stuck
+	// The looks at one write: at stallCheck into it, then at intervals
+	// (gap) that double up to stallCheckMax. looked is the since of the
+	// write they are at, due when the next is, from that write's start.
+	looked   int64
+	due, gap time.Duration
 }
 
 // newStallWatch watches a half copying from src to dst; nil when there is
@@ -161,36 +204,45 @@ func newStallWatch(src, dst End, abort func()) *stallWatch {
 	return w
 }
 
-// writing brackets a write: on is true before it, false after.
+// write brackets a write: on is true before it, false after.
 func (w *stallWatch) write(on bool) {
 	if w == nil {
 		return
 	}
-	if w.win != nil {
-		var t int64
-		if on {
-			t = int64(now())
-		}
-		w.since.Store(t)
+	if !on {
+		w.since.Store(0)
+		return
 	}
-	w.mu.Lock()
-	w.writing = on
-	w.next = stallCheck
-	w.mu.Unlock()
-	if on {
+	w.since.Store(int64(now()))
+	if !w.armed.Load() && w.armed.CompareAndSwap(false, true) {
 		w.t.Reset(stallCheck)
-	} else {
-		w.t.Stop()
 	}
 }
 
 func (w *stallWatch) check() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	switch {
-	case w.stopped || !w.writing:
+	if w.stopped {
 		return
-	case w.src != nil && w.src.Broken():
+	}
+	s := w.since.Load()
+	if s == 0 {
+		// Between writes: disarm, unless a write began meanwhile and
+		// found the timer still armed.
+		w.armed.Store(false)
+		if w.since.Load() != 0 && w.armed.CompareAndSwap(false, true) {
+			w.t.Reset(stallCheck)
+		}
+		return
+	}
+	if s != w.looked {
+		w.looked, w.due, w.gap = s, stallCheck, stallCheck
+	}
+	if waited := now() - time.Duration(s); waited < w.due {
+		w.t.Reset(w.due - waited)
+		return
+	}
+	if w.src != nil && w.src.Broken() {
 		w.abort()
 		return
 	}
@@ -198,8 +250,9 @@ func (w *stallWatch) check() {
 		w.stuck = true
 		w.win.add(w)
 	}
-	w.next = min(2*w.next, stallCheckMax)
-	w.t.Reset(w.next)
+	w.gap = min(2*w.gap, stallCheckMax)
+	w.due += w.gap
+	w.t.Reset(max(w.due-(now()-time.Duration(s)), time.Millisecond))
 }
 
 // stop ends the watch for good, before the flow's ends are closed.
@@ -221,26 +274,46 @@ func (w *stallWatch) stop() {
 func (w *stallWatch) wasEvicted() bool { return w != nil && w.evicted.Load() }
 
 func copyHalf(dst, src End, n Counter, it *idleTimer, w *stallWatch) error {
-	pool := &bufPool
-	g, gathers := src.(gatherer)
-	if gathers {
-		pool = &tlsBufPool
+	first := &smallBufPool
+	if _, ok := src.(*TLSEnd); ok {
+		first = &tlsBufPool
 	}
+	g, gathers := src.(gatherer)
+	ready, _ := src.(readyReader)
 	for {
-		if err := src.Wait(); err != nil && err != io.EOF {
-			return err
+		var (
+			bp     *[]byte
+			nr     int
+			rerr   error
+			primed bool // nr and rerr hold the first read already
+		)
+		if ready != nil {
+			bp, nr, rerr = ready.ReadWhenReady(first)
+			if bp == nil {
+				return rerr
+			}
+			primed = true
+		} else {
+			if err := src.Wait(); err != nil && err != io.EOF {
+				return err
+			}
+			bp = first.Get().(*[]byte)
 		}
-		bp := pool.Get().(*[]byte)
+		pool := first // where bp goes back to
 		buf := *bp
 		for {
-			nr, rerr := src.Read(buf)
+			if !primed {
+				nr, rerr = src.Read(buf)
+			}
+			primed = false
 			out := buf[:nr]
 			var big *[]byte
 			if gathers && rerr == nil && nr == len(buf) {
-				// A full record: bulk. Gather what follows it into a
-				// large buffer, borrowed only for this write; the small
-				// one goes back meanwhile, so a flow blocked on a slow
-				// reader holds 64 KiB, as any other does.
+				// A full record, or a full small buffer: bulk. Gather
+				// what follows it into a large buffer, borrowed only
+				// for this write; the small one goes back meanwhile,
+				// so a flow blocked on a slow reader holds 64 KiB, as
+				// any other does.
 				big = bufPool.Get().(*[]byte)
 				copy(*big, out)
 				pool.Put(bp)
@@ -274,6 +347,14 @@ func copyHalf(dst, src End, n Counter, it *idleTimer, w *stallWatch) error {
 			}
 			if nr < len(buf) {
 				break // drained for now: give the buffer back while we wait
+			}
+			if !gathers && pool != &bufPool {
+				// The small buffer came back full from a source that
+				// cannot gather: read the rest in large pieces.
+				pool.Put(bp)
+				pool = &bufPool
+				bp = pool.Get().(*[]byte)
+				buf = *bp
 			}
 		}
 		pool.Put(bp)

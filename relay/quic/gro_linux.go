@@ -3,6 +3,7 @@ package quic
 import (
 	"encoding/binary"
 	"net"
+	"net/netip"
 	"unsafe"
 
 	"golang.org/x/net/ipv4"
@@ -26,7 +27,10 @@ type groConn struct {
 	pend []byte // segments of the last read not handed out yet
 	seg  int
 	from *net.UDPAddr
-	info []byte // control messages of the last read, minus the GRO one
+	// fromAP is from as read: a run of reads from one peer shares one
+	// from, where an address made per read was an allocation per packet.
+	fromAP netip.AddrPort
+	info   []byte // control messages of the last read, minus the GRO one
 }
 
 // groBuffer holds the largest coalesced read (64 KiB of payload).
@@ -71,42 +75,45 @@ func (g *groConn) ReadBatch(ms []ipv4.Message, _ int) (int, error) {
 }
 
 func (g *groConn) read() error {
-	n, oobn, _, from, err := g.ReadMsgUDP(g.buf, g.oob)
+	n, oobn, _, ap, err := g.ReadMsgUDPAddrPort(g.buf, g.oob)
 	if err != nil {
 		return err
 	}
-	g.pend, g.seg, g.from = g.buf[:n], n, from
-	g.info = g.info[:0]
-	msgs, err := unix.ParseSocketControlMessage(g.oob[:oobn])
-	if err != nil {
-		g.info = append(g.info, g.oob[:oobn]...)
-		return nil
+	if g.from == nil || ap != g.fromAP {
+		g.from, g.fromAP = net.UDPAddrFromAddrPort(ap), ap
 	}
-	for _, m := range msgs {
-		if m.Header.Level == unix.SOL_UDP && m.Header.Type == unix.UDP_GRO && len(m.Data) >= 4 {
-			if s := int(int32(binary.NativeEndian.Uint32(m.Data))); s > 0 {
+	g.pend, g.seg = g.buf[:n], n
+	g.info = g.info[:0]
+	// The control messages, walked in place (unix.ParseSocketControlMessage
+	// allocates per read): the GRO one gives the segment size, the others
+	// (ECN, packet info) go to quic-go as they came.
+	oob := g.oob[:oobn]
+	for len(oob) > 0 {
+		if len(oob) < unix.SizeofCmsghdr {
+			g.info = append(g.info[:0], g.oob[:oobn]...)
+			break
+		}
+		h := (*unix.Cmsghdr)(unsafePointerOf(oob))
+		l := int(h.Len)
+		if l < unix.SizeofCmsghdr || l > len(oob) {
+			g.info = append(g.info[:0], g.oob[:oobn]...)
+			break
+		}
+		data := oob[unix.CmsgLen(0):l]
+		next := min(unix.CmsgSpace(len(data)), len(oob))
+		if h.Level == unix.SOL_UDP && h.Type == unix.UDP_GRO && len(data) >= 4 {
+			if s := int(int32(binary.NativeEndian.Uint32(data))); s > 0 {
 				g.seg = s
 			}
-			continue
+		} else {
+			g.info = append(g.info, oob[:next]...)
 		}
-		// ECN and packet info, for quic-go as it would have read them.
-		g.info = appendCmsg(g.info, m)
+		oob = oob[next:]
 	}
 	if g.seg <= 0 {
 		g.seg = max(n, 1)
 	}
 	return nil
-}
-
-// appendCmsg appends a control message in its wire form.
-func appendCmsg(b []byte, m unix.SocketControlMessage) []byte {
-	at := len(b)
-	b = append(b, make([]byte, unix.CmsgSpace(len(m.Data)))...)
-	h := (*unix.Cmsghdr)(unsafePointerOf(b[at:]))
-	h.Level, h.Type = m.Header.Level, m.Header.Type
-	h.SetLen(unix.CmsgLen(len(m.Data)))
-	copy(b[at+unix.CmsgLen(0):], m.Data)
-	return b
 }
 
 func unsafePointerOf(b []byte) unsafe.Pointer { return unsafe.Pointer(&b[0]) }

@@ -91,3 +91,40 @@ func TestGROSplitsARunIntoPackets(t *testing.T) {
 		t.Errorf("%d reads for 13 packets: the run was not coalesced", reads)
 	}
 }
+
+// Reading a peer's packets one by one allocates nothing: the sender's
+// address is made once for a run of reads from it, and the control
+// messages are walked in place.
+func TestGROReadsWithoutAllocating(t *testing.T) {
+	rx, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rx.Close()
+	raw, _ := rx.SyscallConn()
+	raw.Control(func(fd uintptr) { unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_RECVTOS, 1) })
+	pc, ok := withGRO(&lossyConn{UDPConn: rx}).(*groConn)
+	if !ok {
+		t.Fatal("the kernel refused UDP_GRO")
+	}
+	tx, err := net.DialUDP("udp", nil, rx.LocalAddr().(*net.UDPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Close()
+	ms := make([]ipv4.Message, 1)
+	ms[0].Buffers = [][]byte{make([]byte, 1452)}
+	ms[0].OOB = make([]byte, 128)
+	rx.SetReadDeadline(time.Now().Add(5 * time.Second))
+	msg := []byte("a packet")
+	allocs := testing.AllocsPerRun(100, func() {
+		tx.Write(msg)
+		n, err := pc.ReadBatch(ms, 0)
+		if err != nil || n != 1 || string(ms[0].Buffers[0][:ms[0].N]) != "a packet" || ms[0].NN == 0 {
+			t.Fatalf("%d packets, %v", n, err)
+		}
+	})
+	if allocs > 0 {
+		t.Fatalf("%.1f allocations per packet read", allocs)
+	}
+}

@@ -3,6 +3,7 @@ package quic
 import (
 	"errors"
 	"net"
+	"net/netip"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -39,15 +40,29 @@ func lostReason(err error) string {
 }
 
 func (c *lossyConn) WriteMsgUDP(b, oob []byte, addr *net.UDPAddr) (int, int, error) {
-	n, oobn, err := c.UDPConn.WriteMsgUDP(b, oob, addr)
+	n, oobn, err := c.writeMsg(b, oob, addr)
 	if reason := lostReason(err); reason != "" {
 		c.lost(reason)
 		return len(b), len(oob), nil
 	}
 	if err == nil && c.again(addr, len(b), oob) {
-		c.UDPConn.WriteMsgUDP(b, oob, addr) // a copy that fails is a copy lost
+		c.writeMsg(b, oob, addr) // a copy that fails is a copy lost
 	}
 	return n, oobn, err
+}
+
+// writeMsg sends to addr as a netip.AddrPort: net's WriteMsgUDP makes a
+// socket address on the heap for every packet, its AddrPort form does not.
+func (c *lossyConn) writeMsg(b, oob []byte, addr *net.UDPAddr) (int, int, error) {
+	if addr == nil {
+		return c.UDPConn.WriteMsgUDP(b, oob, nil)
+	}
+	ap := addr.AddrPort()
+	if a := ap.Addr(); a.Is4In6() {
+		// An IPv4 socket takes only the 4-byte form.
+		ap = netip.AddrPortFrom(a.Unmap(), ap.Port())
+	}
+	return c.UDPConn.WriteMsgUDPAddrPort(b, oob, ap)
 }
 
 func (c *lossyConn) WriteTo(b []byte, addr net.Addr) (int, error) {
