@@ -393,7 +393,7 @@ func (p *Peers) Open(ctx context.Context, h *hop.Header, transport v1alpha1.Tran
 	}
 	if err != nil {
 		if ch.meter != nil {
-			p.auto.unwatch(ch.tunnel, ch.meter)
+			p.auto.unwatch(ch.shape, ch.meter)
 		}
 		return nil, nil, err
 	}
