@@ -144,6 +144,10 @@ var seedLegs = "152ms,32ms,69ms"
 // (net.ipv4.tcp_wmem's third figure), in bytes.
 var sendMax int
 
+// keepLogs, when set, is where each network's relay logs are copied
+// before it is removed.
+var keepLogs string
+
 func main() {
 	var o options
 	flag.StringVar(&o.hoplink, "hoplink", "bin/hoplink", "the hoplink binary the relays run")
@@ -157,6 +161,7 @@ func main() {
 	short := flag.Float64("short-loss", 0.1, "share of the loss figure on legs shorter than the longest")
 	paths := flag.String("paths", "direct,1hop,chain", "paths to measure: direct, 1hop, chain, and tun1hop, tunchain (the same entered by a flow-mode tun Tunnel)")
 	tps := flag.String("transports", "quic,tls,auto", "transports of the relay paths")
+	flag.StringVar(&keepLogs, "logs", "", "directory to keep the relays' logs in (warnings: why a flow failed)")
 	flag.IntVar(&sendMax, "wmem", 0, "every host's most TCP send buffer in bytes (net.ipv4.tcp_wmem's third figure; 0: this machine's)")
 	flag.DurationVar(&o.bulk, "bulk", 20*time.Second, "how long the one bulk stream sends")
 	flag.DurationVar(&o.bulk8, "bulk8", 10*time.Second, "how long the -streams bulk streams send")
@@ -341,6 +346,9 @@ func runOne(o options, cc string, loss float64) ([]row, error) {
 	t0 := time.Now()
 	fmt.Fprintf(os.Stderr, "== hosts' TCP %s, loss %g%%: building the network\n", cc, loss)
 	nw, err := build(o.hoplink, o.g, cc, loss/100, o.paths)
+	if nw != nil {
+		nw.tag = fmt.Sprintf("%s-%g", cc, loss)
+	}
 	current.Lock()
 	current.nw = nw
 	current.Unlock()

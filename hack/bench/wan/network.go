@@ -74,6 +74,7 @@ type network struct {
 	dir    string
 	lns    []net.Listener
 	sink   *sinkServer
+	tag    string // the run's congestion control and loss, naming kept logs
 	procs  []*exec.Cmd
 	logs   []*os.File
 	closed sync.Once
@@ -348,6 +349,12 @@ func (nw *network) close() error {
 		nw.sink.closeAll()
 		for _, f := range nw.logs {
 			f.Close()
+			if keepLogs != "" {
+				// A failed flow's reason is in its relays' warnings,
+				// which would go with the network.
+				b, _ := os.ReadFile(f.Name())
+				os.WriteFile(filepath.Join(keepLogs, nw.tag+"-"+filepath.Base(f.Name())), b, 0o644)
+			}
 		}
 		err = errors.Join(nw.n.Close(), os.RemoveAll(nw.dir))
 	})
