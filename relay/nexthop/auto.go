@@ -10,7 +10,8 @@ import (
 
 // transport: auto. Each relay chooses per link (to the next relay) and per
 // flow, from what it sees:
-//   - the shape of a Tunnel's flows here: a Tunnel whose recent flows were
+//   - the shape of a Tunnel's flows here (per target, which sets a tun
+//     Tunnel's services apart: shapeKey): a Tunnel whose recent flows were
 //     short rides QUIC, which opens a flow in one packet on a warm
 //     connection, where a TLS flow costs a handshake to refill its pool;
 //     so does one whose flows are interactive (requests and answers, the
@@ -73,8 +74,9 @@ const (
 	// lose 0.33% each); two losses, so that a stray one does not count.
 	losesLost  = 2
 	losesRatio = 0.001
-	// maxShapes bounds the Tunnels remembered (they come from manifests,
-	// but a relay may see many over its life).
+	// maxShapes bounds the Tunnels (and tun Tunnels' targets) remembered:
+	// they come from manifests and from what clients dial, and a relay may
+	// see many over its life. Past it they are all learned anew.
 	maxShapes = 4096
 	// guessRate is the rate, in bit/s, a link is taken to carry for bulk
 	// before TLS flows measured what it carries: what a bulk flow of

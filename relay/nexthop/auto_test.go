@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
+	"github.com/hoplink/hoplink/relay/hop"
 )
 
 const (
@@ -418,5 +419,30 @@ func TestAutoUnknownShapeTakesTLSWhereQUICWouldBind(t *testing.T) {
 				t.Fatalf("got %s (%s, bulk %v), want %s (%s, bulk %v)", tr, reason, bulk, tc.want, tc.reason, tc.bulk)
 			}
 		})
+	}
+}
+
+// TestAutoShapePerTarget: a flow-mode tun Tunnel carries flows to many
+// targets; echoes to one must not make a bulk flow to another ride QUIC
+// as short, while a TCP Tunnel (one target) learns as before.
+func TestAutoShapePerTarget(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	c := newChooser()
+	echo := &hop.Header{Kind: hop.KindTCP, Tunnel: "default/site", Target: "10.77.0.1:7000"}
+	sink := &hop.Header{Kind: hop.KindTCP, Tunnel: "default/site", Target: "10.77.0.1:7001"}
+	for range shortFlows {
+		c.done("b", shapeKey(echo), overQUIC, 4000, 8, time.Second, t0)
+	}
+	if got, reason, _ := c.pick("b", shapeKey(echo), true, nil, noLoss, t0); got != overQUIC || reason != ReasonShort {
+		t.Errorf("echo target: %s (%s), want quic (%s)", got, reason, ReasonShort)
+	}
+	if got, reason, _ := c.pick("b", shapeKey(sink), true, nil, noLoss, t0); got != overTLS || reason != ReasonUnmeasured {
+		t.Errorf("another target of the Tunnel: %s (%s), want tls (%s), not the echoes' shape", got, reason, ReasonUnmeasured)
+	}
+	if a, b := shapeKey(echo), shapeKey(&hop.Header{Kind: hop.KindTCP, Tunnel: "default/site", Target: "10.77.0.1:7000"}); a != b {
+		t.Errorf("one Tunnel and target, two keys: %q, %q", a, b)
+	}
+	if k := shapeKey(&hop.Header{Kind: hop.KindTCP, Tunnel: "default/t"}); k != "default/t" {
+		t.Errorf("no target: key %q, want the Tunnel's", k)
 	}
 }

@@ -107,7 +107,7 @@ func (hs *Hops) Open(ctx context.Context, h *hop.Header, transport v1alpha1.Tran
 	}
 	if err != nil {
 		if ch.meter != nil {
-			hs.auto.unwatch(ch.tunnel, ch.meter)
+			hs.auto.unwatch(ch.shape, ch.meter)
 		}
 		return nil, nil, err
 	}

@@ -189,9 +189,10 @@ func TestATunnelsTLSFlowsAreBounded(t *testing.T) {
 	for _, tunnel := range []string{"default/t", "default/u"} {
 		// Known bulk, worth a handshake; both transports measured, TLS
 		// the faster, so no flow samples QUIC.
+		key := shapeKey(&hop.Header{Tunnel: tunnel, Target: "127.0.0.1:1"})
 		for range max(shortFlows, minSamples) {
-			a.auto.done("b", tunnel, v1alpha1.TransportTLS, 8<<20, 0, time.Second, time.Now())
-			a.auto.done("b", tunnel, v1alpha1.TransportQUIC, 8<<20, 0, 2*time.Second, time.Now())
+			a.auto.done("b", key, v1alpha1.TransportTLS, 8<<20, 0, time.Second, time.Now())
+			a.auto.done("b", key, v1alpha1.TransportQUIC, 8<<20, 0, 2*time.Second, time.Now())
 		}
 	}
 	open := func(tunnel string) (*Choice, func()) {

@@ -24,6 +24,12 @@
 //     then -streams connections at once for -bulk8; goodput is what the
 //     target received within that time, the connects included.
 //
+// -paths tunchain and tun1hop measure the same relay paths entered by a
+// flow-mode tun Tunnel instead of a TCP Tunnel's listener: the client
+// dials the target's own address, which the entry's host routes into the
+// Tunnel's device, and the entry's userspace stack (gvisor's netstack)
+// ends the client's TCP on that host, so the long legs are the relays'.
+//
 // Under transport auto it also reports which transport the relays took
 // for each (hoplink_link_flows_total on each relay's metrics port).
 //
@@ -61,23 +67,61 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/hoplink/hoplink/relay/netstack"
 )
 
 // path is what a row measures: direct (hops 0), or a relay chain over a
-// transport.
+// transport, entered by a TCP Tunnel's listener or, tun set, by a
+// flow-mode tun Tunnel's device: the client dials the target's own
+// address, which the entry host routes into the device, and the entry's
+// userspace stack ends the client's TCP.
 type path struct {
 	hops      int
 	transport string
+	tun       bool
 }
 
 func (p path) String() string {
+	via := p.transport
+	if p.tun {
+		via = "tun flow, " + p.transport
+	}
 	switch p.hops {
 	case 0:
 		return "direct"
 	case 1:
-		return "1 hop, " + p.transport
+		return "1 hop, " + via
 	}
-	return fmt.Sprintf("%d hops, %s", p.hops, p.transport)
+	return fmt.Sprintf("%d hops, %s", p.hops, via)
+}
+
+// parsePaths reads -paths and -transports: every relay path once per
+// transport.
+func parsePaths(paths, tps []string, legs int) ([]path, error) {
+	var out []path
+	for _, p := range paths {
+		var hops int
+		tun := strings.HasPrefix(p, "tun")
+		switch p {
+		case "direct":
+			out = append(out, path{})
+			continue
+		case "1hop", "tun1hop":
+			hops = 1
+		case "chain", "tunchain":
+			hops = legs
+		default:
+			return nil, fmt.Errorf("-paths %q: direct, 1hop, chain, tun1hop or tunchain", p)
+		}
+		for _, t := range tps {
+			if t != "quic" && t != "tls" && t != "auto" {
+				return nil, fmt.Errorf("-transports %q: quic, tls or auto", t)
+			}
+			out = append(out, path{hops, t, tun})
+		}
+	}
+	return out, nil
 }
 
 type options struct {
@@ -100,6 +144,10 @@ var seedLegs = "152ms,32ms,69ms"
 // (net.ipv4.tcp_wmem's third figure), in bytes.
 var sendMax int
 
+// keepLogs, when set, is where each network's relay logs are copied
+// before it is removed.
+var keepLogs string
+
 func main() {
 	var o options
 	flag.StringVar(&o.hoplink, "hoplink", "bin/hoplink", "the hoplink binary the relays run")
@@ -111,8 +159,9 @@ func main() {
 	direct := flag.Duration("direct", 300*time.Millisecond, "round trip of the direct link")
 	legs := flag.String("legs", seedLegs, "round trips of the chain's legs, from the client's host on")
 	short := flag.Float64("short-loss", 0.1, "share of the loss figure on legs shorter than the longest")
-	paths := flag.String("paths", "direct,1hop,chain", "paths to measure: direct, 1hop, chain")
+	paths := flag.String("paths", "direct,1hop,chain", "paths to measure: direct, 1hop, chain, and tun1hop, tunchain (the same entered by a flow-mode tun Tunnel)")
 	tps := flag.String("transports", "quic,tls,auto", "transports of the relay paths")
+	flag.StringVar(&keepLogs, "logs", "", "directory to keep the relays' logs in (warnings: why a flow failed)")
 	flag.IntVar(&sendMax, "wmem", 0, "every host's most TCP send buffer in bytes (net.ipv4.tcp_wmem's third figure; 0: this machine's)")
 	flag.DurationVar(&o.bulk, "bulk", 20*time.Second, "how long the one bulk stream sends")
 	flag.DurationVar(&o.bulk8, "bulk8", 10*time.Second, "how long the -streams bulk streams send")
@@ -158,24 +207,9 @@ func main() {
 		}
 		o.g.names = append(o.g.names, "target")
 	}
-	for _, p := range split(*paths) {
-		switch p {
-		case "direct":
-			o.paths = append(o.paths, path{})
-		case "1hop", "chain":
-			hops := 1
-			if p == "chain" {
-				hops = len(o.g.legs)
-			}
-			for _, t := range split(*tps) {
-				if t != "quic" && t != "tls" && t != "auto" {
-					fail(fmt.Errorf("-transports %q: quic, tls or auto", t))
-				}
-				o.paths = append(o.paths, path{hops, t})
-			}
-		default:
-			fail(fmt.Errorf("-paths %q: direct, 1hop or chain", p))
-		}
+	var err error
+	if o.paths, err = parsePaths(split(*paths), split(*tps), len(o.g.legs)); err != nil {
+		fail(err)
 	}
 	if len(o.ccs) == 0 || len(o.losses) == 0 || len(o.paths) == 0 {
 		fail(errors.New("nothing to measure"))
@@ -312,6 +346,9 @@ func runOne(o options, cc string, loss float64) ([]row, error) {
 	t0 := time.Now()
 	fmt.Fprintf(os.Stderr, "== hosts' TCP %s, loss %g%%: building the network\n", cc, loss)
 	nw, err := build(o.hoplink, o.g, cc, loss/100, o.paths)
+	if nw != nil {
+		nw.tag = fmt.Sprintf("%s-%g", cc, loss)
+	}
 	current.Lock()
 	current.nw = nw
 	current.Unlock()
@@ -330,9 +367,8 @@ func runOne(o options, cc string, loss float64) ([]row, error) {
 	addrs := make([][2]string, len(o.paths)) // echo, sink
 	for i, p := range o.paths {
 		rows[i] = row{cc: cc, loss: loss, p: p}
-		addrs[i] = [2]string{nw.targetAddr(echoPort), nw.targetAddr(sinkPort)}
+		addrs[i] = [2]string{nw.pathAddr(i, p, echoPort), nw.pathAddr(i, p, sinkPort)}
 		if p.hops > 0 {
-			addrs[i] = [2]string{tunnelAddr(i, echoPort), tunnelAddr(i, sinkPort)}
 			rows[i].hops = pathHops(o.g.names, p.hops)
 		}
 	}
@@ -393,7 +429,13 @@ func runOne(o options, cc string, loss float64) ([]row, error) {
 		}()
 		r.one, r.oneErr = bulk(nw.dial, addrs[i][1], 1, o.bulk, nw.sink)
 		if c := <-ccs; p.hops > 0 {
-			r.tcpCC = c
+			r.tcpCC = or(c, "–")
+			if p.tun {
+				// The client's TCP ends at the entry's netstack, on the
+				// client's host: its leg runs the host's control one way
+				// and the netstack's the other.
+				r.tcpCC = fmt.Sprintf("client %s, netstack %s; hops %s", or(r.echo.cc, "?"), netstack.CongestionControl, r.tcpCC)
+			}
 		}
 		time.Sleep(settle)
 		r.eight, r.eightErr = bulk(nw.dial, addrs[i][1], o.streams, o.bulk8, nw.sink)
@@ -501,10 +543,12 @@ func render(o options, rows []row, took time.Duration) string {
 	fmt.Fprintf(&b, "Hosts %s, one network namespace each, with its own `hoplink relay`. Links (round trips): direct %s-%s %v; chain %s. Every link: %s%s. "+
 		"**Loss** is per direction, on the direct link and the chain's longest leg; the shorter legs lose %g of it. "+
 		"**Hosts' CC** is every host's TCP congestion control (the namespace's default: clients, targets and relays' TCP hops alike); "+
-		"**TCP CC seen** is what ran: the client's socket on the direct path, the relays' busiest hop socket halfway through the one stream on relay paths (– where none carried 64 KiB: QUIC). "+
+		"**TCP CC seen** is what ran: the client's socket on the direct path, the relays' busiest hop socket halfway through the one stream on relay paths (– where none carried 64 KiB: QUIC); "+
+		"on tun flow paths also the client's socket and the entry's userspace stack (gvisor netstack) that ends it on the client's host. "+
 		"Bulk: goodput the target received while the sender sent, connects included, one stream for %v, then %d at once for %v. "+
 		"Echo: seed 002's shape, one connection and %d sequential %d-byte echoes%s; p99 of their round trips by nearest rank; first byte is the connect and the first echo. "+
 		"Relay paths first carry warm-up echoes (rounds of 4 flows, at least %v). 1 hop: relays on the two end hosts, over the direct link; %d hops: a relay on every host. "+
+		"**tun flow**: the entry is a flow-mode tun Tunnel, whose device takes a /24 of the target's host's addresses; the client dials the target's address, and the echo and bulk flows share that one Tunnel (under auto, its learned shape too), where other paths have a TCP Tunnel per target port. "+
 		"The hosts' TCP buffers (this machine's, which namespaces copy, unless -wmem set them): %s.\n\n",
 		chain, names[0], names[len(names)-1], g.direct, strings.Join(legs, ", "), rate, jitter, g.shortShare,
 		o.bulk, o.streams, o.bulk8, o.echoes, o.size, together, o.warm, len(g.legs), buffers())

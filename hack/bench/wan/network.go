@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -73,6 +74,7 @@ type network struct {
 	dir    string
 	lns    []net.Listener
 	sink   *sinkServer
+	tag    string // the run's congestion control and loss, naming kept logs
 	procs  []*exec.Cmd
 	logs   []*os.File
 	closed sync.Once
@@ -138,6 +140,14 @@ func build(hoplink string, g geography, cc string, loss float64, ps []path) (nw 
 	if !slices.ContainsFunc(ps, func(p path) bool { return p.hops > 0 }) {
 		return nw, nil
 	}
+	for i, p := range ps {
+		// The servers listen on every address of the target's host.
+		if p.tun {
+			if out, err := last.Command("ip", "addr", "add", tunTarget(i).String()+"/32", "dev", "lo").CombinedOutput(); err != nil {
+				return nw, fmt.Errorf("%s: %v: %s", last.NS, err, strings.TrimSpace(string(out)))
+			}
+		}
+	}
 	if err := nw.startRelays(hoplink, ps); err != nil {
 		return nw, err
 	}
@@ -145,7 +155,7 @@ func build(hoplink string, g geography, cc string, loss float64, ps []path) (nw 
 		if p.hops == 0 {
 			continue
 		}
-		if err := nw.waitPath(tunnelAddr(i, echoPort), 90*time.Second); err != nil {
+		if err := nw.waitPath(nw.pathAddr(i, p, echoPort), 90*time.Second); err != nil {
 			return nw, fmt.Errorf("%s: %w", p, err)
 		}
 	}
@@ -170,13 +180,33 @@ func tunnelAddr(i, port int) string {
 	return fmt.Sprintf("127.0.0.1:%d", tunnelBase+10*i+port-echoPort)
 }
 
-func (nw *network) startRelays(hoplink string, ps []path) error {
+// tunTarget is the target's address that path i's tun Tunnel routes: one
+// of its own on the target's host, which the client's host reaches only
+// through the device, so no byte of the path takes the direct link.
+func tunTarget(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 77, byte(i), 1}) }
+
+// pathAddr is what the client dials for path i's target port.
+func (nw *network) pathAddr(i int, p path, port int) string {
+	switch {
+	case p.hops == 0:
+		return nw.targetAddr(port)
+	case p.tun:
+		return netip.AddrPortFrom(tunTarget(i), uint16(port)).String()
+	}
+	return tunnelAddr(i, port)
+}
+
+// manifests are the relays, and a Chain per relay path of ps with its
+// Tunnels: a TCP Tunnel per target port, or one flow-mode tun Tunnel that
+// carries both, as one would carry a site's traffic.
+func manifests(nodes []*linkemu.Node, ps []path) string {
 	var m strings.Builder
-	for _, node := range nw.nodes {
+	names := make([]string, len(nodes))
+	for i, node := range nodes {
+		names[i] = node.Name
 		fmt.Fprintf(&m, "apiVersion: hoplink.dev/v1alpha1\nkind: RelayNode\nmetadata: {name: %s}\nspec: {listen: {port: 7401}, endpoints: [\"%s:7401\"]}\n---\n",
 			node.Name, node.Addr)
 	}
-	names := nw.g.names
 	entry, exit, via := names[0], names[len(names)-1], names[1:len(names)-1]
 	for i, p := range ps {
 		if p.hops == 0 {
@@ -188,13 +218,23 @@ func (nw *network) startRelays(hoplink string, ps []path) error {
 		}
 		fmt.Fprintf(&m, "apiVersion: hoplink.dev/v1alpha1\nkind: Chain\nmetadata: {name: c%d}\nspec: {entry: %s, exit: %s, via: [%s], route: [%s], transport: %s}\n---\n",
 			i, entry, exit, strings.Join(via, ", "), strings.Join(route, ", "), p.transport)
+		if p.tun {
+			fmt.Fprintf(&m, "apiVersion: hoplink.dev/v1alpha1\nkind: Tunnel\nmetadata: {name: t%d}\nspec: {chain: c%d, protocol: tun, tun: {name: hlw%d, address: 10.200.%d.1/24, routes: [%s/24], mode: flow}}\n---\n",
+				i, i, i, i, netip.PrefixFrom(tunTarget(i), 24).Masked().Addr())
+			continue
+		}
 		for _, port := range []int{echoPort, sinkPort} {
 			fmt.Fprintf(&m, "apiVersion: hoplink.dev/v1alpha1\nkind: Tunnel\nmetadata: {name: t%d-%d}\nspec: {chain: c%d, listen: {address: 127.0.0.1, port: %d}, target: \"127.0.0.1:%d\"}\n---\n",
 				i, port, i, tunnelBase+10*i+port-echoPort, port)
 		}
 	}
+	return m.String()
+}
+
+func (nw *network) startRelays(hoplink string, ps []path) error {
+	names := nw.g.names
 	file := filepath.Join(nw.dir, "m.yaml")
-	if err := os.WriteFile(file, []byte(m.String()), 0o644); err != nil {
+	if err := os.WriteFile(file, []byte(manifests(nw.nodes, ps)), 0o644); err != nil {
 		return err
 	}
 	certs := filepath.Join(nw.dir, "certs")
@@ -309,6 +349,12 @@ func (nw *network) close() error {
 		nw.sink.closeAll()
 		for _, f := range nw.logs {
 			f.Close()
+			if keepLogs != "" {
+				// A failed flow's reason is in its relays' warnings,
+				// which would go with the network.
+				b, _ := os.ReadFile(f.Name())
+				os.WriteFile(filepath.Join(keepLogs, nw.tag+"-"+filepath.Base(f.Name())), b, 0o644)
+			}
 		}
 		err = errors.Join(nw.n.Close(), os.RemoveAll(nw.dir))
 	})
