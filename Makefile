@@ -9,12 +9,17 @@ FUZZSCALE ?= 2
 CONTROLLER_GEN_VERSION ?= v0.23.0
 CONTROLLER_GEN := bin/controller-gen-$(CONTROLLER_GEN_VERSION)
 
-.PHONY: all build demo test e2e fuzz bench vet fmt clean manifests generate verify-manifests
+.PHONY: all build dist demo test e2e fuzz bench vet fmt clean manifests generate verify-manifests
 
 all: build
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/hoplink ./cmd/hoplink
+
+# A release into dist/: static binaries for linux amd64 and arm64, the image
+# (when a Docker engine answers) and SHA256SUMS; docs/standalone.md.
+dist:
+	VERSION=$(VERSION) GO=$(GO) hack/dist.sh
 
 # The demo's "admin" Tunnel targets the metrics endpoint of the same process,
 # so `curl 127.0.0.1:15200/metrics` goes hk -> seattle -> la and back.
@@ -72,4 +77,4 @@ bench: build
 	hack/bench/forward.sh
 
 clean:
-	rm -rf bin
+	rm -rf bin dist

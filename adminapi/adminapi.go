@@ -67,6 +67,10 @@ type Congestion struct {
 	Algorithm string `json:"algorithm,omitempty"`
 	Reason    string `json:"reason"`
 	Fix       string `json:"fix,omitempty"`
+	// SendBuffer is the most one link socket may queue to send, in bytes:
+	// the third figure of net.ipv4.tcp_wmem where the relay runs, which
+	// bounds one TLS flow to about half of it per round trip.
+	SendBuffer int64 `json:"sendBuffer,omitempty"`
 }
 
 // Peer is a relay's link to a next hop: whether it carries flows now, and
@@ -94,7 +98,10 @@ type ChainRoute struct {
 	// Reason is why the route is what it is (routed chains).
 	Reason string `json:"reason,omitempty"`
 	// Changed is when the route last changed (routed chains).
-	Changed    time.Time   `json:"changed,omitzero"`
+	Changed time.Time `json:"changed,omitzero"`
+	// Kept says why the route stays although the last round found a
+	// cheaper candidate (hysteresis); empty when none is cheaper.
+	Kept       string      `json:"kept,omitempty"`
 	Candidates []Candidate `json:"candidates,omitempty"`
 }
 

@@ -350,7 +350,7 @@ func (r *RelayNodeReconciler) daemonSetSpec(rn *v1alpha1.RelayNode) appsv1.Daemo
 	c := corev1.Container{
 		Name:  "relay",
 		Image: image,
-		Args: []string{"relay", "--kube", "--relaynode", rn.Name, "--namespace", rn.Namespace,
+		Args: []string{"relay", "--kube", "--name", rn.Name, "--namespace", rn.Namespace,
 			"--metrics-addr", ":" + itoa(mport), "--drain-timeout", itoa(v1alpha1.DefaultDrainSeconds) + "s"},
 		Ports: []corev1.ContainerPort{
 			{Name: "quic", ContainerPort: port, Protocol: corev1.ProtocolUDP},

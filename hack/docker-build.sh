@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the hoplink image (FROM scratch, static binary) where a Docker engine
-# runs. IMAGE names it (default hoplink:dev).
+# runs. IMAGE names it (default hoplink:dev); BINARY, when set, is the static
+# linux binary to put in it (make dist's), else one is built for the host.
 #
 #   hack/docker-build.sh && kubectl apply -k config/default
 set -euo pipefail
@@ -11,7 +12,11 @@ if ! command -v docker >/dev/null || ! docker info >/dev/null 2>&1; then
   exit 2
 fi
 mkdir -p bin/image
-CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$(git describe --tags --always --dirty 2>/dev/null || echo dev)" \
-  -o bin/image/hoplink ./cmd/hoplink
+if [[ -n ${BINARY:-} ]]; then
+  cp "$BINARY" bin/image/hoplink
+else
+  CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$(git describe --tags --always --dirty 2>/dev/null || echo dev)" \
+    -o bin/image/hoplink ./cmd/hoplink
+fi
 docker build -t "$IMAGE" -f Dockerfile .
 echo "built $IMAGE"

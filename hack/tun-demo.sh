@@ -32,8 +32,8 @@ ip -n "$CL" link set veth-a up; ip -n "$SV" link set veth-b up
 ip -n "$SV" addr add 10.77.1.1/32 dev lo; ip -n "$SV" addr add 10.77.2.1/32 dev lo
 ip netns exec "$SV" python3 -m http.server --bind :: 8080 >/dev/null 2>&1 & pids+=($!)
 
-"$bin" cert ca --dir "$work/certs" >/dev/null
-"$bin" cert issue --dir "$work/certs" a b >/dev/null
+"$bin" cert ca --certs "$work/certs" >/dev/null
+"$bin" cert issue --certs "$work/certs" a b >/dev/null
 ip netns exec "$SV" "$bin" relay -f examples/tun --name b --certs "$work/certs" >"$work/b.log" 2>&1 & pids+=($!)
 ip netns exec "$CL" "$bin" relay -f examples/tun --name a --certs "$work/certs" --metrics-addr 127.0.0.1:9464 >"$work/a.log" 2>&1 & pids+=($!)
 for _ in $(seq 100); do

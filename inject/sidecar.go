@@ -75,7 +75,7 @@ func Container(rn *v1alpha1.RelayNode, c Config) corev1.Container {
 		Name:          ContainerName,
 		Image:         image,
 		RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
-		Args: []string{"relay", "--kube", "--relaynode", rn.Name, "--certs", CertsDir,
+		Args: []string{"relay", "--kube", "--name", rn.Name, "--certs", CertsDir,
 			"--metrics-addr", ":" + strconv.Itoa(int(mport))},
 		Env: []corev1.EnvVar{
 			{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"}}},

@@ -107,7 +107,7 @@ func TestContainer(t *testing.T) {
 	if c.StartupProbe == nil || c.StartupProbe.HTTPGet.Path != "/readyz" || c.ReadinessProbe.HTTPGet.Path != "/readyz" {
 		t.Error("startup and readiness probes must ask /readyz (listeners open), nothing about peers")
 	}
-	if c.Image != "hoplink:v1" || !strings.Contains(strings.Join(c.Args, " "), "--relaynode web --certs "+CertsDir) {
+	if c.Image != "hoplink:v1" || !strings.Contains(strings.Join(c.Args, " "), "--name web --certs "+CertsDir) {
 		t.Errorf("image %s args %v", c.Image, c.Args)
 	}
 	rn := sidecarNode("web")

@@ -51,6 +51,21 @@ func (s Source) String() string {
 // listed in Set.Skipped, so a folder may also hold the Kubernetes objects of
 // a demo.
 func Load(paths ...string) (*Set, error) {
+	s, err := Read(paths...)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Read reads the manifests as Load does, without checking the objects or
+// the references between them, and returns the objects it could decode
+// with the errors of those it could not: for what lists names (shell
+// completion) while the files are still being written.
+func Read(paths ...string) (*Set, error) {
 	var files []string
 	for _, p := range paths {
 		st, err := os.Stat(p)
@@ -91,13 +106,7 @@ func Load(paths ...string) (*Set, error) {
 			errs = append(errs, err)
 		}
 	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	if err := s.Validate(); err != nil {
-		return nil, err
-	}
-	return s, nil
+	return s, errors.Join(errs...)
 }
 
 // Parse reads manifests from memory, as Load does from a file named name.
@@ -126,9 +135,9 @@ func (s *Set) decodeFile(file string, data []byte) error {
 			src.Line = seps[doc-2]
 		}
 		if err != nil {
-			return fmt.Errorf("%s: not valid YAML: %s", src, src.fileLines(err))
+			return fmt.Errorf("%s: not valid YAML: %s%s", src, src.fileLines(err), tabHint(data, src, err))
 		}
-		if err := s.decodeDoc(src, raw); err != nil {
+		if err := s.decodeDoc(src, raw, data); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -158,6 +167,39 @@ func (s Source) fileLines(err error) string {
 	})
 }
 
+// tabHint names the tab behind a YAML error: the parser says "found
+// character that cannot start any token" of a line indented with one,
+// which does not say what to change. It looks at the line the error
+// names, then at the rest of the document.
+func tabHint(file []byte, src Source, err error) string {
+	lines := bytes.Split(file, []byte("\n"))
+	indentedWithTab := func(n int) bool {
+		if n < 1 || n > len(lines) {
+			return false
+		}
+		l := lines[n-1]
+		return bytes.IndexByte(l[:len(l)-len(bytes.TrimLeft(l, " \t"))], '\t') >= 0
+	}
+	hint := func(n int) string {
+		return fmt.Sprintf("; line %d is indented with a tab: YAML indents with spaces only, so replace the tab with spaces", n)
+	}
+	if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
+		n, _ := strconv.Atoi(m[1])
+		if indentedWithTab(n + src.Line) {
+			return hint(n + src.Line)
+		}
+	}
+	for n := src.Line + 1; n <= len(lines); n++ {
+		if n > src.Line+1 && bytes.HasPrefix(lines[n-1], []byte("---")) {
+			break // the next document
+		}
+		if indentedWithTab(n) {
+			return hint(n)
+		}
+	}
+	return ""
+}
+
 type typeMeta struct {
 	APIVersion string `json:"apiVersion"`
 	Kind       string `json:"kind"`
@@ -166,10 +208,10 @@ type typeMeta struct {
 	} `json:"metadata"`
 }
 
-func (s *Set) decodeDoc(src Source, raw []byte) error {
+func (s *Set) decodeDoc(src Source, raw, file []byte) error {
 	js, err := yaml.YAMLToJSON(raw)
 	if err != nil {
-		return fmt.Errorf("%s: not valid YAML: %s", src, src.fileLines(err))
+		return fmt.Errorf("%s: not valid YAML: %s%s", src, src.fileLines(err), tabHint(file, src, err))
 	}
 	if t := bytes.TrimSpace(js); len(t) == 0 || bytes.Equal(t, []byte("null")) {
 		return nil // empty document, e.g. after a trailing "---"

@@ -2,6 +2,7 @@ package manifest
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 
@@ -311,4 +312,25 @@ func PrefixesHold(prefixes []string, addr netip.Addr) bool {
 		}
 	}
 	return false
+}
+
+// WithEndpoints returns a copy of s in which the named RelayNodes have
+// other endpoints: what one relay of local mode dials when its links to
+// them are emulated. Chains and Tunnels are shared with s.
+func (s *Set) WithEndpoints(endpoints map[string][]string) *Set {
+	c := *s
+	c.src = maps.Clone(s.src)
+	c.relays = maps.Clone(s.relays)
+	c.Relays = slices.Clone(s.Relays)
+	for i, r := range c.Relays {
+		eps, ok := endpoints[r.Name]
+		if !ok {
+			continue
+		}
+		cp := r.DeepCopy()
+		cp.Spec.Endpoints = slices.Clone(eps)
+		c.Relays[i], c.relays[r.Name] = cp, cp
+		c.src[cp] = s.src[r]
+	}
+	return &c
 }

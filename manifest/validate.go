@@ -23,7 +23,12 @@ type problems struct {
 }
 
 func (p *problems) add(src Source, kind, name, field, format string, args ...any) {
-	p.errs = append(p.errs, fmt.Errorf("%s: %s %q: %s: %s", src, kind, name, field, fmt.Sprintf(format, args...)))
+	p.addErr(kind, name, fmt.Errorf("%s: %s %q: %s: %s", src, kind, name, field, fmt.Sprintf(format, args...)))
+}
+
+// addErr records err, which names src, kind, name and field itself.
+func (p *problems) addErr(kind, name string, err error) {
+	p.errs = append(p.errs, err)
 	if p.objs == nil {
 		p.objs = map[string]bool{}
 	}
@@ -186,7 +191,13 @@ func (s *Set) validateTunnel(p *problems, t *v1alpha1.Tunnel) {
 	if t.Spec.Chain == "" {
 		bad("spec.chain", "required: name a Chain")
 	} else if s.ChainOf(t) == nil {
-		bad("spec.chain", "unknown Chain %q in namespace %q", t.Spec.Chain, t.Namespace)
+		var names []string
+		for _, c := range s.Chains {
+			if c.Namespace == t.Namespace {
+				names = append(names, c.Name)
+			}
+		}
+		bad("spec.chain", "unknown Chain %q in namespace %q (it has: %s)%s", t.Spec.Chain, t.Namespace, orNone(names), DidYouMean(t.Spec.Chain, names))
 	}
 	switch t.Spec.Protocol {
 	case v1alpha1.ProtocolTCP, v1alpha1.ProtocolUDP:
@@ -353,11 +364,36 @@ func (s *Set) validateEndpoints(p *problems) {
 			if c.Spec.Mode.Routed() {
 				role = fmt.Sprintf("may carry flows of %s Chain %q", c.Spec.Mode, Key(c.Namespace, c.Name))
 			}
-			p.add(s.src[r], "RelayNode", r.Name, "spec.endpoints",
-				"required: relay %q %s, so peers must know where to dial it (e.g. [\"127.0.0.1:%d\"])", r.Name, role, r.Spec.Listen.Port)
+			p.addErr("RelayNode", r.Name, &MissingEndpointError{
+				err:   fmt.Errorf("%s: RelayNode %q: spec.endpoints: required: relay %q %s, so peers must know where to dial it: %s", s.src[r], r.Name, r.Name, role, endpointHint(r)),
+				Relay: r.Name, Port: r.Spec.Listen.Port,
+			})
 			break
 		}
 	}
+}
+
+// MissingEndpointError is a relay that peers dial without spec.endpoints:
+// the relay's own process, which knows its host, may say more.
+type MissingEndpointError struct {
+	err   error
+	Relay string
+	Port  int32
+}
+
+func (e *MissingEndpointError) Error() string { return e.err.Error() }
+
+// endpointHint suggests endpoints for r. Its own listen address when that
+// names one; else an address of its host, which these files do not know:
+// loopback, what suits only relays that share one host, must not read as
+// the answer for a relay on a host of its own.
+func endpointHint(r *v1alpha1.RelayNode) string {
+	port := strconv.Itoa(int(r.Spec.Listen.Port))
+	if a, err := netip.ParseAddr(r.Spec.Listen.Address); err == nil && !a.IsUnspecified() {
+		return fmt.Sprintf("it listens on %s only, so endpoints: [%q]", a, net.JoinHostPort(a.String(), port))
+	}
+	return fmt.Sprintf("give the address or name other hosts reach its host at, e.g. endpoints: [%q] (or [%q] when every relay runs on one host, as with hoplink local)",
+		net.JoinHostPort(r.Name+".example.net", port), net.JoinHostPort("127.0.0.1", port))
 }
 
 type listenKey struct {
@@ -484,4 +520,12 @@ func checkHostPort(hp string) error {
 		return fmt.Errorf("%q: port %q is out of range; use 1-65535", hp, port)
 	}
 	return nil
+}
+
+// orNone lists names, or says there are none.
+func orNone(names []string) string {
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ", ")
 }

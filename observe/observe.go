@@ -29,7 +29,13 @@ type Report struct {
 	NotReady []string `json:"notReady,omitempty"`
 	// API is what the cluster's objects say (status --kube).
 	API []Object `json:"api,omitempty"`
+	// Warnings are what needs doing soon, though everything works now:
+	// certificates that expire within CertWarning, one line each.
+	Warnings []string `json:"warnings,omitempty"`
 }
+
+// CertWarning is how close to its expiry a certificate in use is warned of.
+const CertWarning = 30 * 24 * time.Hour
 
 // Relay is one relay's answer, or why there is none.
 type Relay struct {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -55,7 +56,12 @@ func ProbeChain(ctx context.Context, set *manifest.Set, p Prober, chain, ns stri
 		c = set.Chain(manifest.Key(ns, chain))
 	}
 	if c == nil {
-		return nil, fmt.Errorf("no Chain %q in the manifests (chains: %v)", chain, chainNames(set))
+		// Suggest names as they would be typed here: NAME in ns.
+		var typed []string
+		for _, k := range chainNames(set) {
+			typed = append(typed, strings.TrimPrefix(k, ns+"/"))
+		}
+		return nil, fmt.Errorf("no Chain %q in the manifests (chains: %s)%s", chain, strings.Join(typed, ", "), manifest.DidYouMean(chain, typed))
 	}
 	key := manifest.Key(c.Namespace, c.Name)
 	endpoint := func(relay string) (string, error) {

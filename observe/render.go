@@ -47,6 +47,9 @@ func WriteReport(w io.Writer, r *Report) error {
 			}
 		}
 		for _, p := range st.Peers {
+			if n := windowNote(st, p); n != "" {
+				notes = append(notes, n)
+			}
 			up := yesNo(p.Up)
 			if p.Draining {
 				up = "draining"
@@ -63,7 +66,13 @@ func WriteReport(w io.Writer, r *Report) error {
 			if !c.Changed.IsZero() {
 				changed = r.Time.Sub(c.Changed).Round(time.Second).String() + " ago"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", c.Chain, c.Mode, routeString(c.Route), changed, orDash(c.Reason))
+			// A route kept over a cheaper candidate is on it for that
+			// reason now, whatever chose it first.
+			reason := c.Reason
+			if c.Kept != "" {
+				reason = c.Kept
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", c.Chain, c.Mode, routeString(c.Route), changed, orDash(reason))
 			for _, cd := range c.Candidates {
 				cands = append(cands, fmt.Sprintf("%s\t%s\t%s\t%s\t%s", c.Chain, routeString(cd.Route), dur(cd.Cost), dur(cd.Estimated), dur(cd.Measured)))
 			}
@@ -96,6 +105,12 @@ func WriteReport(w io.Writer, r *Report) error {
 	if len(notes) > 0 {
 		fmt.Fprintln(w, "\nnotes:")
 		for _, n := range notes {
+			fmt.Fprintf(w, "  %s\n", n)
+		}
+	}
+	if len(r.Warnings) > 0 {
+		fmt.Fprintln(w, "\nwarnings:")
+		for _, n := range r.Warnings {
 			fmt.Fprintf(w, "  %s\n", n)
 		}
 	}
@@ -195,3 +210,43 @@ func orDash(s string) string {
 	}
 	return s
 }
+
+// windowNoteBelow is the rate under which a link's note says that one TLS
+// flow cannot carry more: a long link, where the send buffer a socket may
+// have runs out before the path is full.
+const windowNoteBelow = 100e6
+
+// windowNote says, for a link whose round trip is long enough that one TLS
+// flow is bound by the relay's most send buffer below windowNoteBelow, how
+// fast one flow can go and what to raise. A TCP socket keeps in flight
+// about half of what it may queue (the rest is the kernel's bookkeeping),
+// so one flow carries at most SendBuffer/2 per round trip: 4 MiB at 300 ms
+// is 56 Mbit/s, what one stream carried in the WAN benchmark.
+func windowNote(st *adminapi.Status, p adminapi.Peer) string {
+	c, rtt := st.Congestion, p.RTT.D()
+	if c == nil || c.SendBuffer <= 0 || rtt <= 0 {
+		return ""
+	}
+	bps := float64(c.SendBuffer) / 2 * 8 / rtt.Seconds()
+	if bps >= windowNoteBelow {
+		return ""
+	}
+	return fmt.Sprintf("%s -> %s: one TLS flow carries at most %.0f Mbit/s at this link's %s round trip, since a socket here may queue %s to send "+
+		"(net.ipv4.tcp_wmem): raise its third figure where %s runs (a hostNetwork relay: on the node, sysctl -w net.ipv4.tcp_wmem=\"4096 16384 %d\"; "+
+		"a relay in a pod network: the pod's securityContext.sysctls), or let bulk ride several flows",
+		st.Relay, p.Name, bps/1e6, dur(p.RTT), mib(c.SendBuffer), st.Relay, suggestSendBuffer(rtt))
+}
+
+// suggestSendBuffer is a send buffer that lets one flow carry 250 Mbit/s at
+// rtt, within 64 MiB: a power of two from 16 MiB. What a flow whose next
+// hop stalls may hold in the kernel grows with it (tcp_mem bounds the host).
+func suggestSendBuffer(rtt time.Duration) int64 {
+	need := int64(2 * 250e6 / 8 * rtt.Seconds())
+	b := int64(16 << 20)
+	for b < need && b < 64<<20 {
+		b *= 2
+	}
+	return b
+}
+
+func mib(b int64) string { return fmt.Sprintf("%g MiB", float64(b)/(1<<20)) }

@@ -18,10 +18,12 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math/big"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -235,6 +237,9 @@ func (ca *CA) KeyPEM() ([]byte, error) {
 // LoadCA reads a CA certificate and key written by WriteCA.
 func LoadCA(certFile, keyFile string) (*CA, error) {
 	certPEM, err := os.ReadFile(certFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("load CA: %w: make a CA with 'hoplink cert ca --certs %s', or give the directory that holds ca.crt and ca.key", err, filepath.Dir(certFile))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("load CA: %w", err)
 	}
@@ -377,20 +382,78 @@ func verifiedPair(name string, roots *x509.CertPool, certPEM, keyPEM []byte) (tl
 }
 
 // LoadIdentity reads a relay's CA, certificate and key from PEM files.
+// A missing file or a certificate out of its validity says which command
+// makes or renews it, or that the clock is off.
 func LoadIdentity(name, caFile, certFile, keyFile string) (*Identity, error) {
 	var blobs [3][]byte
 	for i, f := range []string{caFile, certFile, keyFile} {
 		b, err := os.ReadFile(f)
-		if err != nil {
+		switch {
+		case errors.Is(err, fs.ErrNotExist) && i == 0:
+			return nil, fmt.Errorf("CA certificate: %w: copy into %s the ca.crt of the CA that issues the relays' certificates ('hoplink cert ca --certs DIR' makes a CA)", err, filepath.Dir(f))
+		case errors.Is(err, fs.ErrNotExist):
+			return nil, fmt.Errorf("relay certificate: %w: %s", err, issueHint(name, caFile, certFile, keyFile))
+		case errors.Is(err, fs.ErrPermission):
+			return nil, fmt.Errorf("%w: this relay runs as uid %d, which may not read it: make it readable to that user (chown, or a group of its and chmod 0640)", err, os.Getuid())
+		case err != nil:
 			return nil, err
 		}
 		blobs[i] = b
 	}
 	id, err := NewIdentity(name, blobs[0], blobs[1], blobs[2])
 	if err != nil {
-		return nil, fmt.Errorf("%s, %s: %w", certFile, keyFile, err)
+		return nil, fmt.Errorf("%s, %s: %w%s%s", certFile, keyFile, err, validityHint(blobs[1], name, time.Now()), mismatchHint(err, name, caFile, certFile))
 	}
 	return id, nil
+}
+
+// mismatchHint says which files do not belong together.
+func mismatchHint(err error, name, caFile, certFile string) string {
+	var authority x509.UnknownAuthorityError
+	var host x509.HostnameError
+	switch {
+	case errors.As(err, &authority):
+		return fmt.Sprintf("; %s was not issued by the CA of %s: issue it again from that CA ('hoplink cert issue'), or put in %s the CA that issued it", certFile, caFile, caFile)
+	case errors.As(err, &host):
+		return fmt.Sprintf("; %s is another relay's: give relay %q its own (--certs DIR reads DIR/%s.crt and DIR/%s.key)", certFile, name, name, name)
+	case strings.Contains(err.Error(), "private key does not match public key"):
+		return "; the key is not the certificate's: copy both from one 'hoplink cert issue'"
+	}
+	return ""
+}
+
+// issueHint says how to make a relay's missing certificate files: the
+// exact command when the CA's key is beside its certificate and the
+// files go where 'hoplink cert issue' writes them.
+func issueHint(name, caFile, certFile, keyFile string) string {
+	dir := filepath.Dir(caFile)
+	_, err := os.Stat(filepath.Join(dir, "ca.key"))
+	if err == nil && certFile == filepath.Join(dir, name+".crt") && keyFile == filepath.Join(dir, name+".key") {
+		return fmt.Sprintf("issue them with 'hoplink cert issue --certs %s %s'", dir, name)
+	}
+	return fmt.Sprintf("issue them with 'hoplink cert issue --certs DIR %s' where the CA's key is (it writes DIR/%s.crt and DIR/%s.key), then copy both to %s and %s", name, name, name, certFile, keyFile)
+}
+
+// validityHint says why a certificate is not valid now, when that is why:
+// expired (renew it), or not valid yet (this host's clock is behind).
+func validityHint(certPEM []byte, name string, now time.Time) string {
+	b, _ := pem.Decode(certPEM)
+	if b == nil {
+		return ""
+	}
+	c, err := x509.ParseCertificate(b.Bytes)
+	if err != nil {
+		return ""
+	}
+	switch {
+	case now.After(c.NotAfter):
+		return fmt.Sprintf("; it expired on %s: renew it with 'hoplink cert renew --certs DIR %s' where the CA's key is (if it should still be valid, this host's clock is ahead: it says %s)",
+			c.NotAfter.UTC().Format(time.RFC3339), name, now.UTC().Format(time.RFC3339))
+	case now.Before(c.NotBefore):
+		return fmt.Sprintf("; it is valid from %s, and this host's clock says %s: set the clock right (NTP: timedatectl set-ntp true)",
+			c.NotBefore.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
+	}
+	return ""
 }
 
 // Issue makes an in-memory Identity for a relay, as local mode does.
@@ -542,7 +605,7 @@ func writeFiles(dir string, files map[string][]byte) error {
 	}
 	for name := range files {
 		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
-			return fmt.Errorf("%s exists; remove it first or choose another --dir", filepath.Join(dir, name))
+			return fmt.Errorf("%s exists; remove it first or choose another directory", filepath.Join(dir, name))
 		}
 	}
 	for name, data := range files {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestIdentityChecksNameAndCA(t *testing.T) {
@@ -185,4 +186,67 @@ func mustLeaf(t *testing.T, certPEM []byte) *x509.Certificate {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// A relay's certificate files that are missing, expired or not valid yet
+// fail with the command that makes or renews them, or the clock to fix.
+func TestLoadIdentitySaysWhatToDo(t *testing.T) {
+	dir := t.TempDir()
+	f := func(n string) string { return filepath.Join(dir, n) }
+	if _, err := LoadCA(f("ca.crt"), f("ca.key")); err == nil || !strings.Contains(err.Error(), "make a CA with 'hoplink cert ca --certs "+dir+"'") {
+		t.Errorf("no CA: %v", err)
+	}
+	if _, err := LoadIdentity("hk", f("ca.crt"), f("hk.crt"), f("hk.key")); err == nil || !strings.Contains(err.Error(), "CA certificate: open "+f("ca.crt")) ||
+		!strings.Contains(err.Error(), "'hoplink cert ca --certs DIR' makes a CA") {
+		t.Errorf("no ca.crt: %v", err)
+	}
+	ca, _ := NewCA("test")
+	if err := ca.WriteCA(dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadIdentity("hk", f("ca.crt"), f("hk.crt"), f("hk.key")); err == nil || !strings.Contains(err.Error(), "no such file or directory: issue them with 'hoplink cert issue --certs "+dir+" hk'") {
+		t.Errorf("no hk.crt, the CA's key beside: %v", err)
+	}
+	other := t.TempDir()
+	if _, err := LoadIdentity("hk", f("ca.crt"), filepath.Join(other, "hk.crt"), filepath.Join(other, "hk.key")); err == nil ||
+		!strings.Contains(err.Error(), "issue them with 'hoplink cert issue --certs DIR hk' where the CA's key is") {
+		t.Errorf("no hk.crt elsewhere: %v", err)
+	}
+	// Expired a minute ago.
+	cert, key, err := ca.issue("hk", -time.Minute, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth})
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(f("hk.crt"), cert, 0o644)
+	os.WriteFile(f("hk.key"), key, 0o600)
+	if _, err := LoadIdentity("hk", f("ca.crt"), f("hk.crt"), f("hk.key")); err == nil || !strings.Contains(err.Error(), "renew it with 'hoplink cert renew --certs DIR hk'") {
+		t.Errorf("expired: %v", err)
+	}
+	// Files that do not belong together.
+	otherCA, _ := NewCA("other")
+	otherCert, otherKey, _ := otherCA.Issue("hk")
+	laCert, laKey, _ := ca.Issue("la")
+	hkCert, _, _ := ca.Issue("hk")
+	for _, tc := range []struct {
+		cert, key []byte
+		want      string
+	}{
+		{otherCert, otherKey, "; " + f("hk.crt") + " was not issued by the CA of " + f("ca.crt") + ": issue it again from that CA ('hoplink cert issue'), or put in " + f("ca.crt") + " the CA that issued it"},
+		{laCert, laKey, "; " + f("hk.crt") + ` is another relay's: give relay "hk" its own (--certs DIR reads DIR/hk.crt and DIR/hk.key)`},
+		{hkCert, laKey, "; the key is not the certificate's: copy both from one 'hoplink cert issue'"},
+	} {
+		os.WriteFile(f("hk.crt"), tc.cert, 0o644)
+		os.WriteFile(f("hk.key"), tc.key, 0o600)
+		if _, err := LoadIdentity("hk", f("ca.crt"), f("hk.crt"), f("hk.key")); err == nil || !strings.HasSuffix(err.Error(), tc.want) {
+			t.Errorf("%v, want it to end %q", err, tc.want)
+		}
+	}
+	// Issued now, read by a host whose clock is a day behind.
+	good, _, _ := ca.Issue("hk")
+	if h := validityHint(good, "hk", time.Now().Add(-24*time.Hour)); !strings.Contains(h, "and this host's clock says") || !strings.Contains(h, "set the clock right") {
+		t.Errorf("clock behind: %q", h)
+	}
+	if h := validityHint(good, "hk", time.Now()); h != "" {
+		t.Errorf("a valid certificate: %q", h)
+	}
 }

@@ -1,6 +1,10 @@
 package relay
 
 import (
+	"os"
+	"strconv"
+	"strings"
+
 	"github.com/hoplink/hoplink/adminapi"
 	"github.com/hoplink/hoplink/manifest"
 	"github.com/hoplink/hoplink/relay/nexthop"
@@ -38,5 +42,23 @@ func (r *Relay) congestionStatus() *adminapi.Congestion {
 	if c == nil {
 		return nil
 	}
-	return &adminapi.Congestion{Want: c.Want, Algorithm: c.Algorithm, Reason: c.Reason, Fix: c.Fix}
+	return &adminapi.Congestion{Want: c.Want, Algorithm: c.Algorithm, Reason: c.Reason, Fix: c.Fix, SendBuffer: sendBufferMax()}
+}
+
+// sendBufferMax is the most the kernel's autotuning gives a TCP socket of
+// this network namespace to send (net.ipv4.tcp_wmem's third figure), 0
+// where it cannot be read. The relay does not raise it past that: setting
+// SO_SNDBUF is capped by net.core.wmem_max (200 KiB on a stock host) and
+// turns the autotuning off, so it would shrink most links' buffers.
+func sendBufferMax() int64 {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/tcp_wmem")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 3 {
+		return 0
+	}
+	v, _ := strconv.ParseInt(f[2], 10, 64)
+	return v
 }

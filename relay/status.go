@@ -38,7 +38,7 @@ func (r *Relay) status() *adminapi.Status {
 			cr.Mode = "static"
 		}
 		if d, changed, ok := r.routes.lastRound(key); ok {
-			cr.Reason, cr.Changed = d.Reason, changed.UTC()
+			cr.Reason, cr.Kept, cr.Changed = d.Reason, d.Kept, changed.UTC()
 			for _, p := range d.Candidates {
 				cr.Candidates = append(cr.Candidates, adminapi.Candidate{Route: p.Relays, Cost: measure.Duration(p.Cost),
 					Estimated: measure.Duration(p.Estimated), Measured: measure.Duration(p.Measured)})

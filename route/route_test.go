@@ -181,3 +181,35 @@ func TestSelectorStartDropChallenged(t *testing.T) {
 		t.Fatalf("after Drop: %+v", d)
 	}
 }
+
+// A route kept while a cheaper candidate exists says why: the candidate
+// wins by less than the margin, or has not won for enough rounds yet.
+func TestSelectorSaysWhyItKeeps(t *testing.T) {
+	a := []string{"hk", "seattle", "la"}
+	b := []string{"hk", "la"}
+	for _, tc := range []struct {
+		name  string
+		h     Hysteresis
+		start []string
+		cands []Path
+		cost  time.Duration
+		want  string
+	}{
+		{"below the floor", DefaultHysteresis, a, []Path{path(10*ms-400*time.Microsecond, b...), path(10*ms, a...)}, 10 * ms,
+			"kept: candidate hk,la is 400µs cheaper, below the 2ms / 5% switch threshold"},
+		{"below the percentage", Hysteresis{Fraction: 0.1, Min: 2 * ms, Rounds: 2}, a, []Path{path(290*ms, b...)}, 300 * ms,
+			"kept: candidate hk,la is 10ms cheaper, below the 10% = 30ms switch threshold"},
+		{"winning, not for long enough", DefaultHysteresis, a, []Path{path(20*ms, b...)}, 30 * ms,
+			"kept: candidate hk,la is 10ms cheaper, beyond the 2ms / 5% switch threshold for 1 of the 2 rounds it must win"},
+		{"current is the cheapest", DefaultHysteresis, a, []Path{path(10*ms, a...), path(11*ms, b...)}, 10 * ms, ""},
+		{"an equal candidate first", DefaultHysteresis, a, []Path{path(10*ms, b...), path(10*ms, a...)}, 10 * ms, ""},
+		{"first route", DefaultHysteresis, nil, []Path{path(10*ms, b...)}, 0, ""},
+	} {
+		s := &Selector{H: tc.h}
+		s.Start(tc.start)
+		d := s.Next(tc.cands, tc.cost, true)
+		if d.Kept != tc.want {
+			t.Errorf("%s: kept %q, want %q", tc.name, d.Kept, tc.want)
+		}
+	}
+}

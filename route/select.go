@@ -3,6 +3,7 @@ package route
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 )
 
@@ -57,6 +58,10 @@ type Decision struct {
 	Cost    time.Duration // of Route, as measured this round
 	Changed bool
 	Reason  string // why it changed, for logs and Events
+	// Kept says why Route stays although a cheaper candidate exists: the
+	// candidate wins by less than the margin, or has not won for enough
+	// rounds yet. Empty when Route changed or is the cheapest.
+	Kept string
 }
 
 // Challenged reports whether a better route has won the last rounds but
@@ -86,9 +91,15 @@ func (s *Selector) Next(cands []Path, currentCost time.Duration, currentOK bool)
 		s.streak, s.wins = nil, 0
 		return Decision{Route: s.current, Cost: currentCost}
 	}
-	if best.Cost >= currentCost-s.H.Margin(currentCost) {
+	margin := s.H.Margin(currentCost)
+	if best.Cost >= currentCost-margin {
 		s.streak, s.wins = nil, 0
-		return Decision{Route: s.current, Cost: currentCost}
+		d := Decision{Route: s.current, Cost: currentCost}
+		if best.Cost < currentCost {
+			d.Kept = fmt.Sprintf("kept: candidate %s is %v cheaper, below the %s switch threshold",
+				Key(best.Relays), roundCost(currentCost-best.Cost), s.threshold(margin))
+		}
+		return d
 	}
 	if !slices.Equal(best.Relays, s.streak) {
 		s.streak, s.wins = slices.Clone(best.Relays), 0
@@ -96,11 +107,26 @@ func (s *Selector) Next(cands []Path, currentCost time.Duration, currentOK bool)
 	s.wins++
 	rounds := max(s.H.Rounds, 1)
 	if s.wins < rounds {
-		return Decision{Route: s.current, Cost: currentCost}
+		return Decision{Route: s.current, Cost: currentCost,
+			Kept: fmt.Sprintf("kept: candidate %s is %v cheaper, beyond the %s switch threshold for %d of the %d rounds it must win",
+				Key(best.Relays), roundCost(currentCost-best.Cost), s.threshold(margin), s.wins, rounds)}
 	}
 	return s.take(best, fmt.Sprintf("%v at %v beats %v at %v by more than %v for %d rounds",
 		best.Relays, best.Cost.Round(10*time.Microsecond), s.current, currentCost.Round(10*time.Microsecond), s.H.Margin(currentCost).Round(10*time.Microsecond), rounds))
 }
+
+// threshold is the margin for a kept reason: what it is now, and the
+// rule when the percentage sets it ("2ms / 5%" or "5% = 15ms").
+func (s *Selector) threshold(margin time.Duration) string {
+	pct := strconv.FormatFloat(100*s.H.Fraction, 'f', -1, 64) + "%"
+	if margin > s.H.Min {
+		return pct + " = " + roundCost(margin).String()
+	}
+	return roundCost(s.H.Min).String() + " / " + pct
+}
+
+// roundCost rounds a cost for a reason: to 10 µs, as route changes say.
+func roundCost(d time.Duration) time.Duration { return d.Round(10 * time.Microsecond) }
 
 func (s *Selector) take(p Path, reason string) Decision {
 	s.current = slices.Clone(p.Relays)

@@ -59,6 +59,9 @@ type Decision struct {
 	// Previous is the route before a change.
 	Previous []string
 	Reason   string
+	// Kept says why Route stays although a cheaper candidate exists (see
+	// route.Decision); empty otherwise.
+	Kept string
 	// Estimated and Measured are the route's figures this round; zero when
 	// unknown.
 	Estimated, Measured time.Duration
@@ -394,7 +397,7 @@ func (l *loop) round(ctx context.Context, ch *v1alpha1.Chain) Decision {
 	earlyUntil := start.Add(pipeWait(interval))
 	earlyDone := probeRoutes(early, earlyUntil)
 
-	g, chosen, unmeasured, late, tableErr := l.gather(ctx, start.Add(tablesWait(interval)), ch, current, interval)
+	g, chosen, unmeasured, late, down, tableErr := l.gather(ctx, start.Add(tablesWait(interval)), ch, current, interval)
 	d := Decision{Chain: l.key, Unmeasured: unmeasured, Late: late}
 	cands := route.Candidates(g, route.Request{Entry: ch.Spec.Entry, Exit: ch.Spec.Exit, Via: ch.Spec.Via, MaxHops: int(ch.Spec.MaxHops)},
 		int(candidates(ch)))
@@ -417,12 +420,13 @@ func (l *loop) round(ctx context.Context, ch *v1alpha1.Chain) Decision {
 	closed = true // measured is the round's from here on
 	mmu.Unlock()
 	ranked, cost, ok := route.Rank(md, g, cands, measured, current)
-	if current == nil && len(unmeasured) > 0 && l.c.o.Clock.Since(l.born) < max(interval, time.Second) {
+	if current == nil && len(unmeasured)+len(down) > 0 && l.c.o.Clock.Since(l.born) < max(interval, time.Second) {
 		// A chain's first round often runs while its relays' connections
-		// come up: wait a little for all of them rather than take the one
-		// route measured so far and change it a moment later.
+		// come up: wait a little for all of them, and for every link
+		// between them, rather than take the one route measured so far
+		// and change it a moment later.
 		d.Candidates = ranked
-		d.Err = fmt.Errorf("waiting for relays %v before the first route", unmeasured)
+		d.Err = fmt.Errorf("waiting for relays %v and links %v before the first route", unmeasured, down)
 		return d
 	}
 	var sd route.Decision
@@ -433,7 +437,7 @@ func (l *loop) round(ctx context.Context, ch *v1alpha1.Chain) Decision {
 	} else {
 		sd = l.sel.Next(ranked, cost, ok)
 	}
-	d.Route, d.Changed, d.Reason, d.Candidates = sd.Route, sd.Changed, sd.Reason, ranked
+	d.Route, d.Changed, d.Reason, d.Kept, d.Candidates = sd.Route, sd.Changed, sd.Reason, sd.Kept, ranked
 	if sd.Changed {
 		d.Previous = current
 	}
@@ -483,10 +487,10 @@ func (l *loop) probeMissed(md route.Mode, g *route.Graph, measured map[string]ti
 // that has not answered by then adds the table it answered last, if that
 // came within keepTable (it is late), or no links (it is unmeasured):
 // routes through it cannot be priced, and one that has died shows anyway
-// in the links toward it, which its peers' probes find down. Requests not
-// answered by wait go on (see tableBook).
+// in the links toward it, which its peers' probes find down (listed in
+// down). Requests not answered by wait go on (see tableBook).
 func (l *loop) gather(ctx context.Context, wait time.Time, ch *v1alpha1.Chain, current []string, interval time.Duration) (
-	g *route.Graph, chosen map[[2]string]v1alpha1.LinkTransport, unmeasured, late []string, err error) {
+	g *route.Graph, chosen map[[2]string]v1alpha1.LinkTransport, unmeasured, late, down []string, err error) {
 	wctx, cancel := context.WithDeadline(ctx, wait)
 	defer cancel()
 	g = &route.Graph{}
@@ -495,6 +499,8 @@ func (l *loop) gather(ctx context.Context, wait time.Time, ch *v1alpha1.Chain, c
 		for _, link := range t.Links {
 			if link.Up {
 				g.SetLink(relay, link.To, link.RTT.D())
+			} else {
+				down = append(down, relay+" -> "+link.To)
 			}
 			if link.Transport != "" {
 				chosen[[2]string{relay, link.To}] = v1alpha1.LinkTransport{From: relay, To: link.To,
@@ -583,7 +589,7 @@ func (l *loop) gather(ctx context.Context, wait time.Time, ch *v1alpha1.Chain, c
 			}
 		}
 	}
-	return g, chosen, unmeasured, late, errors.Join(errs...)
+	return g, chosen, unmeasured, late, down, errors.Join(errs...)
 }
 
 func noRoute(ch *v1alpha1.Chain, md route.Mode, unmeasured []string, err error) error {

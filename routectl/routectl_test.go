@@ -27,6 +27,7 @@ type script struct {
 	links   map[[2]string]time.Duration // one way is enough: routes go forward
 	direct  map[string]bool             // relays the entry reaches directly
 	pipeErr map[string]bool             // routes whose end-to-end probe fails
+	down    map[[2]string]bool          // links their relay reports down
 	asked   []string                    // "relay via a,b"
 	// gates hold a relay's answers until closed (a busy or hung relay):
 	// until its context ends as well when honorCtx, else regardless, as a
@@ -64,7 +65,7 @@ func (s *script) Links(ctx context.Context, req LinksRequest) (*measure.Table, e
 			if l[1] == "la" {
 				tr = "tls"
 			}
-			t.Links = append(t.Links, measure.Link{To: l[1], Up: true, RTT: measure.Duration(rtt), Transport: tr, TransportReason: "measured"})
+			t.Links = append(t.Links, measure.Link{To: l[1], Up: !s.down[l], RTT: measure.Duration(rtt), Transport: tr, TransportReason: "measured"})
 		}
 	}
 	return t, nil
@@ -162,6 +163,59 @@ func TestPipeToleratesOneMissedProbe(t *testing.T) {
 	d := l.round(ctx, l.chain)
 	if !d.Changed || route.Key(d.Route) != "hk,useast" {
 		t.Fatalf("two missed probes in a row kept the chain: %+v", d)
+	}
+}
+
+// A round that keeps the current route over a cheaper candidate says so,
+// in sum mode (by the links' sums) as in pipe mode (by the traces).
+func TestRoundSaysWhyItKeepsTheRoute(t *testing.T) {
+	s := &script{
+		links: map[[2]string]time.Duration{
+			{"hk", "useast"}: 10 * ms, {"hk", "seattle"}: 5 * ms, {"seattle", "useast"}: 4500 * time.Microsecond,
+		},
+		direct: map[string]bool{"seattle": true, "la": true, "useast": true},
+	}
+	for _, mode := range []v1alpha1.RouteMode{v1alpha1.ModeSum, v1alpha1.ModePipe} {
+		l := newLoop(s, chain(mode))
+		l.sel.Start([]string{"hk", "useast"})
+		d := l.round(context.Background(), l.chain)
+		want := "kept: candidate hk,seattle,useast is 500µs cheaper, below the 2ms / 5% switch threshold"
+		if d.Changed || route.Key(d.Route) != "hk,useast" || d.Kept != want {
+			t.Errorf("%s: route %v changed %v kept %q; want hk,useast kept %q", mode, d.Route, d.Changed, d.Kept, want)
+		}
+	}
+}
+
+// A chain's first rounds wait for every link between its relays, not only
+// for every relay: a route taken while the better links still came up
+// would change a moment later. After the first moments a link that is
+// down does not hold the chain back.
+func TestFirstRouteWaitsForLinksComingUp(t *testing.T) {
+	s := &script{
+		links: map[[2]string]time.Duration{
+			{"hk", "useast"}: 40 * ms, {"hk", "seattle"}: 10 * ms, {"seattle", "useast"}: 8 * ms,
+		},
+		direct: map[string]bool{"seattle": true, "la": true, "useast": true},
+		down:   map[[2]string]bool{{"seattle", "useast"}: true},
+	}
+	l := newLoop(s, chain(v1alpha1.ModeSum))
+	l.born = time.Now()
+	d := l.round(context.Background(), l.chain)
+	if len(d.Route) != 0 || d.Err == nil || !strings.Contains(d.Err.Error(), "seattle -> useast") {
+		t.Fatalf("first round with seattle -> useast down: route %v, err %v; want no route yet, waiting for the link", d.Route, d.Err)
+	}
+	s.mu.Lock()
+	s.down = nil
+	s.mu.Unlock()
+	if d := l.round(context.Background(), l.chain); route.Key(d.Route) != "hk,seattle,useast" || !d.Changed || d.Reason != "first route" {
+		t.Fatalf("once the link is up: %+v", d)
+	}
+
+	s.down = map[[2]string]bool{{"seattle", "useast"}: true}
+	l = newLoop(s, chain(v1alpha1.ModeSum))
+	l.born = time.Now().Add(-2 * time.Second) // past the first moments
+	if d := l.round(context.Background(), l.chain); route.Key(d.Route) != "hk,useast" || d.Err != nil {
+		t.Fatalf("a link down after the first moments: %+v; want the route without it", d)
 	}
 }
 

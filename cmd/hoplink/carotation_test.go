@@ -56,7 +56,7 @@ func TestClusterCARotation(t *testing.T) {
 	relays := map[string]*exec.Cmd{}
 	startRelay := func(name string) {
 		kc := relayKubeconfig(t, c.cfg, c.dir, "edge", v1alpha1.RelayObjectName(name))
-		relays[name] = c.run(t, bin, "relay-"+name, "relay", "--kube", "--relaynode", name, "--namespace", "edge", "--kubeconfig", kc)
+		relays[name] = c.run(t, bin, "relay-"+name, "relay", "--kube", "--name", name, "--namespace", "edge", "--kubeconfig", kc)
 	}
 	for _, r := range []string{"hk", "la"} {
 		waitFor(t, "the operator makes "+r+"'s ServiceAccount", func() error {

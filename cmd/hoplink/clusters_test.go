@@ -98,13 +98,13 @@ func (c *cluster) operator(t *testing.T, bin string, args ...string) *exec.Cmd {
 // started again keeps the first one's log.
 func (c *cluster) operatorLogged(t *testing.T, bin, logName string, args ...string) *exec.Cmd {
 	return c.run(t, bin, logName, append([]string{"operator", "--kubeconfig", c.kubeconfig, "--namespace", "hoplink-system",
-		"--relay-image", "hoplink:test", "--metrics-bind-address", "0", "--health-probe-bind-address", "0", "--webhook-port", "0"}, args...)...)
+		"--relay-image", "hoplink:test", "--metrics-addr", "0", "--health-probe-addr", "0", "--webhook-port", "0"}, args...)...)
 }
 
 // relay runs a relay pod's process: as the ServiceAccount the operator made.
 func (c *cluster) relay(t *testing.T, bin, name string) {
 	kc := relayKubeconfig(t, c.cfg, c.dir, "edge", v1alpha1.RelayObjectName(name))
-	c.run(t, bin, "relay-"+name, "relay", "--kube", "--relaynode", name, "--namespace", "edge", "--kubeconfig", kc)
+	c.run(t, bin, "relay-"+name, "relay", "--kube", "--name", name, "--namespace", "edge", "--kubeconfig", kc)
 }
 
 // TestTwoClusters runs a chain whose entry is in cluster A and whose exit is

@@ -35,7 +35,7 @@ type kubeFlags struct {
 
 func (k *kubeFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&k.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or the pod's service account)")
-	f.StringVar(&k.namespace, "namespace", "", "namespace (default: $POD_NAMESPACE, else default)")
+	f.StringVarP(&k.namespace, "namespace", "n", "", "namespace (default: $POD_NAMESPACE, else default)")
 }
 
 func (k *kubeFlags) config() (*rest.Config, error) {
@@ -64,7 +64,7 @@ func useSlog(log *slog.Logger) {
 
 func runKubeRelay(log *slog.Logger, kf *kubeFlags, name, metricsAddr string, profiling bool, drain time.Duration, o kube.Options) error {
 	if name == "" {
-		return fmt.Errorf("--relaynode: required: the RelayNode this process runs")
+		return fmt.Errorf("--name: required: the RelayNode this process runs")
 	}
 	useSlog(log)
 	cfg, err := kf.config()
@@ -178,9 +178,14 @@ func newOperatorCmd(lf *logFlags) *cobra.Command {
 	kf.register(f)
 	f.StringVar(&o.Image, "relay-image", os.Getenv("HOPLINK_RELAY_IMAGE"), "image of relay pods (default $HOPLINK_RELAY_IMAGE, else the operator pod's own image)")
 	f.StringVar(&caSecret, "ca-secret", "", "Secret in --namespace holding the relay CA (tls.crt, tls.key); default: hoplink-ca, created if missing")
-	f.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "serve the operator's metrics here (0 turns it off)")
-	f.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "serve /healthz and /readyz here")
-	f.StringVar(&o.PprofAddr, "pprof-bind-address", "", "serve /debug/pprof here (off by default)")
+	f.StringVar(&metricsAddr, "metrics-addr", ":8080", "serve the operator's /metrics at `ADDR` (0: not served)")
+	f.StringVar(&probeAddr, "health-probe-addr", ":8081", "serve /healthz and /readyz at `ADDR`")
+	f.StringVar(&o.PprofAddr, "pprof-addr", "", "serve /debug/pprof at `ADDR` (empty: not served)")
+	// The names controller-runtime's scaffolding gives these, which the
+	// operator took before its flags matched the relays'.
+	deprecatedAlias(f, "metrics-bind-address", "metrics-addr")
+	deprecatedAlias(f, "health-probe-bind-address", "health-probe-addr")
+	deprecatedAlias(f, "pprof-bind-address", "pprof-addr")
 	f.BoolVar(&o.LeaderElection, "leader-elect", false, "elect a leader, so that replicas can stand by")
 	f.Float32Var(&o.QPS, "kube-api-qps", controllers.DefaultQPS, "most requests a second to the API server per resource type (twice as many in a burst)")
 	f.StringVar(&relayResources, "relay-resources", "", `requests and limits of relay containers whose RelayNode sets none, as JSON: {"requests":{"cpu":"100m","memory":"64Mi"},"limits":{"memory":"256Mi"}}`)

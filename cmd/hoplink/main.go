@@ -64,12 +64,16 @@ func newRoot() *cobra.Command {
 	lf := &logFlags{}
 	root := &cobra.Command{
 		Use:           "hoplink",
-		Short:         "Carry TCP and UDP across multi-hop chains of QUIC relays",
+		Short:         "Carry TCP, UDP and IP subnets across multi-hop chains of relays",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// --version, as well as the version command: what most tools take.
+		Version: version,
 	}
+	root.SetVersionTemplate(versionLine())
 	root.PersistentFlags().StringVar(&lf.level, "log-level", "info", "debug, info, warn or error")
 	root.PersistentFlags().StringVar(&lf.format, "log-format", "text", "text or json")
-	root.AddCommand(newLocalCmd(lf), newRelayCmd(lf), newOperatorCmd(lf), newCertCmd(), newStatusCmd(), newProbeCmd(), newVersionCmd())
+	root.AddCommand(newLocalCmd(lf), newForwardCmd(lf), newRelayCmd(lf), newOperatorCmd(lf), newCertCmd(), newStatusCmd(), newProbeCmd(), newVersionCmd())
+	addCompletions(root)
 	return root
 }

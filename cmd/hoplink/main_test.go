@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"log"
+	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"testing"
 )
@@ -21,16 +23,16 @@ func execute(args ...string) (string, error) {
 
 func TestCertCommands(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "certs")
-	if out, err := execute("cert", "ca", "--dir", dir); err != nil || !strings.Contains(out, "ca.key") {
+	if out, err := execute("cert", "ca", "--certs", dir); err != nil || !strings.Contains(out, "ca.key") {
 		t.Fatalf("cert ca: %q, %v", out, err)
 	}
-	if _, err := execute("cert", "issue", "--dir", dir, "hk", "la"); err != nil {
+	if _, err := execute("cert", "issue", "--certs", dir, "hk", "la"); err != nil {
 		t.Fatalf("cert issue: %v", err)
 	}
-	if _, err := execute("cert", "issue", "--dir", dir, "Not_A_Name"); err == nil || !strings.Contains(err.Error(), "relay name") {
+	if _, err := execute("cert", "issue", "--certs", dir, "Not_A_Name"); err == nil || !strings.Contains(err.Error(), "relay name") {
 		t.Fatalf("cert issue accepted an invalid relay name: %v", err)
 	}
-	if _, err := execute("cert", "ca", "--dir", dir); err == nil {
+	if _, err := execute("cert", "ca", "--certs", dir); err == nil {
 		t.Fatal("cert ca overwrote an existing CA")
 	}
 }
@@ -65,6 +67,32 @@ func TestVersion(t *testing.T) {
 	if err != nil || !strings.HasPrefix(out, "hoplink ") {
 		t.Fatalf("version: %q, %v", out, err)
 	}
+	for _, flag := range []string{"--version", "-v"} {
+		if got, err := execute(flag); err != nil || got != out {
+			t.Errorf("hoplink %s: %q, %v; want what hoplink version prints, %q", flag, got, err, out)
+		}
+	}
+}
+
+// A binary built by 'go install module@version' has no -X main.version;
+// it reports the module version Go recorded, and a build of a checkout
+// with neither says dev.
+func TestBuildVersion(t *testing.T) {
+	info := func(v string) func() (*debug.BuildInfo, bool) {
+		return func() (*debug.BuildInfo, bool) { return &debug.BuildInfo{Main: debug.Module{Version: v}}, true }
+	}
+	for _, tc := range []struct {
+		set, module, want string
+	}{
+		{"v1.4.0", "v1.3.0", "v1.4.0"},
+		{"dev", "v1.3.0", "v1.3.0"},
+		{"dev", "(devel)", "dev"},
+		{"dev", "", "dev"},
+	} {
+		if got := buildVersion(tc.set, info(tc.module)); got != tc.want {
+			t.Errorf("set %q, module %q: %q, want %q", tc.set, tc.module, got, tc.want)
+		}
+	}
 }
 
 // Lines libraries print through the standard logger (quic-go's buffer
@@ -83,5 +111,20 @@ func TestStandardLogGoesThroughTheLogger(t *testing.T) {
 	}
 	if rec["level"] != "WARN" || !strings.HasPrefix(rec["msg"].(string), "failed to sufficiently increase receive buffer size") {
 		t.Errorf("record %v", rec)
+	}
+}
+
+// A standalone relay given local mode's link emulation says it leaves it
+// alone, rather than silently measuring other round trips than the file says.
+func TestRelaySaysItLeavesLinkEmulationAlone(t *testing.T) {
+	bin := buildHoplink(t)
+	out, err := exec.Command(bin, "relay", "-f", "../../examples/local", "--name", "hk").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "give --certs DIR") {
+		t.Fatalf("relay without certificates: %v\n%s", err, out)
+	}
+	for _, rn := range []string{"hk", "seattle"} {
+		if want := `msg="annotation left alone here: only 'hoplink local' emulates links; these have real round trips" relaynode=` + rn + ` annotation=hoplink.dev/local-rtt`; !strings.Contains(string(out), want) {
+			t.Errorf("no line %s in\n%s", want, out)
+		}
 	}
 }

@@ -92,7 +92,7 @@ func TestRelaysTrustOnlyNamesTheirNamespaceHolds(t *testing.T) {
 	}
 
 	laMetrics := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
-	c.run(t, bin, "relay-la", "relay", "--kube", "--relaynode", "la", "--namespace", "a", "--kubeconfig", laConfig,
+	c.run(t, bin, "relay-la", "relay", "--kube", "--name", "la", "--namespace", "a", "--kubeconfig", laConfig,
 		"--metrics-addr", laMetrics)
 	waitFor(t, "la ready", func() error {
 		resp, err := http.Get("http://" + laMetrics + "/readyz")

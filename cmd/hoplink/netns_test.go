@@ -314,8 +314,8 @@ func relayFiles(t *testing.T, bin, dir, file, manifest string, relays ...string)
 		t.Fatal(err)
 	}
 	certs := filepath.Join(dir, "certs")
-	run(t, bin, "cert", "ca", "--dir", certs)
-	run(t, append([]string{bin, "cert", "issue", "--dir", certs}, relays...)...)
+	run(t, bin, "cert", "ca", "--certs", certs)
+	run(t, append([]string{bin, "cert", "issue", "--certs", certs}, relays...)...)
 	return certs
 }
 

@@ -83,7 +83,7 @@ func TestOperatorAndKubeRelays(t *testing.T) {
 	laMetrics := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
 	for _, rn := range set.Relays {
 		relayConfig := relayKubeconfig(t, cfg, dir, ns, v1alpha1.RelayObjectName(rn.Name))
-		args := []string{"relay", "--kube", "--relaynode", rn.Name, "--namespace", ns, "--kubeconfig", relayConfig, "--log-level", "debug"}
+		args := []string{"relay", "--kube", "--name", rn.Name, "--namespace", ns, "--kubeconfig", relayConfig, "--log-level", "debug"}
 		if rn.Name == "la" {
 			args = append(args, "--metrics-addr", laMetrics)
 		}

@@ -134,8 +134,8 @@ func TestReloadAndRotate(t *testing.T) {
 
 	// The CA rotates. certs2 holds the new CA and its certificates.
 	certs2 := filepath.Join(dir, "certs2")
-	run(t, bin, "cert", "ca", "--dir", certs2)
-	run(t, bin, "cert", "issue", "--dir", certs2, "hk", "m", "la")
+	run(t, bin, "cert", "ca", "--certs", certs2)
+	run(t, bin, "cert", "issue", "--certs", certs2, "hk", "m", "la")
 	read := func(p string) []byte {
 		b, err := os.ReadFile(p)
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -16,7 +17,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/hoplink/hoplink/manifest"
 	"github.com/hoplink/hoplink/metrics"
@@ -126,11 +126,77 @@ func drainFlag(f *pflag.FlagSet, d *time.Duration) {
 	f.DurationVar(d, "drain-timeout", relay.DefaultDrainTimeout, "on SIGTERM, how long open flows may go on while the relay takes no new ones (a second signal ends them at once; 0 ends them at once)")
 }
 
+// localRun is how local mode runs a manifest set: the flags of 'local'
+// that 'forward' shares.
+type localRun struct {
+	metricsAddr, observerCerts string
+	profiling, tunOffload      bool
+	drainTimeout               time.Duration
+}
+
+func (o *localRun) flags(f *pflag.FlagSet) {
+	metricsFlag(f, &o.metricsAddr)
+	f.BoolVar(&o.profiling, "pprof", false, "also serve /debug/pprof on --metrics-addr")
+	f.StringVar(&o.observerCerts, "observer-certs", "", "write the in-memory CA's certificate and an observer certificate into `DIR` (ca.crt, observer.crt, observer.key), for 'hoplink status --certs DIR' (default: a new temporary directory, removed at exit)")
+	drainFlag(f, &o.drainTimeout)
+}
+
+// run starts every relay of set in this process and serves until a signal.
+// files are the manifests as the user named them; without any (forward),
+// doc is written beside the observer's files for 'status -f'.
+func (o *localRun) run(log *slog.Logger, set *manifest.Set, files []string, doc string) error {
+	reg, m := newRegistry()
+	n, err := local.Start(set, relay.Config{Metrics: m, Log: log, NoTUNOffload: !o.tunOffload, Version: version})
+	if err != nil {
+		return portHint(err)
+	}
+	// What 'hoplink status' needs is written whether or not it was asked
+	// for, so that a running network can always be looked at: the CA is in
+	// memory and dies with the process, so a directory of our own is
+	// removed at exit.
+	dir := o.observerCerts
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "hoplink-local-"); err != nil {
+			n.Close()
+			return fmt.Errorf("a directory for the observer's certificate: %w", err)
+		}
+		defer os.RemoveAll(dir)
+	}
+	err = writeObserverFiles(n.CA, dir)
+	if err == nil && len(files) == 0 {
+		files = []string{filepath.Join(dir, "manifests.yaml")}
+		err = os.WriteFile(files[0], []byte(doc), 0o644)
+	}
+	if err != nil {
+		n.Close()
+		return fmt.Errorf("--observer-certs: %w", err)
+	}
+	log.Info("local network ready", "relays", len(n.Relays), "tunnels", len(set.Tunnels))
+	log.Info("inspect it with", "command", inspectCommand(files, dir))
+	return portHint(serveUntilSignal(log, o.metricsAddr, o.profiling, reg, n.Ready, n.Drain, o.drainTimeout, n.Close))
+}
+
+// inspectCommand is the 'hoplink status' that shows a local network, run
+// as this process was (bin/hoplink under make demo) from the same directory.
+func inspectCommand(files []string, certs string) string {
+	args := []string{shellWord(os.Args[0]), "status"}
+	for _, f := range files {
+		args = append(args, "-f", shellWord(f))
+	}
+	return strings.Join(append(args, "--certs", shellWord(certs)), " ")
+}
+
+// shellWord quotes s for a POSIX shell when it needs it.
+func shellWord(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./:=,+@%") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
 func newLocalCmd(lf *logFlags) *cobra.Command {
 	var files []string
-	var metricsAddr, observerCerts string
-	var profiling, tunOffload bool
-	var drainTimeout time.Duration
+	var o localRun
 	cmd := &cobra.Command{
 		Use:   "local -f FILE_OR_DIR",
 		Short: "Run every relay of the manifests in this process, with an in-memory CA",
@@ -144,27 +210,12 @@ func newLocalCmd(lf *logFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			reg, m := newRegistry()
-			n, err := local.Start(set, relay.Config{Metrics: m, Log: log, NoTUNOffload: !tunOffload, Version: version})
-			if err != nil {
-				return err
-			}
-			if observerCerts != "" {
-				if err := writeObserverFiles(n.CA, observerCerts); err != nil {
-					n.Close()
-					return fmt.Errorf("--observer-certs: %w", err)
-				}
-			}
-			log.Info("local network ready", "relays", len(n.Relays), "tunnels", len(set.Tunnels))
-			return serveUntilSignal(log, metricsAddr, profiling, reg, n.Ready, n.Drain, drainTimeout, n.Close)
+			return o.run(log, set, files, "")
 		},
 	}
 	cmd.Flags().StringSliceVarP(&files, "file", "f", nil, "manifest file or directory (repeatable)")
-	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz here, e.g. 127.0.0.1:9090")
-	cmd.Flags().BoolVar(&profiling, "pprof", false, "also serve /debug/pprof on --metrics-addr")
-	cmd.Flags().BoolVar(&tunOffload, "tun-offload", true, "open tun Tunnels' devices with segmentation offload where the kernel has it")
-	cmd.Flags().StringVar(&observerCerts, "observer-certs", "", "write the in-memory CA's certificate and an observer certificate here (ca.crt, observer.crt, observer.key), for `hoplink status --certs DIR`")
-	drainFlag(cmd.Flags(), &drainTimeout)
+	o.flags(cmd.Flags())
+	cmd.Flags().BoolVar(&o.tunOffload, "tun-offload", true, "open tun Tunnels' devices with segmentation offload where the kernel has it")
 	return cmd
 }
 
@@ -196,7 +247,7 @@ func newRelayCmd(lf *logFlags) *cobra.Command {
 		drainTimeout               time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "relay (-f FILE_OR_DIR --name NAME --certs DIR | --kube --relaynode NAME)",
+		Use:   "relay (-f FILE_OR_DIR --name NAME --certs DIR | --kube --name NAME)",
 		Short: "Run one relay of the manifests, or of a cluster",
 		Long: `Run the relay NAME of the manifests as its own process, so relays can live on
 different hosts with the same files. Certificates come from --certs DIR
@@ -231,11 +282,16 @@ injected sidecar relays run.`,
 			// report, not the certificate files it would name.
 			set, err := loadManifests(files, log)
 			if err != nil {
-				return err
+				return withHostAddresses(err, name, net.InterfaceAddrs)
 			}
 			if set.Relay(name) == nil {
 				names := set.RelayNames()
 				return fmt.Errorf("--name %q: no RelayNode of that name in the manifests (they have: %s)%s", name, strings.Join(names, ", "), manifest.DidYouMean(name, names))
+			}
+			for _, rn := range set.Relays {
+				if _, ok := rn.Annotations[local.AnnotationRTT]; ok {
+					log.Info("annotation left alone here: only 'hoplink local' emulates links; these have real round trips", "relaynode", rn.Name, "annotation", local.AnnotationRTT)
+				}
 			}
 			if certDir != "" {
 				caFile = orDefault(caFile, certDir+"/ca.crt")
@@ -256,27 +312,27 @@ injected sidecar relays run.`,
 				return err
 			}
 			if err := r.Start(); err != nil {
-				return err
+				return portHint(err)
 			}
 			watched := &standaloneFiles{manifests: files, ca: caFile, cert: certFile, key: keyFile, log: log, relay: r, identity: id}
 			watched.loaded()
 			stop := make(chan struct{})
 			defer close(stop)
 			go watched.watch(stop)
-			return serveUntilSignal(log, metricsAddr, profiling, reg, r.Ready, r.Drain, drainTimeout, r.Close)
+			return portHint(serveUntilSignal(log, metricsAddr, profiling, reg, r.Ready, r.Drain, drainTimeout, r.Close))
 		},
 	}
 	f := cmd.Flags()
 	f.StringSliceVarP(&files, "file", "f", nil, "manifest file or directory (repeatable)")
-	f.StringVar(&name, "name", "", "the RelayNode this process runs")
-	f.StringVar(&name, "relaynode", "", "the RelayNode this process runs (with --kube; same as --name)")
+	f.StringVar(&name, "name", "", "the `NAME` of the RelayNode this process runs")
+	deprecatedAlias(f, "relaynode", "name")
 	f.BoolVar(&kubeMode, "kube", false, "read manifests and certificates from the Kubernetes API")
 	kf.register(f)
-	f.StringVar(&certDir, "certs", "", "directory with ca.crt, NAME.crt and NAME.key (with --kube: ca.crt, tls.crt, tls.key)")
-	f.StringVar(&caFile, "ca", "", "CA certificate (PEM)")
-	f.StringVar(&certFile, "cert", "", "relay certificate (PEM)")
-	f.StringVar(&keyFile, "key", "", "relay private key (PEM)")
-	f.StringVar(&metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz here, e.g. 127.0.0.1:9090")
+	f.StringVar(&certDir, "certs", "", "`DIR` with ca.crt, NAME.crt and NAME.key (with --kube: ca.crt, tls.crt, tls.key)")
+	f.StringVar(&caFile, "ca", "", "the CA certificate, a PEM `FILE` (default DIR/ca.crt)")
+	f.StringVar(&certFile, "cert", "", "the relay's certificate, a PEM `FILE` (default DIR/NAME.crt)")
+	f.StringVar(&keyFile, "key", "", "the relay's private key, a PEM `FILE` (default DIR/NAME.key)")
+	metricsFlag(f, &metricsAddr)
 	f.BoolVar(&profiling, "pprof", false, "also serve /debug/pprof on --metrics-addr")
 	f.BoolVar(&separateDial, "separate-dial-port", false, "dial peers over QUIC from a port of its own, not the relay port: for a relay behind SNAT sharing an address with another relay (on by itself with --kube in a pod network)")
 	f.IntVar(&maxFlows, "max-flows", relay.DefaultMaxFlows, "most flows this relay carries at once (in a container with a memory limit, what the limit affords)")
@@ -292,77 +348,6 @@ func orDefault(v, def string) string {
 		return v
 	}
 	return def
-}
-
-func newCertCmd() *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "cert",
-		Short: "Make a CA and relay certificates for standalone relays",
-	}
-	var dir string
-	ca := &cobra.Command{
-		Use:   "ca --dir DIR",
-		Short: "Create a CA: DIR/ca.crt and DIR/ca.key",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := pki.NewCA("hoplink CA")
-			if err != nil {
-				return err
-			}
-			if err := c.WriteCA(dir); err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s/ca.crt and %s/ca.key (keep ca.key secret)\n", dir, dir)
-			return nil
-		},
-	}
-	issue := &cobra.Command{
-		Use:   "issue --dir DIR NAME...",
-		Short: "Issue certificates for relays: DIR/NAME.crt and DIR/NAME.key, signed by DIR/ca.*",
-		Args:  cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, names []string) error {
-			c, err := pki.LoadCA(dir+"/ca.crt", dir+"/ca.key")
-			if err != nil {
-				return err
-			}
-			for _, n := range names {
-				if msgs := validation.IsDNS1123Label(n); len(msgs) > 0 {
-					return fmt.Errorf("relay name %q: %s (it must match a RelayNode's metadata.name)", n, strings.Join(msgs, "; "))
-				}
-			}
-			for _, n := range names {
-				if err := c.WriteRelay(dir, n); err != nil {
-					return err
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "wrote %s/%s.crt and %s/%s.key\n", dir, n, dir, n)
-			}
-			return nil
-		},
-	}
-	observer := &cobra.Command{
-		Use:   "observer --dir DIR",
-		Short: "Issue the certificate `hoplink status` and `probe` read relays with: DIR/observer.crt and DIR/observer.key",
-		Long: `Issues a client certificate for the observer, signed by DIR/ca.*: relays let it
-read their status and measure chains over their admin API, nothing else. It is
-no relay's certificate and cannot carry flows.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := pki.LoadCA(dir+"/ca.crt", dir+"/ca.key")
-			if err != nil {
-				return err
-			}
-			if err := c.WriteObserver(dir); err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s/%s and %s/%s\n", dir, pki.ObserverCert, dir, pki.ObserverKey)
-			return nil
-		},
-	}
-	for _, c := range []*cobra.Command{ca, issue, observer} {
-		c.Flags().StringVar(&dir, "dir", "certs", "directory for the certificate files")
-	}
-	cmd.AddCommand(ca, issue, observer)
-	return cmd
 }
 
 // relayGC collects garbage at 50% heap growth rather than Go's 100%, unless

@@ -51,7 +51,7 @@ func TestNamespaceScopedOperator(t *testing.T) {
 	kc := relayKubeconfig(t, c.cfg, c.dir, "hoplink-system", "operator")
 	c.run(t, bin, "operator", "operator", "--kubeconfig", kc, "--namespace", "hoplink-system", "--watch-namespaces", "edge",
 		"--privileged-relays", "any", "--webhook-port", "0", "--relay-image", "hoplink:test",
-		"--metrics-bind-address", "0", "--health-probe-bind-address", "0")
+		"--metrics-addr", "0", "--health-probe-addr", "0")
 
 	for _, ns := range []string{"edge", "other"} {
 		create(t, c.k8s, &v1alpha1.RelayNode{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "r-" + ns},

@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -39,6 +41,11 @@ type observeFlags struct {
 	kf       kubeFlags
 	caSecret string
 	api      client.Client // set by load with --kube
+
+	// Set by load: the CAs and certificate this command uses, and what
+	// to do about a relay's certificate near its expiry.
+	inUse    []certInUse
+	relayFix func(relay string) string
 }
 
 func (o *observeFlags) add(cmd *cobra.Command) {
@@ -47,7 +54,7 @@ func (o *observeFlags) add(cmd *cobra.Command) {
 	o.kf.register(f)
 	f.StringVar(&o.caSecret, "ca-secret", "hoplink-system/hoplink-ca", "with --kube, the Secret (NAMESPACE/NAME) holding the relay CA")
 	f.StringSliceVarP(&o.files, "file", "f", nil, "manifest file or directory (repeatable): the relays to ask and their endpoints")
-	f.StringVar(&o.certs, "certs", "", "directory with ca.crt and the observer's certificate (observer.crt, observer.key; `hoplink cert observer`, or `hoplink local --observer-certs`)")
+	f.StringVar(&o.certs, "certs", "", "`DIR` with ca.crt and the observer's certificate (observer.crt, observer.key), as 'hoplink cert observer' writes them, or 'hoplink local' (which logs the command)")
 	f.StringVarP(&o.output, "output", "o", "table", "output format: table, json or yaml")
 	f.DurationVar(&o.timeout, "timeout", 5*time.Second, "how long to wait for each relay's answer")
 }
@@ -55,10 +62,8 @@ func (o *observeFlags) add(cmd *cobra.Command) {
 // load reads the manifests and the observer's identity, and checks the
 // output format, before anything is asked.
 func (o *observeFlags) load(ctx context.Context) (*manifest.Set, []observe.Object, *adminapi.Client, error) {
-	switch o.output {
-	case "table", "json", "yaml":
-	default:
-		return nil, nil, nil, fmt.Errorf("-o %q: want table, json or yaml", o.output)
+	if err := checkOutput(o.output); err != nil {
+		return nil, nil, nil, err
 	}
 	if !o.kube && len(o.files) == 0 && filepath.Base(os.Args[0]) == "kubectl-hoplink" {
 		o.kube = true // `kubectl hoplink status`: kubectl runs plugins by that name
@@ -105,12 +110,16 @@ func (o *observeFlags) loadKube(ctx context.Context) (*manifest.Set, []observe.O
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	o.inUse = casInUse(ca.TrustPEM(), "Secret "+o.caSecret, "rotate it before then (docs/architecture.md: rotating the operator's CA)")
+	o.relayFix = func(string) string {
+		return "the operator renews it when a third of its validity is left: see the RelayNode's conditions and the operator's log"
+	}
 	return set, objs, adminapi.NewClient(roots, func() (*tls.Certificate, error) { return &cert, nil }), nil
 }
 
 func (o *observeFlags) loadFiles() (*manifest.Set, *adminapi.Client, error) {
 	if o.certs == "" {
-		return nil, nil, errors.New("--certs: required: the directory with ca.crt, observer.crt and observer.key (make them with `hoplink cert observer --dir DIR`)")
+		return nil, nil, errors.New("--certs: required: the directory with ca.crt, observer.crt and observer.key (make them with 'hoplink cert observer --certs DIR')")
 	}
 	if len(o.files) == 0 {
 		return nil, nil, errors.New("-f: name the manifest files or directories of the relays to ask")
@@ -119,24 +128,91 @@ func (o *observeFlags) loadFiles() (*manifest.Set, *adminapi.Client, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	caPEM, err := os.ReadFile(filepath.Join(o.certs, "ca.crt"))
+	caFile := filepath.Join(o.certs, "ca.crt")
+	caPEM, err := os.ReadFile(caFile)
 	if err != nil {
-		return nil, nil, fmt.Errorf("--certs: %w", err)
+		return nil, nil, fmt.Errorf("--certs: %w (copy there the ca.crt of the relays' CA, with the observer's certificate: 'hoplink cert observer --certs DIR' where the CA is)", err)
 	}
 	roots, err := pki.ParseRoots(caPEM)
 	if err != nil {
-		return nil, nil, fmt.Errorf("--certs: %s: %w", filepath.Join(o.certs, "ca.crt"), err)
+		return nil, nil, fmt.Errorf("--certs: %s: %w", caFile, err)
 	}
 	cert, err := tls.LoadX509KeyPair(filepath.Join(o.certs, pki.ObserverCert), filepath.Join(o.certs, pki.ObserverKey))
 	if err != nil {
-		return nil, nil, fmt.Errorf("--certs: the observer's certificate: %w (make it with `hoplink cert observer --dir %s`)", err, o.certs)
+		return nil, nil, fmt.Errorf("--certs: the observer's certificate: %w (make it with 'hoplink cert observer --certs %s')", err, o.certs)
+	}
+	o.inUse = append(casInUse(caPEM, caFile, "rotate it before then (docs/architecture.md: rotating the CA of standalone relays)"),
+		certInUse{what: "the observer's certificate (" + filepath.Join(o.certs, pki.ObserverCert) + ")", notAfter: cert.Leaf.NotAfter,
+			fix: fmt.Sprintf("renew it: hoplink cert renew --certs %s observer", o.certs)})
+	o.relayFix = func(relay string) string {
+		return fmt.Sprintf("renew it where the CA's key is (hoplink cert renew --certs DIR %s) and copy %s.crt to its host", relay, relay)
 	}
 	return set, adminapi.NewClient(roots, func() (*tls.Certificate, error) { return &cert, nil }), nil
 }
 
+// certInUse is a certificate 'status' trusts or presents, which it warns
+// of before it expires.
+type certInUse struct {
+	what     string
+	notAfter time.Time
+	fix      string
+}
+
+// casInUse are the CAs of a trust bundle.
+func casInUse(bundle []byte, where, fix string) []certInUse {
+	var out []certInUse
+	for rest := bundle; ; {
+		var b *pem.Block
+		if b, rest = pem.Decode(rest); b == nil {
+			return out
+		}
+		if c, err := x509.ParseCertificate(b.Bytes); err == nil {
+			out = append(out, certInUse{what: fmt.Sprintf("the CA %q (%s)", c.Subject.CommonName, where), notAfter: c.NotAfter, fix: fix})
+		}
+	}
+}
+
+// certWarnings are the certificates in use that expire within
+// observe.CertWarning of now (or have): each relay's, as it reports it,
+// and the CAs and observer certificate of this command.
+func (o *observeFlags) certWarnings(r *observe.Report, now time.Time) []string {
+	var out []string
+	warn := func(what string, notAfter time.Time, fix string) {
+		switch d := notAfter.Sub(now); {
+		case d < 0:
+			out = append(out, fmt.Sprintf("%s expired on %s: %s", what, notAfter.UTC().Format(time.DateOnly), fix))
+		case d < observe.CertWarning:
+			out = append(out, fmt.Sprintf("%s expires on %s (in %s): %s", what, notAfter.UTC().Format(time.DateOnly), left(notAfter, now), fix))
+		}
+	}
+	for _, rl := range r.Relays {
+		if s := rl.Status; s != nil && !s.CertificateExpires.IsZero() {
+			warn("relay "+rl.Name+"'s certificate", s.CertificateExpires, o.relayFix(rl.Name))
+		}
+	}
+	for _, c := range o.inUse {
+		warn(c.what, c.notAfter, c.fix)
+	}
+	return out
+}
+
 // write renders v as the output format asks; table renders tables.
 func (o *observeFlags) write(w io.Writer, v any, table func(io.Writer) error) error {
-	switch o.output {
+	return writeAs(w, o.output, v, table)
+}
+
+// checkOutput checks an -o value before anything is done.
+func checkOutput(format string) error {
+	switch format {
+	case "table", "json", "yaml":
+		return nil
+	}
+	return fmt.Errorf("-o %q: want table, json or yaml", format)
+}
+
+// writeAs renders v as JSON or YAML, or calls table.
+func writeAs(w io.Writer, format string, v any, table func(io.Writer) error) error {
+	switch format {
 	case "json":
 		b, err := json.MarshalIndent(v, "", "  ")
 		if err != nil {
@@ -193,6 +269,7 @@ links are up and every Tunnel listens (exit 0), or --wait-timeout passes
 				if of.kube {
 					r.WithAPI(objs)
 				}
+				r.Warnings = of.certWarnings(r, time.Now())
 				return r
 			}
 			out := cmd.OutOrStdout()
@@ -255,6 +332,12 @@ targets; and the entry sends traces along the route and along every candidate
 of its last round, end to end, as a flow would travel. CHAIN is NAME (in
 --namespace, default "default") or NAMESPACE/NAME.`,
 		Args: cobra.ExactArgs(1),
+		ValidArgsFunction: func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+			if len(args) > 0 {
+				return nil, cobra.ShellCompDirectiveNoFileComp
+			}
+			return fromManifests(chainNames)(cmd, args, toComplete)
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			set, _, client, err := of.load(cmd.Context())
 			if err != nil {

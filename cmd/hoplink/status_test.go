@@ -25,7 +25,7 @@ func TestStatusAndProbe(t *testing.T) {
 	target := sinkThenSource(t)
 	n := startDrainNet(t, bin, target, []string{"m1", "m2"},
 		"{entry: hk, exit: la, via: [m1, m2], mode: sum, maxHops: 2, probe: {interval: 500ms}}")
-	if out, err := exec.Command(bin, "cert", "observer", "--dir", n.certs).CombinedOutput(); err != nil {
+	if out, err := exec.Command(bin, "cert", "observer", "--certs", n.certs).CombinedOutput(); err != nil {
 		t.Fatalf("cert observer: %v\n%s", err, out)
 	}
 	run := func(args ...string) (string, error) {

@@ -142,8 +142,8 @@ tunnel one-auto-iperf one-auto tcp $P_ONE_AUTO 127.0.0.1:$IPERF
 tunnel three-auto-iperf three-auto tcp $P_THREE_AUTO 127.0.0.1:$IPERF
 tunnel one-auto-echo one-auto tcp $E_ONE_AUTO 127.0.0.1:$ECHO
 tunnel three-auto-echo three-auto tcp $E_THREE_AUTO 127.0.0.1:$ECHO
-$HOPLINK cert ca --dir "$work/certs" >/dev/null
-$HOPLINK cert issue --dir "$work/certs" hk m1 m2 la >/dev/null
+$HOPLINK cert ca --certs "$work/certs" >/dev/null
+$HOPLINK cert issue --certs "$work/certs" hk m1 m2 la >/dev/null
 declare -A relay_pid
 port=19464
 for r in la m2 m1 hk; do

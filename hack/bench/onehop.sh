@@ -24,8 +24,8 @@ YAML
 # start_relays ARGS...: certificates for both, then la (metrics on 18601) and
 # hk (18602) with ARGS; their pids in $la and $hk.
 start_relays() {
-  bin/hoplink cert ca --dir "$work/certs" >/dev/null
-  bin/hoplink cert issue --dir "$work/certs" hk la >/dev/null
+  bin/hoplink cert ca --certs "$work/certs" >/dev/null
+  bin/hoplink cert issue --certs "$work/certs" hk la >/dev/null
   start la bin/hoplink relay -f "$work/m.yaml" --name la --certs "$work/certs" --metrics-addr 127.0.0.1:18601 "$@"; la=$last_pid
   start hk bin/hoplink relay -f "$work/m.yaml" --name hk --certs "$work/certs" --metrics-addr 127.0.0.1:18602 "$@"; hk=$last_pid
 }

@@ -182,8 +182,8 @@ kind: Tunnel
 metadata: {name: pkt-auto}
 spec: {chain: auto, protocol: tun, tun: {name: hl-pa, address: 10.206.0.1/24, routes: [10.77.6.0/24], mode: packet}}
 YAML
-$HOPLINK cert ca --dir "$work/certs" >/dev/null
-$HOPLINK cert issue --dir "$work/certs" a b >/dev/null
+$HOPLINK cert ca --certs "$work/certs" >/dev/null
+$HOPLINK cert issue --certs "$work/certs" a b >/dev/null
 
 for offload in true false; do
   log "hoplink relays, --tun-offload=$offload"

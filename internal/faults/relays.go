@@ -103,7 +103,7 @@ func startRelays(ctx context.Context, bin, dir, target string) (*relays, error) 
 		return nil, err
 	}
 	certs := filepath.Join(d, "certs")
-	for _, args := range [][]string{{"cert", "ca", "--dir", certs}, append([]string{"cert", "issue", "--dir", certs}, names...)} {
+	for _, args := range [][]string{{"cert", "ca", "--certs", certs}, append([]string{"cert", "issue", "--certs", certs}, names...)} {
 		if out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput(); err != nil {
 			return nil, fmt.Errorf("%s %s: %v\n%s", bin, strings.Join(args, " "), err, out)
 		}

@@ -162,7 +162,7 @@ func Start(o Options) (_ *Network, err error) {
 		return nil, err
 	}
 	certs := filepath.Join(o.Dir, "certs")
-	for _, args := range [][]string{{"cert", "ca", "--dir", certs}, append([]string{"cert", "issue", "--dir", certs}, Relays...)} {
+	for _, args := range [][]string{{"cert", "ca", "--certs", certs}, append([]string{"cert", "issue", "--certs", certs}, Relays...)} {
 		if out, err := exec.Command(o.Hoplink, args...).CombinedOutput(); err != nil {
 			return nil, fmt.Errorf("hoplink %s: %v: %s", strings.Join(args, " "), err, out)
 		}

@@ -24,6 +24,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -100,6 +101,7 @@ func New(o Options) (*Relay, error) {
 type View struct {
 	o       Options
 	cache   cache.Cache
+	api     client.Reader // uncached, to say why the relay's own RelayNode is not in the cache
 	changed chan struct{}
 
 	mu       sync.Mutex
@@ -145,10 +147,14 @@ func NewView(o Options) (*View, error) {
 	if err != nil {
 		return nil, err
 	}
+	api, err := client.New(o.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, err
+	}
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
-	return &View{o: o, cache: c, changed: make(chan struct{}, 1)}, nil
+	return &View{o: o, cache: c, api: api, changed: make(chan struct{}, 1)}, nil
 }
 
 // watchedKinds are the kinds a View watches.
@@ -409,9 +415,39 @@ func (v *View) Manifests(ctx context.Context) (*manifest.Set, error) {
 		}
 	}
 	if set.Relay(v.o.Name) == nil {
-		return nil, errors.New("RelayNode " + v.o.Name + " is not in namespace " + v.o.Namespace + " (or has a problem: " + strings.Join(msgs, "; ") + ")")
+		return nil, v.missingSelf(ctx, msgs)
 	}
 	return set, nil
+}
+
+// missingSelf says why the relay's own RelayNode is not among what it
+// watches: it does not exist (with the name of the namespace nearest), or
+// it does but the operator has not labelled it for the relay yet, as on a
+// relay's first start or with an operator older than member labels. The
+// relay then waits, not ready, for the label's watch event.
+func (v *View) missingSelf(ctx context.Context, problems []string) error {
+	msg := "RelayNode " + v.o.Name + " is not in namespace " + v.o.Namespace + " (or has a problem: " + strings.Join(problems, "; ") + ")"
+	var rn metav1.PartialObjectMetadata
+	rn.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("RelayNode"))
+	err := v.api.Get(ctx, types.NamespacedName{Namespace: v.o.Namespace, Name: v.o.Name}, &rn)
+	switch {
+	case err == nil:
+		if _, ok := rn.Labels[v1alpha1.MemberLabel(v.o.Name)]; !ok {
+			return fmt.Errorf("RelayNode %s does not carry label %s yet: the operator writes it, and this relay watches only what carries it (is an operator of this version running?)",
+				v.o.Name, v1alpha1.MemberLabel(v.o.Name))
+		}
+	case apierrors.IsNotFound(err):
+		var all metav1.PartialObjectMetadataList
+		all.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("RelayNodeList"))
+		if v.api.List(ctx, &all, client.InNamespace(v.o.Namespace)) == nil {
+			names := make([]string, len(all.Items))
+			for i, r := range all.Items {
+				names[i] = r.Name
+			}
+			return errors.New(msg + manifest.DidYouMean(v.o.Name, names))
+		}
+	}
+	return errors.New(msg)
 }
 
 // labelled picks the Chains and Tunnels relay self acts on from what its

@@ -1,10 +1,17 @@
 package kube
 
 import (
+	"context"
+	"log/slog"
 	"reflect"
+	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
 )
@@ -116,5 +123,43 @@ func TestLabelled(t *testing.T) {
 	// b, taken out of left, keeps it as it was until its label goes.
 	if routes, _, _ := takes("b", last); !reflect.DeepEqual(routes["left"], []string{"a", "b", "c"}) {
 		t.Errorf("b takes %v", routes)
+	}
+}
+
+// listOnly is a cache whose lists come from a fake client.
+type listOnly struct {
+	cache.Cache
+	r client.Reader
+}
+
+func (l listOnly) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	return l.r.List(ctx, list, opts...)
+}
+
+// A relay started with a name its namespace lacks says which it has that
+// is near; one whose RelayNode the operator has not labelled for it yet
+// (its first start, or an older operator) says so, and waits.
+func TestMissingRelayNodeSuggestsANear(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	var objs []client.Object
+	for _, n := range []string{"hk", "seattle"} {
+		objs = append(objs, &v1alpha1.RelayNode{ObjectMeta: metav1.ObjectMeta{Namespace: "edge", Name: n}})
+	}
+	api := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).Build()
+	// Nothing carries a member label, so the cache holds nothing.
+	empty := listOnly{r: fake.NewClientBuilder().WithScheme(scheme).Build()}
+	view := func(name string) *View {
+		return &View{o: Options{Namespace: "edge", Name: name, Log: slog.New(slog.DiscardHandler)}, cache: empty, api: api}
+	}
+	_, err := view("seatle").Manifests(context.Background())
+	if err == nil || !strings.Contains(err.Error(), `RelayNode seatle is not in namespace edge`) || !strings.HasSuffix(err.Error(), `; did you mean "seattle"?`) {
+		t.Errorf("err %v", err)
+	}
+	_, err = view("hk").Manifests(context.Background())
+	if err == nil || !strings.Contains(err.Error(), `RelayNode hk does not carry label member.hoplink.dev/hk yet`) {
+		t.Errorf("err %v", err)
 	}
 }

@@ -22,6 +22,9 @@ import (
 type Network struct {
 	Relays []*relay.Relay
 	CA     *pki.CA
+	// Links are the emulated links (AnnotationRTT).
+	Links []Link
+	emu   *emulation
 }
 
 // Start starts every relay, each configured as base says (metrics, log,
@@ -35,18 +38,35 @@ func Start(set *manifest.Set, base relay.Config) (*Network, error) {
 	if err := set.CheckSingleHost(); err != nil {
 		return nil, err
 	}
+	links, err := EmulatedLinks(set)
+	if err != nil {
+		return nil, err
+	}
 	ca, err := pki.NewCA("hoplink local CA")
 	if err != nil {
 		return nil, err
 	}
-	n := &Network{CA: ca}
+	n := &Network{CA: ca, Links: links}
+	if n.emu, err = emulate(set, links); err != nil {
+		return nil, err
+	}
+	for _, l := range links {
+		log.Info("link emulated", "between", l.A+","+l.B, "rtt", l.RTT)
+	}
 	for _, rn := range set.Relays {
 		id, err := ca.Identity(rn.Name)
 		if err != nil {
+			n.Close()
 			return nil, err
 		}
 		c := base
 		c.Name, c.Manifests, c.Identity, c.Route = rn.Name, set, id, true
+		if eps := n.emu.endpoints[rn.Name]; len(eps) > 0 {
+			// This relay dials the peers of its emulated links through
+			// their proxies; status and every other relay still see the
+			// endpoints of the files.
+			c.Manifests = set.WithEndpoints(eps)
+		}
 		r, err := relay.New(c)
 		if err == nil {
 			err = r.Start()
@@ -95,8 +115,14 @@ func (n *Network) Drain(ctx context.Context) int {
 	return int(open.Load())
 }
 
-// Close stops every relay.
-func (n *Network) Close() error { return closeAll(n.Relays) }
+// Close stops every relay, then the links' proxies.
+func (n *Network) Close() error {
+	err := closeAll(n.Relays)
+	if n.emu != nil {
+		err = errors.Join(err, n.emu.Close())
+	}
+	return err
+}
 
 // closeAll closes every relay at once. One after the other, each relay
 // closed while the rest went on probing it, redialing it and handshaking

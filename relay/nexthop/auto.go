@@ -76,6 +76,13 @@ const (
 	// maxShapes bounds the Tunnels remembered (they come from manifests,
 	// but a relay may see many over its life).
 	maxShapes = 4096
+	// guessRate is the rate, in bit/s, a link is taken to carry for bulk
+	// before TLS flows measured what it carries: what a bulk flow of
+	// unknown shape would lose over QUIC is weighed against it.
+	guessRate = 100e6
+	// tcpMinRTO is Linux's floor of TCP's retransmission timeout, which a
+	// lone lost packet waits on top of two round trips (tail loss probe).
+	tcpMinRTO = 200 * time.Millisecond
 	// watchFlows bounds the open flows of a Tunnel watched for a bulk
 	// one; the newest are kept.
 	watchFlows = 16
@@ -87,9 +94,14 @@ const (
 	ReasonInteractive = "interactive"
 	ReasonUnmeasured  = "unmeasured"
 	ReasonLossy       = "lossy_link"
-	ReasonMeasured    = "measured"
-	ReasonSampling    = "sampling"
-	ReasonExplicit    = "explicit"
+	// ReasonLossBound: a flow of unknown shape on a link that loses
+	// packets takes the bulk transport, since QUIC's loss-based congestion
+	// control would cost a bulk flow there more than TCP's timeouts would
+	// cost requests (quicBinds).
+	ReasonLossBound = "quic_loss_bound"
+	ReasonMeasured  = "measured"
+	ReasonSampling  = "sampling"
+	ReasonExplicit  = "explicit"
 	// ReasonNoSpare: a flow of a Tunnel not known to be bulk found no TLS
 	// connection ready and took QUIC rather than wait for a handshake.
 	ReasonNoSpare = "no_spare"
@@ -232,6 +244,7 @@ func (c *chooser) pick(peer, tunnel string, isFlow bool, m progress, loss linkLo
 		return v1alpha1.TransportQUIC, ReasonInteractive, false
 	}
 	bulk = !isFlow || known
+	bound := false // QUIC would bind a bulk flow of unknown shape
 	l := c.link(peer)
 	c.decide(peer, l, now)
 	if !known || !isFlow {
@@ -241,15 +254,28 @@ func (c *chooser) pick(peer, tunnel string, isFlow bool, m progress, loss linkLo
 			// retransmitted twice, each layer stalling the other.
 			return v1alpha1.TransportQUIC, ReasonLossy, bulk
 		}
-		if isFlow && losesPackets(l, sent, lost, loss) {
-			if !c.bulkSeen(tunnel, s) {
+		ratio := 0.0
+		if isFlow {
+			ratio = lossRatio(l, sent, lost, loss)
+		}
+		if ratio > 0 {
+			switch {
+			case quicBinds(l, ratio, loss.RTT()):
+				// A bulk flow over QUIC would be bound far below what
+				// the link carries, for its whole life; a request over
+				// TCP pays a retransmission timeout per lost packet,
+				// which on a long link is a round trip or two. Worth a
+				// handshake, not a ride on QUIC meanwhile.
+				bound, bulk = true, true
+			case !c.bulkSeen(tunnel, s):
 				// Bulk or not, the flow shows what it is as it goes;
 				// meanwhile a request/response flow is spared TCP's
 				// retransmission timeouts.
 				c.watch(tunnel, m)
 				return v1alpha1.TransportQUIC, ReasonLossy, false
+			default:
+				bulk = true // one flow said enough
 			}
-			bulk = true // one flow said enough
 		}
 	}
 	if isFlow {
@@ -258,7 +284,34 @@ func (c *chooser) pick(peer, tunnel string, isFlow bool, m progress, loss linkLo
 			return o, ReasonSampling, bulk
 		}
 	}
+	if bound && l.reason != ReasonMeasured {
+		return l.bulk, ReasonLossBound, bulk
+	}
 	return l.bulk, l.reason, bulk
+}
+
+// quicBinds says whether a flow of unknown shape on a link that loses
+// ratio of its packets at a round trip of rtt loses more as a bulk flow
+// over QUIC than as requests and answers over TCP, both as the fraction of
+// its time added. Over QUIC a bulk flow is bound near quicCeiling, and
+// takes rate/ceiling times as long as over TLS, rate being what TLS flows
+// carried on the link, or guessRate before any did. Over TCP each request
+// and each answer is a lone packet, lost with ratio, and waits two round
+// trips and tcpMinRTO more for it. On a LAN at 1% loss TCP's timeout is
+// hundreds of round trips and QUIC's ceiling near 300 Mbit/s: QUIC; at
+// 20 ms and 1% the timeout is 12 round trips (a quarter more for
+// requests) and the ceiling 17 Mbit/s (a bulk flow six times as long): TLS.
+func quicBinds(l *linkChoice, ratio float64, rtt time.Duration) bool {
+	if ratio <= 0 || rtt <= 0 {
+		return false
+	}
+	rate := guessRate
+	if tls := l.rate[v1alpha1.TransportTLS]; tls.n > 0 {
+		rate = tls.bps
+	}
+	bulkCost := rate/quicCeiling(ratio, rtt) - 1
+	requestCost := 2 * ratio * (2*rtt + tcpMinRTO).Seconds() / rtt.Seconds()
+	return bulkCost > requestCost
 }
 
 // couldWin says whether a sample of transport o could make it the link's
@@ -282,14 +335,14 @@ func couldWin(l *linkChoice, o v1alpha1.Transport, loss linkLoss) bool {
 	if sent < lossPackets || lost < losesLost || rtt <= 0 {
 		return true
 	}
-	return switchMargin*quicCeiling(sent, lost, rtt) >= cur.bps
+	return switchMargin*quicCeiling(float64(lost)/float64(sent), rtt) >= cur.bps
 }
 
 // quicCeiling is twice the steady rate, in bit/s, of a loss-based sender
-// that loses lost of sent packets at a round trip of rtt.
-func quicCeiling(sent, lost uint64, rtt time.Duration) float64 {
+// that loses ratio of its packets at a round trip of rtt.
+func quicCeiling(ratio float64, rtt time.Duration) float64 {
 	const mss = 1400 * 8 // bits
-	return 2 * mss * 1.22 / (rtt.Seconds() * math.Sqrt(float64(lost)/float64(sent)))
+	return 2 * mss * 1.22 / (rtt.Seconds() * math.Sqrt(ratio))
 }
 
 // bulkSeen says whether the Tunnel's last finished flow, or one of its
@@ -347,16 +400,27 @@ func lossy(sent, lost uint64) bool {
 	return sent >= lossPackets && float64(lost) >= lossyLink*float64(sent)
 }
 
-// losesPackets says whether a link shows that it loses packets, as a flow
-// of unknown shape counts it: in QUIC's counts (quicSent, quicLost), its
-// finished TLS flows', or its open ones'. Each count on its own: QUIC's
-// are mostly of lone packets, TCP's of TLS flows' segments, often a
-// thousand times as many, which in a sum would drown the other.
-func losesPackets(l *linkChoice, quicSent, quicLost uint64, loss linkLoss) bool {
-	if loses(quicSent, quicLost) || loses(l.tcpSent, l.tcpLost) {
-		return true
+// lossRatio is the loss a link shows, as a flow of unknown shape counts
+// it: the higher ratio of QUIC's counts (quicSent, quicLost) and its
+// finished TLS flows', or else its open TLS flows'; 0 when none shows
+// loss. Each count on its own: QUIC's are mostly of lone packets, TCP's of
+// TLS flows' segments, often a thousand times as many, which in a sum
+// would drown the other. The open flows are asked only when the others
+// say nothing, since asking walks them.
+func lossRatio(l *linkChoice, quicSent, quicLost uint64, loss linkLoss) float64 {
+	r := max(ratioIfLoses(quicSent, quicLost), ratioIfLoses(l.tcpSent, l.tcpLost))
+	if r > 0 {
+		return r
 	}
-	return loses(loss.OpenTLS())
+	return ratioIfLoses(loss.OpenTLS())
+}
+
+// ratioIfLoses is lost of sent when they show loss (loses), else 0.
+func ratioIfLoses(sent, lost uint64) float64 {
+	if !loses(sent, lost) {
+		return 0
+	}
+	return float64(lost) / float64(max(sent, lost))
 }
 
 // loses says whether lost of sent packets show loss.

@@ -374,3 +374,49 @@ type moved struct{ bytes, turns int64 }
 
 func (m *moved) Bytes() int64 { return m.bytes }
 func (m *moved) Turns() int64 { return m.turns }
+
+// Where QUIC's loss-based congestion control would bind a bulk flow far
+// far more than TCP's retransmission timeouts would slow requests, a flow
+// of unknown shape does not ride QUIC for a guess: its life may be one long
+// bulk transfer. Where QUIC would still be fast or TCP's timeout is many
+// round trips (a LAN), or the round trip is unknown, the guess stands.
+func TestAutoUnknownShapeTakesTLSWhereQUICWouldBind(t *testing.T) {
+	now := time.Unix(1000, 0)
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		name    string
+		link    linkShows
+		tcp     [2]uint32 // finished TLS flows' segments sent, retransmitted
+		tlsMbps float64   // what TLS flows of another Tunnel carried, 0: none
+		want    v1alpha1.Transport
+		reason  string
+		bulk    bool
+	}{
+		{"152 ms, 1% loss", linkShows{quicSent: 2000, quicLost: 20, rtt: 152 * ms}, [2]uint32{}, 0, overTLS, ReasonLossBound, true},
+		{"32 ms, 0.1% loss", linkShows{quicSent: 5000, quicLost: 5, rtt: 32 * ms}, [2]uint32{}, 0, overTLS, ReasonLossBound, true},
+		{"152 ms, loss only in TLS flows' retransmissions", linkShows{quicSent: 300, rtt: 152 * ms}, [2]uint32{4000, 12}, 0, overTLS, ReasonLossBound, true},
+		{"152 ms, loss in open TLS flows", linkShows{quicSent: 300, tlsSent: 4000, tlsLost: 40, rtt: 152 * ms}, [2]uint32{}, 0, overTLS, ReasonLossBound, true},
+		{"20 ms, 1% loss", linkShows{quicSent: 2000, quicLost: 20, rtt: 20 * ms}, [2]uint32{}, 0, overTLS, ReasonLossBound, true},
+		{"1 ms, 1% loss", linkShows{quicSent: 2000, quicLost: 20, rtt: ms}, [2]uint32{}, 0, overQUIC, ReasonLossy, false},
+		{"1 ms, 0.1% loss", linkShows{quicSent: 5000, quicLost: 5, rtt: ms}, [2]uint32{}, 0, overQUIC, ReasonLossy, false},
+		{"4 ms, 5% loss: a request's timeout is 50 round trips", linkShows{quicSent: 2000, quicLost: 100, rtt: 4 * ms}, [2]uint32{}, 0, overQUIC, ReasonLossy, false},
+		{"152 ms, 1% loss, TLS carried only 1 Mbit/s", linkShows{quicSent: 2000, quicLost: 20, rtt: 152 * ms}, [2]uint32{}, 1, overQUIC, ReasonLossy, false},
+		{"152 ms, 1% loss, TLS carried 60 Mbit/s", linkShows{quicSent: 2000, quicLost: 20, rtt: 152 * ms}, [2]uint32{}, 60, overTLS, ReasonLossBound, true},
+		{"round trip unknown", linkShows{quicSent: 2000, quicLost: 20}, [2]uint32{}, 0, overQUIC, ReasonLossy, false},
+		{"152 ms, no loss", linkShows{quicSent: 2000, rtt: 152 * ms}, [2]uint32{}, 0, overTLS, ReasonUnmeasured, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newChooser()
+			if tc.tcp[0] > 0 {
+				c.tcpLoss("b", tc.tcp[0], tc.tcp[1])
+			}
+			if tc.tlsMbps > 0 {
+				c.done("b", "other", overTLS, 8<<20, 0, time.Duration(float64(8<<20)*8/(tc.tlsMbps*1e6)*float64(time.Second)), now)
+			}
+			tr, reason, bulk := c.pick("b", "t", true, &moved{}, tc.link, now)
+			if tr != tc.want || reason != tc.reason || bulk != tc.bulk {
+				t.Fatalf("got %s (%s, bulk %v), want %s (%s, bulk %v)", tr, reason, bulk, tc.want, tc.reason, tc.bulk)
+			}
+		})
+	}
+}

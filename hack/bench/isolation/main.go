@@ -101,7 +101,7 @@ func run(bin, only string, duration, settle time.Duration) error {
 		return err
 	}
 	certs := filepath.Join(dir, "certs")
-	for _, args := range [][]string{{"cert", "ca", "--dir", certs}, {"cert", "issue", "--dir", certs, "hk", "la"}} {
+	for _, args := range [][]string{{"cert", "ca", "--certs", certs}, {"cert", "issue", "--certs", certs, "hk", "la"}} {
 		if out, err := exec.Command(bin, args...).CombinedOutput(); err != nil {
 			return fmt.Errorf("hoplink %v: %v\n%s", args, err, out)
 		}

@@ -84,9 +84,9 @@ func run(nRelays, nChains, nTunnels int, bin, qps, out string) error {
 	}
 	metricsAddr := "127.0.0.1:18980"
 	args := []string{"operator", "--kubeconfig", kubeconfig, "--namespace", "hoplink-system", "--relay-image", "hoplink:bench",
-		"--metrics-bind-address", metricsAddr, "--health-probe-bind-address", "0", "--log-level", "error"}
+		"--metrics-addr", metricsAddr, "--health-probe-addr", "0", "--log-level", "error"}
 	if p := os.Getenv("OPERATOR_PPROF"); p != "" {
-		args = append(args, "--pprof-bind-address", p)
+		args = append(args, "--pprof-addr", p)
 	}
 	if qps != "" {
 		args = append(args, "--kube-api-qps", qps)

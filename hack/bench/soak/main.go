@@ -92,10 +92,10 @@ func run(bin string, duration time.Duration, rate, size int, out string) error {
 	if err := os.WriteFile(filepath.Join(dir, "net.yaml"), []byte(m.String()), 0o644); err != nil {
 		return err
 	}
-	if err := s.cmd("cert", "ca", "--dir", s.certs); err != nil {
+	if err := s.cmd("cert", "ca", "--certs", s.certs); err != nil {
 		return err
 	}
-	if err := s.cmd(append([]string{"cert", "issue", "--dir", s.certs}, relays...)...); err != nil {
+	if err := s.cmd(append([]string{"cert", "issue", "--certs", s.certs}, relays...)...); err != nil {
 		return err
 	}
 	for _, r := range relays {
@@ -266,10 +266,10 @@ func (s *soak) restart(r string) error {
 // rotate takes the CA through its three steps, SIGHUP after each.
 func (s *soak) rotate() error {
 	next := filepath.Join(s.dir, "next")
-	if err := s.cmd("cert", "ca", "--dir", next); err != nil {
+	if err := s.cmd("cert", "ca", "--certs", next); err != nil {
 		return err
 	}
-	if err := s.cmd(append([]string{"cert", "issue", "--dir", next}, relays...)...); err != nil {
+	if err := s.cmd(append([]string{"cert", "issue", "--certs", next}, relays...)...); err != nil {
 		return err
 	}
 	read := func(p string) []byte { b, _ := os.ReadFile(p); return b }

@@ -96,6 +96,10 @@ type options struct {
 
 var seedLegs = "152ms,32ms,69ms"
 
+// sendMax, when set, is every namespace's most TCP send buffer
+// (net.ipv4.tcp_wmem's third figure), in bytes.
+var sendMax int
+
 func main() {
 	var o options
 	flag.StringVar(&o.hoplink, "hoplink", "bin/hoplink", "the hoplink binary the relays run")
@@ -109,6 +113,7 @@ func main() {
 	short := flag.Float64("short-loss", 0.1, "share of the loss figure on legs shorter than the longest")
 	paths := flag.String("paths", "direct,1hop,chain", "paths to measure: direct, 1hop, chain")
 	tps := flag.String("transports", "quic,tls,auto", "transports of the relay paths")
+	flag.IntVar(&sendMax, "wmem", 0, "every host's most TCP send buffer in bytes (net.ipv4.tcp_wmem's third figure; 0: this machine's)")
 	flag.DurationVar(&o.bulk, "bulk", 20*time.Second, "how long the one bulk stream sends")
 	flag.DurationVar(&o.bulk8, "bulk8", 10*time.Second, "how long the -streams bulk streams send")
 	flag.IntVar(&o.streams, "streams", 8, "bulk streams at once, for the second bulk figure")
@@ -500,7 +505,7 @@ func render(o options, rows []row, took time.Duration) string {
 		"Bulk: goodput the target received while the sender sent, connects included, one stream for %v, then %d at once for %v. "+
 		"Echo: seed 002's shape, one connection and %d sequential %d-byte echoes%s; p99 of their round trips by nearest rank; first byte is the connect and the first echo. "+
 		"Relay paths first carry warm-up echoes (rounds of 4 flows, at least %v). 1 hop: relays on the two end hosts, over the direct link; %d hops: a relay on every host. "+
-		"The hosts' TCP buffers are this machine's, which namespaces copy: %s.\n\n",
+		"The hosts' TCP buffers (this machine's, which namespaces copy, unless -wmem set them): %s.\n\n",
 		chain, names[0], names[len(names)-1], g.direct, strings.Join(legs, ", "), rate, jitter, g.shortShare,
 		o.bulk, o.streams, o.bulk8, o.echoes, o.size, together, o.warm, len(g.legs), buffers())
 	fmt.Fprintf(&b, "| hosts' CC | loss %% | path | 1 stream Mbit/s | × direct | %d streams Mbit/s | × direct | echo total s | × direct | echo p99 ms | first byte ms | TCP CC seen | auto took (echo; bulk) |\n", o.streams)
@@ -554,6 +559,9 @@ func render(o options, rows []row, took time.Duration) string {
 // receive, which bound one stream on a long path.
 func buffers() string {
 	most := func(name string) string {
+		if name == "tcp_wmem" && sendMax > 0 {
+			return fmt.Sprintf("%g MiB (set by -wmem)", float64(sendMax)/(1<<20))
+		}
 		b, err := os.ReadFile("/proc/sys/net/ipv4/" + name)
 		f := strings.Fields(string(b))
 		if err != nil || len(f) != 3 {

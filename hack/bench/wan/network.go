@@ -105,6 +105,14 @@ func build(hoplink string, g geography, cc string, loss float64, ps []path) (nw 
 		if err := setCC(node, cc); err != nil {
 			return nw, err
 		}
+		if sendMax > 0 {
+			// A namespace's own tcp_wmem, as a host (sysctl) or a pod
+			// (securityContext.sysctls) would set it.
+			v := fmt.Sprintf("net.ipv4.tcp_wmem=4096 16384 %d", sendMax)
+			if out, err := node.Command("sysctl", "-qw", v).CombinedOutput(); err != nil {
+				return nw, fmt.Errorf("%s: %s: %v: %s", node.NS, v, err, strings.TrimSpace(string(out)))
+			}
+		}
 		nw.nodes = append(nw.nodes, node)
 	}
 	directLoss, legLoss := g.losses(loss)

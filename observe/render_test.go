@@ -1,0 +1,65 @@
+package observe
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hoplink/hoplink/adminapi"
+	"github.com/hoplink/hoplink/measure"
+)
+
+// A routed chain kept on its route over a cheaper candidate says so in
+// REASON, instead of what chose the route first; otherwise REASON is the
+// last change's.
+func TestReportSaysWhyARouteIsKept(t *testing.T) {
+	now := time.Now()
+	kept := "kept: candidate hk,la is 400µs cheaper, below the 2ms / 5% switch threshold"
+	r := &Report{Time: now, Ready: true, Relays: []Relay{{Name: "hk", Endpoint: "127.0.0.1:7401", Status: &adminapi.Status{
+		Relay: "hk", Ready: true,
+		Chains: []adminapi.ChainRoute{
+			{Chain: "default/fastest", Mode: "sum", Route: []string{"hk", "seattle", "la"}, Reason: "first route", Kept: kept, Changed: now.Add(-time.Minute)},
+			{Chain: "default/other", Mode: "pipe", Route: []string{"hk", "la"}, Reason: "first route", Changed: now.Add(-time.Minute)},
+		},
+	}}}}
+	var b bytes.Buffer
+	if err := WriteReport(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	lines := map[string]string{}
+	for _, l := range strings.Split(b.String(), "\n") {
+		if f := strings.Fields(l); len(f) > 0 {
+			lines[f[0]] = l
+		}
+	}
+	if l := lines["default/fastest"]; !strings.HasSuffix(l, "  "+kept) {
+		t.Errorf("kept chain: %q, want REASON %q\n%s", l, kept, b.String())
+	}
+	if l := lines["default/other"]; !strings.HasSuffix(l, "  first route") {
+		t.Errorf("chain on the cheapest route: %q, want REASON first route\n%s", l, b.String())
+	}
+}
+
+// A link long enough that one TLS flow is bound by the relay's send buffer
+// gets a note with the bound and what to raise; a short one does not.
+func TestReportSaysWhenTheSendBufferBindsAFlow(t *testing.T) {
+	ms := func(n int) measure.Duration { return measure.Duration(time.Duration(n) * time.Millisecond) }
+	r := &Report{Time: time.Now(), Relays: []Relay{{Name: "hk", Status: &adminapi.Status{
+		Relay:      "hk",
+		Congestion: &adminapi.Congestion{Want: "auto", Algorithm: "bbr", Reason: "auto", SendBuffer: 4 << 20},
+		Peers:      []adminapi.Peer{{Name: "useast", Up: true, RTT: ms(300)}, {Name: "seattle", Up: true, RTT: ms(20)}},
+	}}}}
+	var b bytes.Buffer
+	if err := WriteReport(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	if !strings.Contains(out, "hk -> useast: one TLS flow carries at most 56 Mbit/s at this link's 300ms round trip") ||
+		!strings.Contains(out, `net.ipv4.tcp_wmem="4096 16384 33554432"`) {
+		t.Errorf("no note for the 300 ms link, or not the bound and the fix:\n%s", out)
+	}
+	if strings.Contains(out, "hk -> seattle: one TLS flow") {
+		t.Errorf("a note for the 20 ms link, which 4 MiB fills at 800 Mbit/s:\n%s", out)
+	}
+}
