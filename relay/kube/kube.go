@@ -103,6 +103,7 @@ type View struct {
 	cache   cache.Cache
 	api     client.Reader // uncached, to say why the relay's own RelayNode is not in the cache
 	changed chan struct{}
+	events  atomic.Int64 // watch events received, for the scale benchmark
 
 	mu       sync.Mutex
 	last     map[string]*v1alpha1.Chain // the Chains the last manifests were built from
@@ -196,11 +197,16 @@ func (v *View) Start(ctx context.Context) (errc <-chan error, err error) {
 func (v *View) Changed() <-chan struct{} { return v.changed }
 
 func (v *View) poke() {
+	v.events.Add(1)
 	select {
 	case v.changed <- struct{}{}:
 	default:
 	}
 }
+
+// Events counts the watch events (adds, updates, deletes) the View has
+// received since it started.
+func (v *View) Events() int64 { return v.events.Load() }
 
 // Cached counts the objects the View holds, by kind.
 func (v *View) Cached(ctx context.Context) (map[string]int, error) {
