@@ -19,6 +19,7 @@ import (
 	"log"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -99,6 +100,15 @@ func run(sz size, steady time.Duration, bin, qps, out, section string) error {
 		return fmt.Errorf("envtest (set KUBEBUILDER_ASSETS=$(hack/setup-envtest.sh)): %w", err)
 	}
 	defer env.Stop()
+	// Interrupted, it stops the API server and etcd it started, which
+	// would outlive it.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-sig
+		env.Stop()
+		os.Exit(1)
+	}()
 	cfg.QPS, cfg.Burst = 1000, 2000 // the load generator, not the operator
 	user, err := env.AddUser(envtest.User{Name: "bench", Groups: []string{"system:masters"}}, nil)
 	if err != nil {
