@@ -203,8 +203,9 @@ func run(n, nFlows, reloads int, out string) error {
 			changed = target
 		}
 		if i < reloads {
+			files := doc(changed)
 			t0 := time.Now()
-			s, err := manifest.Parse("bench.yaml", doc(changed))
+			s, err := manifest.Parse("bench.yaml", files)
 			if err != nil {
 				return err
 			}
