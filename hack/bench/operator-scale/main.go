@@ -43,6 +43,8 @@ import (
 
 // size is one run's numbers of objects.
 type size struct {
+	name string // the -size, with any flags that changed it
+
 	relays, sidecarRelays, pods, chains, tunnels, hollow int
 }
 
@@ -71,7 +73,13 @@ func main() {
 		log.Fatalf("-size %q: small or full", *sizeName)
 	}
 	custom := false
+	sz.name = *sizeName
 	flag.Visit(func(f *flag.Flag) {
+		if f.Name != "size" && f.Name != "bin" && f.Name != "out" {
+			if f.Name != "qps" {
+				sz.name += " -" + f.Name + " " + f.Value.String()
+			}
+		}
 		p := map[string]*int{"relays": &sz.relays, "sidecar-relays": &sz.sidecarRelays, "pods": &sz.pods,
 			"chains": &sz.chains, "tunnels": &sz.tunnels, "hollow": &sz.hollow}[f.Name]
 		if p != nil {
@@ -378,8 +386,8 @@ func formatReport(sz size, qps string, created, readyAt time.Duration, cpu0, cpu
 	if qps != "" {
 		flags = " -qps " + qps
 	}
-	fmt.Fprintf(&b, "Measured %s on this machine (%d cores, shared), by `go run ./hack/bench/operator-scale -size ...%s`: envtest's kube-apiserver and etcd, the operator, the stand-ins and %d hollow relays on the same cores.\n\n",
-		time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), flags, len(rows))
+	fmt.Fprintf(&b, "Measured %s on this machine (%d cores, shared), by `go run ./hack/bench/operator-scale -size %s%s`: envtest's kube-apiserver and etcd, the operator, the stand-ins and %d hollow relays on the same cores.\n\n",
+		time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), sz.name, flags, len(rows))
 	objects := sz.relays + sz.pods + sz.chains + sz.tunnels
 	b.WriteString("| what | figure |\n|---|---|\n")
 	fmt.Fprintf(&b, "| objects created | %d RelayNodes (%d sidecar), %d sidecar pods, %d Chains, %d Tunnels (%d), in %.1f s |\n",
