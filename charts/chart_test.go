@@ -458,3 +458,33 @@ func (d describer) MustRegister(cs ...prometheus.Collector) {
 }
 
 func (d describer) Unregister(prometheus.Collector) bool { return false }
+
+// What helm prints after an install is where a new user meets the chart
+// first: with the default policy, its next steps label the namespace that
+// the samples' host-network relays need, and say what happens without the
+// label; where no label is needed, they do not ask for one.
+func TestNotesNameTheNamespaceLabel(t *testing.T) {
+	h := helm(t)
+	const label = "kubectl label namespace edge hoplink.dev/privileged-relays=true"
+	for _, tc := range []struct {
+		set  []string
+		want bool
+	}{
+		{nil, true},
+		{[]string{"--set", "relay.privileged=any"}, false},
+		{[]string{"--set", "operator.watchNamespaces={edge}", "--set", "sidecar.injector.enabled=false"}, false},
+	} {
+		out, err := run(t, append([]string{h, "install", "--dry-run=client", "hoplink", chart, "-n", "hoplink-system"}, tc.set...)...)
+		if err != nil {
+			t.Fatalf("%v: %v", tc.set, err)
+		}
+		_, notes, ok := strings.Cut(string(out), "\nNOTES:\n")
+		if !ok {
+			t.Fatalf("%v: no NOTES in\n%s", tc.set, out)
+		}
+		label, refused := strings.Contains(notes, label), strings.Contains(notes, "PrivilegesNotAllowed")
+		if label != tc.want || refused != tc.want {
+			t.Errorf("%v: NOTES name the label %v, the refusal %v; want %v:\n%s", tc.set, label, refused, tc.want, notes)
+		}
+	}
+}

@@ -224,7 +224,7 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 		return nil, err
 	}
 	rn := &RelayNodeReconciler{Client: mgr.GetClient(), Scheme: scheme, CA: ca, Image: o.Image, RenewBefore: o.RenewBefore, Resources: o.RelayResources, Version: o.Version,
-		Policy: policy, Reader: mgr.GetAPIReader(), Reports: reports}
+		Policy: policy, Reader: mgr.GetAPIReader(), Reports: reports, Recorder: mgr.GetEventRecorder("hoplink-relaynode-controller")}
 	if err := rn.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("RelayNode controller: %w", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"net"
 	"slices"
 	"sort"
+	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -26,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
@@ -57,6 +59,28 @@ type RelayNodeReconciler struct {
 	Reader client.Reader
 	// Reports are the relays' own word on what goes wrong.
 	Reports *relayReports
+	// Recorder tells a refusal as a Warning Event too (nil: conditions
+	// only): `kubectl describe` and `kubectl get events` are where many
+	// look first, and a condition is easy to miss there.
+	Recorder recorder.EventRecorder
+	// refusalsTold is the refusal last told as an Event, by RelayNode: the
+	// status read from the cache may not show the last reconcile's yet, so
+	// it cannot say whether an Event went out.
+	refusalsTold sync.Map
+}
+
+// tellRefusal records a Warning Event for a refusal once, not at every
+// recheck: a new reason, message or generation is a new refusal.
+func (r *RelayNodeReconciler) tellRefusal(rn *v1alpha1.RelayNode, ref *refusal) {
+	if r.Recorder == nil {
+		return
+	}
+	key := types.NamespacedName{Namespace: rn.Namespace, Name: rn.Name}
+	told := fmt.Sprintf("%d\x00%s\x00%s", rn.Generation, ref.reason, ref.message)
+	if prev, ok := r.refusalsTold.Swap(key, told); ok && prev == told {
+		return
+	}
+	r.Recorder.Eventf(rn, nil, corev1.EventTypeWarning, ref.reason, "Admit", "%s", ref.message)
 }
 
 // +kubebuilder:rbac:groups=hoplink.dev,resources=relaynodes,verbs=get;list;watch;patch
@@ -72,6 +96,9 @@ type RelayNodeReconciler struct {
 func (r *RelayNodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var rn v1alpha1.RelayNode
 	if err := r.Get(ctx, req.NamespacedName, &rn); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.refusalsTold.Delete(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !rn.DeletionTimestamp.IsZero() {
@@ -143,6 +170,7 @@ func (r *RelayNodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 			return ctrl.Result{}, err
 		}
 		status.Desired, status.Ready, status.Endpoints = 0, 0, nil
+		r.tellRefusal(&rn, ref)
 		meta.SetStatusCondition(&status.Conditions, metav1.Condition{
 			Type: conditionReady, Status: metav1.ConditionFalse, Reason: ref.reason, ObservedGeneration: rn.Generation, Message: ref.message,
 		})
@@ -151,6 +179,7 @@ func (r *RelayNodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		return ctrl.Result{RequeueAfter: min(renewIn, policyRecheck)}, patchStatus(ctx, r.Client, &rn, &rn.Status, status)
 	}
 
+	r.refusalsTold.Delete(req.NamespacedName) // a later refusal is news again
 	ds, err := r.ensureWorkload(ctx, &rn)
 	if err != nil {
 		return ctrl.Result{}, err

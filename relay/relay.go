@@ -503,6 +503,13 @@ func (r *Relay) Drain(ctx context.Context) (open int) {
 		for _, stop := range stops {
 			stop()
 		}
+		// A draining entry takes no new flow, so its chains' routes no
+		// longer matter; routing on would move them away from peers that
+		// drain too (every relay of hoplink local at Ctrl-C) and log a
+		// route change and a warning about a network going away on purpose.
+		if r.ctl != nil {
+			r.ctl.Close()
+		}
 		if r.hops != nil {
 			r.hops.Drain()
 		}

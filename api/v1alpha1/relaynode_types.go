@@ -105,6 +105,14 @@ type RelayNodeSpec struct {
 	// relay port is reachable at the node's address from outside the
 	// cluster. Pod-network relays are reachable inside the cluster only.
 	// Unset means true for DaemonSet relays; sidecar relays never use it.
+	// The operator's default policy runs host-network relays only in
+	// namespaces labelled hoplink.dev/privileged-relays=true (`kubectl
+	// label namespace NAMESPACE hoplink.dev/privileged-relays=true`, an
+	// admin's decision; or the operator runs with --privileged-relays=any,
+	// chart value relay.privileged): elsewhere the RelayNode runs nothing
+	// and says so, Ready=False with reason PrivilegesNotAllowed, in
+	// `kubectl get relaynodes` and in a Warning Event. Set false for a relay
+	// that only this cluster's pods reach, which every namespace allows.
 	// +optional
 	HostNetwork *bool `json:"hostNetwork,omitempty"`
 	// NodeSelector picks the nodes that run this relay (one pod per node).

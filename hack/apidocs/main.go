@@ -64,6 +64,27 @@ func Render(dir string) ([]byte, error) {
 	return w.Bytes(), nil
 }
 
+// examples are what a first object of a kind looks like, with what a user
+// meets when applying it. The controllers' envtest applies the RelayNode's
+// as written here (TestRelayNodeFromTheAPIReference), so the words about
+// what happens next are checked.
+var examples = map[string]string{
+	"RelayNode": "A first RelayNode, one relay on each node labelled `hoplink.dev/site=gateway`:\n\n" +
+		"```yaml\n" +
+		"apiVersion: hoplink.dev/v1alpha1\n" +
+		"kind: RelayNode\n" +
+		"metadata: {name: gateway}\n" +
+		"spec:\n" +
+		"  nodeSelector: {hoplink.dev/site: gateway}\n" +
+		"```\n\n" +
+		"Its relays run on the host network (`spec.hostNetwork` unset means true), which the operator's\n" +
+		"default policy allows only in namespaces labelled `hoplink.dev/privileged-relays=true`. In any\n" +
+		"other namespace it runs nothing: `kubectl get relaynodes` shows READY `False` and REASON\n" +
+		"`PrivilegesNotAllowed`, and the condition's message and a Warning Event give the command to run,\n" +
+		"`kubectl label namespace NAMESPACE hoplink.dev/privileged-relays=true` (an admin's decision),\n" +
+		"or `spec.hostNetwork: false` for a relay only this cluster's pods reach.\n",
+}
+
 func writeKind(w *bytes.Buffer, crd *apiextensionsv1.CustomResourceDefinition, v *apiextensionsv1.CustomResourceDefinitionVersion) {
 	n := crd.Spec.Names
 	fmt.Fprintf(w, "\n## %s\n\n", n.Kind)
@@ -75,6 +96,9 @@ func writeKind(w *bytes.Buffer, crd *apiextensionsv1.CustomResourceDefinition, v
 	root := v.Schema.OpenAPIV3Schema
 	if d := root.Description; d != "" {
 		fmt.Fprintf(w, "\n%s\n", oneLine(d))
+	}
+	if ex, ok := examples[n.Kind]; ok {
+		fmt.Fprintf(w, "\n%s", ex)
 	}
 	for _, part := range []string{"spec", "status"} {
 		s, ok := root.Properties[part]

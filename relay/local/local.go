@@ -53,7 +53,13 @@ func Start(set *manifest.Set, base relay.Config) (*Network, error) {
 	for _, l := range links {
 		log.Info("link emulated", "between", l.A+","+l.B, "rtt", l.RTT)
 	}
-	for _, rn := range set.Relays {
+	// Relays that others dial start first: a relay started before its
+	// peers found nothing at their ports (through an emulated link's proxy,
+	// a connection reset) and warned of it in the demo's first lines.
+	// n.Relays keeps the order of the manifests.
+	started := make([]*relay.Relay, len(set.Relays))
+	for _, i := range dialedFirst(set) {
+		rn := set.Relays[i]
 		id, err := ca.Identity(rn.Name)
 		if err != nil {
 			n.Close()
@@ -75,8 +81,10 @@ func Start(set *manifest.Set, base relay.Config) (*Network, error) {
 			n.Close()
 			return nil, fmt.Errorf("relay %q: %w", rn.Name, err)
 		}
+		started[i] = r
 		n.Relays = append(n.Relays, r)
 	}
+	n.Relays = started
 	for _, c := range set.Chains {
 		if c.Spec.Mode.Routed() {
 			log.Info("chain routed by measurement", "chain", manifest.Key(c.Namespace, c.Name), "mode", c.Spec.Mode,
@@ -87,6 +95,36 @@ func Start(set *manifest.Set, base relay.Config) (*Network, error) {
 			"route", strings.Join(manifest.Route(c), " -> "))
 	}
 	return n, nil
+}
+
+// dialedFirst orders the relays of set (indexes into set.Relays) so that
+// each comes after the relays it dials (set.NextHops), where the chains
+// allow: depth first, a relay after its next hops; a cycle is broken where
+// it is met. Relays that dial none keep the manifests' order.
+func dialedFirst(set *manifest.Set) []int {
+	index := map[string]int{}
+	for i, rn := range set.Relays {
+		index[rn.Name] = i
+	}
+	seen := make([]bool, len(set.Relays))
+	var order []int
+	var visit func(i int)
+	visit = func(i int) {
+		if seen[i] {
+			return
+		}
+		seen[i] = true
+		for _, peer := range set.NextHops(set.Relays[i].Name) {
+			if j, ok := index[peer]; ok {
+				visit(j)
+			}
+		}
+		order = append(order, i)
+	}
+	for i := range set.Relays {
+		visit(i)
+	}
+	return order
 }
 
 // Ready reports whether every relay is ready.

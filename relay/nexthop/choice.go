@@ -93,7 +93,7 @@ func (l peerLoss) OpenTLS() (sent, retransmitted uint64) { return l.p.live.count
 
 func (l peerLoss) RTT() time.Duration {
 	if c := l.p.quic.Live(l.peer); c != nil {
-		return c.ConnectionStats().SmoothedRTT
+		return c.ConnectionStats().MinRTT
 	}
 	return 0
 }
