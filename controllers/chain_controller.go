@@ -3,14 +3,20 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/manifest"
@@ -27,9 +33,10 @@ type ChainReconciler struct {
 	// Routes runs the rounds of routed chains; nil leaves them unrouted.
 	Routes *routectl.Controller
 	writer *routeWriter
+	phases phases
 }
 
-// +kubebuilder:rbac:groups=hoplink.dev,resources=chains,verbs=get;list;watch
+// +kubebuilder:rbac:groups=hoplink.dev,resources=chains,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=hoplink.dev,resources=chains/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
@@ -38,6 +45,7 @@ func (r *ChainReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	if err := r.Get(ctx, req.NamespacedName, &ch); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.stopRouting(req.String())
+			r.phases.forget(req.String())
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -46,12 +54,103 @@ func (r *ChainReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	} else {
 		r.stopRouting(req.String())
 	}
+	recheck, err := r.publishMembers(ctx, &ch)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	status := ch.Status.DeepCopy()
 	status.ObservedGeneration = ch.Generation
 	cond := r.check(ctx, &ch, status)
 	cond.Type, cond.ObservedGeneration = conditionReady, ch.Generation
 	meta.SetStatusCondition(&status.Conditions, cond)
-	return ctrl.Result{}, patchStatus(ctx, r.Client, &ch, &ch.Status, status)
+	return ctrl.Result{RequeueAfter: recheck}, patchStatus(ctx, r.Client, &ch, &ch.Status, status)
+}
+
+// joinDelay is how long relays an edit added to a Chain have to take it
+// before the others act on the edit, and relays it took out keep it.
+const joinDelay = 2 * time.Second
+
+// publishMembers labels the Chain for the relays its spec names, which
+// then see it, in two steps: a relay the spec newly names is labelled
+// joining once the RelayNodes and Tunnels it needs with the Chain carry
+// its label (their label changes requeue the Chain); joinDelay later its
+// label is joined, and the labels of relays the spec no longer names go.
+// It returns when to look again.
+func (r *ChainReconciler) publishMembers(ctx context.Context, ch *v1alpha1.Chain) (time.Duration, error) {
+	key := client.ObjectKeyFromObject(ch).String()
+	named := manifest.Named(ch)
+	have := memberValues(ch.Labels)
+	want := joined(named)
+	settled := true
+	var added []string
+	for _, n := range named {
+		switch v, ok := have[n]; {
+		case !ok:
+			added = append(added, n)
+		case v == v1alpha1.MemberJoining:
+			settled = false
+		}
+	}
+	for n := range have {
+		if _, ok := want[n]; !ok {
+			settled = false // leaving
+		}
+	}
+	if len(added) > 0 {
+		if ready, err := membersReady(ctx, r.Client, ch, named); err != nil || !ready {
+			return 0, err
+		}
+		next := maps.Clone(have)
+		for _, n := range added {
+			next[n] = v1alpha1.MemberJoining
+		}
+		if err := patchMembers(ctx, r.Client, ch, next); err != nil {
+			return 0, err
+		}
+		r.phases.start(key, true)
+		return joinDelay, nil
+	}
+	if settled {
+		r.phases.forget(key)
+		return 0, nil
+	}
+	if left := joinDelay - r.phases.start(key, false); left > 0 {
+		return left, nil
+	}
+	if err := patchMembers(ctx, r.Client, ch, want); err != nil {
+		return 0, err
+	}
+	r.phases.forget(key)
+	return 0, nil
+}
+
+// phases remembers when each Chain's labels last changed membership: an
+// operator that restarts waits joinDelay again, which is safe.
+type phases struct {
+	mu    sync.Mutex
+	since map[string]time.Time
+}
+
+// start returns how long ago key's phase started, starting it now when
+// restart is set or none is known.
+func (p *phases) start(key string, restart bool) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.since == nil {
+		p.since = map[string]time.Time{}
+	}
+	t, ok := p.since[key]
+	if restart || !ok {
+		t = time.Now()
+		p.since[key] = t
+	}
+	return time.Since(t)
+}
+
+func (p *phases) forget(key string) {
+	p.mu.Lock()
+	delete(p.since, key)
+	p.mu.Unlock()
 }
 
 func (r *ChainReconciler) stopRouting(key string) {
@@ -64,13 +163,23 @@ func (r *ChainReconciler) stopRouting(key string) {
 // check fills status.route for static chains and says whether the chain
 // can carry flows, and if not, what to do about it.
 func (r *ChainReconciler) check(ctx context.Context, ch *v1alpha1.Chain, status *v1alpha1.ChainStatus) metav1.Condition {
-	var relays v1alpha1.RelayNodeList
-	if err := r.List(ctx, &relays, client.InNamespace(ch.Namespace)); err != nil {
-		return metav1.Condition{Status: metav1.ConditionUnknown, Reason: ReasonListFailed, Message: err.Error()}
-	}
+	// The relays it names, each read alone: a namespace may hold
+	// thousands, and every Chain is checked again when one changes.
 	byName := map[string]*v1alpha1.RelayNode{}
-	for i := range relays.Items {
-		byName[relays.Items[i].Name] = &relays.Items[i]
+	for _, ref := range chainRefs(ch) {
+		if _, seen := byName[ref.name]; seen {
+			continue
+		}
+		var rn v1alpha1.RelayNode
+		err := r.Get(ctx, types.NamespacedName{Namespace: ch.Namespace, Name: ref.name}, &rn)
+		switch {
+		case err == nil:
+			byName[ref.name] = &rn
+		case apierrors.IsNotFound(err):
+			byName[ref.name] = nil
+		default:
+			return metav1.Condition{Status: metav1.ConditionUnknown, Reason: ReasonListFailed, Message: err.Error()}
+		}
 	}
 	for _, ref := range chainRefs(ch) {
 		if byName[ref.name] == nil {
@@ -128,25 +237,22 @@ func quoteJoin(names []string) string {
 	return strings.Join(q, ", ")
 }
 
-// indexChainRelays indexes Chains by every RelayNode they name.
+// indexChainRelays indexes Chains by every RelayNode they name or their
+// member labels still name.
 const indexChainRelays = "hoplink.chain.relays"
 
 // SetupWithManager registers the reconciler; a RelayNode change requeues
-// the Chains that name it.
+// the Chains that name it, and a Tunnel's new labels its Chain (whose own
+// may wait for them).
 func (r *ChainReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.Chain{}, indexChainRelays, func(o client.Object) []string {
-		var names []string
-		for _, ref := range chainRefs(o.(*v1alpha1.Chain)) {
-			if !slices.Contains(names, ref.name) {
-				names = append(names, ref.name)
-			}
-		}
-		return names
+		return chainMembers(o.(*v1alpha1.Chain))
 	}); err != nil {
 		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.Chain{}).
 		Watches(&v1alpha1.RelayNode{}, enqueueReferrers(mgr.GetClient(), &v1alpha1.ChainList{}, indexChainRelays)).
+		Watches(&v1alpha1.Tunnel{}, enqueueTunnelChain(), builder.WithPredicates(predicate.LabelChangedPredicate{})).
 		Complete(r)
 }

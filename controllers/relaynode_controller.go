@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -82,7 +83,7 @@ func (r *RelayNodeReconciler) tellRefusal(rn *v1alpha1.RelayNode, ref *refusal) 
 	r.Recorder.Eventf(rn, nil, corev1.EventTypeWarning, ref.reason, "Admit", "%s", ref.message)
 }
 
-// +kubebuilder:rbac:groups=hoplink.dev,resources=relaynodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=hoplink.dev,resources=relaynodes,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=hoplink.dev,resources=relaynodes/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=hoplink.dev,resources=chains;tunnels,verbs=get;list;watch
 // +kubebuilder:rbac:groups=apps,resources=daemonsets,verbs=get;list;watch;create;update;patch;delete
@@ -102,6 +103,15 @@ func (r *RelayNodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	}
 	if !rn.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil // owned objects go with it
+	}
+	// The relays of its Chains read it; first, since a Chain waits for
+	// its relays' labels before it takes a new member's.
+	members, err := relayMembers(ctx, r.Client, &rn)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := patchMembers(ctx, r.Client, &rn, joined(members)); err != nil {
+		return ctrl.Result{}, err
 	}
 	status := rn.Status.DeepCopy()
 	status.ObservedGeneration = rn.Generation
@@ -141,7 +151,7 @@ func (r *RelayNodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		if err != nil {
 			return ctrl.Result{}, err
 		}
-		if err := r.ensureSidecarObjects(ctx, &rn, pods); err != nil {
+		if err := r.ensureSidecarObjects(ctx, &rn, pods, members); err != nil {
 			return ctrl.Result{}, err
 		}
 		r.sidecarStatus(&rn, pods, status)
@@ -492,6 +502,7 @@ func (r *RelayNodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		func(o client.Object) []string { return []string{o.GetName()} }); err != nil {
 		return err
 	}
+	memberHandler, memberChange := enqueueChainMembers()
 	b := ctrl.NewControllerManagedBy(mgr)
 	if r.Reports != nil {
 		b = b.WatchesRawSource(source.Channel(r.Reports.relays, &handler.EnqueueRequestForObject{}))
@@ -511,6 +522,8 @@ func (r *RelayNodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			}
 			return nil
 		})).
+		// Relays gain or lose this RelayNode with the Chains they share.
+		Watches(&v1alpha1.Chain{}, memberHandler, builder.WithPredicates(memberChange)).
 		// A RelayNode deleted in one namespace may free its name for another.
 		Watches(&v1alpha1.RelayNode{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			var same v1alpha1.RelayNodeList

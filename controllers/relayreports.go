@@ -115,23 +115,22 @@ func (r *relayReports) round(ctx context.Context) {
 			case r.relays <- event.GenericEvent{Object: rn}:
 			default: // the next round will
 			}
-			r.touchTunnels(ctx, rn.Namespace)
+			r.touchTunnels(ctx, rn)
 		}
 		r.tell(ctx, rn, got)
 	}
 }
 
-// touchTunnels requeues the Tunnels of a namespace: their entries' reports
-// changed.
-func (r *relayReports) touchTunnels(ctx context.Context, ns string) {
-	var list v1alpha1.TunnelList
-	if err := r.client.List(ctx, &list, client.InNamespace(ns)); err != nil {
-		return
-	}
-	for i := range list.Items {
+// touchTunnels requeues the Tunnels that enter at a relay whose report
+// changed. Each is sent, not dropped when the channel is full: a report
+// changes once, and the next round would not send it again.
+func (r *relayReports) touchTunnels(ctx context.Context, rn *v1alpha1.RelayNode) {
+	for _, req := range tunnelsAt(ctx, r.client, rn.Namespace, rn.Name, false) {
+		t := &v1alpha1.Tunnel{ObjectMeta: metav1.ObjectMeta{Namespace: req.Namespace, Name: req.Name}}
 		select {
-		case r.tunnels <- event.GenericEvent{Object: &list.Items[i]}:
-		default: // the next round will
+		case r.tunnels <- event.GenericEvent{Object: t}:
+		case <-ctx.Done():
+			return
 		}
 	}
 }

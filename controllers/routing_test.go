@@ -204,6 +204,7 @@ func TestRouteControllerWritesStatusAndEvents(t *testing.T) {
 	// Nothing changes: the status is not rewritten every round.
 	var before v1alpha1.Chain
 	k8s.Get(ctx, key, &before)
+	waitJoined(t, &before)
 	time.Sleep(5 * 400 * time.Millisecond)
 	var after v1alpha1.Chain
 	k8s.Get(ctx, key, &after)

@@ -23,8 +23,9 @@ import (
 // certificate: no DaemonSet; a headless Service whose EndpointSlices list
 // the ready replicas (peers dial those); and a Role bound to the service
 // accounts of the labelled pods, so their sidecars may read the namespace's
-// hoplink objects.
-func (r *RelayNodeReconciler) ensureSidecarObjects(ctx context.Context, rn *v1alpha1.RelayNode, pods []corev1.Pod) error {
+// hoplink objects. The Service carries the RelayNode's member labels, which
+// its EndpointSlices copy: relays watch the slices of their peers only.
+func (r *RelayNodeReconciler) ensureSidecarObjects(ctx context.Context, rn *v1alpha1.RelayNode, pods []corev1.Pod, members []string) error {
 	name := RelayObjectName(rn.Name)
 	om := metav1.ObjectMeta{Name: name, Namespace: rn.Namespace}
 	if err := r.deleteOwned(ctx, rn, &appsv1.DaemonSet{ObjectMeta: om}); err != nil {
@@ -33,6 +34,8 @@ func (r *RelayNodeReconciler) ensureSidecarObjects(ctx context.Context, rn *v1al
 	own := func(o client.Object, mutate func()) error { return r.own(ctx, rn, o, mutate) }
 	svc := &corev1.Service{ObjectMeta: om}
 	if err := own(svc, func() {
+		labels, _ := setMembers(svc.GetLabels(), joined(members))
+		svc.SetLabels(labels)
 		port := rn.Spec.RelayPort()
 		svc.Spec.ClusterIP = corev1.ClusterIPNone
 		svc.Spec.Selector = map[string]string{LabelRelayNode: rn.Name}

@@ -17,9 +17,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -36,7 +39,7 @@ type TunnelReconciler struct {
 	Reports *relayReports
 }
 
-// +kubebuilder:rbac:groups=hoplink.dev,resources=tunnels,verbs=get;list;watch
+// +kubebuilder:rbac:groups=hoplink.dev,resources=tunnels,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=hoplink.dev,resources=tunnels/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;patch;delete
 
@@ -44,6 +47,15 @@ func (r *TunnelReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	var t v1alpha1.Tunnel
 	if err := r.Get(ctx, req.NamespacedName, &t); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	// The relays of its Chain read it, and may before they see the Chain
+	// with a new member: its labels follow the Chain's spec at once.
+	members, err := tunnelMembers(ctx, r.Client, &t)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := patchMembers(ctx, r.Client, &t, joined(members)); err != nil {
+		return ctrl.Result{}, err
 	}
 	status := t.Status.DeepCopy()
 	status.ObservedGeneration = t.Generation
@@ -242,18 +254,36 @@ func (r *TunnelReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&corev1.Service{}).
 		Watches(&v1alpha1.Chain{}, enqueueReferrers(mgr.GetClient(), &v1alpha1.TunnelList{}, indexTunnelChain)).
 		// A RelayNode's spec.tun decides whether tun Tunnels through it
-		// can work, and its spec.sidecar where Tunnels listen; there are
-		// few Tunnels, so all of the namespace's are looked at again.
+		// can work, and its spec.sidecar where Tunnels listen: the
+		// Tunnels of the Chains it enters or ends look again when its
+		// spec changes (its status changes often, and counts for none).
 		Watches(&v1alpha1.RelayNode{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-			var list v1alpha1.TunnelList
-			if err := mgr.GetClient().List(ctx, &list, client.InNamespace(o.GetNamespace())); err != nil {
-				return nil
-			}
-			var reqs []reconcile.Request
-			for _, t := range list.Items {
-				reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&t)})
-			}
-			return reqs
-		})).
+			return tunnelsAt(ctx, mgr.GetClient(), o.GetNamespace(), o.GetName(), true)
+		}), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Complete(r)
+}
+
+// tunnelsAt lists the Tunnels of the Chains that enter at a relay (and,
+// with ends, that exit at it too).
+func tunnelsAt(ctx context.Context, c client.Reader, ns, relay string, ends bool) []reconcile.Request {
+	var chains v1alpha1.ChainList
+	if err := c.List(ctx, &chains, client.InNamespace(ns), client.MatchingFields{indexChainRelays: relay}, client.UnsafeDisableDeepCopy); err != nil {
+		log.FromContext(ctx).Error(err, "list Chains of a RelayNode")
+		return nil
+	}
+	var reqs []reconcile.Request
+	for _, ch := range chains.Items {
+		if ch.Spec.Entry != relay && (!ends || ch.Spec.Exit != relay) {
+			continue
+		}
+		var tunnels v1alpha1.TunnelList
+		if err := c.List(ctx, &tunnels, client.InNamespace(ns), client.MatchingFields{indexTunnelChain: ch.Name}, client.UnsafeDisableDeepCopy); err != nil {
+			log.FromContext(ctx).Error(err, "list Tunnels of a Chain")
+			return nil
+		}
+		for _, t := range tunnels.Items {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&t)})
+		}
+	}
+	return reqs
 }

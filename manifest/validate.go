@@ -411,7 +411,14 @@ func (a listenKey) overlaps(b listenKey) bool {
 // validateTunnelListeners rejects two Tunnels that would bind the same port
 // on the same entry relay.
 func (s *Set) validateTunnelListeners(p *problems) {
-	seen := map[string][]*v1alpha1.Tunnel{}
+	// Binds collide only on one protocol and port, so each entry relay's
+	// are kept by those: a relay with 10,000 Tunnels compares each with
+	// the few of its port, not with all the others.
+	type bucket struct {
+		entry, proto string
+		port         int32
+	}
+	seen := map[bucket][]*v1alpha1.Tunnel{}
 	devices := map[[2]string]*v1alpha1.Tunnel{} // entry relay, device name
 	for _, t := range s.Tunnels {
 		c := s.ChainOf(t)
@@ -433,7 +440,8 @@ func (s *Set) validateTunnelListeners(p *problems) {
 				"%d is entry relay %q's own port (QUIC on UDP, TLS on TCP); pick another port", k.port, r.Name)
 			continue
 		}
-		for _, o := range seen[c.Spec.Entry] {
+		b := bucket{c.Spec.Entry, k.proto, k.port}
+		for _, o := range seen[b] {
 			if tunnelListen(o).overlaps(k) {
 				p.add(s.src[t], "Tunnel", Key(t.Namespace, t.Name), "spec.listen",
 					"%s %s collides with Tunnel %q on entry relay %q; pick another port",
@@ -441,7 +449,7 @@ func (s *Set) validateTunnelListeners(p *problems) {
 				break
 			}
 		}
-		seen[c.Spec.Entry] = append(seen[c.Spec.Entry], t)
+		seen[b] = append(seen[b], t)
 	}
 }
 
@@ -458,16 +466,22 @@ func (s *Set) CheckSingleHost() error {
 		key  listenKey
 		desc string
 	}
-	var taken []owner
+	// By protocol and port, the only binds that may collide.
+	type bucket struct {
+		proto string
+		port  int32
+	}
+	taken := map[bucket][]owner{}
 	claim := func(src Source, kind, name, field string, k listenKey, desc string) {
-		for _, o := range taken {
+		b := bucket{k.proto, k.port}
+		for _, o := range taken[b] {
 			if o.key.overlaps(k) {
 				p.add(src, kind, name, field, "%s %s collides with %s; every relay of local mode shares this host, so pick another port",
 					k.proto, net.JoinHostPort(k.addr, strconv.Itoa(int(k.port))), o.desc)
 				return
 			}
 		}
-		taken = append(taken, owner{k, desc})
+		taken[b] = append(taken[b], owner{k, desc})
 	}
 	for _, r := range s.Relays {
 		for _, proto := range []string{"udp", "tcp"} { // QUIC and TLS share the port number

@@ -17,6 +17,25 @@ const DefaultDrainSeconds = 30
 // relay DaemonSet's pods, and the workload pods that get a sidecar relay.
 const LabelRelayNode = "hoplink.dev/relaynode"
 
+// LabelMemberPrefix starts the labels that say which relays read an
+// object: the operator writes MemberLabel(relay) on every Chain for each
+// relay its spec names, on the Chain's Tunnels, on the RelayNodes those
+// relays need (each its own too) and on sidecar relays' Services (whose
+// EndpointSlices copy them). A relay watches only what carries its own,
+// so what it caches, and what the API server sends it, grows with its
+// chains and not with its namespace. RelayNode names are DNS labels, so
+// the key's name part (at most 63 characters) always holds one.
+const LabelMemberPrefix = "member.hoplink.dev/"
+
+// MemberLabel is the label key that selects relay's objects.
+func MemberLabel(relay string) string { return LabelMemberPrefix + relay }
+
+// MemberJoining is the value of a Chain's member label while the relay it
+// names has just been added to the Chain: that relay takes the new spec
+// first, and the others once the label's value is empty, a moment later,
+// so that no flow reaches a relay before it knows the Chain.
+const MemberJoining = "joining"
+
 // ReasonNameConflict is the Ready reason the operator writes on a RelayNode
 // that does not hold its name: one of another namespace does, being older
 // or of the same second. Relays read it, so it is part of the API.

@@ -82,6 +82,14 @@ func TestRelaysTrustOnlyNamesTheirNamespaceHolds(t *testing.T) {
 		Entry: "y", Exit: "la", Route: []string{"y", "la"}}})
 	create(t, c.k8s, &v1alpha1.Tunnel{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "t"}, Spec: v1alpha1.TunnelSpec{
 		Chain: "c", Listen: &v1alpha1.TunnelListen{Address: "127.0.0.1", Port: int32(tunnelPort)}, Target: target}})
+	// Labelled for their relays, as an operator does before it issues a
+	// certificate (so la sees them, and only the name check decides).
+	for _, o := range []struct {
+		obj  client.Object
+		name string
+	}{{&v1alpha1.RelayNode{}, "y"}, {&v1alpha1.RelayNode{}, "la"}, {&v1alpha1.Chain{}, "c"}, {&v1alpha1.Tunnel{}, "t"}} {
+		labelMembers(t, c.k8s, types.NamespacedName{Namespace: "a", Name: o.name}, o.obj, "la", "y")
+	}
 
 	laMetrics := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
 	c.run(t, bin, "relay-la", "relay", "--kube", "--name", "la", "--namespace", "a", "--kubeconfig", laConfig,
@@ -202,6 +210,26 @@ spec: {chain: c, listen: {address: 127.0.0.1, port: %[3]d}, target: %[4]q}
 	if err := laLog(`RelayNode \"y\": status: Ready is NameConflict`); err != nil {
 		t.Error(err)
 	}
+}
+
+// labelMembers gives the object at key the member labels of relays, as the
+// operator would.
+func labelMembers(t *testing.T, c client.Client, key types.NamespacedName, o client.Object, relays ...string) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("member labels on %T %s", o, key.Name), func() error {
+		if err := c.Get(context.Background(), key, o); err != nil {
+			return err
+		}
+		l := o.GetLabels()
+		if l == nil {
+			l = map[string]string{}
+		}
+		for _, r := range relays {
+			l[v1alpha1.MemberLabel(r)] = ""
+		}
+		o.SetLabels(l)
+		return c.Update(context.Background(), o)
+	})
 }
 
 // shortDeadline bounds a flow that a relay neither carries nor refuses.

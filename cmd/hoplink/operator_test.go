@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -79,9 +80,14 @@ func TestOperatorAndKubeRelays(t *testing.T) {
 	create(t, k8s, web)
 	// Each relay runs as its own ServiceAccount, so the Role the operator
 	// wrote is what it gets, as in a pod.
+	laMetrics := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
 	for _, rn := range set.Relays {
 		relayConfig := relayKubeconfig(t, cfg, dir, ns, v1alpha1.RelayObjectName(rn.Name))
-		start("relay-"+rn.Name, "relay", "--kube", "--name", rn.Name, "--namespace", ns, "--kubeconfig", relayConfig, "--log-level", "debug")
+		args := []string{"relay", "--kube", "--name", rn.Name, "--namespace", ns, "--kubeconfig", relayConfig, "--log-level", "debug"}
+		if rn.Name == "la" {
+			args = append(args, "--metrics-addr", laMetrics)
+		}
+		start("relay-"+rn.Name, args...)
 	}
 
 	webAddr := fmt.Sprintf("127.0.0.1:%d", web.Spec.Listen.Port)
@@ -125,6 +131,66 @@ func TestOperatorAndKubeRelays(t *testing.T) {
 	waitFor(t, "new Tunnel carries traffic", func() error {
 		return tcpExchange(func() (net.Conn, error) { return net.DialTimeout("tcp", apiAddr, 5*time.Second) }, 1<<20)
 	})
+
+	// A relay joins a chain while flows cross it: la, which knew nothing of
+	// chain short (its relays watch only their own chains), gets it with
+	// its Tunnel before hk routes through it, and no flow fails.
+	short := &v1alpha1.Chain{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "short"}, Spec: v1alpha1.ChainSpec{
+		Entry: "hk", Exit: "useast", Route: []string{"hk", "useast"}}}
+	create(t, k8s, short)
+	shortTunnel := &v1alpha1.Tunnel{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "short"}, Spec: v1alpha1.TunnelSpec{
+		Chain: "short", Listen: &v1alpha1.TunnelListen{Address: "127.0.0.1", Port: int32(testutil.FreePort(t))}, Target: echoLn.Addr().String(),
+	}}
+	create(t, k8s, shortTunnel)
+	shortDial := func() (net.Conn, error) {
+		return net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", shortTunnel.Spec.Listen.Port), 5*time.Second)
+	}
+	waitFor(t, "chain short carries traffic", func() error { return tcpExchange(shortDial, 64<<10) })
+	laKnows := func(want string) error {
+		m, err := httpGet("http://" + laMetrics + "/metrics")
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(m, want) {
+			return fmt.Errorf("la's metrics lack %s", want)
+		}
+		return nil
+	}
+	if laKnows(`chain="edge/short"`) == nil {
+		t.Error("la knows chain short, which it is no member of")
+	}
+	stopFlows := make(chan struct{})
+	flowErrs := make(chan error, 1)
+	go func() {
+		var errs []error
+		for n := 0; ; n++ {
+			select {
+			case <-stopFlows:
+				flowErrs <- errors.Join(errs...)
+				return
+			default:
+			}
+			if err := tcpExchange(shortDial, 16<<10); err != nil {
+				errs = append(errs, fmt.Errorf("flow %d: %w", n, err))
+			}
+		}
+	}()
+	time.Sleep(500 * time.Millisecond)
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(short), short); err != nil {
+		t.Fatal(err)
+	}
+	short.Spec.Via, short.Spec.Route = []string{"la"}, []string{"hk", "la", "useast"}
+	if err := k8s.Update(ctx, short); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "la carries chain short's flows", func() error {
+		return laKnows(`hoplink_tunnel_flows_total{relay="la",role="middle",tunnel="edge/short"}`)
+	})
+	time.Sleep(time.Second)
+	close(stopFlows)
+	if err := <-flowErrs; err != nil {
+		t.Errorf("flows failed while la joined chain short: %v", err)
+	}
 
 	// A Tunnel whose port another process holds on the entry's host: the
 	// relay serves the others, and the operator says which relay and port
@@ -338,4 +404,16 @@ func relayKubeconfig(t *testing.T, cfg *rest.Config, dir, ns, sa string) string 
 		t.Fatal(err)
 	}
 	return path
+}
+
+// httpGet returns a page's body.
+func httpGet(url string) (string, error) {
+	c := &http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
 }

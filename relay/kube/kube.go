@@ -1,8 +1,9 @@
 // Package kube runs a relay inside Kubernetes: it watches the relay's
-// RelayNode, the Chains and Tunnels of its namespace, the peers' published
-// endpoints and its own certificate Secret, and applies every change to the
-// running relay. New Tunnels open, deleted ones close, a route change
-// applies to new flows, and a renewed certificate to new handshakes.
+// RelayNode, the Chains it is a member of with their Tunnels, its peers'
+// RelayNodes and published endpoints, and its own certificate Secret
+// (View), and applies every change to the running relay (Relay). New
+// Tunnels open, deleted ones close, a route change applies to new flows,
+// and a renewed certificate to new handshakes.
 package kube
 
 import (
@@ -15,12 +16,15 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -61,14 +65,12 @@ type Options struct {
 
 // Relay is a relay driven by the Kubernetes API.
 type Relay struct {
-	o       Options
-	cache   cache.Cache
-	changed chan struct{}
-	relay   atomic.Pointer[relay.Relay] // nil until the certificate and RelayNode exist
+	o     Options
+	view  *View
+	relay atomic.Pointer[relay.Relay] // nil until the certificate and RelayNode exist
 
-	certPEM  []byte   // the certificate the relay presents
-	caPEM    []byte   // the CAs it trusts
-	problems []string // the last manifest problems logged
+	certPEM []byte // the certificate the relay presents
+	caPEM   []byte // the CAs it trusts
 }
 
 // settle batches a burst of watch events (an apply of many objects) into one
@@ -77,6 +79,40 @@ const settle = 100 * time.Millisecond
 
 // New prepares the watches; Run starts them.
 func New(o Options) (*Relay, error) {
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	o.Log = o.Log.With("relay", o.Name, "namespace", o.Namespace)
+	v, err := NewView(o)
+	if err != nil {
+		return nil, err
+	}
+	return &Relay{o: o, view: v}, nil
+}
+
+// View is what a relay reads of the API: the objects that carry its member
+// label (v1alpha1.MemberLabel), which the operator writes on its RelayNode,
+// the Chains it is a member of, their Tunnels, their relays' RelayNodes and
+// the EndpointSlices of the sidecar relays among them; and its own
+// certificate Secret. What it caches, and what the API server sends it,
+// grows with its chains, not with its namespace. Relay applies a View to a
+// running relay; hack/bench/operator-scale runs Views alone, as relays
+// that watch and relay nothing.
+type View struct {
+	o       Options
+	cache   cache.Cache
+	api     client.Reader // uncached, to say why the relay's own RelayNode is not in the cache
+	changed chan struct{}
+	events  atomic.Int64 // watch events received, for the scale benchmark
+
+	mu       sync.Mutex
+	last     map[string]*v1alpha1.Chain // the Chains the last manifests were built from
+	problems []string                   // the last manifest problems logged
+	waiting  []string                   // the last Chains logged as waiting for their labels
+}
+
+// NewView prepares the watches of o's relay; Start starts them.
+func NewView(o Options) (*View, error) {
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return nil, err
@@ -84,10 +120,18 @@ func New(o Options) (*Relay, error) {
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
-	hasRelay, _ := labels.NewRequirement(v1alpha1.LabelRelayNode, selection.Exists, nil)
+	mine, err := labels.NewRequirement(v1alpha1.MemberLabel(o.Name), selection.Exists, nil)
+	if err != nil {
+		return nil, fmt.Errorf("RelayNode %q: %w", o.Name, err)
+	}
+	member := cache.ByObject{Label: labels.NewSelector().Add(*mine)}
 	byObject := map[client.Object]cache.ByObject{
-		// The slices of sidecar relays' Services (which carry the label), no others.
-		&discoveryv1.EndpointSlice{}: {Label: labels.NewSelector().Add(*hasRelay)},
+		&v1alpha1.RelayNode{}: member,
+		&v1alpha1.Chain{}:     member,
+		&v1alpha1.Tunnel{}:    member,
+		// The slices of its peers' sidecar Services, which copy the
+		// Services' labels.
+		&discoveryv1.EndpointSlice{}: member,
 	}
 	if o.CertsDir == "" {
 		// Its own certificate, and no other Secret: that is all its RBAC allows.
@@ -97,15 +141,91 @@ func New(o Options) (*Relay, error) {
 		Scheme:            scheme,
 		DefaultNamespaces: map[string]cache.Config{o.Namespace: {}},
 		ByObject:          byObject,
+		// Who wrote which field is of no use to a relay, and is a large
+		// part of each object.
+		DefaultTransform: cache.TransformStripManagedFields(),
 	})
+	if err != nil {
+		return nil, err
+	}
+	api, err := client.New(o.Config, client.Options{Scheme: scheme})
 	if err != nil {
 		return nil, err
 	}
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
-	o.Log = o.Log.With("relay", o.Name, "namespace", o.Namespace)
-	return &Relay{o: o, cache: c, changed: make(chan struct{}, 1)}, nil
+	return &View{o: o, cache: c, api: api, changed: make(chan struct{}, 1)}, nil
+}
+
+// watchedKinds are the kinds a View watches.
+func (v *View) watchedKinds() []client.Object {
+	kinds := []client.Object{&v1alpha1.RelayNode{}, &v1alpha1.Chain{}, &v1alpha1.Tunnel{}, &discoveryv1.EndpointSlice{}}
+	if v.o.CertsDir == "" {
+		kinds = append(kinds, &corev1.Secret{})
+	}
+	return kinds
+}
+
+// Start starts the watches and returns once the caches hold what the API
+// server had, or with why not; they stop when ctx ends, and errc then
+// receives what stopped them.
+func (v *View) Start(ctx context.Context) (errc <-chan error, err error) {
+	poke := toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { v.poke() },
+		UpdateFunc: func(any, any) { v.poke() },
+		DeleteFunc: func(any) { v.poke() },
+	}
+	for _, o := range v.watchedKinds() {
+		inf, err := v.cache.GetInformer(ctx, o)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := inf.AddEventHandler(poke); err != nil {
+			return nil, err
+		}
+	}
+	done := make(chan error, 1)
+	go func() { done <- v.cache.Start(ctx) }()
+	if !v.cache.WaitForCacheSync(ctx) {
+		return nil, fmt.Errorf("watching namespace %q: caches did not sync (check the API server address and the relay's RBAC)", v.o.Namespace)
+	}
+	return done, nil
+}
+
+// Changed receives after a watched object changed.
+func (v *View) Changed() <-chan struct{} { return v.changed }
+
+func (v *View) poke() {
+	v.events.Add(1)
+	select {
+	case v.changed <- struct{}{}:
+	default:
+	}
+}
+
+// Events counts the watch events (adds, updates, deletes) the View has
+// received since it started.
+func (v *View) Events() int64 { return v.events.Load() }
+
+// Cached counts the objects the View holds, by kind.
+func (v *View) Cached(ctx context.Context) (map[string]int, error) {
+	out := map[string]int{}
+	for kind, l := range map[string]client.ObjectList{"RelayNode": &v1alpha1.RelayNodeList{}, "Chain": &v1alpha1.ChainList{},
+		"Tunnel": &v1alpha1.TunnelList{}, "EndpointSlice": &discoveryv1.EndpointSliceList{}} {
+		if err := v.cache.List(ctx, l, client.InNamespace(v.o.Namespace), client.UnsafeDisableDeepCopy); err != nil {
+			return nil, err
+		}
+		out[kind] = meta.LenList(l)
+	}
+	return out, nil
+}
+
+// Problems are the objects the last manifests left out, and why.
+func (v *View) Problems() []string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return slices.Clone(v.problems)
 }
 
 // Ready reports whether the relay runs with its listeners open.
@@ -117,15 +237,6 @@ func (k *Relay) Ready() bool {
 // Run watches and relays until ctx ends; Shutdown then drains and closes
 // the relay.
 func (k *Relay) Run(ctx context.Context) error {
-	poke := toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { k.poke() },
-		UpdateFunc: func(any, any) { k.poke() },
-		DeleteFunc: func(any) { k.poke() },
-	}
-	watched := []client.Object{&v1alpha1.RelayNode{}, &v1alpha1.Chain{}, &v1alpha1.Tunnel{}, &discoveryv1.EndpointSlice{}}
-	if k.o.CertsDir == "" {
-		watched = append(watched, &corev1.Secret{})
-	}
 	// Mounted certificate files change without an event: look every few seconds.
 	var recheck <-chan time.Time
 	if k.o.CertsDir != "" {
@@ -133,19 +244,9 @@ func (k *Relay) Run(ctx context.Context) error {
 		defer t.Stop()
 		recheck = t.C
 	}
-	for _, o := range watched {
-		inf, err := k.cache.GetInformer(ctx, o)
-		if err != nil {
-			return err
-		}
-		if _, err := inf.AddEventHandler(poke); err != nil {
-			return err
-		}
-	}
-	errc := make(chan error, 1)
-	go func() { errc <- k.cache.Start(ctx) }()
-	if !k.cache.WaitForCacheSync(ctx) {
-		return fmt.Errorf("watching namespace %q: caches did not sync (check the API server address and the relay's RBAC)", k.o.Namespace)
+	errc, err := k.view.Start(ctx)
+	if err != nil {
+		return err
 	}
 	k.o.Log.Info("watching the cluster")
 	for {
@@ -157,7 +258,7 @@ func (k *Relay) Run(ctx context.Context) error {
 				return err
 			}
 			return nil
-		case <-k.changed:
+		case <-k.view.Changed():
 		case <-recheck:
 		}
 		select { // let a burst settle
@@ -180,13 +281,6 @@ func (k *Relay) Shutdown(ctx context.Context) {
 	}
 }
 
-func (k *Relay) poke() {
-	select {
-	case k.changed <- struct{}{}:
-	default:
-	}
-}
-
 // certRecheck is how often mounted certificate files are read again.
 const certRecheck = 10 * time.Second
 
@@ -205,7 +299,7 @@ func (k *Relay) certificate(ctx context.Context) (*corev1.Secret, error) {
 		}
 		return &secret, nil
 	}
-	err := k.cache.Get(ctx, types.NamespacedName{Namespace: k.o.Namespace, Name: v1alpha1.RelayObjectName(k.o.Name)}, &secret)
+	err := k.view.cache.Get(ctx, types.NamespacedName{Namespace: k.o.Namespace, Name: v1alpha1.RelayObjectName(k.o.Name)}, &secret)
 	if apierrors.IsNotFound(err) {
 		return nil, fmt.Errorf("certificate Secret %s/%s does not exist yet (the operator issues it for RelayNode %q)",
 			k.o.Namespace, v1alpha1.RelayObjectName(k.o.Name), k.o.Name)
@@ -219,7 +313,7 @@ func (k *Relay) apply(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	set, err := k.manifests(ctx)
+	set, err := k.view.Manifests(ctx)
 	if err != nil {
 		return err
 	}
@@ -262,19 +356,30 @@ func (k *Relay) start(set *manifest.Set, secret *corev1.Secret) error {
 	return nil
 }
 
-// manifests builds the relay's view of its namespace. Peers are dialed at
-// the endpoints the operator published in their status (spec.endpoints
+// Manifests builds the relay's manifests from the View. Peers are dialed
+// at the endpoints the operator published in their status (spec.endpoints
 // when the RelayNode names them). Objects with problems are left out and
 // logged once, not every time anything changes; so are RelayNodes whose
 // name the operator has not confirmed (manifest.HeldNames), this relay's
-// own included, and what goes through them.
-func (k *Relay) manifests(ctx context.Context) (*manifest.Set, error) {
+// own included, and what goes through them. A Chain whose labels say the
+// relay should not act on its spec yet runs as it was (labelled).
+func (v *View) Manifests(ctx context.Context) (*manifest.Set, error) {
 	var rl v1alpha1.RelayNodeList
 	var cl v1alpha1.ChainList
 	var tl v1alpha1.TunnelList
 	for _, l := range []client.ObjectList{&rl, &cl, &tl} {
-		if err := k.cache.List(ctx, l, client.InNamespace(k.o.Namespace)); err != nil {
+		if err := v.cache.List(ctx, l, client.InNamespace(v.o.Namespace)); err != nil {
 			return nil, err
+		}
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	chains, tunnels, waiting := labelled(v.o.Name, cl.Items, tl.Items, v.last)
+	if !slices.Equal(waiting, v.waiting) {
+		v.waiting = waiting
+		if len(waiting) > 0 {
+			v.o.Log.Info("Chains whose edit this relay takes after the operator's labels say so; each runs as it was meanwhile, or not yet if new",
+				"chains", waiting)
 		}
 	}
 	relays := make([]v1alpha1.RelayNode, len(rl.Items))
@@ -283,50 +388,114 @@ func (k *Relay) manifests(ctx context.Context) (*manifest.Set, error) {
 		var eps []discoveryv1.EndpointSlice
 		if r.Spec.IsSidecar() {
 			var err error
-			if eps, err = k.replicaSlices(ctx, &r); err != nil {
+			if eps, err = v.replicaSlices(ctx, &r); err != nil {
 				return nil, err
 			}
 		}
 		relays[i] = manifest.Dialed(&r, eps)
-		if r.Name == k.o.Name {
+		if r.Name == v.o.Name {
 			self = &relays[i]
 		}
 	}
-	tunnels := tl.Items
 	if self != nil && self.Spec.IsSidecar() {
-		tunnels = onLoopback(tunnels, cl.Items, self.Name)
+		tunnels = onLoopback(tunnels, chains, self.Name)
 	}
 	// Only relays whose name the operator confirmed are peers, route
 	// members or dial targets: another namespace's relay may hold a
 	// certificate for a name that this namespace's RelayNode lost.
 	relays, unheld := manifest.HeldNames(relays)
-	set, problems := manifest.FromObjects(relays, cl.Items, tunnels)
+	set, problems := manifest.FromObjects(relays, chains, tunnels)
+	v.last = make(map[string]*v1alpha1.Chain, len(chains))
+	for i := range chains {
+		v.last[manifest.Key(chains[i].Namespace, chains[i].Name)] = &chains[i]
+	}
 	problems = append(unheld, problems...)
 	msgs := make([]string, len(problems))
 	for i, p := range problems {
 		msgs[i] = p.Error()
 	}
-	if !slices.Equal(msgs, k.problems) {
-		k.problems = msgs
+	if !slices.Equal(msgs, v.problems) {
+		v.problems = msgs
 		for _, m := range msgs {
-			k.o.Log.Warn("left out of this relay's configuration", "problem", m)
+			v.o.Log.Warn("left out of this relay's configuration", "problem", m)
 		}
 	}
-	if set.Relay(k.o.Name) == nil {
-		names := make([]string, len(rl.Items))
-		for i, r := range rl.Items {
-			names[i] = r.Name
-		}
-		return nil, errors.New("RelayNode " + k.o.Name + " is not in namespace " + k.o.Namespace + " (or has a problem: " + strings.Join(msgs, "; ") + ")" + manifest.DidYouMean(k.o.Name, names))
+	if set.Relay(v.o.Name) == nil {
+		return nil, v.missingSelf(ctx, msgs)
 	}
 	return set, nil
 }
 
+// missingSelf says why the relay's own RelayNode is not among what it
+// watches: it does not exist (with the name of the namespace nearest), or
+// it does but the operator has not labelled it for the relay yet, as on a
+// relay's first start or with an operator older than member labels. The
+// relay then waits, not ready, for the label's watch event.
+func (v *View) missingSelf(ctx context.Context, problems []string) error {
+	msg := "RelayNode " + v.o.Name + " is not in namespace " + v.o.Namespace + " (or has a problem: " + strings.Join(problems, "; ") + ")"
+	var rn metav1.PartialObjectMetadata
+	rn.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("RelayNode"))
+	err := v.api.Get(ctx, types.NamespacedName{Namespace: v.o.Namespace, Name: v.o.Name}, &rn)
+	switch {
+	case err == nil:
+		if _, ok := rn.Labels[v1alpha1.MemberLabel(v.o.Name)]; !ok {
+			return fmt.Errorf("RelayNode %s does not carry label %s yet: the operator writes it, and this relay watches only what carries it (is an operator of this version running?)",
+				v.o.Name, v1alpha1.MemberLabel(v.o.Name))
+		}
+	case apierrors.IsNotFound(err):
+		var all metav1.PartialObjectMetadataList
+		all.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("RelayNodeList"))
+		if v.api.List(ctx, &all, client.InNamespace(v.o.Namespace)) == nil {
+			names := make([]string, len(all.Items))
+			for i, r := range all.Items {
+				names[i] = r.Name
+			}
+			return errors.New(msg + manifest.DidYouMean(v.o.Name, names))
+		}
+	}
+	return errors.New(msg)
+}
+
+// labelled picks the Chains and Tunnels relay self acts on from what its
+// member label selected. A Chain whose labels say self should not act on
+// its spec yet (manifest.Current: an edit the operator has not labelled
+// for, or labels a new relay of the Chain first, or a relay the edit took
+// out) is kept as self last took it (last), or left out while self never
+// had it; those are waiting. A Tunnel whose Chain the relay does not take
+// is not its own yet (it was moved, or its Chain is waiting), and is left
+// out without a problem: the operator's labels follow.
+func labelled(self string, chains []v1alpha1.Chain, tunnels []v1alpha1.Tunnel, last map[string]*v1alpha1.Chain) ([]v1alpha1.Chain, []v1alpha1.Tunnel, []string) {
+	var outC []v1alpha1.Chain
+	var waiting []string
+	taken := map[string]bool{}
+	for _, c := range chains {
+		key := manifest.Key(c.Namespace, c.Name)
+		if !manifest.Current(&c, self) {
+			waiting = append(waiting, key)
+			prev := last[key]
+			if prev == nil {
+				continue
+			}
+			c = *prev
+		}
+		outC = append(outC, c)
+		taken[c.Name] = true
+	}
+	var outT []v1alpha1.Tunnel
+	for _, t := range tunnels {
+		if taken[t.Spec.Chain] {
+			outT = append(outT, t)
+		}
+	}
+	slices.Sort(waiting)
+	return outC, outT, waiting
+}
+
 // replicaSlices are the EndpointSlices of a sidecar relay's headless
 // Service: its ready pods are where peers spread new flows.
-func (k *Relay) replicaSlices(ctx context.Context, rn *v1alpha1.RelayNode) ([]discoveryv1.EndpointSlice, error) {
+func (v *View) replicaSlices(ctx context.Context, rn *v1alpha1.RelayNode) ([]discoveryv1.EndpointSlice, error) {
 	var eps discoveryv1.EndpointSliceList
-	err := k.cache.List(ctx, &eps, client.InNamespace(rn.Namespace),
+	err := v.cache.List(ctx, &eps, client.InNamespace(rn.Namespace),
 		client.MatchingLabels{discoveryv1.LabelServiceName: v1alpha1.RelayObjectName(rn.Name)})
 	return eps.Items, err
 }

@@ -52,7 +52,10 @@ func networkWith(t *testing.T, base relay.Config, transport string, nRelays int,
 		t.Fatalf("manifests: %v\n%s", err, b.String())
 	}
 	m := metrics.New(prometheus.NewRegistry())
-	base.Metrics, base.Log = m, testutil.Logger()
+	base.Metrics = m
+	if base.Log == nil {
+		base.Log = testutil.Logger()
+	}
 	n, err := Start(set, base)
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// children finds the pid of this process's child named comm (envtest starts
+// kube-apiserver and etcd as children); 0 if none.
+func children(comm string) int {
+	self := os.Getpid()
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, d := range dirs {
+		stat, err := os.ReadFile(d + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...
+		s := string(stat)
+		open, close := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if open < 0 || close < 0 || s[open+1:close] != comm {
+			continue
+		}
+		f := strings.Fields(s[close+1:])
+		if ppid, _ := strconv.Atoi(f[1]); ppid == self {
+			pid, _ := strconv.Atoi(filepath.Base(d))
+			return pid
+		}
+	}
+	return 0
+}
+
+// cpuSeconds is a process's user and system CPU time.
+func cpuSeconds(pid int) float64 {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(stat)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	// After the comm: state is field 3, utime 14 and stime 15 (clock
+	// ticks, 100 a second on Linux).
+	u, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (u + st) / 100
+}
+
+func cpuAll(procs map[string]int) map[string]float64 {
+	out := map[string]float64{}
+	for n, pid := range procs {
+		out[n] = cpuSeconds(pid)
+	}
+	return out
+}
+
+// memory returns a process's resident and peak resident memory in MiB.
+func memory(pid int) (rss, hwm float64) {
+	data, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	for _, l := range strings.Split(string(data), "\n") {
+		f := strings.Fields(l)
+		if len(f) >= 2 {
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			switch f[0] {
+			case "VmRSS:":
+				rss = kb / 1024
+			case "VmHWM:":
+				hwm = kb / 1024
+			}
+		}
+	}
+	return
+}
+
+var writeLine = regexp.MustCompile(`^rest_client_requests_total\{.*method="(POST|PUT|PATCH|DELETE)".*\} (\S+)$`)
+
+// operatorWrites sums the operator's own count of write requests (client-go's
+// rest_client_requests_total), so the load generator's writes are not in it.
+func operatorWrites(addr string) (int, error) {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	total := 0
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if m := writeLine.FindStringSubmatch(sc.Text()); m != nil {
+			v, _ := strconv.ParseFloat(m[2], 64)
+			total += int(v)
+		}
+	}
+	return total, sc.Err()
+}
+
+var apiWriteLine = regexp.MustCompile(`^apiserver_request_total\{.*verb="(POST|PUT|PATCH|DELETE|APPLY)".*\} (\S+)$`)
+
+type writes struct{ total, leases int }
+
+// apiWrites sums the API server's count of the write requests it served,
+// from every client; leases apart.
+func apiWrites(ctx context.Context, cfg *rest.Config) (writes, error) {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return writes{}, err
+	}
+	body, err := cs.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return writes{}, err
+	}
+	var w writes
+	sc := bufio.NewScanner(bytes.NewReader(body))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		if m := apiWriteLine.FindStringSubmatch(sc.Text()); m != nil {
+			v, _ := strconv.ParseFloat(m[2], 64)
+			w.total += int(v)
+			if strings.Contains(sc.Text(), `resource="leases"`) {
+				w.leases += int(v)
+			}
+		}
+	}
+	return w, sc.Err()
+}
+
+// replaceSection swaps the text between <!-- NAME:begin --> and <!-- NAME:end -->.
+func replaceSection(file, name, section string) error {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	s := string(data)
+	b, e := strings.Index(s, "<!-- "+name+":begin -->"), strings.Index(s, "<!-- "+name+":end -->")
+	if b < 0 || e < 0 {
+		return fmt.Errorf("%s has no %s markers", file, name)
+	}
+	e += len("<!-- " + name + ":end -->\n")
+	return os.WriteFile(file, []byte(s[:b]+section+s[e:]), 0o644)
+}
