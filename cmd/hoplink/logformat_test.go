@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/klog/v2"
 )
 
 // Under --log-format json every line on stderr is a JSON record, whatever
@@ -200,4 +202,33 @@ func freePort(t *testing.T) string {
 	}
 	defer ln.Close()
 	return fmt.Sprint(ln.Addr().(*net.TCPAddr).Port)
+}
+
+// client-go's and controller-runtime's logs (klog, logr) come out through
+// the command's logger: JSON under --log-format json, one line each.
+func TestKlogGoesThroughTheLogger(t *testing.T) {
+	var b bytes.Buffer
+	lf := &logFlags{level: "info", format: "json"}
+	l, err := lf.loggerTo(&b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	useSlog(l)
+	defer klog.ClearLogger()
+	klog.InfoS("watch started", "resource", "relaynodes")
+	klog.Warningf("a warning\nover two lines")
+	klog.ErrorS(errors.New("connection refused"), "list failed", "resource", "chains")
+	klog.Flush()
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("%d lines, want 3:\n%s", len(lines), b.String())
+	}
+	for _, line := range lines {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil || rec["msg"] == nil {
+			t.Errorf("not a JSON record: %s", line)
+		} else if strings.Contains(rec["msg"].(string), "\n") {
+			t.Errorf("a line break in the message: %s", line)
+		}
+	}
 }

@@ -11,7 +11,9 @@ import (
 	"runtime/debug"
 	"strings"
 
+	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
+	"k8s.io/klog/v2"
 
 	"github.com/hoplink/hoplink/internal/logs"
 )
@@ -38,6 +40,9 @@ func runMainWith(root *cobra.Command, lf *logFlags, args []string, stderr io.Wri
 		fatal = slog.New(logs.NewLimiter(logs.Options{}).Wrap(slog.NewJSONHandler(stderr, nil)))
 		root.SetErr(stdLog{fatal})
 		setFlagOutput(root, stdLog{fatal})
+		// client-go's klog writes text to stderr until a command that
+		// logs sets its logger (useSlog): JSON from the start.
+		klog.SetLogger(logr.FromSlogHandler(fatal.Handler()))
 	}
 	defer func() {
 		if lf.limiter != nil {
