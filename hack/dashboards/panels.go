@@ -127,10 +127,12 @@ func panels() []panel {
 		q(`sum by (relay, reason) (rate(hoplink_flow_errors_total{relay=~"$relay", tunnel=~"$tunnel"}[$__rate_interval]))`, "{{relay}} {{reason}}")))
 	l.add(8, timeseries("Handshakes", "ops", "Relay-to-relay handshakes, by direction and result.",
 		q(`sum by (relay, direction, result) (rate(hoplink_peer_handshakes_total{relay=~"$relay"}[$__rate_interval]))`, "{{relay}} {{direction}} {{result}}")))
-	l.add(12, timeseries("Relay memory", "bytes", "Resident memory of each relay process, by relay name (a local mode process runs them all: it shows as one of them).",
+	l.add(8, timeseries("Relay memory", "bytes", "Resident memory of each relay process, by relay name (a local mode process runs them all: it shows as one of them).",
 		q(`process_resident_memory_bytes + on (instance) group_left (relay) `+relayOfInstance, "{{relay}}")))
-	l.add(12, timeseries("Relay CPU", "percentunit", "CPU of each relay process, in cores, by relay name (a local mode process runs them all: it shows as one of them).",
+	l.add(8, timeseries("Relay CPU", "percentunit", "CPU of each relay process, in cores, by relay name (a local mode process runs them all: it shows as one of them).",
 		q(`rate(process_cpu_seconds_total[$__rate_interval]) + on (instance) group_left (relay) `+relayOfInstance, "{{relay}}")))
+	l.add(8, timeseries("Certificate expiry", "s", "Time left until the certificate each relay presents expires; the operator renews at a third of its validity left.",
+		q(`min by (relay) (hoplink_certificate_expiry_seconds{relay=~"$relay"}) - time()`, "{{relay}}")))
 	return l.panels
 }
 
