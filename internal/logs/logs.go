@@ -1,6 +1,7 @@
-// Package logs keeps hoplink's logs readable by someone on call: a condition
-// that repeats (a peer that cannot be reached, flows with no route) is one
-// line, then at most one line per window that says how many were left out,
+// Package logs keeps hoplink's logs readable by someone on call: a warning
+// or error that repeats (a peer that cannot be reached, flows with no route)
+// is one line, then at most one line per window that says how many were
+// left out (info lines are events, each written),
 // and no line holds a line break (an error joined from several is one line,
 // its parts separated by "; ").
 //
@@ -30,6 +31,11 @@ const (
 type Options struct {
 	// Window is the least time between two lines of one condition.
 	Window time.Duration
+	// Level is the least level limited; nil is slog.LevelWarn. Lines
+	// below it are events (a Tunnel opened, manifests reloaded, a peer
+	// connected) that each say something new, and conditions do not
+	// repeat there; they are flattened all the same.
+	Level slog.Leveler
 	// Keys bounds how many conditions are remembered; past it, the one
 	// seen first is forgotten (and its pending count written).
 	Keys int
@@ -72,6 +78,9 @@ func NewLimiter(o Options) *Limiter {
 	}
 	if o.Keys <= 0 {
 		o.Keys = DefaultKeys
+	}
+	if o.Level == nil {
+		o.Level = slog.LevelWarn
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -212,7 +221,7 @@ func (h *handler) Handle(ctx context.Context, r slog.Record) error {
 		flat.AddAttrs(flatAttr(a))
 		return true
 	})
-	if !h.l.allow(key.String(), flat, h.next) {
+	if r.Level >= h.l.o.Level.Level() && !h.l.allow(key.String(), flat, h.next) {
 		return nil
 	}
 	return h.next.Handle(ctx, flat)

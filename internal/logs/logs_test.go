@@ -169,11 +169,19 @@ func TestLimiter(t *testing.T) {
 		name: "other messages and levels are other conditions",
 		steps: []step{{0, func(l *slog.Logger) {
 			l.Warn("x", "k", "v")
-			l.Info("x", "k", "v")
+			l.Error("x", "k", "v")
 			l.Warn("y", "k", "v")
 			l.Warn("x", "k", "v")
 		}}},
 		want: []string{`{"k":"v","msg":"x"}`, `{"k":"v","msg":"x"}`, `{"k":"v","msg":"y"}`},
+	}, {
+		name: "info lines are events, each written",
+		steps: []step{{0, func(l *slog.Logger) {
+			l.Info("manifests reloaded", "signal", true)
+			l.Info("manifests reloaded", "signal", true)
+			l.Debug("probe sent", "to", "la")
+		}}},
+		want: []string{`{"msg":"manifests reloaded","signal":true}`, `{"msg":"manifests reloaded","signal":true}`},
 	}, {
 		name: "attributes of With name the condition too",
 		steps: []step{{0, func(l *slog.Logger) {
@@ -204,12 +212,12 @@ func TestLimiter(t *testing.T) {
 		steps: []step{{0, func(l *slog.Logger) {
 			l.Info("peer connected", "remote", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 7401})
 			l.Info("relay started", "peers", []string(nil))
-			l.Info("relay restarted", "peers", []string{"la"}, "err", error(nil), "addr", (*net.UDPAddr)(nil))
+			l.Info("relay started", "peers", []string{"la"}, "err", error(nil), "addr", (*net.UDPAddr)(nil))
 		}}},
 		want: []string{
 			`{"msg":"peer connected","remote":"127.0.0.1:7401"}`,
 			`{"msg":"relay started","peers":[]}`,
-			`{"addr":null,"err":null,"msg":"relay restarted","peers":["la"]}`,
+			`{"addr":null,"err":null,"msg":"relay started","peers":["la"]}`,
 		},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
