@@ -131,8 +131,8 @@ func panels() []panel {
 		q(`process_resident_memory_bytes + on (instance) group_left (relay) `+relayOfInstance, "{{relay}}")))
 	l.add(8, timeseries("Relay CPU", "percentunit", "CPU of each relay process, in cores, by relay name (a local mode process runs them all: it shows as one of them).",
 		q(`rate(process_cpu_seconds_total[$__rate_interval]) + on (instance) group_left (relay) `+relayOfInstance, "{{relay}}")))
-	l.add(8, timeseries("Certificate expiry", "s", "Time left until the certificate each relay presents expires; the operator renews at a third of its validity left.",
-		q(`min by (relay) (hoplink_certificate_expiry_seconds{relay=~"$relay"}) - time()`, "{{relay}}")))
+	l.add(8, timeseries("Certificate expiry", "d", "Days left until the certificate each relay presents expires; the operator renews at a third of its validity left.",
+		q(`(min by (relay) (hoplink_certificate_expiry_seconds{relay=~"$relay"}) - time()) / 86400`, "{{relay}}")))
 	return l.panels
 }
 
