@@ -142,6 +142,9 @@ func (l *Limiter) take(e *entry) (pending, bool) {
 		return pending{}, false
 	}
 	p := pending{h: e.h, r: e.last}
+	// Stamped when written, so that lines stay in time order; the line
+	// stands for everything up to now.
+	p.r.Time = l.o.Now()
 	if e.n > 1 {
 		p.r.AddAttrs(slog.Int(SuppressedKey, e.n-1), slog.String(WindowKey, l.o.Window.String()))
 	}

@@ -2,6 +2,7 @@ package logs
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -317,4 +318,23 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// The line that ends a window carries the time it is written: lines stay in
+// time order.
+func TestCountLineIsStampedWhenWritten(t *testing.T) {
+	c := &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	var b bytes.Buffer
+	l := NewLimiter(Options{Window: 10 * time.Second, Now: c.Now, AfterFunc: c.AfterFunc})
+	log := slog.New(l.Wrap(slog.NewJSONHandler(&b, nil)))
+	for range 3 {
+		r := slog.NewRecord(c.Now(), slog.LevelWarn, "no route for flow", 0)
+		log.Handler().Handle(context.Background(), r)
+		c.advance(time.Second)
+	}
+	c.advance(7 * time.Second) // to the end of the window that began at 0
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[1], `"time":"2026-01-01T00:00:10Z"`) {
+		t.Fatalf("want the count line at the window's end, 00:00:10:\n%s", b.String())
+	}
 }
