@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -231,4 +232,115 @@ func TestKlogGoesThroughTheLogger(t *testing.T) {
 			t.Errorf("a line break in the message: %s", line)
 		}
 	}
+}
+
+// An entry relay whose only next hop is down, under a burst of 200 flows:
+// the log says each condition once, not once a flow, and the count of what
+// it left out comes out when the relay exits.
+func TestFlowsWithNoRouteAreOneLine(t *testing.T) {
+	bin := buildHoplink(t)
+	dir := t.TempDir()
+	for _, args := range [][]string{{"cert", "ca", "--certs", dir}, {"cert", "issue", "--certs", dir, "hk", "la"}} {
+		if out, err := execute(args...); err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, out)
+		}
+	}
+	hk, la, listen := freePort(t), freePort(t), freePort(t)
+	manifests := fmt.Sprintf(`apiVersion: hoplink.dev/v1alpha1
+kind: RelayNode
+metadata: {name: hk}
+spec: {listen: {address: 127.0.0.1, port: %[1]s}, endpoints: ["127.0.0.1:%[1]s"]}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: RelayNode
+metadata: {name: la}
+spec: {listen: {address: 127.0.0.1, port: %[2]s}, endpoints: ["127.0.0.1:%[2]s"]}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: Chain
+metadata: {name: c}
+spec: {entry: hk, exit: la, route: [hk, la]}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: Tunnel
+metadata: {name: t}
+spec: {chain: c, protocol: tcp, listen: {address: 127.0.0.1, port: %[3]s}, target: "127.0.0.1:9"}
+`, hk, la, listen)
+	if err := os.WriteFile(filepath.Join(dir, "net.yaml"), []byte(manifests), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "relay", "-f", filepath.Join(dir, "net.yaml"), "--name", "hk", "--certs", dir, "--log-format", "json")
+	var stderr lockedBuf
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(stderr.String(), `"msg":"tunnel open"`) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no tunnel open:\n%s", stderr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for range 200 {
+		if c, err := net.DialTimeout("tcp", "127.0.0.1:"+listen, time.Second); err == nil {
+			c.SetDeadline(time.Now().Add(2 * time.Second))
+			io.Copy(io.Discard, c)
+			c.Close()
+		}
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	cmd.Wait()
+	lines := map[string]int{} // by condition
+	flows := 0.0              // failed flows the lines stand for
+	for _, line := range strings.Split(strings.TrimSpace(stderr.String()), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("not JSON: %s", line)
+		}
+		if rec["level"] != "WARN" && rec["level"] != "ERROR" {
+			continue
+		}
+		// A condition: the message and the names in the line (not the
+		// error's text, which may differ between occurrences).
+		var names []string
+		for k, v := range rec {
+			if s, ok := v.(string); ok && k != "time" && k != "err" && k != "window" {
+				names = append(names, k+"="+s)
+			}
+		}
+		sort.Strings(names)
+		cond := strings.Join(names, " ")
+		lines[cond]++
+		n, _ := rec["suppressed"].(float64)
+		if m := rec["msg"]; m == "no route for flow" || m == "next hop unavailable" {
+			flows += n + 1
+		}
+	}
+	for cond, n := range lines {
+		if n > 3 {
+			t.Errorf("%s: %d lines, want at most the first, one a window and the count at exit", cond, n)
+		}
+	}
+	if flows < 200 {
+		t.Errorf("the lines stand for %v failed flows, want 200 (lines by message: %v):\n%s", flows, lines, stderr.String())
+	}
+}
+
+type lockedBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
