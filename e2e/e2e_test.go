@@ -374,45 +374,32 @@ spec: {chain: to-east, protocol: udp, listen: {port: 5353}, target: "kube-dns.ku
 	})
 
 	t.Run("a chain across two clusters", func(t *testing.T) {
-		// One CA: B's operator takes a copy of A's.
-		crt := a.kubectl(t, "-n", "hoplink-system", "get", "secret", "hoplink-ca", "-o", `go-template={{index .data "tls.crt" | base64decode}}`)
-		key := a.kubectl(t, "-n", "hoplink-system", "get", "secret", "hoplink-ca", "-o", `go-template={{index .data "tls.key" | base64decode}}`)
-		os.WriteFile(filepath.Join(work, "ca.crt"), []byte(crt), 0o600)
-		os.WriteFile(filepath.Join(work, "ca.key"), []byte(key), 0o600)
-		b.kubectl(t, "create", "namespace", "hoplink-system")
-		b.kubectl(t, "-n", "hoplink-system", "create", "secret", "tls", "hoplink-ca-from-a",
-			"--cert", filepath.Join(work, "ca.crt"), "--key", filepath.Join(work, "ca.key"))
-		b.helmInstall(t, "--set", "ca.existingSecret=hoplink-ca-from-a")
+		// The steps of docs/multi-cluster.md, its certificate commands and
+		// manifests read from the page, so that the page is what runs.
+		blocks, err := docBlocks(filepath.Join(root, multiClusterDoc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.helmInstall(t)
 		b.kubectl(t, "create", "namespace", "edge")
 		b.kubectl(t, "label", "namespace", "edge", "hoplink.dev/privileged-relays=true")
 
+		// Each cluster keeps its own CA key; both trust both CAs.
+		trust := exec.Command("bash", "-euo", "pipefail", "-c", blocks["trust"])
+		trust.Dir = work
+		trust.Env = append(os.Environ(),
+			"KUBECONFIG="+a.kubeconfig+string(os.PathListSeparator)+b.kubeconfig,
+			"A=kind-"+a.name, "B=kind-"+b.name,
+			"PATH="+filepath.Dir(kubectl)+string(os.PathListSeparator)+os.Getenv("PATH"))
+		if out, err := trust.CombinedOutput(); err != nil {
+			t.Fatalf("the certificate commands of %s: %v\n%s", multiClusterDoc, err, out)
+		}
+
 		hkIP, east2IP := a.nodeIP(t, "hk"), b.nodeIP(t, "east2")
-		shared := `---
-apiVersion: hoplink.dev/v1alpha1
-kind: Chain
-metadata: {name: to-b}
-spec: {entry: hk, exit: east2, route: [hk, east2]}
----
-apiVersion: hoplink.dev/v1alpha1
-kind: Tunnel
-metadata: {name: far}
-spec: {chain: to-b, protocol: tcp, listen: {port: 8081}, target: "kubernetes.default.svc.cluster.local:443"}
-`
-		a.apply(t, "edge", fmt.Sprintf(`apiVersion: hoplink.dev/v1alpha1
-kind: RelayNode
-metadata: {name: east2}
-spec: {external: true, endpoints: ["%s:7401"]}
-`, east2IP)+shared)
-		b.apply(t, "edge", fmt.Sprintf(`apiVersion: hoplink.dev/v1alpha1
-kind: RelayNode
-metadata: {name: east2}
-spec: {listen: {port: 7401}, endpoints: ["%s:7401"]}
----
-apiVersion: hoplink.dev/v1alpha1
-kind: RelayNode
-metadata: {name: hk}
-spec: {external: true, endpoints: ["%s:7401"]}
-`, east2IP, hkIP)+shared)
+		addrs := map[string]string{"HK_IP": hkIP, "EAST2_IP": east2IP}
+		envsubst := func(s string) string { return os.Expand(s, func(k string) string { return addrs[k] }) }
+		a.apply(t, "edge", envsubst(blocks["cluster-a"]))
+		b.apply(t, "edge", envsubst(blocks["cluster-b"]))
 		eventually(t, 2*time.Minute, "an answer from cluster B's API server through hk (A) -> east2 (B)", func() error {
 			out, err := httpToTLS(hkNode, hkIP, 8081)
 			if !strings.Contains(out, httpsAnswer) {

@@ -29,6 +29,7 @@ import (
 
 	"github.com/hoplink/hoplink/adminapi"
 	"github.com/hoplink/hoplink/api/v1alpha1"
+	"github.com/hoplink/hoplink/internal/logs"
 	"github.com/hoplink/hoplink/manifest"
 	"github.com/hoplink/hoplink/metrics"
 	"github.com/hoplink/hoplink/pki"
@@ -391,7 +392,7 @@ func (r *Relay) open(t *v1alpha1.Tunnel) error {
 	r.tunnels[key] = &entryTunnel{spec: *t.Spec.DeepCopy(), stop: stop}
 	r.mu.Unlock()
 	chain := r.set.Load().ChainOf(t)
-	var route any = manifest.Route(chain)
+	route := logs.Route(manifest.Route(chain))
 	if chain.Spec.Mode.Routed() {
 		route = "by measurement"
 	}

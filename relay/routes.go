@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
+	"github.com/hoplink/hoplink/internal/logs"
 	"github.com/hoplink/hoplink/manifest"
 	"github.com/hoplink/hoplink/route"
 	"github.com/hoplink/hoplink/routectl"
@@ -189,7 +190,7 @@ func (b *routeBook) standingIn(chain string, broken, alt []string, bad string) {
 	b.mu.Unlock()
 	if !same {
 		b.log.Warn("the chain's route is broken; new flows take the best other candidate until the operator routes again",
-			"chain", chain, "route", broken, "unavailable", bad, "stand_in", alt)
+			"chain", chain, "route", logs.Route(broken), "unavailable", bad, "stand_in", logs.Route(alt))
 	}
 }
 

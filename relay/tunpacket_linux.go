@@ -20,6 +20,7 @@ import (
 
 	"github.com/hoplink/hoplink/adminapi"
 	"github.com/hoplink/hoplink/api/v1alpha1"
+	"github.com/hoplink/hoplink/internal/logs"
 	"github.com/hoplink/hoplink/manifest"
 	"github.com/hoplink/hoplink/relay/admit"
 	"github.com/hoplink/hoplink/relay/flow"
@@ -301,7 +302,7 @@ func (e *packetEntry) session() error {
 		}()
 	}
 	cancel()
-	p.log.Info("packet session open", "tunnel", e.key, "route", route, "transport", transport)
+	p.log.Info("packet session open", "tunnel", e.key, "route", logs.Route(route), "transport", transport)
 	batch := tun.NewBatch()
 	f := e.dev.File()
 	for {

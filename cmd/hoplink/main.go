@@ -8,21 +8,100 @@ import (
 	"log"
 	"log/slog"
 	"os"
+	"runtime/debug"
 	"strings"
 
+	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
+	"k8s.io/klog/v2"
+
+	"github.com/hoplink/hoplink/internal/logs"
 )
 
 func main() {
-	if err := newRoot().Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "hoplink:", err)
-		os.Exit(1)
+	os.Exit(runMain(os.Args[1:], os.Stderr))
+}
+
+// runMain is main, with its arguments and standard error given: it returns the
+// exit code. Under --log-format json, everything it writes to stderr is a
+// JSON record: the error that ends it, a panic of the main goroutine with
+// its stack, and what cobra and pflag print there (a deprecated flag's
+// warning).
+func runMain(args []string, stderr io.Writer) int {
+	lf := &logFlags{}
+	return runMainWith(newRootLogs(lf), lf, args, stderr)
+}
+
+func runMainWith(root *cobra.Command, lf *logFlags, args []string, stderr io.Writer) (code int) {
+	root.SetArgs(args)
+	json := formatArg(args) == "json"
+	var fatal *slog.Logger
+	if json {
+		fatal = slog.New(logs.NewLimiter(logs.Options{}).Wrap(slog.NewJSONHandler(stderr, nil)))
+		root.SetErr(stdLog{fatal})
+		setFlagOutput(root, stdLog{fatal})
+		// client-go's klog writes text to stderr until a command that
+		// logs sets its logger (useSlog): JSON from the start.
+		klog.SetLogger(logr.FromSlogHandler(fatal.Handler()))
 	}
+	defer func() {
+		if lf.limiter != nil {
+			lf.limiter.Flush()
+		}
+		p := recover()
+		if p == nil {
+			return
+		}
+		code = 2
+		if !json {
+			fmt.Fprintf(stderr, "panic: %v\n\n%s", p, debug.Stack())
+			return
+		}
+		fatal.Error(fmt.Sprint("panic: ", p), "stack", strings.Split(strings.TrimSpace(string(debug.Stack())), "\n"), "exit_code", code)
+	}()
+	if err := root.Execute(); err != nil {
+		if !json {
+			fmt.Fprintln(stderr, "hoplink:", err)
+			return 1
+		}
+		fatal.Error("hoplink: "+err.Error(), "exit_code", 1)
+		return 1
+	}
+	return 0
+}
+
+// setFlagOutput sends what pflag prints itself (a deprecated flag's
+// warning) to w, for c and its subcommands.
+func setFlagOutput(c *cobra.Command, w io.Writer) {
+	c.Flags().SetOutput(w)
+	c.PersistentFlags().SetOutput(w)
+	for _, sub := range c.Commands() {
+		setFlagOutput(sub, w)
+	}
+}
+
+// formatArg is the value of --log-format in args, read before cobra parses
+// them: an error in parsing them is to come out in that format too.
+func formatArg(args []string) string {
+	format := "text"
+	for i, a := range args {
+		switch {
+		case a == "--":
+			return format
+		case a == "--log-format" && i+1 < len(args):
+			format = args[i+1]
+		case strings.HasPrefix(a, "--log-format="):
+			format = strings.TrimPrefix(a, "--log-format=")
+		}
+	}
+	return strings.ToLower(format)
 }
 
 type logFlags struct {
 	level  string
 	format string
+
+	limiter *logs.Limiter // of the logger last made, to flush at exit
 }
 
 func (f *logFlags) logger() (*slog.Logger, error) {
@@ -41,7 +120,7 @@ func (f *logFlags) logger() (*slog.Logger, error) {
 type stdLog struct{ l *slog.Logger }
 
 func (w stdLog) Write(p []byte) (int, error) {
-	w.l.Warn(strings.TrimSpace(string(p)), "via", "log")
+	w.l.Warn(strings.TrimSpace(string(p)), "origin", "log")
 	return len(p), nil
 }
 
@@ -51,17 +130,24 @@ func (f *logFlags) loggerTo(out io.Writer) (*slog.Logger, error) {
 		return nil, fmt.Errorf("--log-level %q: use debug, info, warn or error", f.level)
 	}
 	opts := &slog.HandlerOptions{Level: lvl}
+	var h slog.Handler
 	switch strings.ToLower(f.format) {
 	case "text":
-		return slog.New(slog.NewTextHandler(out, opts)), nil
+		h = slog.NewTextHandler(out, opts)
 	case "json":
-		return slog.New(slog.NewJSONHandler(out, opts)), nil
+		h = slog.NewJSONHandler(out, opts)
+	default:
+		return nil, fmt.Errorf("--log-format %q: use text or json", f.format)
 	}
-	return nil, fmt.Errorf("--log-format %q: use text or json", f.format)
+	// A condition that repeats (a peer down, flows with no route) is a line
+	// and then one per window with a count; no line holds a line break.
+	f.limiter = logs.NewLimiter(logs.Options{})
+	return slog.New(f.limiter.Wrap(h)), nil
 }
 
-func newRoot() *cobra.Command {
-	lf := &logFlags{}
+func newRoot() *cobra.Command { return newRootLogs(&logFlags{}) }
+
+func newRootLogs(lf *logFlags) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "hoplink",
 		Short:         "Carry TCP, UDP and IP subnets across multi-hop chains of relays",

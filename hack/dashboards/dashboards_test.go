@@ -199,11 +199,15 @@ spec: {chain: static, protocol: tcp, listen: {address: 127.0.0.1, port: %[6]d}, 
 	toLA.SetFrom(hk, linkemu.Params{}, linkemu.Params{})
 	toLA.SetFrom(seattle, slow, slow)
 
-	// Rates need two samples in their window: Grafana's $__rate_interval
-	// becomes 15s here, as it would with a 1s scrape interval.
+	// Each variable is at All (.*), as the dashboard opens; the series
+	// each variable's values come from are there too.
+	for _, v := range templateVars {
+		series := strings.TrimSuffix(strings.TrimPrefix(v.query, "label_values("), ")")
+		qs["variable $"+v.name] = series[:strings.LastIndex(series, ",")]
+	}
 	missing := map[string]string{}
 	for name, expr := range qs {
-		missing[name] = strings.ReplaceAll(expr, "$__rate_interval", "15s")
+		missing[name] = atAll.Replace(expr)
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for len(missing) > 0 && time.Now().Before(deadline) {
@@ -249,6 +253,11 @@ spec: {chain: static, protocol: tcp, listen: {address: 127.0.0.1, port: %[6]d}, 
 		t.Logf("hoplink log:\n%s", log)
 	}
 }
+
+// atAll is a query as Grafana sends it with every variable at All: rates
+// need two samples in their window, and $__rate_interval becomes 15s here,
+// as it would with a 1s scrape interval.
+var atAll = strings.NewReplacer("$__rate_interval", "15s", "$namespace", ".*", "$chain", ".*", "$tunnel", ".*", "$relay", ".*")
 
 // promQuery evaluates expr now and returns how many series answer.
 func promQuery(addr, expr string) (int, error) {

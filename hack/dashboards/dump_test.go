@@ -59,7 +59,7 @@ func dumpRanges(t *testing.T, promAddr string, dashboard []byte, from, to time.T
 		Metric map[string]string `json:"metric"`
 		Values [][2]any          `json:"values"`
 	}, error) {
-		q := url.Values{"query": {strings.ReplaceAll(expr, "$__rate_interval", "15s")},
+		q := url.Values{"query": {atAll.Replace(expr)},
 			"start": {fmt.Sprint(from.Unix())}, "end": {fmt.Sprint(to.Unix())}, "step": {"2"}}
 		r, err := http.Get("http://" + promAddr + "/api/v1/query_range?" + q.Encode())
 		if err != nil {

@@ -66,6 +66,11 @@ func timeseries(title, unit, desc string, t ...target) panel {
 		FieldConfig: map[string]any{"defaults": map[string]any{"unit": unit}, "overrides": []any{}}}
 }
 
+// relayOfInstance is 0 for each scrape address, labelled with the name of
+// a relay it serves (one per pod; one of several in local mode): added to a
+// process metric, it names the series by relay, not by address.
+const relayOfInstance = `(0 * topk by (instance) (1, hoplink_relay_ready{relay=~"$relay"}))`
+
 func q(expr, legend string) target { return target{Expr: expr, LegendFormat: legend} }
 
 func panels() []panel {
@@ -74,59 +79,92 @@ func panels() []panel {
 	l.row("Links")
 	l.add(12, timeseries("Link round trip", "s",
 		"Median probe round trip of each link's last round: what sum-mode routes are priced by.",
-		q(`hoplink_link_rtt_seconds`, "{{from}} → {{to}}")))
+		q(`hoplink_link_rtt_seconds{from=~"$relay"}`, "{{from}} → {{to}}")))
 	l.add(12, panel{Type: "heatmap", Title: "Link round trip, distribution",
 		Description: "How the round trips of all links spread over time.",
-		Targets:     []target{q(`hoplink_link_rtt_seconds`, "{{from}} → {{to}}")},
+		Targets:     []target{q(`hoplink_link_rtt_seconds{from=~"$relay"}`, "{{from}} → {{to}}")},
 		Options: map[string]any{"calculate": true, "yAxis": map[string]any{"unit": "s"},
 			"color": map[string]any{"scheme": "Oranges", "mode": "scheme"}}})
 	l.add(8, timeseries("Link jitter", "s", "Mean variation between successive probe round trips.",
-		q(`hoplink_link_jitter_seconds`, "{{from}} → {{to}}")))
+		q(`hoplink_link_jitter_seconds{from=~"$relay"}`, "{{from}} → {{to}}")))
 	l.add(8, timeseries("Link loss", "percentunit", "Share of probes lost over the last 10 rounds.",
-		q(`hoplink_link_loss_ratio`, "{{from}} → {{to}}")))
+		q(`hoplink_link_loss_ratio{from=~"$relay"}`, "{{from}} → {{to}}")))
 	l.add(8, timeseries("QUIC smoothed RTT", "s", "QUIC's own estimate, on the link's connection.",
-		q(`hoplink_link_rtt_smoothed_seconds`, "{{from}} → {{to}}")))
+		q(`hoplink_link_rtt_smoothed_seconds{from=~"$relay"}`, "{{from}} → {{to}}")))
 
 	l.row("Chains")
 	l.add(16, timeseries("Chain latency: estimated vs measured", "s",
 		"Estimated: summed link round trips of the current route. Measured: end to end through it. Route changes are annotations.",
-		q(`hoplink_chain_latency_seconds`, "{{chain}} {{kind}}")))
+		q(`hoplink_chain_latency_seconds{chain=~"$chain"}`, "{{chain}} {{kind}}")))
 	l.add(8, panel{Type: "table", Title: "Current routes",
 		Description: "The route each relay knows a chain's new flows to take.",
-		Targets:     []target{{Expr: `max by (chain, route) (hoplink_chain_route_info)`, Format: "table", Instant: true}}})
+		Targets:     []target{{Expr: `max by (chain, route) (hoplink_chain_route_info{relay=~"$relay", chain=~"$chain"})`, Format: "table", Instant: true}}})
 	l.add(12, timeseries("Route changes", "short", "Route changes per chain over the last 10 minutes.",
-		q(`sum by (chain) (increase(hoplink_chain_route_changes_total[10m]))`, "{{chain}}")))
+		q(`sum by (chain) (increase(hoplink_chain_route_changes_total{chain=~"$chain"}[10m]))`, "{{chain}}")))
 	l.add(12, timeseries("Routing rounds", "ops", "Measurement rounds per second, by result.",
-		q(`sum by (chain, result) (rate(hoplink_chain_route_rounds_total[$__rate_interval]))`, "{{chain}} {{result}}")))
+		q(`sum by (chain, result) (rate(hoplink_chain_route_rounds_total{chain=~"$chain"}[$__rate_interval]))`, "{{chain}} {{result}}")))
 
 	l.row("Tunnels")
 	// Every relay of a chain counts a flow's bytes; the entry's count once.
 	l.add(12, timeseries("Tunnel throughput", "bps", "Payload through each Tunnel, counted at its entry relays, by direction (up = client → target).",
-		q(`sum by (tunnel, direction) (rate(hoplink_tunnel_bytes_total[$__rate_interval]) and on (relay, tunnel) hoplink_tunnel_flows_total{role="entry"}) * 8`, "{{tunnel}} {{direction}}")))
+		q(`sum by (tunnel, direction) (rate(hoplink_tunnel_bytes_total{relay=~"$relay", tunnel=~"$tunnel"}[$__rate_interval]) and on (relay, tunnel) hoplink_tunnel_flows_total{role="entry", relay=~"$relay", tunnel=~"$tunnel"}) * 8`, "{{tunnel}} {{direction}}")))
 	l.add(12, timeseries("Flows", "short", "Flows open now, and started per second, at each Tunnel's entry.",
-		q(`sum by (tunnel) (hoplink_tunnel_active_flows{role="entry"})`, "{{tunnel}} open"),
-		q(`sum by (tunnel) (rate(hoplink_tunnel_flows_total{role="entry"}[$__rate_interval]))`, "{{tunnel}} new/s")))
+		q(`sum by (tunnel) (hoplink_tunnel_active_flows{role="entry", relay=~"$relay", tunnel=~"$tunnel"})`, "{{tunnel}} open"),
+		q(`sum by (tunnel) (rate(hoplink_tunnel_flows_total{role="entry", relay=~"$relay", tunnel=~"$tunnel"}[$__rate_interval]))`, "{{tunnel}} new/s")))
 	l.add(12, timeseries("Flow setup latency", "s",
 		"Entry: accept to header sent on the first hop. Percentiles over all entry relays.",
-		q(`histogram_quantile(0.5, sum by (le, tunnel) (rate(hoplink_flow_setup_seconds_bucket{role="entry"}[$__rate_interval])))`, "{{tunnel}} p50"),
-		q(`histogram_quantile(0.9, sum by (le, tunnel) (rate(hoplink_flow_setup_seconds_bucket{role="entry"}[$__rate_interval])))`, "{{tunnel}} p90"),
-		q(`histogram_quantile(0.99, sum by (le, tunnel) (rate(hoplink_flow_setup_seconds_bucket{role="entry"}[$__rate_interval])))`, "{{tunnel}} p99")))
+		q(`histogram_quantile(0.5, sum by (le, tunnel) (rate(hoplink_flow_setup_seconds_bucket{role="entry", relay=~"$relay", tunnel=~"$tunnel"}[$__rate_interval])))`, "{{tunnel}} p50"),
+		q(`histogram_quantile(0.9, sum by (le, tunnel) (rate(hoplink_flow_setup_seconds_bucket{role="entry", relay=~"$relay", tunnel=~"$tunnel"}[$__rate_interval])))`, "{{tunnel}} p90"),
+		q(`histogram_quantile(0.99, sum by (le, tunnel) (rate(hoplink_flow_setup_seconds_bucket{role="entry", relay=~"$relay", tunnel=~"$tunnel"}[$__rate_interval])))`, "{{tunnel}} p99")))
 	l.add(12, timeseries("Target connect time", "s", "The exit's TCP connect to a routed chain's target.",
-		q(`hoplink_target_rtt_seconds`, "{{tunnel}} {{target}}")))
+		q(`hoplink_target_rtt_seconds{relay=~"$relay", tunnel=~"$tunnel"}`, "{{tunnel}} {{target}}")))
 
 	l.row("Relays")
 	l.add(8, timeseries("Relays ready and peers up", "short", "Whether each relay runs and is ready, and how many connections it has to its next hops.",
-		q(`max by (relay) (hoplink_relay_ready)`, "{{relay}} ready"),
-		q(`sum by (relay) (hoplink_peer_up)`, "{{relay}} peers up")))
+		q(`max by (relay) (hoplink_relay_ready{relay=~"$relay"})`, "{{relay}} ready"),
+		q(`sum by (relay) (hoplink_peer_up{relay=~"$relay"})`, "{{relay}} peers up")))
 	l.add(8, timeseries("Flow errors", "ops", "Flows that failed, by reason.",
-		q(`sum by (relay, reason) (rate(hoplink_flow_errors_total[$__rate_interval]))`, "{{relay}} {{reason}}")))
+		q(`sum by (relay, reason) (rate(hoplink_flow_errors_total{relay=~"$relay", tunnel=~"$tunnel"}[$__rate_interval]))`, "{{relay}} {{reason}}")))
 	l.add(8, timeseries("Handshakes", "ops", "Relay-to-relay handshakes, by direction and result.",
-		q(`sum by (relay, direction, result) (rate(hoplink_peer_handshakes_total[$__rate_interval]))`, "{{relay}} {{direction}} {{result}}")))
-	l.add(12, timeseries("Relay memory", "bytes", "Resident memory of each relay process.",
-		q(`process_resident_memory_bytes and on (instance) hoplink_relay_ready`, "{{instance}}")))
-	l.add(12, timeseries("Relay CPU", "percentunit", "CPU of each relay process, in cores.",
-		q(`rate(process_cpu_seconds_total[$__rate_interval]) and on (instance) hoplink_relay_ready`, "{{instance}}")))
+		q(`sum by (relay, direction, result) (rate(hoplink_peer_handshakes_total{relay=~"$relay"}[$__rate_interval]))`, "{{relay}} {{direction}} {{result}}")))
+	l.add(8, timeseries("Relay memory", "bytes", "Resident memory of each relay process, by relay name (a local mode process runs them all: it shows as one of them).",
+		q(`process_resident_memory_bytes + on (instance) group_left (relay) `+relayOfInstance, "{{relay}}")))
+	l.add(8, timeseries("Relay CPU", "percentunit", "CPU of each relay process, in cores, by relay name (a local mode process runs them all: it shows as one of them).",
+		q(`rate(process_cpu_seconds_total[$__rate_interval]) + on (instance) group_left (relay) `+relayOfInstance, "{{relay}}")))
+	l.add(8, timeseries("Certificate expiry", "d", "Days left until the certificate each relay presents expires; the operator renews at a third of its validity left.",
+		q(`(min by (relay) (hoplink_certificate_expiry_seconds{relay=~"$relay"}) - time()) / 86400`, "{{relay}}")))
 	return l.panels
+}
+
+// Variables narrow every panel: each query filters the labels its metrics
+// have (relay, or from for links; chain; tunnel) by them, which
+// TestQueriesUseTheVariables holds. A Chain's and a Tunnel's label is
+// namespace/name, so the namespace narrows the chains and tunnels offered.
+// With All, a variable is .*, which also matches a series without the label.
+var templateVars = []struct{ name, label, query, regex string }{
+	{"namespace", "Namespace", `label_values(hoplink_chain_route_info, chain)`, `/^([^/]+)\//`},
+	{"chain", "Chain", `label_values(hoplink_chain_route_info{chain=~"$namespace/.*"}, chain)`, ""},
+	{"tunnel", "Tunnel", `label_values(hoplink_tunnel_flows_total{tunnel=~"$namespace/.*"}, tunnel)`, ""},
+	{"relay", "Relay", `label_values(hoplink_relay_ready, relay)`, ""},
+}
+
+// varOfLabel is the variable that filters a metric's label.
+var varOfLabel = map[string]string{"relay": "relay", "from": "relay", "chain": "chain", "tunnel": "tunnel"}
+
+func variables() []map[string]any {
+	out := []map[string]any{{
+		"name": "datasource", "label": "Prometheus", "type": "datasource", "query": "prometheus",
+	}}
+	for _, v := range templateVars {
+		out = append(out, map[string]any{
+			"name": v.name, "label": v.label, "type": "query", "datasource": ds,
+			"definition": v.query, "query": map[string]any{"query": v.query, "refId": "Var-" + v.name},
+			"regex": v.regex, "refresh": 2, "sort": 1,
+			"multi": true, "includeAll": true, "allValue": ".*",
+			"current": map[string]any{"selected": true, "text": []string{"All"}, "value": []string{"$__all"}},
+		})
+	}
+	return out
 }
 
 // annotations mark route changes on every panel.
@@ -136,7 +174,7 @@ func annotations() []map[string]any {
 		"datasource":  ds,
 		"enable":      true,
 		"iconColor":   "orange",
-		"expr":        `changes(hoplink_chain_route_changes_total[1m]) > 0`,
+		"expr":        `changes(hoplink_chain_route_changes_total{chain=~"$chain"}[1m]) > 0`,
 		"step":        "30s",
 		"titleFormat": "route changed: {{chain}}",
 		"tagKeys":     "chain",
@@ -155,9 +193,7 @@ func dashboard() map[string]any {
 		"refresh":       "30s",
 		"time":          map[string]string{"from": "now-1h", "to": "now"},
 		"annotations":   map[string]any{"list": annotations()},
-		"templating": map[string]any{"list": []map[string]any{{
-			"name": "datasource", "label": "Prometheus", "type": "datasource", "query": "prometheus",
-		}}},
-		"panels": panels(),
+		"templating":    map[string]any{"list": variables()},
+		"panels":        panels(),
 	}
 }

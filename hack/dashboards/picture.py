@@ -22,7 +22,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 BG, PANEL, FG, GRID = "#111217", "#181b1f", "#ccccdc", "#2c3235"
 COLORS = ["#73bf69", "#f2cc0c", "#5794f2", "#ff9830", "#f2495c", "#b877d9", "#8ab8ff", "#fade2a"]
 SCALE = {"s": (1000, "ms"), "bytes": (1 / 2**20, "MiB"), "Bps": (8 / 1e6, "Mbit/s"),
-         "percentunit": (100, "%"), "percent": (1, "%")}
+         "percentunit": (100, "%"), "percent": (1, "%"), "d": (1, "days")}
 
 
 def when(ts):
@@ -72,6 +72,7 @@ def draw(dump, out):
             ax.axvline(a, color="#ff9830", linewidth=1, linestyle="--", alpha=0.8)
         ax.grid(color=GRID, linewidth=0.5)
         ax.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M:%S"))
+        ax.ticklabel_format(axis="y", useOffset=False, style="plain")
         if unit:
             ax.set_ylabel(unit, color=FG, fontsize=7)
         if p["series"]:

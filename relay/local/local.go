@@ -8,10 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 
+	"github.com/hoplink/hoplink/internal/logs"
 	"github.com/hoplink/hoplink/manifest"
 	"github.com/hoplink/hoplink/pki"
 	"github.com/hoplink/hoplink/relay"
@@ -92,7 +92,7 @@ func Start(set *manifest.Set, base relay.Config) (*Network, error) {
 			continue
 		}
 		log.Info("chain route", "chain", manifest.Key(c.Namespace, c.Name), "mode", c.Spec.Mode,
-			"route", strings.Join(manifest.Route(c), " -> "))
+			"route", logs.Route(manifest.Route(c)))
 	}
 	return n, nil
 }
