@@ -13,7 +13,6 @@ import (
 	"regexp"
 	"sort"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -270,7 +269,7 @@ spec: {chain: c, protocol: tcp, listen: {address: 127.0.0.1, port: %[3]s}, targe
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin, "relay", "-f", filepath.Join(dir, "net.yaml"), "--name", "hk", "--certs", dir, "--log-format", "json")
-	var stderr lockedBuf
+	var stderr lockedBuffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -326,21 +325,4 @@ spec: {chain: c, protocol: tcp, listen: {address: 127.0.0.1, port: %[3]s}, targe
 	if flows < 200 {
 		t.Errorf("the lines stand for %v failed flows, want 200 (lines by message: %v):\n%s", flows, lines, stderr.String())
 	}
-}
-
-type lockedBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
@@ -96,24 +95,6 @@ func quotes(out, q string) bool {
 	return false
 }
 
-// syncBuffer collects a process's output while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // host is a relay's /etc/hoplink, under a directory of the test's.
 type host struct {
 	t    *testing.T
@@ -125,10 +106,10 @@ type host struct {
 
 // start runs hoplink with args on h; stop (also at cleanup) ends it and
 // returns its output, with h's root written as /etc/hoplink.
-func (h *host) start(args ...string) (out *syncBuffer, stop func() string) {
+func (h *host) start(args ...string) (out *lockedBuffer, stop func() string) {
 	h.t.Helper()
 	cmd := exec.Command(h.bin, args...)
-	out = &syncBuffer{}
+	out = &lockedBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if h.uid != 0 {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(h.uid), Gid: uint32(h.uid)}}
