@@ -29,6 +29,8 @@ type Set struct {
 	relays  map[string]*v1alpha1.RelayNode
 	chains  map[string]*v1alpha1.Chain
 	tunnels map[string]*v1alpha1.Tunnel
+	// versions: other specs of Chains whose hops are admitted too (Version).
+	versions map[string][]Version
 }
 
 func newSet() *Set {

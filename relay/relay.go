@@ -104,6 +104,9 @@ type Relay struct {
 	mu      sync.Mutex
 	tunnels map[string]*entryTunnel // open entries by Tunnel key
 	failed  map[string]error        // entries that could not open, retried
+	// formers are the Chain specs this relay ran before edits it took,
+	// admitted for a while (formerSpecs).
+	formers map[string][]manifest.Version
 }
 
 // entryTunnel is a Tunnel's open entry on this relay, with the spec it was
@@ -232,7 +235,9 @@ func (r *Relay) routingUpdated(set *manifest.Set) {
 }
 
 // Update applies new manifests to a running relay. New flows follow them at
-// once; flows already open finish on the path they started on. Entries of
+// once; flows already open finish on the path they started on, and peers
+// that have not taken a Chain's edit yet may still send new flows along
+// the spec this relay ran before, for versionGrace. Entries of
 // Tunnels that are gone or whose spec changed close (their open TCP flows
 // go on), and new ones open. A Tunnel that cannot open is reported in the
 // returned error and does not stop the others. The relay's own listen
@@ -241,7 +246,11 @@ func (r *Relay) Update(set *manifest.Set) error {
 	if set.Relay(r.cfg.Name) == nil {
 		return fmt.Errorf("RelayNode %q is no longer in the manifests; keeping the previous ones", r.cfg.Name)
 	}
+	r.mu.Lock()
+	r.formers = formerSpecs(r.formers, r.set.Load(), set, time.Now())
+	set = set.WithVersions(r.formers)
 	r.set.Store(set)
+	r.mu.Unlock()
 	if cc, changed := r.congestionFor(set); changed {
 		r.peers.SetCongestion(cc)
 	}

@@ -121,7 +121,7 @@ func (d *dispatcher) serveQUIC(c *rquic.Conn, s *quicgo.Stream) {
 		return
 	}
 	s.SetReadDeadline(time.Time{})
-	g, ref := admit.Stream(d.manifests(), d.name, c.Peer, &h, admit.QUIC)
+	g, ref := admit.Stream(d.manifests(), d.name, c.Peer, &h, admit.QUIC, time.Now())
 	if ref != nil {
 		d.rejected(c.Peer, c.RemoteAddr(), ref.Reason, ref, h.Tunnel)
 		flow.Reset(s, hop.CodeRejected)
@@ -193,7 +193,7 @@ func (d *dispatcher) serveTLS(from nexthop.Inbound) {
 	}
 	from.Started()
 	c.SetReadDeadline(time.Time{})
-	g, ref := admit.Stream(d.manifests(), d.name, peer, &h, admit.TLS)
+	g, ref := admit.Stream(d.manifests(), d.name, peer, &h, admit.TLS, time.Now())
 	if ref != nil {
 		d.rejected(peer, c.RemoteAddr(), ref.Reason, ref, h.Tunnel)
 		in.Abort()

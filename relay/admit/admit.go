@@ -9,6 +9,7 @@ package admit
 import (
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/manifest"
@@ -67,18 +68,19 @@ type Grant struct {
 // Stream admits a stream (or a TLS connection) that peer opened to relay
 // self, with header h. A flow must belong to a Tunnel of the manifests, be
 // of its protocol, follow a route its Chain allows as seen from self and
-// the peer that sent it (manifest.AllowsHop), and go to the Tunnel's own
+// the peer that sent it (manifest.AllowsHop; or one of the Chain's
+// versions live at now, Set.AdmitsHop), and go to the Tunnel's own
 // target; a trace must follow such a route of a routed chain; a link
 // request must be on a path of one (manifest.AllowsPath) and come from its
 // entry or a via relay. A relay with a valid certificate can therefore ask
 // a peer for nothing the manifests do not already allow.
-func Stream(set *manifest.Set, self, peer string, h *hop.Header, tr Transport) (Grant, *Refusal) {
+func Stream(set *manifest.Set, self, peer string, h *hop.Header, tr Transport, now time.Time) (Grant, *Refusal) {
 	if peer == "" || peer == self {
 		return Grant{}, refuse(BadRoute, "a stream from %q to itself", self)
 	}
 	switch h.Kind {
 	case hop.KindTrace, hop.KindLinks:
-		return routing(set, self, peer, h, tr)
+		return routing(set, self, peer, h, tr, now)
 	}
 	t := set.Tunnel(h.Tunnel)
 	if t == nil {
@@ -97,7 +99,7 @@ func Stream(set *manifest.Set, self, peer string, h *hop.Header, tr Transport) (
 	if chain == nil {
 		return Grant{}, refuse(UnknownChain, "Tunnel %q has no Chain %q", h.Tunnel, t.Spec.Chain)
 	}
-	if !manifest.AllowsHop(chain, peer, self, h.Route) {
+	if !set.AdmitsHop(chain, peer, self, h.Route, now) {
 		return Grant{}, refuse(BadRoute, "route %v from %q is not a route of Chain %q", h.Route, peer, chain.Name)
 	}
 	g := Grant{Chain: chain, Tunnel: t, Last: len(h.Route) == 1}
@@ -117,7 +119,7 @@ func Stream(set *manifest.Set, self, peer string, h *hop.Header, tr Transport) (
 
 // routing admits a trace or a link request, whose tunnel field names a
 // routed Chain.
-func routing(set *manifest.Set, self, peer string, h *hop.Header, tr Transport) (Grant, *Refusal) {
+func routing(set *manifest.Set, self, peer string, h *hop.Header, tr Transport, now time.Time) (Grant, *Refusal) {
 	c, ref := routedChain(set, h.Tunnel)
 	if h.Kind == hop.KindTrace {
 		// `hoplink probe` traces static chains too.
@@ -128,7 +130,7 @@ func routing(set *manifest.Set, self, peer string, h *hop.Header, tr Transport) 
 	}
 	switch h.Kind {
 	case hop.KindTrace:
-		if !manifest.AllowsHop(c, peer, self, h.Route) {
+		if !set.AdmitsHop(c, peer, self, h.Route, now) {
 			return Grant{}, refuse(BadRoute, "route %v from %q is not a route of Chain %q", h.Route, peer, h.Tunnel)
 		}
 	default: // hop.KindLinks

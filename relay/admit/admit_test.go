@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/manifest"
@@ -124,7 +125,7 @@ func TestStream(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			g, ref := Stream(set, c.self, c.peer, c.h, c.tr)
+			g, ref := Stream(set, c.self, c.peer, c.h, c.tr, time.Now())
 			if c.reason == "" {
 				if ref != nil {
 					t.Fatalf("refused: %v (%s)", ref, ref.Reason)
@@ -290,7 +291,7 @@ func TestOnlySuffixesOfAllowedRoutes(t *testing.T) {
 					if set.Tunnel(tunnel).Spec.Chain != c.Name {
 						continue
 					}
-					_, ref := Stream(set, self, peer, &hop.Header{Kind: hop.KindTCP, Tunnel: tunnel, Route: rest, Target: target}, QUIC)
+					_, ref := Stream(set, self, peer, &hop.Header{Kind: hop.KindTCP, Tunnel: tunnel, Route: rest, Target: target}, QUIC, time.Now())
 					if want := peer != self && segmentAfter(routes, peer, rest, true); (ref == nil) != want {
 						t.Errorf("flow of %s at %s from %s along %v: admitted=%v, want %v (%v)", tunnel, self, peer, rest, ref == nil, want, ref)
 					}
@@ -299,11 +300,11 @@ func TestOnlySuffixesOfAllowedRoutes(t *testing.T) {
 				if !c.Spec.Mode.Routed() {
 					continue
 				}
-				_, ref := Stream(set, self, peer, &hop.Header{Kind: hop.KindTrace, Tunnel: key, Route: rest}, QUIC)
+				_, ref := Stream(set, self, peer, &hop.Header{Kind: hop.KindTrace, Tunnel: key, Route: rest}, QUIC, time.Now())
 				if want := peer != self && segmentAfter(routes, peer, rest, true); (ref == nil) != want {
 					t.Errorf("trace of %s at %s from %s along %v: admitted=%v, want %v (%v)", key, self, peer, rest, ref == nil, want, ref)
 				}
-				_, ref = Stream(set, self, peer, &hop.Header{Kind: hop.KindLinks, Tunnel: key, Route: rest}, QUIC)
+				_, ref = Stream(set, self, peer, &hop.Header{Kind: hop.KindLinks, Tunnel: key, Route: rest}, QUIC, time.Now())
 				if want := peer != self && segmentAfter(routes, peer, rest, false); (ref == nil) != want {
 					t.Errorf("link request of %s at %s from %s along %v: admitted=%v, want %v (%v)", key, self, peer, rest, ref == nil, want, ref)
 				}
@@ -339,7 +340,7 @@ func FuzzStream(f *testing.F) {
 			return
 		}
 		self := h.Route[0]
-		g, ref := Stream(set, self, peer, &h, Transport(tr%2))
+		g, ref := Stream(set, self, peer, &h, Transport(tr%2), time.Now())
 		if ref != nil {
 			if ref.Reason == "" || ref.Err == nil {
 				t.Fatalf("refusal without a reason: %+v", ref)
@@ -364,5 +365,50 @@ func TestRefusalUnwraps(t *testing.T) {
 	var r *Refusal
 	if !errors.As(error(ref), &r) || r.Reason != BadRoute || ref.Error() != "x 1" {
 		t.Fatal(ref)
+	}
+}
+
+// TestStreamOnAVersion: while a Chain's relays converge on an edit, a
+// relay admits hops of the spec it ran before for as long as that version
+// lives, and of an edit it waits to take; never beyond, and never a route
+// neither spec has.
+func TestStreamOnAVersion(t *testing.T) {
+	base := fixture(t)
+	now := time.Now()
+	// The static chain's route was hk, la (the edit put seattle in).
+	before := base.Chain("default/static").DeepCopy()
+	before.Spec.Via, before.Spec.Route = nil, []string{"hk", "la"}
+	// An edit la waits to take: hk, useast, la.
+	pending := base.Chain("default/static").DeepCopy()
+	pending.Spec.Via, pending.Spec.Route = []string{"useast"}, []string{"hk", "useast", "la"}
+	web := &hop.Header{Kind: hop.KindTCP, Tunnel: "default/web", Route: []string{"la"}, Target: "127.0.0.1:80"}
+	cases := []struct {
+		name     string
+		versions []manifest.Version
+		peer     string
+		at       time.Time
+		reason   string
+	}{
+		{"no version: the old hop is refused", nil, "hk", now, BadRoute},
+		{"the spec before, within its grace", []manifest.Version{{Chain: before, Until: now.Add(time.Second)}}, "hk", now, ""},
+		{"the spec before, after its grace", []manifest.Version{{Chain: before, Until: now.Add(time.Second)}}, "hk", now.Add(2 * time.Second), BadRoute},
+		{"the edit it waits for", []manifest.Version{{Chain: pending}}, "useast", now.Add(time.Hour), ""},
+		{"a hop in no version", []manifest.Version{{Chain: before, Until: now.Add(time.Second)}, {Chain: pending}}, "mallory", now, BadRoute},
+		{"the current spec still", []manifest.Version{{Chain: before, Until: now.Add(time.Second)}}, "seattle", now.Add(time.Hour), ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			set := base
+			if c.versions != nil {
+				set = base.WithVersions(map[string][]manifest.Version{"default/static": c.versions})
+			}
+			_, ref := Stream(set, "la", c.peer, web, QUIC, c.at)
+			switch {
+			case c.reason == "" && ref != nil:
+				t.Fatalf("refused: %v", ref)
+			case c.reason != "" && (ref == nil || ref.Reason != c.reason):
+				t.Fatalf("got %v, want a %s refusal", ref, c.reason)
+			}
+		})
 	}
 }

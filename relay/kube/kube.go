@@ -423,7 +423,32 @@ func (v *View) Manifests(ctx context.Context) (*manifest.Set, error) {
 	if set.Relay(v.o.Name) == nil {
 		return nil, v.missingSelf(ctx, msgs)
 	}
-	return set, nil
+	return set.WithVersions(pending(v.o.Name, cl.Items, waiting, set)), nil
+}
+
+// pending are the edits relay self waits to take (labelled), as versions
+// it admits hops of meanwhile (manifest.Version): each relay takes an edit
+// from its own watch, and a peer that took it first may already send new
+// flows along it. Only Chains self runs, and edits that name self.
+func pending(self string, chains []v1alpha1.Chain, waiting []string, set *manifest.Set) map[string][]manifest.Version {
+	if len(waiting) == 0 {
+		return nil
+	}
+	wait := make(map[string]bool, len(waiting))
+	for _, k := range waiting {
+		wait[k] = true
+	}
+	out := map[string][]manifest.Version{}
+	for i := range chains {
+		key := manifest.Key(chains[i].Namespace, chains[i].Name)
+		if !wait[key] || set.Chain(key) == nil || !slices.Contains(manifest.Named(&chains[i]), self) {
+			continue
+		}
+		c := chains[i].DeepCopy()
+		c.Default()
+		out[key] = []manifest.Version{{Chain: c}}
+	}
+	return out
 }
 
 // missingSelf says why the relay's own RelayNode is not among what it

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -14,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
+	"github.com/hoplink/hoplink/manifest"
 )
 
 // A sidecar's entry Tunnels listen on the pod's loopback unless they name
@@ -123,6 +125,30 @@ func TestLabelled(t *testing.T) {
 	// b, taken out of left, keeps it as it was until its label goes.
 	if routes, _, _ := takes("b", last); !reflect.DeepEqual(routes["left"], []string{"a", "b", "c"}) {
 		t.Errorf("b takes %v", routes)
+	}
+
+	// Meanwhile b admits hops of the edits it waits for, of Chains it
+	// runs: edited and joined, not new (it is not in it).
+	var relays []v1alpha1.RelayNode
+	for _, n := range []string{"a", "b", "c", "d", "x"} {
+		relays = append(relays, v1alpha1.RelayNode{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: n},
+			Spec: v1alpha1.RelayNodeSpec{Endpoints: []string{"127.0.0.1:1"}}})
+	}
+	gotC, _, waiting := labelled("b", chains, tunnels, last)
+	set, problems := manifest.FromObjects(relays, gotC, nil)
+	if len(problems) > 0 {
+		t.Fatal(problems)
+	}
+	p := pending("b", chains, waiting, set)
+	if len(p) != 2 || len(p["ns/edited"]) != 1 || len(p["ns/joined"]) != 1 ||
+		!reflect.DeepEqual(p["ns/edited"][0].Chain.Spec.Route, []string{"a", "b", "d", "c"}) || !p["ns/edited"][0].Until.IsZero() {
+		t.Errorf("b's pending versions: %v", p)
+	}
+	if !set.WithVersions(p).AdmitsHop(set.Chain("ns/edited"), "a", "b", []string{"b", "d", "c"}, time.Now()) {
+		t.Error("b would refuse a flow along the edit a took first")
+	}
+	if set.AdmitsHop(set.Chain("ns/edited"), "a", "b", []string{"b", "d", "c"}, time.Now()) {
+		t.Error("without its pending version b admits the edit's hop: the check above proves nothing")
 	}
 }
 

@@ -1,0 +1,86 @@
+package relay_test
+
+import (
+	"bytes"
+	"io"
+	"testing"
+
+	"github.com/hoplink/hoplink/api/v1alpha1"
+	"github.com/hoplink/hoplink/internal/testutil"
+	"github.com/hoplink/hoplink/manifest"
+)
+
+// rerouted is set with Chain c's route and via relays replaced.
+func rerouted(t *testing.T, set *manifest.Set, route ...string) *manifest.Set {
+	t.Helper()
+	var rs []v1alpha1.RelayNode
+	var cs []v1alpha1.Chain
+	var ts []v1alpha1.Tunnel
+	for _, r := range set.Relays {
+		rs = append(rs, *r)
+	}
+	for _, c := range set.Chains {
+		c := *c.DeepCopy()
+		c.Spec.Route, c.Spec.Via = route, route[1:len(route)-1]
+		cs = append(cs, c)
+	}
+	for _, tn := range set.Tunnels {
+		ts = append(ts, *tn)
+	}
+	out, problems := manifest.FromObjects(rs, cs, ts)
+	if len(problems) > 0 {
+		t.Fatal(problems)
+	}
+	return out
+}
+
+// TestChainEditWhileRelaysConverge: each relay takes a Chain's edit from
+// its own watch, so for a moment some route along the old spec and some
+// along the new. Flows opened meanwhile must go through either way: the
+// exit takes the edit first (the entry still sends along the old route),
+// then the entry does while the exit waits for it (a pending version).
+func TestChainEditWhileRelaysConverge(t *testing.T) {
+	target := testutil.EchoServer(t)
+	port := testutil.FreePort(t)
+	n, _, direct := network(t, 3, []string{"r0", "r2"}, tunnelSpec{name: "t", protocol: "tcp", target: target, port: port})
+	viaR1 := rerouted(t, direct, "r0", "r1", "r2")
+	entry, middle, exit := n.Relays[0], n.Relays[1], n.Relays[2]
+	flow := func(step string) {
+		t.Helper()
+		c := dialTunnel(t, port)
+		defer c.Close()
+		want := bytes.Repeat([]byte(step), 1000)
+		go c.Write(want)
+		got := make([]byte, len(want))
+		if _, err := io.ReadFull(c, got); err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("%s: a flow failed: %v", step, err)
+		}
+	}
+	flow("before")
+
+	// The exit and the middle take the edit; the entry has not yet.
+	for _, r := range []interface{ Update(*manifest.Set) error }{exit, middle} {
+		if err := r.Update(viaR1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flow("exit-first")
+
+	// Back to the start, then the other order: the entry takes the edit
+	// while the exit runs the old spec and waits to take the new one.
+	for _, r := range []interface{ Update(*manifest.Set) error }{entry, middle} {
+		if err := r.Update(direct); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waiting := direct.WithVersions(map[string][]manifest.Version{"default/c": {{Chain: viaR1.Chain("default/c")}}})
+	if err := exit.Update(waiting); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []interface{ Update(*manifest.Set) error }{middle, entry} {
+		if err := r.Update(viaR1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flow("entry-first")
+}
