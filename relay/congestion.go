@@ -28,10 +28,11 @@ func (r *Relay) congestionFor(set *manifest.Set) (nexthop.Congestion, bool) {
 	m.DeletePartialMatch(map[string]string{"from": r.cfg.Name})
 	m.WithLabelValues(r.cfg.Name, c.Algorithm, c.Reason).Set(1)
 	if c.Wanted() {
-		r.cfg.Log.Info("links' congestion control", "want", c.Want, "algorithm", c.Algorithm, "reason", c.Reason)
+		r.cfg.Log.Info("links' congestion control", "want", c.Want, "algorithm", c.Algorithm, "reason", c.Reason,
+			"send_buffer_max", sendBufferMax())
 	} else {
 		r.cfg.Log.Warn("links' congestion control is not the one asked for", "want", c.Want, "algorithm", c.Algorithm,
-			"reason", c.Reason, "fix", c.Fix)
+			"reason", c.Reason, "fix", c.Fix, "send_buffer_max", sendBufferMax())
 	}
 	return c, true
 }
