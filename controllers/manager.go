@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -224,7 +225,8 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 		return nil, err
 	}
 	rn := &RelayNodeReconciler{Client: mgr.GetClient(), Scheme: scheme, CA: ca, Image: o.Image, RenewBefore: o.RenewBefore, Resources: o.RelayResources, Version: o.Version,
-		Policy: policy, Reader: mgr.GetAPIReader(), Reports: reports, Recorder: mgr.GetEventRecorder("hoplink-relaynode-controller")}
+		Policy: policy, Reader: mgr.GetAPIReader(), Reports: reports, Recorder: mgr.GetEventRecorder("hoplink-relaynode-controller"),
+		BufferSysctls: bufferSysctls(cfg, logOr(o.Log))}
 	if err := rn.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("RelayNode controller: %w", err)
 	}
@@ -254,4 +256,23 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 		return nil, fmt.Errorf("Tunnel controller: %w", err)
 	}
 	return mgr, nil
+}
+
+// bufferSysctls asks the API server's version whether relay pods may raise
+// their TCP buffers (BufferSysctlsAllowed); it says so in the log either way.
+func bufferSysctls(cfg *rest.Config, log *slog.Logger) bool {
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		log.Warn("relay pods keep the node's TCP buffer limits: no discovery client", "err", err)
+		return false
+	}
+	v, err := dc.ServerVersion()
+	if err != nil {
+		log.Warn("relay pods keep the node's TCP buffer limits: the API server's version is unknown", "err", err)
+		return false
+	}
+	ok := BufferSysctlsAllowed(v)
+	log.Info("TCP buffer limits of relay pods in the pod network", "server", v.GitVersion, "raised", ok,
+		"sysctls", "net.ipv4.tcp_rmem, net.ipv4.tcp_wmem up to 16 MiB (kubelets accept them from 1.32; API server 1.35 or later)")
+	return ok
 }

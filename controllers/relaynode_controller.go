@@ -51,6 +51,10 @@ type RelayNodeReconciler struct {
 	Resources *corev1.ResourceRequirements
 	// Version of the operator: injected pods that carry another are outdated.
 	Version string
+	// BufferSysctls: relay pods in the pod network raise their TCP buffers'
+	// ceiling (linkBufferSysctls); the cluster's kubelets accept it
+	// (BufferSysctlsAllowed). Host-network relays share the node's.
+	BufferSysctls bool
 	// Policy says which images, and in which namespaces host network and
 	// TUN devices, RelayNodes may ask for.
 	Policy RelayPolicy
@@ -425,6 +429,9 @@ func (r *RelayNodeReconciler) daemonSetSpec(rn *v1alpha1.RelayNode) appsv1.Daemo
 		// Let open flows finish when a relay is replaced: the relay drains
 		// for --drain-timeout after SIGTERM; a little more before SIGKILL.
 		TerminationGracePeriodSeconds: ptr.To[int64](v1alpha1.DefaultDrainSeconds + drainSlack),
+	}
+	if !hostNet && r.BufferSysctls {
+		spec.Template.Spec.SecurityContext = &corev1.PodSecurityContext{Sysctls: slices.Clone(linkBufferSysctls)}
 	}
 	return spec
 }

@@ -327,10 +327,15 @@ func TestRelayNodeAdmissionRules(t *testing.T) {
 	} {
 		create(t, tc.rn)
 		if tc.reason == "" {
+			var ds appsv1.DaemonSet
 			eventually(t, tc.rn.Name+"'s DaemonSet", func() error {
-				var ds appsv1.DaemonSet
 				return k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: RelayObjectName(tc.rn.Name)}, &ds)
 			})
+			// This API server (1.35 or later) vouches for its kubelets: a
+			// relay in the pod network raises its TCP buffers' ceiling.
+			if psc := ds.Spec.Template.Spec.SecurityContext; psc == nil || !slices.Equal(psc.Sysctls, linkBufferSysctls) {
+				t.Errorf("%s: pod security context %+v, want sysctls %v", tc.rn.Name, psc, linkBufferSysctls)
+			}
 			continue
 		}
 		eventually(t, tc.rn.Name+" refused", func() error {
@@ -380,5 +385,10 @@ func TestRelayNodeAdmissionRules(t *testing.T) {
 	sc := ds.Spec.Template.Spec.Containers[0].SecurityContext
 	if sc == nil || sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
 		t.Errorf("relay container seccomp profile %+v, want RuntimeDefault", sc)
+	}
+	// In the node's network namespace the node's limits hold: a kubelet
+	// refuses a pod that sets sysctls there.
+	if psc := ds.Spec.Template.Spec.SecurityContext; psc != nil && len(psc.Sysctls) > 0 {
+		t.Errorf("the host-network relay's pod sets sysctls %v", psc.Sysctls)
 	}
 }

@@ -338,6 +338,29 @@ func TestClusters(t *testing.T) {
 		})
 	})
 
+	// A relay in the pod network raises its own TCP buffers' ceiling by
+	// the pod's sysctls, which the kubelet must accept; its log says what
+	// the kernel gives it.
+	t.Run("a pod-network relay's TCP buffers", func(t *testing.T) {
+		a.kubectl(t, "create", "namespace", "podnet")
+		a.apply(t, "podnet", `apiVersion: hoplink.dev/v1alpha1
+kind: RelayNode
+metadata: {name: podnet}
+spec: {listen: {port: 7402}, hostNetwork: false, nodeSelector: {hoplink.dev/site: hk}}
+`)
+		eventually(t, 2*time.Minute, "the pod-network relay logs its send buffer ceiling", func() error {
+			out, err := a.try("-n", "podnet", "logs", "-l", "hoplink.dev/relaynode=podnet", "--tail=-1")
+			if err != nil {
+				return fmt.Errorf("%v: %s", err, lastLines(out, 3))
+			}
+			if !strings.Contains(out, "send_buffer_max=16777216") {
+				return fmt.Errorf("no send_buffer_max=16777216 in its log: %s", lastLines(out, 5))
+			}
+			return nil
+		})
+		a.kubectl(t, "delete", "namespace", "podnet", "--wait=false")
+	})
+
 	hkNode := a.nodeContainer(t, "hk")
 	t.Run("TCP through the Tunnel's Service", func(t *testing.T) {
 		ip := strings.TrimSpace(a.kubectl(t, "-n", "edge", "get", "service", "web", "-o", "jsonpath={.spec.clusterIP}"))
