@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
@@ -9,31 +8,12 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/hoplink/hoplink/internal/testutil"
 )
-
-// lockedBuffer is a process's stderr, read while it runs.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 var inspectLine = regexp.MustCompile(`msg="inspect it with" command=("(?:[^"\\]|\\.)*")`)
 
@@ -79,7 +59,7 @@ spec: {chain: c, listen: {address: 127.0.0.1, port: %d}, target: "127.0.0.1:9"}
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cmd := exec.Command(bin, append(tc.args, "--drain-timeout", "0")...)
-			var stderr lockedBuffer
+			var stderr testutil.Buffer
 			cmd.Stderr = &stderr
 			cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 			if err := cmd.Start(); err != nil {

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hoplink/hoplink/internal/testutil"
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
 )
@@ -269,7 +270,7 @@ spec: {chain: c, protocol: tcp, listen: {address: 127.0.0.1, port: %[3]s}, targe
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin, "relay", "-f", filepath.Join(dir, "net.yaml"), "--name", "hk", "--certs", dir, "--log-format", "json")
-	var stderr lockedBuffer
+	var stderr testutil.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

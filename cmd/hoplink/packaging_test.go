@@ -125,7 +125,7 @@ func TestSystemdUnit(t *testing.T) {
 		t.Errorf("ExecStart %q does not run the instance's relay (--name %%i)", start)
 	}
 	cmd := exec.Command(bin, args...)
-	logs := &lockedBuffer{}
+	logs := &testutil.Buffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

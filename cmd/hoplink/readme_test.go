@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/hoplink/hoplink/internal/readme"
+	"github.com/hoplink/hoplink/internal/testutil"
 	"github.com/hoplink/hoplink/manifest"
 	"github.com/hoplink/hoplink/relay/local"
 	"github.com/hoplink/hoplink/route"
@@ -53,7 +54,7 @@ func TestReadmeDemo(t *testing.T) {
 	bin := buildHoplink(t)
 	cmd := exec.Command(bin, "local", "-f", "examples/local", "--metrics-addr", "127.0.0.1:9464")
 	cmd.Args[0], cmd.Dir = "bin/hoplink", root // as make demo runs it
-	var stderr lockedBuffer
+	var stderr testutil.Buffer
 	cmd.Stderr = &stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

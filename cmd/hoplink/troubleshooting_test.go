@@ -106,10 +106,10 @@ type host struct {
 
 // start runs hoplink with args on h; stop (also at cleanup) ends it and
 // returns its output, with h's root written as /etc/hoplink.
-func (h *host) start(args ...string) (out *lockedBuffer, stop func() string) {
+func (h *host) start(args ...string) (out *testutil.Buffer, stop func() string) {
 	h.t.Helper()
 	cmd := exec.Command(h.bin, args...)
-	out = &lockedBuffer{}
+	out = &testutil.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if h.uid != 0 {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(h.uid), Gid: uint32(h.uid)}}

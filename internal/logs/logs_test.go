@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/hoplink/hoplink/internal/testutil"
 )
 
 // clock is a fake time with the timers a Limiter schedules on it.
@@ -282,7 +284,7 @@ func TestFlush(t *testing.T) {
 // Many goroutines logging at once (run with -race) lose no condition's
 // first line and write no more than the first and one count each.
 func TestLimiterConcurrent(t *testing.T) {
-	var b syncBuffer
+	var b testutil.Buffer
 	l := NewLimiter(Options{Window: time.Hour})
 	log := slog.New(l.Wrap(slog.NewTextHandler(&b, nil)))
 	var wg sync.WaitGroup
@@ -301,23 +303,6 @@ func TestLimiterConcurrent(t *testing.T) {
 	if lines != 16 {
 		t.Fatalf("%d lines, want 16 (8 conditions, each a first line and a count):\n%s", lines, b.String())
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // The line that ends a window carries the time it is written: lines stay in

@@ -17,24 +17,6 @@ import (
 	"github.com/hoplink/hoplink/relay"
 )
 
-// lockedBuffer is a log both relays write.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // A reload (Update with new manifests, as SIGHUP or a watch event gives)
 // that changes one Tunnel closes and reopens that Tunnel's entry alone, and
 // the flows open on it and on the others go on to their end: a flow is a
@@ -46,7 +28,7 @@ func TestUpdateTouchesOnlyTheChangedTunnelAndKeepsFlows(t *testing.T) {
 		c.Write([]byte("new\n"))
 		testutil.Echo(c)
 	})
-	var logs lockedBuffer
+	var logs testutil.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	ports := map[string]int{"changed": testutil.FreePort(t), "same": testutil.FreePort(t), "other": testutil.FreePort(t)}
 	var specs []tunnelSpec

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,23 +15,6 @@ import (
 	"github.com/hoplink/hoplink/metrics"
 	"github.com/hoplink/hoplink/relay"
 )
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // Stopping hoplink local drains every relay at once: its last lines say
 // so and nothing else. Before, the entry went on routing and moved its
@@ -52,7 +34,7 @@ func TestDrainingNetworkNeitherReroutesNorRedials(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs testutil.Buffer
 	n, err := Start(set, relay.Config{Metrics: metrics.New(prometheus.NewRegistry()), Log: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)

@@ -1,11 +1,9 @@
 package tlslink
 
 import (
-	"bytes"
 	"crypto/tls"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,26 +12,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hoplink/hoplink/internal/logs"
+	"github.com/hoplink/hoplink/internal/testutil"
 	"github.com/hoplink/hoplink/metrics"
 	"github.com/hoplink/hoplink/pki"
 )
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) lines() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+// dialErrLines are the lines of log that say a peer cannot be reached.
+func dialErrLines(log *testutil.Buffer) []string {
 	var out []string
-	for _, s := range strings.Split(strings.TrimSpace(l.b.String()), "\n") {
+	for _, s := range strings.Split(strings.TrimSpace(log.String()), "\n") {
 		if strings.Contains(s, "cannot reach peer") {
 			out = append(out, s)
 		}
@@ -60,7 +47,7 @@ func TestPeerDownIsOneLineAWindow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out lockedBuffer
+	var out testutil.Buffer
 	lim := logs.NewLimiter(logs.Options{Window: time.Minute})
 	e, err := Listen(Options{
 		Name: "a", Identity: id, Listen: "127.0.0.1:0", Spares: refillParallel,
@@ -76,7 +63,7 @@ func TestPeerDownIsOneLineAWindow(t *testing.T) {
 	e.Pools().Pool("b", dead)
 	// Backoff doubles from 100 ms: five attempts or more in 2.5 s.
 	time.Sleep(2500 * time.Millisecond)
-	lines := out.lines()
+	lines := dialErrLines(&out)
 	if len(lines) != 1 {
 		t.Fatalf("%d lines in 2.5 s, want 1:\n%s", len(lines), strings.Join(lines, "\n"))
 	}
@@ -93,7 +80,7 @@ func TestPeerDownIsOneLineAWindow(t *testing.T) {
 		t.Errorf("the line does not say the four spares failed alike: %s", line)
 	}
 	lim.Flush()
-	lines = out.lines()
+	lines = dialErrLines(&out)
 	if len(lines) != 2 || !strings.Contains(lines[1], "suppressed=") || !strings.Contains(lines[1], "window=1m0s") {
 		t.Fatalf("after the window, want one line with the count:\n%s", strings.Join(lines, "\n"))
 	}
