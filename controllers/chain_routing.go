@@ -130,13 +130,27 @@ func routingStatus(ch *v1alpha1.Chain, d routectl.Decision) *v1alpha1.ChainStatu
 // due says whether the new status is worth a write.
 func (w *routeWriter) due(ch *v1alpha1.Chain, want *v1alpha1.ChainStatus, d routectl.Decision) bool {
 	have := &ch.Status
-	if d.Changed || !slices.Equal(have.Route, want.Route) || have.Latency == nil {
+	if d.Changed || !slices.Equal(have.Route, want.Route) || have.Latency == nil || fills(have, want) {
 		return true
 	}
 	w.mu.Lock()
 	last := w.written[d.Chain]
 	w.mu.Unlock()
 	return time.Since(last) > statusRefresh && !equality.Semantic.DeepEqual(have, want)
+}
+
+// fills says whether want has what have lacks: a latency figure or
+// candidates that a first round had not measured yet (a link still coming
+// up, a trace that missed its wait). Written at once, so that a new
+// chain's status is complete within rounds rather than the refresh; a
+// figure that goes missing again waits for the refresh, so a flapping
+// figure cannot cost a write a round.
+func fills(have, want *v1alpha1.ChainStatus) bool {
+	if want.Latency != nil && have.Latency != nil &&
+		(have.Latency.Estimated == nil && want.Latency.Estimated != nil || have.Latency.Measured == nil && want.Latency.Measured != nil) {
+		return true
+	}
+	return len(want.Candidates) > len(have.Candidates)
 }
 
 // latency rounds figures to a tenth of a millisecond, which reads well in

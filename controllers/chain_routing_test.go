@@ -121,4 +121,27 @@ func TestStatusWritesAreDue(t *testing.T) {
 	if !w.due(ch, routingStatus(ch, d), d) {
 		t.Error("a new route waits for the refresh")
 	}
+
+	// A figure or a candidate the first write lacked is filled at once;
+	// one that goes missing again waits for the refresh.
+	d.Route = []string{"hk", "la"}
+	d.Measured = 5 * time.Millisecond
+	if !w.due(ch, routingStatus(ch, d), d) {
+		t.Error("a measured latency the status lacks waits for the refresh")
+	}
+	ch.Status = *routingStatus(ch, d)
+	d.Measured = 0
+	if w.due(ch, routingStatus(ch, d), d) {
+		t.Error("a measured latency that went missing is written before the refresh")
+	}
+	d.Measured = 5 * time.Millisecond
+	d.Candidates = []route.Path{{Relays: []string{"hk", "la"}}, {Relays: []string{"hk", "seattle", "la"}}}
+	if !w.due(ch, routingStatus(ch, d), d) {
+		t.Error("a candidate the status lacks waits for the refresh")
+	}
+	ch.Status = *routingStatus(ch, d)
+	d.Candidates = d.Candidates[:1]
+	if w.due(ch, routingStatus(ch, d), d) {
+		t.Error("a candidate that went missing is written before the refresh")
+	}
 }

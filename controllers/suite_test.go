@@ -355,3 +355,28 @@ func apiWrites(t *testing.T) int {
 	}
 	return n
 }
+
+// chainLatency is the route controller's last figure of a kind
+// (estimated or measured) for a chain, 0 when it has none.
+func chainLatency(t *testing.T, chain, kind string) time.Duration {
+	t.Helper()
+	families, err := crmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "hoplink_chain_latency_seconds" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["chain"] == chain && labels["kind"] == kind {
+				return time.Duration(m.GetGauge().GetValue() * float64(time.Second))
+			}
+		}
+	}
+	return 0
+}
