@@ -323,7 +323,7 @@ func TestRouteBookAvoidsDrainingRelays(t *testing.T) {
 	if _, err := b.Route(ctx, set.Chain("default/static"), m1Drains); err == nil || !strings.Contains(err.Error(), "m1") {
 		t.Fatalf("a fixed route through a draining relay: %v, want an error naming m1", err)
 	}
-	if d := time.Since(start); d > 50*time.Millisecond {
+	if d := time.Since(start); d > 500*time.Millisecond { // a round would take seconds
 		t.Errorf("a fixed route through a draining relay failed after %v, want at once", d)
 	}
 	if rt, err := b.Route(ctx, set.Chain("default/static"), func(string, bool) bool { return false }); err != nil || strings.Join(rt, ",") != "hk,m1,la" {
@@ -383,7 +383,7 @@ func TestRouteBookStandsInForABrokenStatusRoute(t *testing.T) {
 	}
 	both := func(r string, _ bool) bool { return r == "m1" || r == "m2" || r == "la" }
 	start := time.Now()
-	if rt, err := b.Route(ctx, c, both); err == nil || time.Since(start) > 50*time.Millisecond {
+	if rt, err := b.Route(ctx, c, both); err == nil || time.Since(start) > 500*time.Millisecond {
 		t.Fatalf("no candidate avoids the relays gone: %v %v after %v, want an error at once", rt, err, time.Since(start))
 	}
 	if rt, _ := b.Route(ctx, c, none); strings.Join(rt, ",") != "hk,m1,la" {

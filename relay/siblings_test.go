@@ -19,11 +19,15 @@ import (
 // their Tunnel. On a loopback link about 130 of them filled it, and then
 // no new flow of the Tunnel got a byte; these tests stall three times as
 // many, one after the other, and every new client must still get its
-// first bytes within a second. No stalled flow may be reset while the
-// window holds them all: none among the first stallSafe.
+// first bytes within a second (stallBound), or on a host busy with other
+// work within three (stallLimit) for at most one in fifty. No stalled flow
+// may be reset while the window holds them all: none among the first
+// stallSafe.
 const (
 	stallClients = 400
 	stallSafe    = 100
+	stallBound   = time.Second
+	stallLimit   = 3 * time.Second
 )
 
 // TestStalledFlowsDoNotStarveTheirTunnel: clients of one Tunnel read the
@@ -111,7 +115,7 @@ func TestStalledUploadsDoNotStarveTheirTunnel(t *testing.T) {
 				_, err := io.ReadFull(c, make([]byte, 2))
 				d := time.Since(start)
 				c.Close()
-				if err != nil || d > time.Second {
+				if err != nil || d > stallLimit {
 					t.Fatalf("a client that waits for the target to speak first (%d): %v after %v", i, err, d)
 				}
 				worst = max(worst, d)
@@ -134,6 +138,7 @@ func stallSiblings(t *testing.T, m *metrics.Metrics, relays []string, tunnel str
 		return n
 	}
 	var worst time.Duration
+	var slow []string
 	for i := range stallClients {
 		start := time.Now()
 		if err := first(i); err != nil {
@@ -141,7 +146,10 @@ func stallSiblings(t *testing.T, m *metrics.Metrics, relays []string, tunnel str
 		}
 		d := time.Since(start)
 		worst = max(worst, d)
-		if d > time.Second {
+		if d > stallBound {
+			slow = append(slow, fmt.Sprintf("%d: %v", i, d.Round(time.Millisecond)))
+		}
+		if d > stallLimit {
 			t.Errorf("client %d waited %v for its first bytes", i, d)
 		}
 		if i+1 == stallSafe {
@@ -165,6 +173,9 @@ func stallSiblings(t *testing.T, m *metrics.Metrics, relays []string, tunnel str
 	runtime.ReadMemStats(&ms)
 	t.Logf("%d stalled clients: %v reset (%s), worst first bytes %v; live heap %d MiB",
 		stallClients, n, strings.Join(each, ", "), worst.Round(time.Millisecond), ms.HeapAlloc>>20)
+	if len(slow) > stallClients/50 {
+		t.Errorf("%d clients waited over %v for their first bytes: %v", len(slow), stallBound, slow)
+	}
 	if n == 0 || n > stallClients-stallSafe {
 		t.Errorf("%v stalled flows reset, want 1 to %d", n, stallClients-stallSafe)
 	}

@@ -144,20 +144,22 @@ func TestIdleFlowIsReset(t *testing.T) {
 		"join": func(in, out *net.TCPConn, up, down Counter) error {
 			a, _ := TCP(in)
 			b, _ := TCP(out)
-			return Join(a, b, up, down, 300*time.Millisecond)
+			return Join(a, b, up, down, time.Second)
 		},
 		"splice": func(in, out *net.TCPConn, up, down Counter) error {
-			return Splice(in, out, up, down, 300*time.Millisecond)
+			return Splice(in, out, up, down, time.Second)
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			client, target, _, _, done := joined(t, join)
-			for range 5 { // 750 ms of talk, a byte every 150 ms
+			// 1.5 s of talk, a byte every 300 ms: longer than the 1 s
+			// timeout, with room for a busy host between bytes.
+			for range 5 {
 				client.Write([]byte("x"))
 				if _, err := io.ReadFull(target, make([]byte, 1)); err != nil {
 					t.Fatalf("a talking flow ended: %v", err)
 				}
-				time.Sleep(150 * time.Millisecond)
+				time.Sleep(300 * time.Millisecond)
 			}
 			start := time.Now()
 			select {
@@ -168,7 +170,7 @@ func TestIdleFlowIsReset(t *testing.T) {
 			case <-time.After(5 * time.Second):
 				t.Fatal("an idle flow stayed open")
 			}
-			if d := time.Since(start); d > 2*time.Second {
+			if d := time.Since(start); d > 3*time.Second {
 				t.Fatalf("reset %v after going idle", d)
 			}
 			client.SetReadDeadline(time.Now().Add(2 * time.Second))

@@ -203,14 +203,23 @@ spec: {chain: %s, listen: {address: 127.0.0.1, port: %d}, target: %q}
 		e.waitRoute(t, "useast", chain, "hk,la,useast", 2*interval+time.Second)
 	}
 	for name, port := range map[string]int{"sum": sumPort, "pipe": pipePort} {
-		got := rtts(t, port, 15)
-		if p50 := got[len(got)/2]; p50 < 55*ms || p50 > 55*ms*110/100+3*ms {
-			t.Errorf("%s chain: p50 round trip %v through a 55 ms route (all: %v)", name, p50, got)
+		// The fastest of 15 requests names the route a flow took: no
+		// faster than its 55 ms, and faster than the 63 ms of the next
+		// route (a busy host slows some requests, not the best of them).
+		if got := rtts(t, port, 15); got[0] < 55*ms || got[0] >= 63*ms {
+			t.Errorf("%s chain: round trips %v; want the fastest in 55-63 ms, through the 55 ms route", name, got)
 		}
-		est, _ := e.gauge("hoplink_chain_latency_seconds", map[string]string{"chain": "default/" + name, "kind": "estimated"})
-		meas, _ := e.gauge("hoplink_chain_latency_seconds", map[string]string{"chain": "default/" + name, "kind": "measured"})
-		// Figures of the last round: near the route's 55 ms, with room for a
-		// busy host (they are checked precisely in the scenario test).
+		// A round's figures: near the route's 55 ms, with room for a busy
+		// host (they are checked precisely in the scenario test); a round
+		// that a stall lengthened is followed by another.
+		var est, meas float64
+		for deadline := time.Now().Add(10 * interval); time.Now().Before(deadline); time.Sleep(interval / 4) {
+			est, _ = e.gauge("hoplink_chain_latency_seconds", map[string]string{"chain": "default/" + name, "kind": "estimated"})
+			meas, _ = e.gauge("hoplink_chain_latency_seconds", map[string]string{"chain": "default/" + name, "kind": "measured"})
+			if est >= 0.055 && est <= 0.070 && meas >= 0.055 && meas <= 0.085 {
+				break
+			}
+		}
 		if est < 0.055 || est > 0.070 || meas < 0.055 || meas > 0.085 {
 			t.Errorf("%s chain: estimated %.1f ms, measured %.1f ms; want both near 55", name, est*1000, meas*1000)
 		}
@@ -260,8 +269,8 @@ spec: {chain: %s, listen: {address: 127.0.0.1, port: %d}, target: %q}
 		return v
 	}
 	before := middleFlows()
-	if got := rtts(t, sumPort, 5); got[2] < 63*ms || got[2] > 63*ms*110/100+3*ms {
-		t.Errorf("after the move: p50 %v through a 63 ms route", got[2])
+	if got := rtts(t, sumPort, 5); got[0] < 63*ms || got[0] >= 75*ms {
+		t.Errorf("after the move: round trips %v; want the fastest in 63-75 ms, through the 63 ms route", got)
 	}
 	if middleFlows() != before+1 {
 		t.Errorf("a new flow did not cross seattle after the move")

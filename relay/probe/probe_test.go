@@ -78,8 +78,10 @@ func TestLinksMeasure(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	links := l.Measure(ctx, []string{"la", "lossy", "gone"}, 0)
-	if got := links[0]; !got.Up || got.RTT.D() < 30*time.Millisecond || got.RTT.D() > 60*time.Millisecond || got.Loss != 0 {
-		t.Errorf("la: %+v; want up, RTT 30-60 ms, no loss", got)
+	// At least the echo's 30 ms, and below the 80 ms the next round sets
+	// (a busy host delays timers, never hastens them).
+	if got := links[0]; !got.Up || got.RTT.D() < 30*time.Millisecond || got.RTT.D() >= 80*time.Millisecond || got.Loss != 0 {
+		t.Errorf("la: %+v; want up, RTT 30-80 ms, no loss", got)
 	}
 	if got := links[1]; !got.Up || got.Loss != 0.2 {
 		t.Errorf("lossy: %+v; want up with loss 0.2 (one probe of five dropped)", got)
@@ -87,7 +89,7 @@ func TestLinksMeasure(t *testing.T) {
 	if got := links[2]; got.Up || got.To != "gone" {
 		t.Errorf("a peer without a connection: %+v; want down", got)
 	}
-	if v := testutil.ToFloat64(m.LinkRTT.WithLabelValues("hk", "la")); v < 0.030 || v > 0.060 {
+	if v := testutil.ToFloat64(m.LinkRTT.WithLabelValues("hk", "la")); v < 0.030 || v >= 0.080 {
 		t.Errorf("hoplink_link_rtt_seconds{from=hk,to=la} = %v", v)
 	}
 	if v := testutil.ToFloat64(m.LinkProbes.WithLabelValues("hk", "lossy", "lost")); v != 1 {
@@ -100,7 +102,7 @@ func TestLinksMeasure(t *testing.T) {
 	ctx2, cancel2 := context.WithTimeout(context.Background(), time.Second)
 	defer cancel2()
 	got := l.Measure(ctx2, []string{"la"}, 0)[0]
-	if got.RTT.D() < 80*time.Millisecond || got.Min.D() > 60*time.Millisecond {
+	if got.RTT.D() < 80*time.Millisecond || got.Min.D() >= 80*time.Millisecond {
 		t.Errorf("after the delay rose to 80 ms: %+v; want RTT >= 80 ms and the older min", got)
 	}
 }
