@@ -11,14 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/hoplink/hoplink/internal/linkemu"
 	"github.com/hoplink/hoplink/internal/testutil"
-	"github.com/hoplink/hoplink/manifest"
-	"github.com/hoplink/hoplink/metrics"
 	"github.com/hoplink/hoplink/relay"
-	"github.com/hoplink/hoplink/relay/local"
 )
 
 // TestCutHopIsAResetNotAnEnd: something between two relays ends a TLS
@@ -46,7 +41,7 @@ func TestCutHopIsAResetNotAnEnd(t *testing.T) {
 				_, err := io.Copy(io.Discard, c)
 				ended <- err
 			})
-			entryPort, exitPort, port := testutil.FreePort(t), testutil.FreePort(t), testutil.FreePort(t)
+			exitPort, port := testutil.FreePort(t), testutil.FreePort(t)
 			exitAddr := fmt.Sprintf("127.0.0.1:%d", exitPort)
 			// The exit's endpoint is a proxy: TCP through one that cuts, UDP
 			// (QUIC: the relays' control link) straight through.
@@ -56,38 +51,11 @@ func TestCutHopIsAResetNotAnEnd(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { udp.Close() })
-			yaml := fmt.Sprintf(`---
-apiVersion: hoplink.dev/v1alpha1
-kind: RelayNode
-metadata: {name: r0}
-spec: {listen: {address: 127.0.0.1, port: %d}, endpoints: ["127.0.0.1:%d"]}
----
-apiVersion: hoplink.dev/v1alpha1
-kind: RelayNode
-metadata: {name: r1}
-spec: {listen: {address: 127.0.0.1, port: %d}, endpoints: [%q]}
----
-apiVersion: hoplink.dev/v1alpha1
-kind: Chain
-metadata: {name: c}
-spec: {entry: r0, exit: r1, route: [r0, r1], transport: tls}
----
-apiVersion: hoplink.dev/v1alpha1
-kind: Tunnel
-metadata: {name: t}
-spec: {chain: c, listen: {address: 127.0.0.1, port: %d}, target: %q}
-`, entryPort, entryPort, exitPort, cut.ln.Addr().String(), port, target)
-			set, err := manifest.Parse("cut.yaml", []byte(yaml))
-			if err != nil {
-				t.Fatal(err)
-			}
-			n, err := local.Start(set, relay.Config{Metrics: metrics.New(prometheus.NewRegistry()), Log: testutil.Logger()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { n.Close() })
+			startNetwork(t, relay.Config{}, testutil.LoopbackChain{Relays: 2, Route: []string{"r0", "r1"}, Transport: "tls",
+				Tunnels: []testutil.TunnelSpec{{Name: "t", Protocol: "tcp", Target: target, Port: port}},
+				Ports:   map[string]int{"r1": exitPort}, Endpoints: map[string]string{"r1": cut.ln.Addr().String()}})
 
-			c := dialTunnel(t, port)
+			c := testutil.DialTunnel(t, port)
 			defer c.Close()
 			c.SetDeadline(time.Now().Add(20 * time.Second))
 			if dir == "download" {

@@ -42,12 +42,12 @@ func rerouted(t *testing.T, set *manifest.Set, route ...string) *manifest.Set {
 func TestChainEditWhileRelaysConverge(t *testing.T) {
 	target := testutil.EchoServer(t)
 	port := testutil.FreePort(t)
-	n, _, direct := network(t, 3, []string{"r0", "r2"}, tunnelSpec{name: "t", protocol: "tcp", target: target, port: port})
+	n, _, direct := network(t, 3, []string{"r0", "r2"}, testutil.TunnelSpec{Name: "t", Protocol: "tcp", Target: target, Port: port})
 	viaR1 := rerouted(t, direct, "r0", "r1", "r2")
 	entry, middle, exit := n.Relays[0], n.Relays[1], n.Relays[2]
 	flow := func(step string) {
 		t.Helper()
-		c := dialTunnel(t, port)
+		c := testutil.DialTunnel(t, port)
 		defer c.Close()
 		want := bytes.Repeat([]byte(step), 1000)
 		go c.Write(want)

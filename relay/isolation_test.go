@@ -42,14 +42,14 @@ func TestStalledTunnelDoesNotStallAnother(t *testing.T) {
 	})
 	pDown, pUp, pFast := testutil.FreePort(t), testutil.FreePort(t), testutil.FreePort(t)
 	network(t, 2, []string{"r0", "r1"},
-		tunnelSpec{name: "stalled-down", protocol: "tcp", target: endless, port: pDown},
-		tunnelSpec{name: "stalled-up", protocol: "tcp", target: deaf, port: pUp},
-		tunnelSpec{name: "other", protocol: "tcp", target: fast, port: pFast})
+		testutil.TunnelSpec{Name: "stalled-down", Protocol: "tcp", Target: endless, Port: pDown},
+		testutil.TunnelSpec{Name: "stalled-up", Protocol: "tcp", Target: deaf, Port: pUp},
+		testutil.TunnelSpec{Name: "other", Protocol: "tcp", Target: fast, Port: pFast})
 
 	transfer := func(mode byte) time.Duration {
 		t.Helper()
 		start := time.Now()
-		c := dialTunnel(t, pFast)
+		c := testutil.DialTunnel(t, pFast)
 		defer c.Close()
 		c.SetDeadline(time.Now().Add(20 * time.Second))
 		c.Write([]byte{mode})
@@ -72,10 +72,10 @@ func TestStalledTunnelDoesNotStallAnother(t *testing.T) {
 
 	// Eight clients that stop reading, eight uploads nobody reads.
 	for range 8 {
-		c := dialTunnel(t, pDown)
+		c := testutil.DialTunnel(t, pDown)
 		defer c.Close()
 		c.Write([]byte("go"))
-		u := dialTunnel(t, pUp)
+		u := testutil.DialTunnel(t, pUp)
 		defer u.Close()
 		go io.Copy(u, testutil.RandReader(5, 1<<30))
 	}

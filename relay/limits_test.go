@@ -25,8 +25,8 @@ func TestOneTunnelCannotTakeEveryFlow(t *testing.T) {
 	pA, pB := testutil.FreePort(t), testutil.FreePort(t)
 	// 40 flows a relay, 10 a Tunnel, 5 a Tunnel from one host.
 	_, m, _ := networkWith(t, relay.Config{MaxFlows: 40, MaxFlowsPerSource: 5}, "quic", 2, []string{"r0", "r1"},
-		tunnelSpec{name: "a", protocol: "tcp", target: target, port: pA},
-		tunnelSpec{name: "b", protocol: "tcp", target: target, port: pB})
+		testutil.TunnelSpec{Name: "a", Protocol: "tcp", Target: target, Port: pA},
+		testutil.TunnelSpec{Name: "b", Protocol: "tcp", Target: target, Port: pB})
 	var held []net.Conn
 	defer func() {
 		for _, c := range held {
@@ -44,7 +44,7 @@ func TestOneTunnelCannotTakeEveryFlow(t *testing.T) {
 	}
 	time.Sleep(300 * time.Millisecond)
 	for i := range 5 {
-		c := dialTunnel(t, pB)
+		c := testutil.DialTunnel(t, pB)
 		msg := fmt.Sprintf("another tenant %d", i)
 		c.Write([]byte(msg))
 		c.CloseWrite()
@@ -88,7 +88,7 @@ func TestUDPFloodDoesNotLockOutATunnel(t *testing.T) {
 	target := udpEcho(t)
 	port := testutil.FreePort(t)
 	_, m, _ := networkOver(t, "quic", 2, []string{"r0", "r1"},
-		tunnelSpec{name: "u", protocol: "udp", target: target, port: port, extra: ", udp: {maxSessions: 64}"})
+		testutil.TunnelSpec{Name: "u", Protocol: "udp", Target: target, Port: port, Extra: ", udp: {maxSessions: 64}"})
 	flood := func(host byte, ports int) {
 		for i := range ports {
 			if i%50 == 49 {
@@ -143,8 +143,8 @@ func TestIdleTCPFlowsEnd(t *testing.T) {
 	target := testutil.EchoServer(t)
 	port := testutil.FreePort(t)
 	_, m, _ := network(t, 3, []string{"r0", "r1", "r2"},
-		tunnelSpec{name: "t", protocol: "tcp", target: target, port: port, extra: ", tcp: {idleTimeoutSeconds: 1}"})
-	quiet, talking := dialTunnel(t, port), dialTunnel(t, port)
+		testutil.TunnelSpec{Name: "t", Protocol: "tcp", Target: target, Port: port, Extra: ", tcp: {idleTimeoutSeconds: 1}"})
+	quiet, talking := testutil.DialTunnel(t, port), testutil.DialTunnel(t, port)
 	defer quiet.Close()
 	defer talking.Close()
 	quiet.Write([]byte("hi"))
@@ -184,8 +184,8 @@ func TestTunnelWhosePortIsTakenDoesNotStopTheRelay(t *testing.T) {
 	echo := testutil.EchoServer(t)
 	okPort := testutil.FreePort(t)
 	n, m, _ := network(t, 2, []string{"r0", "r1"},
-		tunnelSpec{name: "blocked", protocol: "tcp", target: echo, port: taken},
-		tunnelSpec{name: "ok", protocol: "tcp", target: echo, port: okPort})
+		testutil.TunnelSpec{Name: "blocked", Protocol: "tcp", Target: echo, Port: taken},
+		testutil.TunnelSpec{Name: "ok", Protocol: "tcp", Target: echo, Port: okPort})
 	if !n.Ready() {
 		t.Fatal("the relays are not ready")
 	}

@@ -82,7 +82,7 @@ func TestProxyProtocol(t *testing.T) {
 					pt = udpProxyTarget(t)
 				}
 				port := testutil.FreePort(t)
-				network(t, len(route), route, tunnelSpec{name: "p", protocol: tc.protocol, target: pt.addr, port: port, extra: ", proxyProtocol: " + tc.version})
+				network(t, len(route), route, testutil.TunnelSpec{Name: "p", Protocol: tc.protocol, Target: pt.addr, Port: port, Extra: ", proxyProtocol: " + tc.version})
 				listen := fmt.Sprintf("127.0.0.1:%d", port)
 				payload := make([]byte, 3000)
 				for i := range payload {
@@ -90,7 +90,7 @@ func TestProxyProtocol(t *testing.T) {
 				}
 				var client string
 				if tc.protocol == "tcp" {
-					c := dialTunnel(t, port)
+					c := testutil.DialTunnel(t, port)
 					defer c.Close()
 					client = c.LocalAddr().String()
 					go func() { c.Write(payload); c.CloseWrite() }()

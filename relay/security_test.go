@@ -86,7 +86,7 @@ func TestForgedHeaders(t *testing.T) {
 		}
 	}()
 	port := testutil.FreePort(t)
-	n, m, _ := network(t, 3, []string{"r0", "r1", "r2"}, tunnelSpec{name: "t", protocol: "tcp", target: target, port: port})
+	n, m, _ := network(t, 3, []string{"r0", "r1", "r2"}, testutil.TunnelSpec{Name: "t", Protocol: "tcp", Target: target, Port: port})
 	exit := n.Relays[2]
 	mid, _ := n.CA.Identity("r1") // a legitimate peer of the exit, turned hostile
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -162,7 +162,7 @@ func TestForgedHeaders(t *testing.T) {
 	default:
 	}
 	// The relay still serves the real chain.
-	c := dialTunnel(t, port)
+	c := testutil.DialTunnel(t, port)
 	defer c.Close()
 	c.Write([]byte("still alive"))
 	c.CloseWrite()
@@ -184,7 +184,7 @@ func encode(t *testing.T, h hop.Header) []byte {
 func TestPeerRestart(t *testing.T) {
 	target := testutil.TCPServer(t, testutil.Echo)
 	port := testutil.FreePort(t)
-	n, _, set := network(t, 3, []string{"r0", "r1", "r2"}, tunnelSpec{name: "t", protocol: "tcp", target: target, port: port})
+	n, _, set := network(t, 3, []string{"r0", "r1", "r2"}, testutil.TunnelSpec{Name: "t", Protocol: "tcp", Target: target, Port: port})
 	try := func() error {
 		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 2*time.Second)
 		if err != nil {
@@ -242,7 +242,7 @@ func TestHalfHeadersAreBounded(t *testing.T) {
 	port := testutil.FreePort(t)
 	// r2 is a relay of the manifests (so its certificate is good) on no
 	// route: the attacker.
-	n, m, _ := network(t, 3, []string{"r0", "r1"}, tunnelSpec{name: "t", protocol: "tcp", target: target, port: port})
+	n, m, _ := network(t, 3, []string{"r0", "r1"}, testutil.TunnelSpec{Name: "t", Protocol: "tcp", Target: target, Port: port})
 	exit := n.Relays[1]
 	id, _ := n.CA.Identity("r2")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -268,7 +268,7 @@ func TestHalfHeadersAreBounded(t *testing.T) {
 	if grown := runtime.NumGoroutine() - goroutines; grown > 1000 {
 		t.Errorf("%d goroutines more for %d half headers", grown, streams)
 	}
-	c := dialTunnel(t, port)
+	c := testutil.DialTunnel(t, port)
 	defer c.Close()
 	c.Write([]byte("still serving"))
 	c.CloseWrite()
@@ -284,7 +284,7 @@ func TestHalfHeadersAreBounded(t *testing.T) {
 func TestHandshakesAreBounded(t *testing.T) {
 	target := testutil.EchoServer(t)
 	port := testutil.FreePort(t)
-	n, _, _ := networkOver(t, "tls", 2, []string{"r0", "r1"}, tunnelSpec{name: "t", protocol: "tcp", target: target, port: port})
+	n, _, _ := networkOver(t, "tls", 2, []string{"r0", "r1"}, testutil.TunnelSpec{Name: "t", Protocol: "tcp", Target: target, Port: port})
 	exit := n.Relays[1]
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
 	var held []net.Conn
@@ -310,7 +310,7 @@ func TestHandshakesAreBounded(t *testing.T) {
 	if want := 300 - tlslink.MaxHandshakesPerSource; closedAtOnce < want {
 		t.Fatalf("%d of 300 silent connections were closed at once, want %d", closedAtOnce, want)
 	}
-	c := dialTunnel(t, port)
+	c := testutil.DialTunnel(t, port)
 	defer c.Close()
 	c.Write([]byte("still serving"))
 	c.CloseWrite()

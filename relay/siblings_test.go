@@ -48,9 +48,9 @@ func TestStalledFlowsDoNotStarveTheirTunnel(t *testing.T) {
 			})
 			port := testutil.FreePort(t)
 			route := []string{"r0", "r1"}
-			_, m, _ := networkOver(t, tr, 2, route, tunnelSpec{name: "down", protocol: "tcp", target: endless, port: port})
+			_, m, _ := networkOver(t, tr, 2, route, testutil.TunnelSpec{Name: "down", Protocol: "tcp", Target: endless, Port: port})
 			stallSiblings(t, m, route, "default/down", func(i int) error {
-				c := dialTunnel(t, port)
+				c := testutil.DialTunnel(t, port)
 				t.Cleanup(func() { c.Close() })
 				c.SetReadDeadline(time.Now().Add(10 * time.Second))
 				_, err := io.ReadFull(c, make([]byte, 64<<10))
@@ -83,10 +83,10 @@ func TestStalledUploadsDoNotStarveTheirTunnel(t *testing.T) {
 			})
 			t.Cleanup(func() { close(stop) })
 			port := testutil.FreePort(t)
-			_, m, _ := networkOver(t, "quic", len(route), route, tunnelSpec{name: "up", protocol: "tcp", target: target, port: port})
+			_, m, _ := networkOver(t, "quic", len(route), route, testutil.TunnelSpec{Name: "up", Protocol: "tcp", Target: target, Port: port})
 			chunk := make([]byte, 64<<10)
 			upload := func(i int) error {
-				c := dialTunnel(t, port)
+				c := testutil.DialTunnel(t, port)
 				c.SetWriteBuffer(64 << 10)
 				t.Cleanup(func() { c.Close() })
 				go func() {
@@ -110,7 +110,7 @@ func TestStalledUploadsDoNotStarveTheirTunnel(t *testing.T) {
 					t.Fatalf("upload %d: %v", stallClients+i, err)
 				}
 				start := time.Now()
-				c := dialTunnel(t, port)
+				c := testutil.DialTunnel(t, port)
 				c.SetReadDeadline(time.Now().Add(10 * time.Second))
 				_, err := io.ReadFull(c, make([]byte, 2))
 				d := time.Since(start)

@@ -54,8 +54,8 @@ func TestTCPIntegrityAndHalfClose(t *testing.T) {
 				c.CloseWrite()
 			})
 			port := testutil.FreePort(t)
-			_, m, _ := networkOver(t, rt.transport, rt.relays, rt.route, tunnelSpec{name: "bulk", protocol: "tcp", target: target, port: port})
-			c := dialTunnel(t, port)
+			_, m, _ := networkOver(t, rt.transport, rt.relays, rt.route, testutil.TunnelSpec{Name: "bulk", Protocol: "tcp", Target: target, Port: port})
+			c := testutil.DialTunnel(t, port)
 			defer c.Close()
 			wantUp, _, _ := testutil.Digest(testutil.RandReader(1, size))
 			wantDown, _, _ := testutil.Digest(testutil.RandReader(2, size))
@@ -90,7 +90,7 @@ func TestTCPManyFlows(t *testing.T) {
 func testTCPManyFlows(t *testing.T, transport string) {
 	target := testutil.TCPServer(t, testutil.Echo)
 	port := testutil.FreePort(t)
-	networkOver(t, transport, 4, routes["3hop"].route, tunnelSpec{name: "echo", protocol: "tcp", target: target, port: port})
+	networkOver(t, transport, 4, routes["3hop"].route, testutil.TunnelSpec{Name: "echo", Protocol: "tcp", Target: target, Port: port})
 	const flows, size = 200, 64 << 10
 	var wg sync.WaitGroup
 	errs := make(chan error, flows)
@@ -143,14 +143,14 @@ func testTCPResets(t *testing.T, transport string) {
 	closed.Close()
 	p1, p2 := testutil.FreePort(t), testutil.FreePort(t)
 	_, m, _ := networkOver(t, transport, 3, []string{"r0", "r1", "r2"},
-		tunnelSpec{name: "rst", protocol: "tcp", target: resetter, port: p1},
-		tunnelSpec{name: "refused", protocol: "tcp", target: refused, port: p2})
+		testutil.TunnelSpec{Name: "rst", Protocol: "tcp", Target: resetter, Port: p1},
+		testutil.TunnelSpec{Name: "refused", Protocol: "tcp", Target: refused, Port: p2})
 	for _, tc := range []struct {
 		name string
 		port int
 	}{{"target resets", p1}, {"target refuses", p2}} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := dialTunnel(t, tc.port)
+			c := testutil.DialTunnel(t, tc.port)
 			defer c.Close()
 			c.Write([]byte("hello"))
 			_, err := io.ReadAll(c)
@@ -186,8 +186,8 @@ func testTCPClientReset(t *testing.T, transport string) {
 		ended <- err
 	})
 	port := testutil.FreePort(t)
-	networkOver(t, transport, 3, []string{"r0", "r1", "r2"}, tunnelSpec{name: "t", protocol: "tcp", target: target, port: port})
-	c := dialTunnel(t, port)
+	networkOver(t, transport, 3, []string{"r0", "r1", "r2"}, testutil.TunnelSpec{Name: "t", Protocol: "tcp", Target: target, Port: port})
+	c := testutil.DialTunnel(t, port)
 	c.Write([]byte("some bytes"))
 	select {
 	case <-started:
@@ -216,12 +216,12 @@ func testTCPClientReset(t *testing.T, transport string) {
 func TestAutoLearnsAShape(t *testing.T) {
 	target := testutil.TCPServer(t, testutil.Echo)
 	port := testutil.FreePort(t)
-	_, m, _ := networkOver(t, "auto", 3, []string{"r0", "r1", "r2"}, tunnelSpec{name: "rr", protocol: "tcp", target: target, port: port})
+	_, m, _ := networkOver(t, "auto", 3, []string{"r0", "r1", "r2"}, testutil.TunnelSpec{Name: "rr", Protocol: "tcp", Target: target, Port: port})
 	flows := func(from, to, transport, reason string) float64 {
 		return promtest.ToFloat64(m.LinkFlows.WithLabelValues(from, to, transport, reason))
 	}
 	exchange := func() {
-		c := dialTunnel(t, port)
+		c := testutil.DialTunnel(t, port)
 		defer c.Close()
 		msg, buf := bytes.Repeat([]byte{'q'}, 1000), make([]byte, 1000)
 		for range 300 {

@@ -68,7 +68,7 @@ func TestUDP(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			target := udpEcho(t)
 			port := testutil.FreePort(t)
-			_, m, _ := networkOver(t, rt.transport, rt.relays, rt.route, tunnelSpec{name: "u", protocol: "udp", target: target, port: port})
+			_, m, _ := networkOver(t, rt.transport, rt.relays, rt.route, testutil.TunnelSpec{Name: "u", Protocol: "udp", Target: target, Port: port})
 			checkUDP(t, udpClient(t, port))
 			if v := promtest.ToFloat64(m.UDPSessions.WithLabelValues("r0", "default/u", "entry")); v != 1 {
 				t.Fatalf("entry sessions = %v, want 1", v)
@@ -87,7 +87,7 @@ func TestUDPBulkOverTLS(t *testing.T) {
 			target := udpEcho(t)
 			port := testutil.FreePort(t)
 			_, m, _ := networkOver(t, rt.transport, rt.relays, rt.route,
-				tunnelSpec{name: "u", protocol: "udp", target: target, port: port, extra: ", udp: {mode: stream}"})
+				testutil.TunnelSpec{Name: "u", Protocol: "udp", Target: target, Port: port, Extra: ", udp: {mode: stream}"})
 			checkUDP(t, udpClient(t, port))
 			if v := promtest.ToFloat64(m.LinkFlows.WithLabelValues("r0", "r1", "tls", "unmeasured")); v != 1 {
 				t.Errorf("sessions r0 opened to r1 over TLS = %v, want 1", v)
@@ -146,7 +146,7 @@ func TestUDPSessionLimitAndIdle(t *testing.T) {
 	target := udpEcho(t)
 	port := testutil.FreePort(t)
 	_, m, _ := network(t, 3, []string{"r0", "r1", "r2"},
-		tunnelSpec{name: "u", protocol: "udp", target: target, port: port, extra: ", udp: {idleTimeoutSeconds: 1, maxSessions: 2}"})
+		testutil.TunnelSpec{Name: "u", Protocol: "udp", Target: target, Port: port, Extra: ", udp: {idleTimeoutSeconds: 1, maxSessions: 2}"})
 	a, b, c := udpClient(t, port), udpClient(t, port), udpClient(t, port)
 	for _, cl := range []*net.UDPConn{a, b} {
 		if err := roundTrip(cl, []byte("hi")); err != nil {

@@ -9,15 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/hoplink/hoplink/internal/linkemu"
 	"github.com/hoplink/hoplink/internal/testutil"
-	"github.com/hoplink/hoplink/manifest"
-	"github.com/hoplink/hoplink/metrics"
 	"github.com/hoplink/hoplink/relay"
-	"github.com/hoplink/hoplink/relay/local"
 )
 
 // TestUDPStalledSessionHoldsUpNoOther: one session of a bulk UDP Tunnel
@@ -29,7 +25,7 @@ import (
 // through.
 func TestUDPStalledSessionHoldsUpNoOther(t *testing.T) {
 	target := udpEcho(t)
-	entryPort, exitPort, port := testutil.FreePort(t), testutil.FreePort(t), testutil.FreePort(t)
+	exitPort, port := testutil.FreePort(t), testutil.FreePort(t)
 	exitAddr := fmt.Sprintf("127.0.0.1:%d", exitPort)
 	// The exit's endpoint is a proxy: TCP through one that can stall a
 	// connection, UDP (QUIC: probes, the link itself) straight through.
@@ -39,37 +35,9 @@ func TestUDPStalledSessionHoldsUpNoOther(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { up.Close() })
-	yaml := fmt.Sprintf(`---
-apiVersion: hoplink.dev/v1alpha1
-kind: RelayNode
-metadata: {name: r0}
-spec: {listen: {address: 127.0.0.1, port: %d}, endpoints: ["127.0.0.1:%d"]}
----
-apiVersion: hoplink.dev/v1alpha1
-kind: RelayNode
-metadata: {name: r1}
-spec: {listen: {address: 127.0.0.1, port: %d}, endpoints: [%q]}
----
-apiVersion: hoplink.dev/v1alpha1
-kind: Chain
-metadata: {name: c}
-spec: {entry: r0, exit: r1, route: [r0, r1], transport: auto}
----
-apiVersion: hoplink.dev/v1alpha1
-kind: Tunnel
-metadata: {name: u}
-spec: {chain: c, protocol: udp, listen: {address: 127.0.0.1, port: %d}, target: %q, udp: {mode: stream}}
-`, entryPort, entryPort, exitPort, stall.ln.Addr().String(), port, target)
-	set, err := manifest.Parse("stall.yaml", []byte(yaml))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := metrics.New(prometheus.NewRegistry())
-	n, err := local.Start(set, relay.Config{Metrics: m, Log: testutil.Logger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Close() })
+	_, m, _ := startNetwork(t, relay.Config{}, testutil.LoopbackChain{Relays: 2, Route: []string{"r0", "r1"}, Transport: "auto",
+		Tunnels: []testutil.TunnelSpec{{Name: "u", Protocol: "udp", Target: target, Port: port, Extra: ", udp: {mode: stream}"}},
+		Ports:   map[string]int{"r1": exitPort}, Endpoints: map[string]string{"r1": stall.ln.Addr().String()}})
 
 	a, b := udpClient(t, port), udpClient(t, port)
 	for _, c := range []*net.UDPConn{a, b} {

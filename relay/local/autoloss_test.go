@@ -68,7 +68,7 @@ spec: {chain: a, listen: {address: 127.0.0.1, port: %d}, target: %q}
 
 	echoes := func(port, n int) {
 		t.Helper()
-		c := dialTunnel(t, port)
+		c := testutil.DialTunnel(t, port)
 		defer c.Close()
 		msg, buf := bytes.Repeat([]byte{'q'}, 1000), make([]byte, 1000)
 		for range n {
@@ -104,7 +104,7 @@ spec: {chain: a, listen: {address: 127.0.0.1, port: %d}, target: %q}
 	// A bulk Tunnel's first flow rides QUIC as well, and says what it is.
 	send := func() {
 		t.Helper()
-		c := dialTunnel(t, bulk)
+		c := testutil.DialTunnel(t, bulk)
 		defer c.Close()
 		if _, err := io.Copy(c, testutil.RandReader(1, 2<<20)); err != nil {
 			t.Fatal(err)

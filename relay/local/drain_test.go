@@ -19,8 +19,8 @@ func TestLocalNetworkDrains(t *testing.T) {
 		c.CloseWrite()
 	})
 	port := testutil.FreePort(t)
-	n, _, _ := network(t, 2, []string{"r0", "r1"}, tunnelSpec{name: "t", protocol: "tcp", target: target, port: port})
-	c := dialTunnel(t, port)
+	n, _, _ := network(t, 2, []string{"r0", "r1"}, testutil.TunnelSpec{Name: "t", Protocol: "tcp", Target: target, Port: port})
+	c := testutil.DialTunnel(t, port)
 	defer c.Close()
 	if _, err := c.Write([]byte("before")); err != nil {
 		t.Fatal(err)

@@ -31,9 +31,9 @@ func TestUpdateTouchesOnlyTheChangedTunnelAndKeepsFlows(t *testing.T) {
 	var logs testutil.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	ports := map[string]int{"changed": testutil.FreePort(t), "same": testutil.FreePort(t), "other": testutil.FreePort(t)}
-	var specs []tunnelSpec
+	var specs []testutil.TunnelSpec
 	for _, name := range []string{"changed", "same", "other"} {
-		specs = append(specs, tunnelSpec{name: name, protocol: "tcp", target: oldTarget, port: ports[name]})
+		specs = append(specs, testutil.TunnelSpec{Name: name, Protocol: "tcp", Target: oldTarget, Port: ports[name]})
 	}
 	n, _, set := networkWith(t, relay.Config{Log: log}, "quic", 2, []string{"r0", "r1"}, specs...)
 
@@ -43,7 +43,7 @@ func TestUpdateTouchesOnlyTheChangedTunnelAndKeepsFlows(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make(chan error, 3)
 	for _, name := range []string{"changed", "same", "other"} {
-		c := dialTunnel(t, ports[name])
+		c := testutil.DialTunnel(t, ports[name])
 		wg.Go(func() {
 			defer c.Close()
 			buf := make([]byte, 64)
@@ -110,7 +110,7 @@ func TestUpdateTouchesOnlyTheChangedTunnelAndKeepsFlows(t *testing.T) {
 		t.Errorf("the reload closed %d entries and opened %d, want the changed Tunnel's alone:\n%s", closed, opened, reload)
 	}
 	// New flows on the changed Tunnel reach its new target.
-	c := dialTunnel(t, ports["changed"])
+	c := testutil.DialTunnel(t, ports["changed"])
 	defer c.Close()
 	c.Write([]byte("x"))
 	hello := make([]byte, 4)

@@ -145,7 +145,7 @@ func (e *emulated) waitRoute(t *testing.T, relay, chain, want string, within tim
 // trips, sorted.
 func rtts(t *testing.T, port, n int) []time.Duration {
 	t.Helper()
-	c := dialTunnel(t, port)
+	c := testutil.DialTunnel(t, port)
 	defer c.Close()
 	buf := make([]byte, 64)
 	out := make([]time.Duration, 0, n)
@@ -231,7 +231,7 @@ spec: {chain: %s, listen: {address: 127.0.0.1, port: %d}, target: %q}
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	for _, port := range []int{sumPort, pipePort, sumPort, pipePort} {
-		c := dialTunnel(t, port)
+		c := testutil.DialTunnel(t, port)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
