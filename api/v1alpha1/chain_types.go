@@ -205,12 +205,15 @@ type ChainStatus struct {
 	// route controller writes it.
 	// +optional
 	Route []string `json:"route,omitempty"`
-	// Latency of the route in use, as of the route controller's last round
-	// (sum and pipe modes).
+	// Latency of the route in use (sum and pipe modes), as of the round
+	// that last wrote the status: one that changed the route or measured
+	// what the status lacked, and otherwise one a minute at most; every
+	// round's figures are in the metric hoplink_chain_latency_seconds.
 	// +optional
 	Latency *RouteLatency `json:"latency,omitempty"`
-	// Candidates are the routes the last round considered, best first: in
-	// sum mode by estimated latency, in pipe mode by measured latency.
+	// Candidates are the routes the round that last wrote the status
+	// considered (see latency), best first: in sum mode by estimated
+	// latency, in pipe mode by measured latency.
 	// +kubebuilder:validation:MaxItems=9
 	// +optional
 	Candidates []RouteCandidate `json:"candidates,omitempty"`
