@@ -51,7 +51,7 @@ func TestCutHopIsAResetNotAnEnd(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { udp.Close() })
-			startNetwork(t, relay.Config{}, testutil.LoopbackChain{Relays: 2, Route: []string{"r0", "r1"}, Transport: "tls",
+			startLoopback(t, relay.Config{}, testutil.LoopbackChain{Relays: 2, Route: []string{"r0", "r1"}, Transport: "tls",
 				Tunnels: []testutil.TunnelSpec{{Name: "t", Protocol: "tcp", Target: target, Port: port}},
 				Ports:   map[string]int{"r1": exitPort}, Endpoints: map[string]string{"r1": cut.ln.Addr().String()}})
 

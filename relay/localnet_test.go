@@ -32,11 +32,11 @@ func networkOver(t *testing.T, transport string, nRelays int, route []string, tu
 // networkWith is networkOver with the relays' limits from base.
 func networkWith(t *testing.T, base relay.Config, transport string, nRelays int, route []string, tunnels ...testutil.TunnelSpec) (*local.Network, *metrics.Metrics, *manifest.Set) {
 	t.Helper()
-	return startNetwork(t, base, testutil.LoopbackChain{Relays: nRelays, Route: route, Transport: transport, Tunnels: tunnels})
+	return startLoopback(t, base, testutil.LoopbackChain{Relays: nRelays, Route: route, Transport: transport, Tunnels: tunnels})
 }
 
-// startNetwork starts the relays of c in this process.
-func startNetwork(t *testing.T, base relay.Config, c testutil.LoopbackChain) (*local.Network, *metrics.Metrics, *manifest.Set) {
+// startLoopback starts the relays of c in this process.
+func startLoopback(t *testing.T, base relay.Config, c testutil.LoopbackChain) (*local.Network, *metrics.Metrics, *manifest.Set) {
 	t.Helper()
 	yaml := c.Manifests(t)
 	set, err := manifest.Parse("test.yaml", []byte(yaml))

@@ -221,6 +221,7 @@ type noLinks struct{}
 
 func (noLinks) Draining(string) bool { return false }
 func (noLinks) Down(string) bool     { return false }
+func (noLinks) Lost(string) bool     { return false }
 
 // TestRouteOfSaysWhy: a flow whose Tunnel's chain left the manifests has
 // no route, and says so.

@@ -55,6 +55,9 @@ type linkState interface {
 	Draining(relay string) bool
 	// Down: this relay's link to it is known down now.
 	Down(relay string) bool
+	// Lost: its connection is known lost (timed out, a dial failed); a
+	// probe round unanswered over a live connection is not.
+	Lost(relay string) bool
 }
 
 type round struct {
@@ -78,6 +81,10 @@ var errNoRoute = errors.New("the chain has no route yet")
 // errChainGone is a flow whose Tunnel's Chain left the manifests.
 var errChainGone = errors.New("the Tunnel's chain is gone")
 
+// avoidedError is a route refused because it crosses a relay that the
+// caller's avoid names (it drains, or does not answer).
+type avoidedError struct{ error }
+
 // reasonNoRoute is the reason label of hoplink_flow_errors_total of a
 // flow that found no route (a noRouteError).
 const reasonNoRoute = "no_route"
@@ -97,10 +104,27 @@ func (b *routeBook) routeOf(ctx context.Context, t *v1alpha1.Tunnel) (*v1alpha1.
 		return nil, nil, &noRouteError{errChainGone}
 	}
 	rt, err := b.Route(ctx, chain, b.unavailable)
+	if errors.As(err, new(avoidedError)) {
+		// No route avoids a relay that drains or a next hop that answered
+		// no probe of the last round. Silence over a connection that stays
+		// up (probes dropped in a full queue, answers late on a busy host)
+		// may well carry the flow: refusing would reset every new flow of
+		// the path until the next round. A next hop whose connection is
+		// lost is refused at once, as before.
+		if alt, altErr := b.Route(ctx, chain, b.unreachable); altErr == nil {
+			rt, err = alt, nil
+		}
+	}
 	if err != nil {
 		return nil, nil, &noRouteError{err}
 	}
 	return chain, rt, nil
+}
+
+// unreachable is unavailable without a next hop's silence: a relay that
+// drains, or a next hop whose connection is known lost.
+func (b *routeBook) unreachable(relay string, next bool) bool {
+	return b.links.Draining(relay) || (next && b.links.Lost(relay))
 }
 
 // unavailable reports a relay new flows should not be sent through: it
@@ -140,10 +164,10 @@ func (b *routeBook) Route(ctx context.Context, c *v1alpha1.Chain, avoid func(rel
 					b.standingIn(key, rt, alt, bad)
 					return alt, nil
 				}
-				return nil, fmt.Errorf("relay %s of the chain's route drains (shuts down) or does not answer, and no candidate in the chain's status avoids it", bad)
+				return nil, avoidedError{fmt.Errorf("relay %s of the chain's route drains (shuts down) or does not answer, and no candidate in the chain's status avoids it", bad)}
 			}
 			if !routing {
-				return nil, fmt.Errorf("relay %s of the chain's route drains (shuts down) or does not answer, and the route is fixed", bad)
+				return nil, avoidedError{fmt.Errorf("relay %s of the chain's route drains (shuts down) or does not answer, and the route is fixed", bad)}
 			}
 			if reroute == nil {
 				t := time.NewTimer(routectl.Interval(c))
@@ -162,7 +186,7 @@ func (b *routeBook) Route(ctx context.Context, c *v1alpha1.Chain, avoid func(rel
 				return nil, fmt.Errorf("chain %q is gone", key)
 			}
 		case <-reroute:
-			return nil, fmt.Errorf("every route of the chain crosses a relay that drains (shuts down) or does not answer")
+			return nil, avoidedError{errors.New("every route of the chain crosses a relay that drains (shuts down) or does not answer")}
 		case <-ctx.Done():
 			return nil, fmt.Errorf("%w: %v", errNoRoute, context.Cause(ctx))
 		}

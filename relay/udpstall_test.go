@@ -35,7 +35,7 @@ func TestUDPStalledSessionHoldsUpNoOther(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { up.Close() })
-	_, m, _ := startNetwork(t, relay.Config{}, testutil.LoopbackChain{Relays: 2, Route: []string{"r0", "r1"}, Transport: "auto",
+	_, m, _ := startLoopback(t, relay.Config{}, testutil.LoopbackChain{Relays: 2, Route: []string{"r0", "r1"}, Transport: "auto",
 		Tunnels: []testutil.TunnelSpec{{Name: "u", Protocol: "udp", Target: target, Port: port, Extra: ", udp: {mode: stream}"}},
 		Ports:   map[string]int{"r1": exitPort}, Endpoints: map[string]string{"r1": stall.ln.Addr().String()}})
 

@@ -45,6 +45,11 @@ func (p *Peers) peerLost(peer string) {
 // dial failed and none is up since (see rquic.Links.PeerDown).
 func (p *Peers) Down(peer string) bool { return p.links.PeerDown(peer) }
 
+// Lost reports whether this relay's connection to peer is known lost (see
+// rquic.Links.PeerLost): a probe round unanswered over a live connection
+// is not enough.
+func (p *Peers) Lost(peer string) bool { return p.links.PeerLost(peer) }
+
 // Live returns the connection to a peer if it is up now, without waiting.
 func (p *Peers) Live(peer string) *rquic.Conn { return p.links.Live(peer) }
 

@@ -72,6 +72,14 @@ func (ls *Links) Answering(peer string, ok bool) {
 	}
 }
 
+// PeerLost reports whether peer's connection is known lost: it timed
+// out, ended after the peer's drain, or a dial failed, and none is up
+// since. Unlike PeerDown, a probe round that went unanswered while the
+// connection stays up does not count: its probes may have been dropped
+// in a full queue or answered late by a busy host, and the connection
+// still carries flows.
+func (ls *Links) PeerLost(peer string) bool { return ls.down(peer, true) }
+
 // PeerDown reports whether peer is known unreachable now: it answered no
 // probe of the last round, or its connection timed out or a dial failed
 // and none is up since.
@@ -79,7 +87,11 @@ func (ls *Links) Answering(peer string, ok bool) {
 // A peer of replicas (a sidecar RelayNode) is down only once every
 // replica's link is: a probe round reaches one replica, so its silence
 // says nothing of the others.
-func (ls *Links) PeerDown(peer string) bool {
+func (ls *Links) PeerDown(peer string) bool { return ls.down(peer, false) }
+
+// down is PeerDown, or PeerLost when lost: silence counts then only
+// without a live connection.
+func (ls *Links) down(peer string, lost bool) bool {
 	l, replicas := ls.controlLinks(peer)
 	if l == nil && len(replicas) > 0 {
 		for _, r := range replicas {
@@ -89,7 +101,7 @@ func (ls *Links) PeerDown(peer string) bool {
 		}
 		return true
 	}
-	if _, silent := ls.silent.Load(peer); silent {
+	if _, silent := ls.silent.Load(peer); silent && (!lost || l == nil || l.Live() == nil) {
 		return true
 	}
 	return l != nil && l.Down()
