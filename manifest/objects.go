@@ -53,6 +53,24 @@ func FromObjects(relays []v1alpha1.RelayNode, chains []v1alpha1.Chain, tunnels [
 	return newSet(), reported
 }
 
+// Objects is the inverse of FromObjects: the Set's objects, copied, for a
+// caller that edits some and builds the Set anew.
+func (s *Set) Objects() ([]v1alpha1.RelayNode, []v1alpha1.Chain, []v1alpha1.Tunnel) {
+	rs := make([]v1alpha1.RelayNode, len(s.Relays))
+	for i, r := range s.Relays {
+		rs[i] = *r.DeepCopy()
+	}
+	cs := make([]v1alpha1.Chain, len(s.Chains))
+	for i, c := range s.Chains {
+		cs[i] = *c.DeepCopy()
+	}
+	ts := make([]v1alpha1.Tunnel, len(s.Tunnels))
+	for i, t := range s.Tunnels {
+		ts[i] = *t.DeepCopy()
+	}
+	return rs, cs, ts
+}
+
 // HeldNames keeps the RelayNodes whose name their status says the operator
 // confirmed, and returns a problem for each of the others, to be left out
 // before FromObjects (which then leaves out what goes through them).

@@ -114,3 +114,24 @@ func TestHeldNames(t *testing.T) {
 		}
 	}
 }
+
+// Objects gives back what FromObjects takes, as copies: a caller edits
+// them without touching the Set.
+func TestObjectsRoundTrip(t *testing.T) {
+	set, err := Parse("m.yaml", []byte(relays+chain+tunnel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, cs, ts := set.Objects()
+	if len(rs) != len(set.Relays) || len(cs) != len(set.Chains) || len(ts) != len(set.Tunnels) || len(ts) == 0 {
+		t.Fatalf("objects %d/%d/%d of a set of %d/%d/%d", len(rs), len(cs), len(ts), len(set.Relays), len(set.Chains), len(set.Tunnels))
+	}
+	ts[0].Spec.Target = "edited:1"
+	if set.Tunnels[0].Spec.Target == "edited:1" {
+		t.Fatal("an edit of the objects reached the Set")
+	}
+	again, problems := FromObjects(rs, cs, ts)
+	if len(problems) > 0 || again.Tunnel(Key(ts[0].Namespace, ts[0].Name)).Spec.Target != "edited:1" {
+		t.Fatalf("rebuilt: %v", problems)
+	}
+}

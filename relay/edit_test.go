@@ -5,7 +5,6 @@ import (
 	"io"
 	"testing"
 
-	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/internal/testutil"
 	"github.com/hoplink/hoplink/manifest"
 )
@@ -13,19 +12,9 @@ import (
 // rerouted is set with Chain c's route and via relays replaced.
 func rerouted(t *testing.T, set *manifest.Set, route ...string) *manifest.Set {
 	t.Helper()
-	var rs []v1alpha1.RelayNode
-	var cs []v1alpha1.Chain
-	var ts []v1alpha1.Tunnel
-	for _, r := range set.Relays {
-		rs = append(rs, *r)
-	}
-	for _, c := range set.Chains {
-		c := *c.DeepCopy()
-		c.Spec.Route, c.Spec.Via = route, route[1:len(route)-1]
-		cs = append(cs, c)
-	}
-	for _, tn := range set.Tunnels {
-		ts = append(ts, *tn)
+	rs, cs, ts := set.Objects()
+	for i := range cs {
+		cs[i].Spec.Route, cs[i].Spec.Via = route, route[1:len(route)-1]
 	}
 	out, problems := manifest.FromObjects(rs, cs, ts)
 	if len(problems) > 0 {

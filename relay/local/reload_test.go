@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/internal/testutil"
 	"github.com/hoplink/hoplink/manifest"
 	"github.com/hoplink/hoplink/relay"
@@ -69,21 +68,11 @@ func TestUpdateTouchesOnlyTheChangedTunnelAndKeepsFlows(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 
 	// The same objects, one Tunnel's target changed.
-	var relays []v1alpha1.RelayNode
-	var chains []v1alpha1.Chain
-	var tunnels []v1alpha1.Tunnel
-	for _, r := range set.Relays {
-		relays = append(relays, *r)
-	}
-	for _, c := range set.Chains {
-		chains = append(chains, *c)
-	}
-	for _, tn := range set.Tunnels {
-		c := *tn.DeepCopy()
-		if c.Name == "changed" {
-			c.Spec.Target = newTarget
+	relays, chains, tunnels := set.Objects()
+	for i := range tunnels {
+		if tunnels[i].Name == "changed" {
+			tunnels[i].Spec.Target = newTarget
 		}
-		tunnels = append(tunnels, c)
 	}
 	next, problems := manifest.FromObjects(relays, chains, tunnels)
 	if len(problems) > 0 {

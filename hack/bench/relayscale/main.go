@@ -32,7 +32,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/hoplink/hoplink/api/v1alpha1"
+	"github.com/hoplink/hoplink/internal/testutil"
 	"github.com/hoplink/hoplink/manifest"
 	"github.com/hoplink/hoplink/metrics"
 	"github.com/hoplink/hoplink/relay"
@@ -55,25 +55,6 @@ func main() {
 
 // profile is where the reloads' CPU profile goes (none if empty).
 var profile string
-
-// logBuffer holds the relays' log, to count the entries a reload touched.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-// since returns what was logged after mark, and a new mark.
-func (l *logBuffer) since(mark int) (string, int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()[mark:], l.b.Len()
-}
 
 func run(n, nFlows, reloads int, out string) error {
 	target, err := echoServer()
@@ -100,7 +81,7 @@ func run(n, nFlows, reloads int, out string) error {
 		return []byte(b.String())
 	}
 	yaml := doc("")
-	var logs logBuffer
+	var logs testutil.Buffer // the relays' log, to count the entries a reload touched
 	cfg := relay.Config{Metrics: metrics.New(prometheus.NewRegistry()), Log: slog.New(slog.NewTextHandler(&logs, nil))}
 
 	heap0 := heapInUse()
@@ -182,7 +163,7 @@ func run(n, nFlows, reloads int, out string) error {
 		pprof.StartCPUProfile(f)
 		defer pprof.StopCPUProfile()
 	}
-	_, mark := logs.since(0)
+	mark := len(logs.String())
 	var hupParse, hupUpdate, evBuild, evUpdate []cost
 	var touched []string
 	update := func(s *manifest.Set) (cost, error) {
@@ -193,25 +174,11 @@ func run(n, nFlows, reloads int, out string) error {
 			}
 		}
 		d := done()
-		var l string
-		l, mark = logs.since(mark)
+		all := logs.String()
+		l := all[mark:]
+		mark = len(all)
 		touched = append(touched, fmt.Sprintf("%d/%d", strings.Count(l, `msg="tunnel closed"`), strings.Count(l, `msg="tunnel open"`)))
 		return d, nil
-	}
-	objects := func(s *manifest.Set) ([]v1alpha1.RelayNode, []v1alpha1.Chain, []v1alpha1.Tunnel) {
-		var rl []v1alpha1.RelayNode
-		var cl []v1alpha1.Chain
-		var tl []v1alpha1.Tunnel
-		for _, r := range s.Relays {
-			rl = append(rl, *r)
-		}
-		for _, c := range s.Chains {
-			cl = append(cl, *c)
-		}
-		for _, t := range s.Tunnels {
-			tl = append(tl, *t)
-		}
-		return rl, cl, tl
 	}
 	for i := range reloads * 2 {
 		changed := other
@@ -232,7 +199,7 @@ func run(n, nFlows, reloads int, out string) error {
 			}
 			hupUpdate = append(hupUpdate, d)
 		} else {
-			rl, cl, tl := objects(set)
+			rl, cl, tl := set.Objects()
 			tl[0].Spec.Target = changed
 			done := measure()
 			s, problems := manifest.FromObjects(rl, cl, tl)
