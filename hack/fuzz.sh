@@ -19,6 +19,7 @@ targets=(
   "./route            FuzzCandidates       40000"
   "./relay/admit      FuzzStream           250000"
   "./adminapi         FuzzHandler          90000"
+  "./clusterset       FuzzDecode           60000"
   "./relay/tun        FuzzComplete         400000"
   "./relay/tun        FuzzClampMSS         400000"
   "./relay/tun        FuzzEchoReply        400000"
