@@ -7,6 +7,7 @@
 //	GET  /v1/links?chain=NS/NAME&fresh=DURATION       this relay's measure.Table for the chain
 //	POST /v1/pipe?chain=NS/NAME  {"routes": [[...]]}   from the entry: a measure.Trace per route
 //	GET  /v1/status                                     what only this relay sees go wrong: a Status
+//	GET  /v1/clusterset?after=VERSION&wait=DURATION     its cluster's clusterset report, once it is not VERSION
 package adminapi
 
 import (
@@ -24,6 +25,10 @@ const (
 	PathLinks  = "/v1/links"
 	PathTrace  = "/v1/pipe"
 	PathStatus = "/v1/status"
+	// PathClusterSet serves the relay's Board: its cluster's clusterset
+	// report, gzipped JSON, with its version in the VersionHeader.
+	PathClusterSet = "/v1/clusterset"
+	VersionHeader  = "X-Hoplink-Version"
 )
 
 // Limits.
@@ -35,6 +40,10 @@ const (
 	MaxRequestBody = 16 << 10
 	// MaxAnswer bounds an answer's body, so that a client can refuse more.
 	MaxAnswer = measure.MaxTableSize
+	// MaxReport bounds a clusterset report's answer: a ConfigMap holds it.
+	MaxReport = 1 << 20
+	// MaxWait bounds how long a clusterset read waits for a change.
+	MaxWait = 30 * time.Second
 )
 
 // Status is what a relay reports of itself: the Tunnel entries it should

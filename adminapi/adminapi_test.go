@@ -20,10 +20,11 @@ import (
 // backend answers as relay `name`, records what it was asked, and refuses
 // chain "default/refused" as a relay would.
 type backend struct {
-	name string
-	mu   sync.Mutex
-	asks []string
-	big  bool
+	name  string
+	mu    sync.Mutex
+	asks  []string
+	big   bool
+	board *Board
 }
 
 func (b *backend) record(s string) {
@@ -62,6 +63,18 @@ func (b *backend) Status(_ context.Context, client string) (*Status, error) {
 	b.record("status " + client)
 	return &Status{Relay: b.name, Entries: []Entry{{Tunnel: "default/web", Error: "listen tcp :80: bind: address already in use"}},
 		Problems: []Problem{{Kind: ProblemDialTarget, Tunnel: "default/api", Count: 3, Last: "connection refused"}}}, nil
+}
+
+func (b *backend) ClusterSet(ctx context.Context, client, after string, wait time.Duration) ([]byte, string, error) {
+	b.record("clusterset " + client + " " + after)
+	if client != pki.OperatorName {
+		return nil, "", NotFound("not_operator", fmt.Errorf("%q may not", client))
+	}
+	if b.board == nil {
+		return nil, "", nil
+	}
+	data, version, _ := b.board.Get(ctx, after, wait)
+	return data, version, nil
 }
 
 // server serves Handler(b) over TLS as the relay `as`, the way a relay's

@@ -91,6 +91,43 @@ func (c *Client) Status(ctx context.Context, relay, endpoint string) (*Status, e
 	return &s, nil
 }
 
+// ClusterSet asks relay, at endpoint, for its cluster's clusterset report,
+// waiting up to wait for one whose version is not after. changed is false
+// when the relay still holds version after (data is then nil).
+func (c *Client) ClusterSet(ctx context.Context, relay, endpoint, after string, wait time.Duration) (data []byte, version string, changed bool, err error) {
+	q := url.Values{"after": {after}, "wait": {wait.String()}}
+	u := "https://" + endpoint + PathClusterSet + "?" + q.Encode()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, "", false, err
+	}
+	resp, err := c.http(relay).Do(req)
+	if err != nil {
+		return nil, "", false, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, MaxReport+1))
+	if err != nil {
+		return nil, "", false, err
+	}
+	version = resp.Header.Get(VersionHeader)
+	switch {
+	case len(b) > MaxReport:
+		return nil, "", false, fmt.Errorf("GET %s: answer larger than %d bytes", u, MaxReport)
+	case resp.StatusCode == http.StatusNotModified:
+		return nil, version, false, nil
+	case resp.StatusCode != http.StatusOK:
+		e := &Error{Status: resp.StatusCode}
+		if json.Unmarshal(b, e) != nil || e.Reason == "" {
+			return nil, "", false, fmt.Errorf("GET %s: %s: %s", u, resp.Status, bytes.TrimSpace(b))
+		}
+		return nil, "", false, fmt.Errorf("GET %s: %s: %w", u, resp.Status, e)
+	case version == "":
+		return nil, "", false, fmt.Errorf("GET %s: no %s in the answer", u, VersionHeader)
+	}
+	return b, version, true, nil
+}
+
 // call does one request and decodes its JSON answer; a refusal comes back
 // as an *Error.
 func (c *Client) call(ctx context.Context, relay, method, endpoint, path string, q url.Values, body []byte, v any) error {

@@ -21,6 +21,9 @@ type Backend interface {
 	Trace(ctx context.Context, client, chain string, routes [][]string) ([]measure.Trace, error)
 	// Status reports the relay's entries and problems.
 	Status(ctx context.Context, client string) (*Status, error)
+	// ClusterSet returns the relay's Board, once its version is not after
+	// or wait has passed.
+	ClusterSet(ctx context.Context, client, after string, wait time.Duration) (data []byte, version string, err error)
 }
 
 // Handler serves the admin API from b.
@@ -53,6 +56,35 @@ func Handler(b Backend) http.Handler {
 	mux.HandleFunc("GET "+PathStatus, func(w http.ResponseWriter, req *http.Request) {
 		s, err := b.Status(req.Context(), ClientOf(req.Context()))
 		answer(w, s, err)
+	})
+	mux.HandleFunc("GET "+PathClusterSet, func(w http.ResponseWriter, req *http.Request) {
+		q := req.URL.Query()
+		wait := time.Duration(0)
+		if s := q.Get("wait"); s != "" {
+			d, err := time.ParseDuration(s)
+			if err != nil || d < 0 || d > MaxWait {
+				answer(w, nil, BadRequest("bad_wait", fmt.Errorf("wait=%q: want a duration up to %s", s, MaxWait)))
+				return
+			}
+			wait = d
+		}
+		after := q.Get("after")
+		data, version, err := b.ClusterSet(req.Context(), ClientOf(req.Context()), after, wait)
+		if err != nil {
+			answer(w, nil, err)
+			return
+		}
+		switch {
+		case version == "":
+			answer(w, nil, NotFound("no_report", errors.New("this relay's cluster publishes no clusterset report (is the operator's multicluster mode on?)")))
+		case version == after:
+			w.Header().Set(VersionHeader, version)
+			w.WriteHeader(http.StatusNotModified)
+		default:
+			w.Header().Set(VersionHeader, version)
+			w.Header().Set("Content-Type", "application/gzip")
+			w.Write(data)
+		}
 	})
 	return mux
 }

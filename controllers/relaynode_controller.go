@@ -366,6 +366,9 @@ func sidecarRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
 		{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"relaynodes", "chains", "tunnels"}, Verbs: read},
 		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: read},
+		// The clusterset report its cluster's operator stores (multicluster
+		// mode), which relays serve to other clusters' operators.
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{v1alpha1.ClusterSetReportName}, Verbs: read},
 	}
 }
 

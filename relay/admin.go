@@ -16,6 +16,20 @@ import (
 type adminBackend struct {
 	m      *measurer
 	status func() *adminapi.Status
+	board  *adminapi.Board // nil: the relay publishes nothing
+}
+
+// ClusterSet serves what the operator published for other clusters: the
+// operator's and observers' to read (admit.AdminStatus).
+func (a adminBackend) ClusterSet(ctx context.Context, client, after string, wait time.Duration) ([]byte, string, error) {
+	if ref := admit.AdminStatus(client); ref != nil {
+		return nil, "", adminapi.NotFound(ref.Reason, ref)
+	}
+	if a.board == nil {
+		return nil, "", nil
+	}
+	data, version, _ := a.board.Get(ctx, after, wait)
+	return data, version, nil
 }
 
 func (a adminBackend) Status(_ context.Context, client string) (*adminapi.Status, error) {

@@ -78,6 +78,9 @@ type Config struct {
 	SeparateDialPort bool
 	// Version is what the relay reports in its status.
 	Version string
+	// Board, when set, is what the admin API serves other clusters'
+	// operators (adminapi.PathClusterSet); its owner keeps it current.
+	Board *adminapi.Board
 }
 
 // Relay is one running relay.
@@ -186,7 +189,7 @@ func (r *Relay) Start() error {
 		Listen:           net.JoinHostPort(self.Spec.Listen.Address, strconv.Itoa(int(self.Spec.Listen.Port))),
 		SeparateDialPort: r.cfg.SeparateDialPort,
 		Upper:            r.dispatch,
-		Admin:            adminapi.Handler(adminBackend{m: r.measure, status: r.status}),
+		Admin:            adminapi.Handler(adminBackend{m: r.measure, status: r.status, board: r.cfg.Board}),
 		Congestion:       cc,
 		Metrics:          e.m,
 		Log:              e.log,

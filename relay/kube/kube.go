@@ -36,6 +36,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/hoplink/hoplink/adminapi"
 	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/manifest"
 	"github.com/hoplink/hoplink/metrics"
@@ -68,6 +69,7 @@ type Relay struct {
 	o     Options
 	view  *View
 	relay atomic.Pointer[relay.Relay] // nil until the certificate and RelayNode exist
+	board *adminapi.Board             // the clusterset report it serves
 
 	certPEM []byte // the certificate the relay presents
 	caPEM   []byte // the CAs it trusts
@@ -87,7 +89,7 @@ func New(o Options) (*Relay, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Relay{o: o, view: v}, nil
+	return &Relay{o: o, view: v, board: adminapi.NewBoard()}, nil
 }
 
 // View is what a relay reads of the API: the objects that carry its member
@@ -137,6 +139,9 @@ func NewView(o Options) (*View, error) {
 		// Its own certificate, and no other Secret: that is all its RBAC allows.
 		byObject[&corev1.Secret{}] = cache.ByObject{Field: fields.OneTermEqualSelector("metadata.name", v1alpha1.RelayObjectName(o.Name))}
 	}
+	// Its cluster's clusterset report, the one ConfigMap it may read, which
+	// it serves to other clusters' operators.
+	byObject[&corev1.ConfigMap{}] = cache.ByObject{Field: fields.OneTermEqualSelector("metadata.name", v1alpha1.ClusterSetReportName)}
 	c, err := cache.New(o.Config, cache.Options{
 		Scheme:            scheme,
 		DefaultNamespaces: map[string]cache.Config{o.Namespace: {}},
@@ -160,7 +165,7 @@ func NewView(o Options) (*View, error) {
 
 // watchedKinds are the kinds a View watches.
 func (v *View) watchedKinds() []client.Object {
-	kinds := []client.Object{&v1alpha1.RelayNode{}, &v1alpha1.Chain{}, &v1alpha1.Tunnel{}, &discoveryv1.EndpointSlice{}}
+	kinds := []client.Object{&v1alpha1.RelayNode{}, &v1alpha1.Chain{}, &v1alpha1.Tunnel{}, &discoveryv1.EndpointSlice{}, &corev1.ConfigMap{}}
 	if v.o.CertsDir == "" {
 		kinds = append(kinds, &corev1.Secret{})
 	}
@@ -317,6 +322,7 @@ func (k *Relay) apply(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	k.board.Set(k.view.report(ctx))
 	r := k.relay.Load()
 	if r == nil {
 		return k.start(set, secret)
@@ -344,7 +350,7 @@ func (k *Relay) start(set *manifest.Set, secret *corev1.Secret) error {
 	podNetwork := self.IsSidecar() || self.HostNetwork != nil && !*self.HostNetwork
 	r, err := relay.New(relay.Config{Name: k.o.Name, Manifests: set, Identity: id, Metrics: k.o.Metrics, Log: k.o.Log,
 		MaxFlows: k.o.MaxFlows, MaxFlowsPerTunnel: k.o.MaxFlowsPerTunnel, MaxFlowsPerSource: k.o.MaxFlowsPerSource,
-		NoTUNOffload: k.o.NoTUNOffload, SeparateDialPort: podNetwork, Version: k.o.Version})
+		NoTUNOffload: k.o.NoTUNOffload, SeparateDialPort: podNetwork, Version: k.o.Version, Board: k.board})
 	if err != nil {
 		return err
 	}
@@ -424,6 +430,17 @@ func (v *View) Manifests(ctx context.Context) (*manifest.Set, error) {
 		return nil, v.missingSelf(ctx, msgs)
 	}
 	return set.WithVersions(pending(v.o.Name, cl.Items, waiting, set)), nil
+}
+
+// report is the clusterset report its operator stored, and its version
+// (the ConfigMap's resource version); none when there is none.
+func (v *View) report(ctx context.Context) ([]byte, string) {
+	var cm corev1.ConfigMap
+	err := v.cache.Get(ctx, types.NamespacedName{Namespace: v.o.Namespace, Name: v1alpha1.ClusterSetReportName}, &cm)
+	if err != nil || cm.BinaryData[v1alpha1.ClusterSetReportKey] == nil {
+		return nil, ""
+	}
+	return cm.BinaryData[v1alpha1.ClusterSetReportKey], cm.ResourceVersion
 }
 
 // pending are the edits relay self waits to take (labelled), as versions
