@@ -115,6 +115,9 @@ import() {
 }
 
 log "building $SOCAT_IMAGE and $NETSHOOT_IMAGE from Debian packages"
+# Images these tags name now: removed once the new ones pass, so rebuilds
+# leave no untagged images behind.
+old=$(docker image inspect -f '{{.Id}}' "$SOCAT_IMAGE" "$NETSHOOT_IMAGE" 2>/dev/null || true)
 rootfs "$work/socat" "${SOCAT_PKGS[@]}"
 rootfs "$work/netshoot" "${NETSHOOT_PKGS[@]}"
 # As upstream: alpine/socat's entrypoint is socat; netshoot has none, so a
@@ -123,7 +126,12 @@ import "$work/socat" "$SOCAT_IMAGE" 'ENTRYPOINT ["socat"]'
 import "$work/netshoot" "$NETSHOOT_IMAGE" 'CMD ["/bin/sh"]'
 
 # --- check them ------------------------------------------------------------------------
-fail() { log "check failed: $*"; docker rmi -f "$SOCAT_IMAGE" "$NETSHOOT_IMAGE" >/dev/null 2>&1 || true; exit 1; }
+fail() {
+  log "check failed: $*"
+  docker rm -f hoplink-mcs-socat-check >/dev/null 2>&1 || true
+  docker rmi "$SOCAT_IMAGE" "$NETSHOOT_IMAGE" >/dev/null 2>&1 || true
+  exit 1
+}
 # say IMAGE ARG...: what a command in the image prints (its status aside).
 say() { docker run --rm --network none "$@" 2>&1 || true; }
 [[ $(say --entrypoint socat "$SOCAT_IMAGE" -V) == *"socat version 1.7"* ]] || fail "socat -V"
@@ -151,5 +159,9 @@ for _ in $(seq 20); do
 done
 [[ $answer == *"pod ip $ip"* ]] || fail "nc to the socat listener answered: $answer"
 docker rm -f hoplink-mcs-socat-check >/dev/null
+new=$(docker image inspect -f '{{.Id}}' "$SOCAT_IMAGE" "$NETSHOOT_IMAGE")
+for id in $old; do
+  grep -qx "$id" <<<"$new" || docker rmi "$id" >/dev/null 2>&1 || true # (in use: kept)
+done
 echo "$SOCAT_IMAGE"
 echo "$NETSHOOT_IMAGE"
