@@ -45,6 +45,9 @@ closure() {
   apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks \
     --no-replaces --no-enhances "$@" | grep -v '^[ <]' | sort -u
 }
+# (The host's apt: Debian bookworm here and in CI.)
+codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+[[ $codename == bookworm ]] || log "warning: this host is ${codename:-not Debian}; the images get its packages, not bookworm's"
 # A fresh machine may have no package lists yet.
 if ! apt-cache show "${SOCAT_PKGS[@]}" "${NETSHOOT_PKGS[@]}" >/dev/null 2>&1; then
   log "apt-get update (package lists are missing)"
@@ -59,7 +62,9 @@ while read -r _ file _; do
 done < <(apt-get download --print-uris "${all[@]}")
 if ((${#missing[@]})); then
   log "apt-get download ${#missing[@]} packages"
-  (cd "$debs" && apt-get download -qq -o APT::Sandbox::User=root "${missing[@]}")
+  # Stale package lists name versions the mirror no longer has: update, retry.
+  download() { (cd "$debs" && apt-get download -qq -o APT::Sandbox::User=root "${missing[@]}"); }
+  download || { apt-get update -qq && download; }
 fi
 # The file of each package at the version apt would take now.
 deb_of() { apt-get download --print-uris "$@" | awk -v d="$debs" '{print d "/" $2}'; }
