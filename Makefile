@@ -9,7 +9,7 @@ FUZZSCALE ?= 2
 CONTROLLER_GEN_VERSION ?= v0.23.0
 CONTROLLER_GEN := bin/controller-gen-$(CONTROLLER_GEN_VERSION)
 
-.PHONY: all build dist demo test e2e fuzz bench vet fmt clean manifests generate verify-manifests
+.PHONY: all build dist demo test e2e mcs-conformance fuzz bench vet fmt clean manifests generate verify-manifests
 
 all: build
 
@@ -52,6 +52,7 @@ manifests: $(CONTROLLER_GEN)
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
 	rm -f charts/hoplink/files/crds/*.yaml && cp config/crd/bases/*.yaml charts/hoplink/files/crds/
 	cp config/rbac/role.yaml charts/hoplink/files/operator-role.yaml
+	$(GO) run ./hack/mcscrds charts/hoplink/files/mcs-crds
 	go run ./hack/apidocs
 
 generate: $(CONTROLLER_GEN)
@@ -62,8 +63,10 @@ verify-manifests: $(CONTROLLER_GEN)
 	@rm -rf bin/verify && mkdir -p bin/verify
 	@$(CONTROLLER_GEN) crd rbac:roleName=hoplink-operator paths=./api/... paths=./controllers/... \
 		output:crd:artifacts:config=bin/verify/crd output:rbac:artifacts:config=bin/verify/rbac
+	@$(GO) run ./hack/mcscrds bin/verify/mcs-crds
 	@diff -r bin/verify/crd config/crd/bases && diff bin/verify/rbac/role.yaml config/rbac/role.yaml && \
-		diff -r bin/verify/crd charts/hoplink/files/crds && diff bin/verify/rbac/role.yaml charts/hoplink/files/operator-role.yaml || \
+		diff -r bin/verify/crd charts/hoplink/files/crds && diff bin/verify/rbac/role.yaml charts/hoplink/files/operator-role.yaml && \
+		diff -r bin/verify/mcs-crds charts/hoplink/files/mcs-crds || \
 		{ echo "config/ or charts/hoplink is stale: run make manifests"; exit 1; }
 	@cp api/v1alpha1/zz_generated.deepcopy.go bin/verify/deepcopy.orig && $(CONTROLLER_GEN) object paths=./api/... && \
 		{ diff -q bin/verify/deepcopy.orig api/v1alpha1/zz_generated.deepcopy.go >/dev/null || \
@@ -78,3 +81,10 @@ bench: build
 
 clean:
 	rm -rf bin dist
+
+# The Multi-Cluster Services API's own conformance suite against the e2e's two
+# kind clusters in multicluster mode: reused when E2E_KEEP=1 make e2e left
+# them (E2E_REUSE), else made; prints the suite's summary (bin/mcs/ keeps its report).
+mcs-conformance:
+	E2E_REUSE=$${E2E_REUSE:-1} $(GO) test -tags e2e -v -count=1 -timeout 60m \
+		-run 'TestClusters$$/(relays_ready_on_every_node|a_chain_across_two_clusters|services_by_name_across_clusters)$$' ./e2e

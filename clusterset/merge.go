@@ -181,6 +181,9 @@ func (s *Service) mergePorts() {
 			}
 		}
 	}
+	if ports == nil {
+		ports = []mcsv1beta1.ServicePort{} // the API requires the field
+	}
 	s.Spec.Ports, s.Serving = ports, serving
 }
 

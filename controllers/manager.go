@@ -28,6 +28,8 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
 	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/inject"
 	"github.com/hoplink/hoplink/metrics"
@@ -72,6 +74,8 @@ type Options struct {
 
 	// Webhook serves sidecar injection when its Port is set.
 	Webhook WebhookOptions
+	// MultiCluster turns on the Multi-Cluster Services API.
+	MultiCluster MultiClusterOptions
 	// Version of the operator, recorded on the pods it injects.
 	Version string
 }
@@ -126,6 +130,9 @@ func Scheme() *runtime.Scheme {
 	if err := v1alpha1.AddToScheme(s); err != nil {
 		panic(err)
 	}
+	if err := mcsv1beta1.AddToScheme(s); err != nil {
+		panic(err)
+	}
 	return s
 }
 
@@ -144,11 +151,29 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 	if err != nil {
 		return nil, err
 	}
+	hasRelay, _ := labels.NewRequirement(LabelRelayNode, selection.Exists, nil)
 	ca, err := LoadOrCreateCA(ctx, direct, o.CASecret, o.CreateCA)
 	if err != nil {
 		return nil, err
 	}
-	hasRelay, _ := labels.NewRequirement(LabelRelayNode, selection.Exists, nil)
+	if o.MultiCluster.On() {
+		if len(o.WatchNamespaces) > 0 {
+			return nil, fmt.Errorf("multicluster mode (--mcs-gateway) needs a cluster-wide operator: ServiceExports and imports live in every namespace; drop --watch-namespaces")
+		}
+		if o.MultiCluster, err = clusterIdentity(ctx, direct, o.MultiCluster, logOr(o.Log)); err != nil {
+			return nil, err
+		}
+		if err := o.MultiCluster.Check(); err != nil {
+			return nil, err
+		}
+	}
+	// Sidecar relays' replicas: the slices of their Services, which carry
+	// the label; in multicluster mode every slice, since exported Services'
+	// endpoints matter too.
+	slicesCached := cache.ByObject{Label: labels.NewSelector().Add(*hasRelay)}
+	if o.MultiCluster.On() {
+		slicesCached = cache.ByObject{}
+	}
 	var serving *inject.ServingCert
 	var hooks webhook.Server
 	if o.Webhook.Port != 0 {
@@ -180,8 +205,7 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 			&corev1.Secret{}: {Label: labels.SelectorFromSet(labels.Set{labelManagedBy: managerName})},
 			// Only the requests addressed to this operator's signer.
 			&certificatesv1.PodCertificateRequest{}: {Field: fields.OneTermEqualSelector("spec.signerName", inject.SignerName)},
-			// Sidecar relays' replicas: the slices of their Services, which carry the label.
-			&discoveryv1.EndpointSlice{}: {Label: labels.NewSelector().Add(*hasRelay)},
+			&discoveryv1.EndpointSlice{}:            slicesCached,
 		}},
 	})
 	if err != nil {
@@ -254,6 +278,11 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 	}
 	if err := (&TunnelReconciler{Client: mgr.GetClient(), Scheme: scheme, Reports: reports}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("Tunnel controller: %w", err)
+	}
+	if o.MultiCluster.On() {
+		if err := setupMultiCluster(mgr, o.MultiCluster, admin, o.Log); err != nil {
+			return nil, err
+		}
 	}
 	return mgr, nil
 }

@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
+	"github.com/hoplink/hoplink/clusterset"
 )
 
 // TunnelReconciler puts a Service named as the Tunnel in front of the
@@ -104,6 +105,9 @@ func (r *TunnelReconciler) reconcile(ctx context.Context, t *v1alpha1.Tunnel, st
 	if t.Spec.Protocol == v1alpha1.ProtocolTUN {
 		return r.reconcileTUN(ctx, t, &ch, status)
 	}
+	if t.Labels[clusterset.LabelManaged] == "true" {
+		return r.reconcileImport(ctx, t, &ch, status)
+	}
 	var entry v1alpha1.RelayNode
 	if err := r.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: ch.Spec.Entry}, &entry); err == nil && entry.Spec.IsSidecar() {
 		return r.reconcileSidecarEntry(ctx, t, &ch, status)
@@ -163,6 +167,23 @@ func (r *TunnelReconciler) reconcileSidecarEntry(ctx context.Context, t *v1alpha
 	}
 	return metav1.Condition{Status: metav1.ConditionTrue, Reason: ReasonReady,
 		Message: fmt.Sprintf("apps in the pods labelled %s=%s connect to %s (their sidecar relay)", LabelRelayNode, ch.Spec.Entry, status.Address)}, nil
+}
+
+// reconcileImport readies a Tunnel of the clusterset, which carries a port
+// of an imported service: clients reach it at the import's clusterset IP,
+// whose EndpointSlices list the gateway relays at its port, so no Service
+// of its own stands in front.
+func (r *TunnelReconciler) reconcileImport(ctx context.Context, t *v1alpha1.Tunnel, ch *v1alpha1.Chain, status *v1alpha1.TunnelStatus) (metav1.Condition, error) {
+	if err := r.deleteService(ctx, t); err != nil {
+		return metav1.Condition{}, err
+	}
+	status.Address = ""
+	if c := chainNotReady(ch); c != nil {
+		return *c, nil
+	}
+	return metav1.Condition{Status: metav1.ConditionTrue, Reason: ReasonReady,
+		Message: fmt.Sprintf("carries port %s of the imported service %s from cluster %s to cluster %s",
+			t.Annotations[clusterset.AnnotationPort], t.Annotations[clusterset.AnnotationService], t.Labels[clusterset.LabelEntry], t.Labels[clusterset.LabelSource])}, nil
 }
 
 // reconcileTUN readies a tun Tunnel: no Service (nothing listens), and the

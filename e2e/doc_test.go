@@ -104,9 +104,13 @@ func TestMultiClusterDoc(t *testing.T) {
 			t.Fatalf("%s: no block <!-- e2e: %s -->", multiClusterDoc, name)
 		}
 	}
-	src, err := os.ReadFile("e2e_test.go")
-	if err != nil {
-		t.Fatal(err)
+	var src []byte
+	for _, f := range []string{"e2e_test.go", "mcs_test.go"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src = append(src, b...)
 	}
 	for name := range blocks {
 		if !bytes.Contains(src, []byte(`blocks["`+name+`"]`)) {

@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -172,6 +173,17 @@ nodes:
 	if err := os.WriteFile(path, []byte(cfg.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	if os.Getenv("E2E_REUSE") != "" && c.exists() {
+		// make mcs-conformance after E2E_KEEP=1 make e2e: the clusters as
+		// they are; every step below is safe to repeat.
+		t.Logf("reusing cluster %s", name)
+		out := sh(t, kindBin, "get", "kubeconfig", "--name", name)
+		if err := os.WriteFile(c.kubeconfig, []byte(out), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		sh(t, kindBin, "load", "docker-image", "hoplink:dev", appImage, "--name", name)
+		return c
+	}
 	deleteCluster(name) // a leftover of an interrupted run
 	start := time.Now()
 	create := []string{kindBin, "create", "cluster", "--name", name, "--config", path, "--kubeconfig", c.kubeconfig, "--wait", "180s"}
@@ -185,7 +197,7 @@ nodes:
 	}
 	t.Logf("cluster %s with %d nodes up in %s", name, len(sites), time.Since(start).Round(time.Second))
 	t.Cleanup(func() {
-		if os.Getenv("E2E_KEEP") != "" {
+		if os.Getenv("E2E_KEEP") != "" || os.Getenv("E2E_REUSE") != "" {
 			t.Logf("keeping cluster %s (kubeconfig %s)", name, c.kubeconfig)
 			return
 		}
@@ -253,9 +265,38 @@ func (c *cluster) apply(t *testing.T, ns, yaml string) {
 	}
 }
 
+// namespace creates a namespace (unless it exists) with the labels given
+// as KEY=VALUE.
+func (c *cluster) namespace(t *testing.T, name string, labels ...string) {
+	t.Helper()
+	if _, err := c.try("get", "namespace", name); err != nil {
+		c.kubectl(t, "create", "namespace", name)
+	}
+	if len(labels) > 0 {
+		c.kubectl(t, append([]string{"label", "--overwrite", "namespace", name}, labels...)...)
+	}
+}
+
+// writeWork writes a file into the test's work directory and returns its path.
+func writeWork(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(work, name)
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// exists reports whether a kind cluster of c's name runs.
+func (c *cluster) exists() bool {
+	out, err := command(root, kindBin, "get", "clusters")
+	return err == nil && slices.Contains(strings.Fields(out), c.name)
+}
+
+// helmInstall installs the chart, or upgrades a reused cluster's release.
 func (c *cluster) helmInstall(t *testing.T, args ...string) {
 	t.Helper()
-	sh(t, append([]string{helmBin, "--kubeconfig", c.kubeconfig, "install", "hoplink", "charts/hoplink",
+	sh(t, append([]string{helmBin, "--kubeconfig", c.kubeconfig, "upgrade", "--install", "hoplink", "charts/hoplink",
 		"-n", "hoplink-system", "--create-namespace", "--set", "image.tag=dev,image.pullPolicy=Never", "--wait", "--timeout", "3m"}, args...)...)
 }
 
@@ -315,9 +356,12 @@ func TestClusters(t *testing.T) {
 	a := newCluster(t, "hoplink-a", "hk", "seattle", "la", "useast")
 	b := newCluster(t, "hoplink-b", "east2")
 
-	a.helmInstall(t)
-	a.kubectl(t, "create", "namespace", "edge")
-	a.kubectl(t, "label", "namespace", "edge", "hoplink.dev/privileged-relays=true")
+	blocks, err := docBlocks(filepath.Join(root, multiClusterDoc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.helmInstall(t, "-f", writeWork(t, "values-a.yaml", blocks["values-a"]))
+	a.namespace(t, "edge", "hoplink.dev/privileged-relays=true")
 	a.kubectl(t, "apply", "-n", "edge", "-k", "config/samples")
 
 	t.Run("relays ready on every node", func(t *testing.T) {
@@ -399,13 +443,8 @@ spec: {chain: to-east, protocol: udp, listen: {port: 5353}, target: "kube-dns.ku
 	t.Run("a chain across two clusters", func(t *testing.T) {
 		// The steps of docs/multi-cluster.md, its certificate commands and
 		// manifests read from the page, so that the page is what runs.
-		blocks, err := docBlocks(filepath.Join(root, multiClusterDoc))
-		if err != nil {
-			t.Fatal(err)
-		}
-		b.helmInstall(t)
-		b.kubectl(t, "create", "namespace", "edge")
-		b.kubectl(t, "label", "namespace", "edge", "hoplink.dev/privileged-relays=true")
+		b.helmInstall(t, "-f", writeWork(t, "values-b.yaml", blocks["values-b"]))
+		b.namespace(t, "edge", "hoplink.dev/privileged-relays=true")
 
 		// Each cluster keeps its own CA key; both trust both CAs.
 		trust := exec.Command("bash", "-euo", "pipefail", "-c", blocks["trust"])
@@ -436,6 +475,8 @@ spec: {chain: to-east, protocol: udp, listen: {port: 5353}, target: "kube-dns.ku
 			t.Errorf("east2 counted no exit flow of edge/far (%v):\n%s", err, grep(metrics, "hoplink_tunnel_flows_total"))
 		}
 	})
+
+	t.Run("services by name across clusters", func(t *testing.T) { servicesAcrossClusters(t, a, b, blocks) })
 
 	t.Run("sidecar relays", func(t *testing.T) { sidecars(t, a) })
 

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -116,6 +117,7 @@ func newOperatorCmd(lf *logFlags) *cobra.Command {
 		webhookPort            int
 		webhookService         string
 		webhookConfig          string
+		mcsGateway, mcsPorts   string
 	)
 	cmd := &cobra.Command{
 		Use:   "operator",
@@ -140,6 +142,9 @@ func newOperatorCmd(lf *logFlags) *cobra.Command {
 			}
 			if len(o.WatchNamespaces) > 0 && webhookPort != 0 {
 				return fmt.Errorf("--watch-namespaces with the sidecar webhook: its configuration is cluster-wide; use --webhook-port=0 in a namespace-scoped install")
+			}
+			if err := parseMultiCluster(&o.MultiCluster, mcsGateway, mcsPorts); err != nil {
+				return err
 			}
 			cfg, err := kf.config()
 			if err != nil {
@@ -197,7 +202,32 @@ func newOperatorCmd(lf *logFlags) *cobra.Command {
 	f.StringVar(&o.PrivilegedRelays, "privileged-relays", controllers.PrivilegedNamespaceLabel, "where RelayNodes may run relays on the host network or with TUN devices: "+
 		controllers.PrivilegedNamespaceLabel+" (namespaces labelled "+controllers.LabelPrivilegedRelays+"=true) or "+controllers.PrivilegedAny)
 	f.DurationVar(&renewBefore, "renew-before", 0, "renew relay certificates this long before expiry (default: a third of their validity)")
+	f.StringVar(&mcsGateway, "mcs-gateway", "", "turn on the Multi-Cluster Services API: `NAMESPACE/NAME` of the RelayNode where this cluster's calls to imported services enter the relays, and other clusters' leave them (empty: off)")
+	f.StringVar(&o.MultiCluster.ClusterID, "cluster-id", "", "this cluster's ID in its clusterset, a DNS label (the About API's ClusterProperty cluster.clusterset.k8s.io wins where it exists)")
+	f.StringVar(&o.MultiCluster.ClusterSet, "clusterset", "", "the clusterset's name (the ClusterProperty clusterset.k8s.io wins where it exists)")
+	f.StringVar(&o.MultiCluster.Mode, "mcs-route-mode", "sum", "how the Chains to other clusters route: sum or pipe")
+	f.StringVar(&mcsPorts, "mcs-ports", fmt.Sprintf("%d-%d", controllers.DefaultImportPortFirst, controllers.DefaultImportPortLast), "listen ports `FIRST-LAST` the gateway gives imported services' Tunnels")
 	return cmd
+}
+
+// parseMultiCluster reads the multicluster flags into o.
+func parseMultiCluster(o *controllers.MultiClusterOptions, gateway, ports string) error {
+	if gateway == "" {
+		return nil
+	}
+	ns, name, ok := strings.Cut(gateway, "/")
+	if !ok || ns == "" || name == "" {
+		return fmt.Errorf("--mcs-gateway %q: want NAMESPACE/NAME of the gateway RelayNode", gateway)
+	}
+	o.Gateway = types.NamespacedName{Namespace: ns, Name: name}
+	first, last, ok := strings.Cut(ports, "-")
+	a, err1 := strconv.Atoi(first)
+	b, err2 := strconv.Atoi(last)
+	if !ok || err1 != nil || err2 != nil {
+		return fmt.Errorf("--mcs-ports %q: want FIRST-LAST, such as 40000-44999", ports)
+	}
+	o.Ports = [2]int32{int32(a), int32(b)}
+	return nil // checked once the cluster's ID is known (NewManager)
 }
 
 // ownImage is the image of the operator's own pod (POD_NAME and
