@@ -49,7 +49,13 @@ func (r *ChainReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if r.Routes != nil && ch.Spec.Mode.Routed() {
+	// A Chain whose entry runs in another cluster is routed by that
+	// cluster's operator: flows carry their route, and the relays here
+	// admit any route its spec allows (a Chain of the clusterset, or one
+	// written in both clusters by hand).
+	var entry v1alpha1.RelayNode
+	elsewhere := r.Get(ctx, types.NamespacedName{Namespace: ch.Namespace, Name: ch.Spec.Entry}, &entry) == nil && entry.Spec.External
+	if r.Routes != nil && ch.Spec.Mode.Routed() && !elsewhere {
 		r.Routes.Upsert(&ch, manifest.Route)
 	} else {
 		r.stopRouting(req.String())
@@ -189,6 +195,10 @@ func (r *ChainReconciler) check(ctx context.Context, ch *v1alpha1.Chain, status 
 	}
 	if ch.Spec.Mode == v1alpha1.ModeStatic || ch.Spec.Mode == "" {
 		status.Route = slices.Clone(ch.Spec.Route)
+	}
+	if ch.Spec.Mode.Routed() && byName[ch.Spec.Entry].Spec.External {
+		return metav1.Condition{Status: metav1.ConditionTrue, Reason: ReasonEntryElsewhere,
+			Message: fmt.Sprintf("entry relay %q runs in another cluster, whose operator routes this Chain; relays here admit every route its spec allows", ch.Spec.Entry)}
 	}
 	// A routed chain's relays take spec.route until the route controller
 	// has written one.

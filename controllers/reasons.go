@@ -27,7 +27,9 @@ const (
 	ReasonRelayNotFound = "RelayNotFound"
 	ReasonRelayNotReady = "RelayNotReady"
 	ReasonNoRoute       = "NoRoute"
-	ReasonListFailed    = "ListFailed"
+	// A routed Chain whose entry is another cluster's relay: routed there.
+	ReasonEntryElsewhere = "EntryElsewhere"
+	ReasonListFailed     = "ListFailed"
 	// Tunnel Ready and Listening.
 	ReasonReady           = "Ready"
 	ReasonChainNotFound   = "ChainNotFound"
