@@ -33,6 +33,8 @@ type ClusterSetRelaysReconciler struct {
 	Set *clusterSet
 }
 
+// +kubebuilder:rbac:groups=hoplink.dev,resources=chains;tunnels,verbs=get;list;watch;create;update;patch;delete
+
 // AnnotationSeq is the Entry.Seq of a Tunnel's listen port.
 const AnnotationSeq = "mcs.hoplink.dev/seq"
 
