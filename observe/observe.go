@@ -29,6 +29,9 @@ type Report struct {
 	NotReady []string `json:"notReady,omitempty"`
 	// API is what the cluster's objects say (status --kube).
 	API []Object `json:"api,omitempty"`
+	// Imports are the ports of services imported from the clusterset that
+	// enter the relays here (status --kube).
+	Imports []Import `json:"imports,omitempty"`
 	// Warnings are what needs doing soon, though everything works now:
 	// certificates that expire within CertWarning, one line each.
 	Warnings []string `json:"warnings,omitempty"`

@@ -92,6 +92,14 @@ func WriteReport(w io.Writer, r *Report) error {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", e.Tunnel, st.Relay, orDash(e.Listen), yesNo(e.Open), e.Flows, orDash(e.Error))
 		}
 	}
+	if len(r.Imports) > 0 {
+		fmt.Fprintln(tw)
+		fmt.Fprintln(tw, "IMPORT\tCLUSTERSET IP\tPORT\tFROM\tTUNNEL\tCHAIN\tROUTE\tREADY")
+		for _, im := range r.Imports {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", im.Service, orDash(strings.Join(im.IPs, ",")), im.Port, im.Cluster,
+				im.Tunnel, im.Chain, orDash(strings.Join(im.Route, " -> ")), im.Ready)
+		}
+	}
 	if len(r.API) > 0 {
 		fmt.Fprintln(tw)
 		fmt.Fprintln(tw, "OBJECT\tREADY\tREASON\tMESSAGE")

@@ -63,3 +63,23 @@ func TestReportSaysWhenTheSendBufferBindsAFlow(t *testing.T) {
 		t.Errorf("a note for the 20 ms link, which 4 MiB fills at 800 Mbit/s:\n%s", out)
 	}
 }
+
+// An imported service's port shows its clusterset IP, the cluster it goes
+// to, and the Tunnel, Chain and route its flows take.
+func TestReportListsImports(t *testing.T) {
+	r := &Report{Time: time.Now(), Ready: true, Imports: []Import{{Service: "demo/web", Type: "ClusterSetIP", IPs: []string{"10.96.187.228"},
+		Port: "TCP/8080", Cluster: "a", Tunnel: "mcs-0123456789abcdef0123", Chain: "mcs-b-a-1a2b3c4d", Route: []string{"east2", "hk"}, Ready: "True"}}}
+	var b bytes.Buffer
+	if err := WriteReport(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	var row string
+	for _, l := range strings.Split(b.String(), "\n") {
+		if strings.HasPrefix(l, "demo/web") {
+			row = l
+		}
+	}
+	if f := strings.Fields(row); len(f) != 10 || f[1] != "10.96.187.228" || f[3] != "a" || f[6] != "east2" || f[8] != "hk" || f[9] != "True" {
+		t.Errorf("import row %q\n%s", row, b.String())
+	}
+}

@@ -268,6 +268,7 @@ links are up and every Tunnel listens (exit 0), or --wait-timeout passes
 				r := observe.Gather(ctx, set, client)
 				if of.kube {
 					r.WithAPI(objs)
+					r.Imports, _ = observe.ImportsFromCluster(ctx, of.api, of.kf.ns("default"))
 				}
 				r.Warnings = of.certWarnings(r, time.Now())
 				return r

@@ -2,7 +2,8 @@
 // so the test builds its own image FROM scratch): `app serve ADDR` answers
 // every HTTP request with the pod's name; `app get URL` fetches URL until it
 // answers (at most two minutes) and prints the answer; with `--every D` it
-// keeps fetching, printing each answer or error.
+// keeps fetching, printing each answer or error, each fetch on a new
+// connection.
 package main
 
 import (
@@ -63,6 +64,9 @@ func get(url string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	// Every fetch a connection of its own, as a new client's: one kept
+	// alive would go on answering after its Service went away.
+	req.Close = true
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return "", err
