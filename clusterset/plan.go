@@ -79,48 +79,40 @@ func tunnel(ns, entry, source string, s *Service, p mcsv1beta1.ServicePort, targ
 	}
 }
 
-// Chains lists the Chains the Tunnels ride, from each entry cluster's
-// gateway to each source cluster's, in namespace ns. A Chain routes (in its
-// entry cluster's mode, sum by default) through the relays that every
-// cluster of the set knows, since every cluster's copy must allow the same
-// routes.
-func Chains(ns string, reports []*Report, tunnels []Tunnel) []v1alpha1.Chain {
-	by := map[string]*Report{}
-	for _, r := range reports {
-		by[r.Cluster] = r
-	}
+// Chains lists the Chains the Tunnels ride, from each cluster's gateway to
+// each other cluster's, in namespace ns: one per pair, whether a service
+// needs it now or not, so that an import that comes finds it measured and
+// routed. A Chain routes (in its entry cluster's mode, sum by default)
+// through the relays that every cluster of the set knows, since every
+// cluster's copy must allow the same routes.
+func Chains(ns string, reports []*Report) []v1alpha1.Chain {
 	common := commonRelays(reports)
-	seen := map[string]bool{}
 	var out []v1alpha1.Chain
-	for _, t := range tunnels {
-		name := ChainName(t.Entry, t.Source)
-		if seen[name] {
-			continue
-		}
-		seen[name] = true
-		entry, source := by[t.Entry], by[t.Source]
-		if entry == nil || source == nil {
-			continue
-		}
-		mode := v1alpha1.ModeSum
-		if entry.Mode == string(v1alpha1.ModePipe) {
-			mode = v1alpha1.ModePipe
-		}
-		var via []string
-		for _, r := range common {
-			if r != entry.Gateway && r != source.Gateway {
-				via = append(via, r)
+	for _, entry := range reports {
+		for _, source := range reports {
+			if entry.Cluster == source.Cluster || entry.Gateway == source.Gateway {
+				continue
 			}
+			mode := v1alpha1.ModeSum
+			if entry.Mode == string(v1alpha1.ModePipe) {
+				mode = v1alpha1.ModePipe
+			}
+			var via []string
+			for _, r := range common {
+				if r != entry.Gateway && r != source.Gateway {
+					via = append(via, r)
+				}
+			}
+			if len(via) > 32 {
+				via = via[:32] // a Chain names at most 32 via relays
+			}
+			out = append(out, v1alpha1.Chain{
+				TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "Chain"},
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: ChainName(entry.Cluster, source.Cluster),
+					Labels: map[string]string{LabelManaged: "true", LabelEntry: entry.Cluster, LabelSource: source.Cluster}},
+				Spec: v1alpha1.ChainSpec{Entry: entry.Gateway, Exit: source.Gateway, Via: via, Mode: mode},
+			})
 		}
-		if len(via) > 32 {
-			via = via[:32] // a Chain names at most 32 via relays
-		}
-		out = append(out, v1alpha1.Chain{
-			TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "Chain"},
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
-				Labels: map[string]string{LabelManaged: "true", LabelEntry: t.Entry, LabelSource: t.Source}},
-			Spec: v1alpha1.ChainSpec{Entry: entry.Gateway, Exit: source.Gateway, Via: via, Mode: mode},
-		})
 	}
 	slices.SortFunc(out, func(a, b v1alpha1.Chain) int { return cmp.Compare(a.Name, b.Name) })
 	return out

@@ -69,7 +69,8 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("decoded again differently:\n%+v\n%+v", r, r2)
 		}
 		svcs := Merge([]*Report{r})
-		Chains("edge", []*Report{r}, Tunnels("edge", []*Report{r}, svcs))
+		Chains("edge", []*Report{r})
+		Tunnels("edge", []*Report{r}, svcs)
 		for _, s := range svcs {
 			EndpointSlices(s, Sources{Self: "x", Gateway: []GatewayPod{{Address: "10.0.0.9", Ready: true}}})
 		}

@@ -75,7 +75,7 @@ func (o MultiClusterOptions) Check() error {
 
 // Timing of what the clusters tell each other.
 const (
-	// downAfter: a cluster whose relays have not answered for this long is
+	// downAfter: a cluster whose relays failed to answer for this long is
 	// down: flows go to other clusters that serve its ports.
 	downAfter = 3 * time.Second
 	// forgetAfter: a cluster down this long no longer exports anything.
@@ -91,6 +91,16 @@ type remote struct {
 	relay  string    // who served it
 	gen    int64     // its generation
 	ok     time.Time // when a relay of the cluster last answered
+	// failing is when its relays' answers stopped coming (a read that
+	// failed), zero while they come.
+	failing time.Time
+}
+
+// down reports whether the cluster's relays stopped answering: a read
+// failed and none answered since for downAfter, or none answered for as
+// long as a read may wait and then some.
+func (r *remote) down(now time.Time) bool {
+	return !r.failing.IsZero() && now.Sub(r.failing) > downAfter || now.Sub(r.ok) > pollWait+downAfter
 }
 
 // clusterSet is what the operator knows of its clusterset: this cluster's
@@ -187,7 +197,7 @@ func (cs *clusterSet) Down() map[string]bool {
 	out := map[string]bool{}
 	now := time.Now()
 	for c, r := range cs.remotes {
-		if now.Sub(r.ok) > downAfter {
+		if r.down(now) {
 			out[c] = true
 		}
 	}
@@ -311,8 +321,8 @@ func (cs *clusterSet) SetRemote(relay string, r *clusterset.Report, gen int64) {
 	now := time.Now()
 	old := cs.remotes[r.Cluster]
 	if old != nil && old.gen >= gen {
-		wasDown := now.Sub(old.ok) > downAfter
-		old.ok = now
+		wasDown := old.down(now)
+		old.ok, old.failing = now, time.Time{}
 		if wasDown {
 			cs.changed()
 		}
@@ -329,11 +339,21 @@ func (cs *clusterSet) Answered(relay, cluster string) {
 	defer cs.mu.Unlock()
 	cs.answered[relay] = true
 	if r := cs.remotes[cluster]; r != nil {
-		wasDown := time.Since(r.ok) > downAfter
-		r.ok = time.Now()
+		now := time.Now()
+		wasDown := r.down(now)
+		r.ok, r.failing = now, time.Time{}
 		if wasDown {
 			cs.changed()
 		}
+	}
+}
+
+// Failed records that a read of cluster's report from relay failed.
+func (cs *clusterSet) Failed(relay, cluster string) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if r := cs.remotes[cluster]; r != nil && r.failing.IsZero() {
+		r.failing = time.Now()
 	}
 }
 
@@ -384,7 +404,7 @@ func (cs *clusterSet) changed() {
 	merged := clusterset.Merge(cs.reports(now))
 	down := map[string]bool{}
 	for c, r := range cs.remotes {
-		down[c] = now.Sub(r.ok) > downAfter
+		down[c] = r.down(now)
 	}
 	next := make(map[string]*clusterset.Service, len(merged))
 	for _, s := range merged {

@@ -56,7 +56,7 @@ func (r *ClusterSetRelaysReconciler) Reconcile(ctx context.Context, _ ctrl.Reque
 
 	reports := r.Set.Reports()
 	wanted := clusterset.Tunnels(r.Set.ns, reports, r.Set.Services())
-	chains := clusterset.Chains(r.Set.ns, reports, wanted)
+	chains := clusterset.Chains(r.Set.ns, reports)
 
 	var have v1alpha1.TunnelList
 	if err := r.List(ctx, &have, client.InNamespace(r.Set.ns), client.MatchingLabels{clusterset.LabelManaged: "true"}); err != nil {
@@ -221,7 +221,8 @@ func (r *ClusterSetRelaysReconciler) applyChain(ctx context.Context, want *v1alp
 	if equality.Semantic.DeepEqual(&got, next) {
 		return nil
 	}
-	return r.Update(ctx, next)
+	// A patch of what differs: the Chain reconciler writes its labels too.
+	return r.Patch(ctx, next, client.MergeFrom(&got))
 }
 
 func (r *ClusterSetRelaysReconciler) applyTunnel(ctx context.Context, want *v1alpha1.Tunnel, got *v1alpha1.Tunnel) error {
@@ -242,7 +243,7 @@ func (r *ClusterSetRelaysReconciler) applyTunnel(ctx context.Context, want *v1al
 	if equality.Semantic.DeepEqual(got, next) {
 		return nil
 	}
-	return r.Update(ctx, next)
+	return r.Patch(ctx, next, client.MergeFrom(got))
 }
 
 func (r *ClusterSetRelaysReconciler) SetupWithManager(mgr ctrl.Manager) error {

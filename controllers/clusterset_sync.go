@@ -115,8 +115,9 @@ type reportPoller struct {
 	polling map[string]context.CancelFunc
 }
 
-// pollWait is how long a read waits for a change before it asks again.
-const pollWait = 20 * time.Second
+// pollWait is how long a read waits for a change before it asks again: a
+// cluster whose relay went away silently is seen down after about this.
+const pollWait = 10 * time.Second
 
 func (p *reportPoller) Start(ctx context.Context) error {
 	p.polling = map[string]context.CancelFunc{}
@@ -178,7 +179,7 @@ func (p *reportPoller) poll(ctx context.Context, relay string) {
 				var data []byte
 				var version string
 				var changed bool
-				rctx, cancel := context.WithTimeout(ctx, pollWait+10*time.Second)
+				rctx, cancel := context.WithTimeout(ctx, pollWait+downAfter)
 				data, version, changed, err = p.api.ClusterSet(rctx, relay, ep, after, pollWait)
 				cancel()
 				if err != nil {
@@ -203,6 +204,9 @@ func (p *reportPoller) poll(ctx context.Context, relay string) {
 		}
 		if ctx.Err() != nil {
 			return
+		}
+		if cluster != "" {
+			p.set.Failed(relay, cluster)
 		}
 		if err.Error() != lastErr {
 			lastErr = err.Error()

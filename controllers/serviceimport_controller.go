@@ -51,9 +51,8 @@ func (r *ServiceImportReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 		return ctrl.Result{}, err
 	}
 	nsGone := err != nil || ns.DeletionTimestamp != nil
-	if s != nil {
-		r.Set.SetMissing(key, nsGone)
-	}
+	// Only a service that exists can be missing here.
+	r.Set.SetMissing(key, s != nil && nsGone)
 	if nsGone {
 		return ctrl.Result{}, nil
 	}

@@ -142,6 +142,7 @@ func eventually(t *testing.T, d time.Duration, what string, f func() error) {
 // cluster is one kind cluster.
 type cluster struct {
 	name, kubeconfig string
+	reused           bool // E2E_REUSE found it running
 }
 
 // newCluster creates a kind cluster of one control-plane node and a worker
@@ -182,6 +183,7 @@ nodes:
 			t.Fatal(err)
 		}
 		sh(t, kindBin, "load", "docker-image", "hoplink:dev", appImage, "--name", name)
+		c.reused = true
 		return c
 	}
 	deleteCluster(name) // a leftover of an interrupted run
@@ -298,6 +300,12 @@ func (c *cluster) helmInstall(t *testing.T, args ...string) {
 	t.Helper()
 	sh(t, append([]string{helmBin, "--kubeconfig", c.kubeconfig, "upgrade", "--install", "hoplink", "charts/hoplink",
 		"-n", "hoplink-system", "--create-namespace", "--set", "image.tag=dev,image.pullPolicy=Never", "--wait", "--timeout", "3m"}, args...)...)
+	if c.reused {
+		// The image loaded is new under the same tag: its pods start again.
+		c.kubectl(t, "-n", "hoplink-system", "rollout", "restart", "deployment", "hoplink-operator")
+		c.kubectl(t, "-n", "hoplink-system", "rollout", "status", "deployment", "hoplink-operator", "--timeout", "3m")
+		c.kubectl(t, "delete", "pods", "-A", "-l", "app.kubernetes.io/component=relay", "--wait=false")
+	}
 }
 
 // nodeIP is the address of the node of a site on the kind network.
