@@ -32,9 +32,14 @@ type cluster struct {
 	kubeconfig string
 }
 
-func startCluster(t *testing.T, name string, operatorArgs ...string) *cluster {
+// startCluster starts an API server with hoplink's CRDs and the MCS API's,
+// whose Services take their cluster IPs from serviceRange when one is given.
+func startCluster(t *testing.T, name string, serviceRange ...string) *cluster {
 	t.Helper()
-	env := &envtest.Environment{CRDDirectoryPaths: []string{"../../config/crd/bases"}, ErrorIfCRDPathMissing: true}
+	env := &envtest.Environment{CRDDirectoryPaths: []string{"../../config/crd/bases", "../../charts/hoplink/files/mcs-crds"}, ErrorIfCRDPathMissing: true}
+	for _, r := range serviceRange {
+		env.ControlPlane.GetAPIServer().Configure().Set("service-cluster-ip-range", r)
+	}
 	cfg, err := env.Start()
 	if err != nil {
 		t.Fatal(err)

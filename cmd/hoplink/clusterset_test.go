@@ -1,0 +1,216 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/hoplink/hoplink/api/v1alpha1"
+	"github.com/hoplink/hoplink/clusterset"
+	"github.com/hoplink/hoplink/internal/testutil"
+)
+
+// serviceIP is the cluster IP the exported Service gets: from the API
+// servers' service range (clusterSetRange), added to the host's loopback
+// for the test, where kube-proxy would make it reachable.
+const (
+	clusterSetRange = "198.18.7.0/24"
+	serviceIP       = "198.18.7.50"
+)
+
+// TestClusterSetServices runs the Multi-Cluster Services API between two
+// clusters (an API server and an operator in multicluster mode each, one
+// CA) whose gateway relays are real relay processes: a Service exported in
+// A becomes a ServiceImport in both, what A exports reaches B through the
+// relays' admin API alone (each cluster knows the other only as an external
+// RelayNode), and a connection to the listen port B's EndpointSlice names
+// crosses gw-b -> gw-a to the Service in A. Then a conflicting export in B,
+// a namespace B lacks, and the unexports.
+func TestClusterSetServices(t *testing.T) {
+	requireNetns(t) // root: the Service's cluster IP goes on the loopback
+	bin := buildHoplink(t)
+	ctx := context.Background()
+	if out, err := exec.Command("ip", "addr", "add", serviceIP+"/32", "dev", "lo").CombinedOutput(); err != nil {
+		t.Fatalf("ip addr add %s: %v: %s", serviceIP, err, out)
+	}
+	t.Cleanup(func() { exec.Command("ip", "addr", "del", serviceIP+"/32", "dev", "lo").Run() })
+
+	a := startCluster(t, "a", clusterSetRange)
+	b := startCluster(t, "b", clusterSetRange)
+	a.operator(t, bin, "--mcs-gateway", "edge/gw-a", "--cluster-id", "a", "--mcs-ports", "21100-21199")
+	var ca corev1.Secret
+	waitFor(t, "cluster A's CA", func() error {
+		return a.k8s.Get(ctx, types.NamespacedName{Namespace: "hoplink-system", Name: "hoplink-ca"}, &ca)
+	})
+	create(t, b.k8s, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "hoplink-system", Name: "hoplink-ca-from-a"}, Type: ca.Type, Data: ca.Data})
+
+	ports := map[string]int{"gw-a": testutil.FreePort(t), "gw-b": testutil.FreePort(t)}
+	home := map[string]*cluster{"gw-a": a, "gw-b": b}
+	for _, c := range []*cluster{a, b} {
+		for _, name := range []string{"gw-a", "gw-b"} {
+			create(t, c.k8s, &v1alpha1.RelayNode{ObjectMeta: metav1.ObjectMeta{Namespace: "edge", Name: name}, Spec: v1alpha1.RelayNodeSpec{
+				Listen:    v1alpha1.RelayListen{Address: "127.0.0.1", Port: int32(ports[name])},
+				Endpoints: []string{fmt.Sprintf("127.0.0.1:%d", ports[name])},
+				External:  home[name] != c,
+			}})
+		}
+		// What the kubelet would show of the gateway's pod: the relay
+		// process below is what runs.
+		gw := map[*cluster]string{a: "gw-a", b: "gw-b"}[c]
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "edge", Name: gw + "-pod", Labels: map[string]string{v1alpha1.LabelRelayNode: gw}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "relay", Image: "hoplink:test"}}}}
+		create(t, c.k8s, pod)
+		pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1", PodIPs: []corev1.PodIP{{IP: "127.0.0.1"}},
+			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+		if err := c.k8s.Status().Update(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		for _, ns := range []string{"demo"} {
+			create(t, c.k8s, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+		}
+	}
+	b.operator(t, bin, "--ca-secret", "hoplink-ca-from-a", "--mcs-gateway", "edge/gw-b", "--cluster-id", "b", "--mcs-ports", "21200-21299")
+	a.relay(t, bin, "gw-a")
+	b.relay(t, bin, "gw-b")
+
+	// The Service in A, its endpoint (what the EndpointSlice controller would
+	// write), and what listens at its cluster IP (what kube-proxy would reach).
+	ln, err := net.Listen("tcp", serviceIP+":8080")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go serveSinkThenSource(ln)
+	web := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "web"}, Spec: corev1.ServiceSpec{
+		ClusterIP: serviceIP, Ports: []corev1.ServicePort{{Name: "http", Port: 8080, Protocol: corev1.ProtocolTCP}}}}
+	create(t, a.k8s, web)
+	create(t, a.k8s, &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "web-1", Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
+		AddressType: discoveryv1.AddressTypeIPv4, Ports: []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To(int32(8080)), Protocol: ptr.To(corev1.ProtocolTCP)}},
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.244.0.9"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}}})
+
+	exported := time.Now()
+	create(t, a.k8s, &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "web"}})
+	var listen int32
+	waitFor(t, "B's EndpointSlice of web: gw-b at the listen port of the Tunnel to A", func() error {
+		var l discoveryv1.EndpointSliceList
+		if err := b.k8s.List(ctx, &l, client.InNamespace("demo"), client.MatchingLabels{mcsv1beta1.LabelServiceName: "web", mcsv1beta1.LabelSourceCluster: "a"}); err != nil {
+			return err
+		}
+		for _, s := range l.Items {
+			if len(s.Ports) == 1 && len(s.Endpoints) == 1 && s.Endpoints[0].Addresses[0] == "127.0.0.1" && ptr.Deref(s.Endpoints[0].Conditions.Ready, false) {
+				listen = ptr.Deref(s.Ports[0].Port, 0)
+				return nil
+			}
+		}
+		return fmt.Errorf("slices %+v", l.Items)
+	})
+	t.Logf("B lists the way to A's web %s after the export", time.Since(exported).Round(time.Millisecond))
+	addr := fmt.Sprintf("127.0.0.1:%d", listen)
+	waitFor(t, "1 MiB to A's web through gw-b -> gw-a, from "+addr, func() error {
+		return tcpExchange(func() (net.Conn, error) { return net.DialTimeout("tcp", addr, 5*time.Second) }, 1<<20)
+	})
+	t.Logf("and carries a flow %s after the export", time.Since(exported).Round(time.Millisecond))
+
+	for _, c := range []*cluster{a, b} {
+		si := serviceImport(t, c, "demo", "web")
+		var derived corev1.Service
+		if err := c.k8s.Get(ctx, types.NamespacedName{Namespace: "demo", Name: clusterset.DerivedName("web")}, &derived); err != nil {
+			t.Fatalf("cluster %s: the Service of the clusterset IP: %v", c.name, err)
+		}
+		if si.Spec.Type != mcsv1beta1.ClusterSetIP || !slices.Equal(si.Spec.IPs, derived.Spec.ClusterIPs) || len(si.Spec.Ports) != 1 ||
+			si.Spec.Ports[0].Port != 8080 || len(si.Status.Clusters) != 1 || si.Status.Clusters[0].Cluster != "a" {
+			t.Errorf("cluster %s: ServiceImport %+v %+v, derived IPs %v", c.name, si.Spec, si.Status, derived.Spec.ClusterIPs)
+		}
+	}
+	waitExportConditions(t, a, "demo", "web", "Valid=True Valid", "Ready=True Exported", "Conflict=False NoConflicts")
+
+	// B exports web too, with a port of another name: both exports say
+	// Conflict, the import has both ports, each served by its own cluster.
+	create(t, b.k8s, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "web"}, Spec: corev1.ServiceSpec{
+		Ports: []corev1.ServicePort{{Name: "admin", Port: 9090, Protocol: corev1.ProtocolTCP}}}})
+	create(t, b.k8s, &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "web"}})
+	for _, c := range []*cluster{a, b} {
+		waitExportConditions(t, c, "demo", "web", "Conflict=True PortConflict")
+		waitFor(t, "cluster "+c.name+": the union of the ports", func() error {
+			si := serviceImport(t, c, "demo", "web")
+			if len(si.Spec.Ports) != 2 || len(si.Status.Clusters) != 2 {
+				return fmt.Errorf("%+v %+v", si.Spec.Ports, si.Status.Clusters)
+			}
+			return nil
+		})
+	}
+
+	// An export from a namespace B lacks: imported in A alone, and A's
+	// export says so with the fix.
+	create(t, a.k8s, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "only-a"}})
+	create(t, a.k8s, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "only-a", Name: "db"}, Spec: corev1.ServiceSpec{
+		Ports: []corev1.ServicePort{{Port: 5432}}}})
+	create(t, a.k8s, &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: "only-a", Name: "db"}})
+	waitExportConditions(t, a, "only-a", "db", `not in b, which have no namespace "only-a": create it there`)
+	serviceImport(t, a, "only-a", "db")
+
+	// The last export goes, and so do the imports, in both clusters.
+	for _, c := range []*cluster{a, b} {
+		if err := c.k8s.Delete(ctx, &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "web"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []*cluster{a, b} {
+		waitFor(t, "cluster "+c.name+": the ServiceImport gone", func() error {
+			var si mcsv1beta1.ServiceImport
+			if err := c.k8s.Get(ctx, types.NamespacedName{Namespace: "demo", Name: "web"}, &si); err == nil {
+				return fmt.Errorf("still there")
+			}
+			return nil
+		})
+	}
+}
+
+// serviceImport waits for a ServiceImport and returns it.
+func serviceImport(t *testing.T, c *cluster, ns, name string) *mcsv1beta1.ServiceImport {
+	t.Helper()
+	var si mcsv1beta1.ServiceImport
+	waitFor(t, fmt.Sprintf("cluster %s: ServiceImport %s/%s", c.name, ns, name), func() error {
+		return c.k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &si)
+	})
+	return &si
+}
+
+// waitExportConditions waits until a ServiceExport's conditions, each as
+// "Type=Status Reason: message", hold every one of want.
+func waitExportConditions(t *testing.T, c *cluster, ns, name string, want ...string) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("cluster %s: ServiceExport %s/%s says %q", c.name, ns, name, want), func() error {
+		var se mcsv1beta1.ServiceExport
+		if err := c.k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &se); err != nil {
+			return err
+		}
+		var got []string
+		for _, t := range []mcsv1beta1.ServiceExportConditionType{mcsv1beta1.ServiceExportConditionValid, mcsv1beta1.ServiceExportConditionReady, mcsv1beta1.ServiceExportConditionConflict} {
+			if cond := meta.FindStatusCondition(se.Status.Conditions, string(t)); cond != nil {
+				got = append(got, fmt.Sprintf("%s=%s %s: %s", cond.Type, cond.Status, cond.Reason, cond.Message))
+			}
+		}
+		all := strings.Join(got, "\n")
+		for _, w := range want {
+			if !strings.Contains(all, w) {
+				return fmt.Errorf("no %q in\n%s", w, all)
+			}
+		}
+		return nil
+	})
+}
