@@ -27,9 +27,13 @@ import (
 // serviceIP is the cluster IP the exported Service gets: from the API
 // servers' service range (clusterSetRange), added to the host's loopback
 // for the test, where kube-proxy would make it reachable.
+// gatewayIP is where the gateway relays' pods are, for the EndpointSlices
+// (which take no loopback address): another address of the loopback, where
+// the relays' Tunnel listeners bind too (every address).
 const (
 	clusterSetRange = "198.18.7.0/24"
 	serviceIP       = "198.18.7.50"
+	gatewayIP       = "198.19.7.2"
 )
 
 // TestClusterSetServices runs the Multi-Cluster Services API between two
@@ -44,10 +48,12 @@ func TestClusterSetServices(t *testing.T) {
 	requireNetns(t) // root: the Service's cluster IP goes on the loopback
 	bin := buildHoplink(t)
 	ctx := context.Background()
-	if out, err := exec.Command("ip", "addr", "add", serviceIP+"/32", "dev", "lo").CombinedOutput(); err != nil {
-		t.Fatalf("ip addr add %s: %v: %s", serviceIP, err, out)
+	for _, ip := range []string{serviceIP, gatewayIP} {
+		if out, err := exec.Command("ip", "addr", "add", ip+"/32", "dev", "lo").CombinedOutput(); err != nil {
+			t.Fatalf("ip addr add %s: %v: %s", ip, err, out)
+		}
+		t.Cleanup(func() { exec.Command("ip", "addr", "del", ip+"/32", "dev", "lo").Run() })
 	}
-	t.Cleanup(func() { exec.Command("ip", "addr", "del", serviceIP+"/32", "dev", "lo").Run() })
 
 	a := startCluster(t, "a", clusterSetRange)
 	b := startCluster(t, "b", clusterSetRange)
@@ -74,7 +80,7 @@ func TestClusterSetServices(t *testing.T) {
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "edge", Name: gw + "-pod", Labels: map[string]string{v1alpha1.LabelRelayNode: gw}},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "relay", Image: "hoplink:test"}}}}
 		create(t, c.k8s, pod)
-		pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1", PodIPs: []corev1.PodIP{{IP: "127.0.0.1"}},
+		pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: gatewayIP, PodIPs: []corev1.PodIP{{IP: gatewayIP}},
 			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
 		if err := c.k8s.Status().Update(ctx, pod); err != nil {
 			t.Fatal(err)
@@ -111,7 +117,7 @@ func TestClusterSetServices(t *testing.T) {
 			return err
 		}
 		for _, s := range l.Items {
-			if len(s.Ports) == 1 && len(s.Endpoints) == 1 && s.Endpoints[0].Addresses[0] == "127.0.0.1" && ptr.Deref(s.Endpoints[0].Conditions.Ready, false) {
+			if len(s.Ports) == 1 && len(s.Endpoints) == 1 && s.Endpoints[0].Addresses[0] == gatewayIP && ptr.Deref(s.Endpoints[0].Conditions.Ready, false) {
 				listen = ptr.Deref(s.Ports[0].Port, 0)
 				return nil
 			}
@@ -119,7 +125,7 @@ func TestClusterSetServices(t *testing.T) {
 		return fmt.Errorf("slices %+v", l.Items)
 	})
 	t.Logf("B lists the way to A's web %s after the export", time.Since(exported).Round(time.Millisecond))
-	addr := fmt.Sprintf("127.0.0.1:%d", listen)
+	addr := fmt.Sprintf("%s:%d", gatewayIP, listen)
 	waitFor(t, "1 MiB to A's web through gw-b -> gw-a, from "+addr, func() error {
 		return tcpExchange(func() (net.Conn, error) { return net.DialTimeout("tcp", addr, 5*time.Second) }, 1<<20)
 	})
