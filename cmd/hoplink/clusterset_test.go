@@ -6,6 +6,7 @@ import (
 	"net"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -125,7 +126,7 @@ func TestClusterSetServices(t *testing.T) {
 		return fmt.Errorf("slices %+v", l.Items)
 	})
 	t.Logf("B lists the way to A's web %s after the export", time.Since(exported).Round(time.Millisecond))
-	addr := fmt.Sprintf("%s:%d", gatewayIP, listen)
+	addr := net.JoinHostPort(gatewayIP, strconv.Itoa(int(listen)))
 	waitFor(t, "1 MiB to A's web through gw-b -> gw-a, from "+addr, func() error {
 		return tcpExchange(func() (net.Conn, error) { return net.DialTimeout("tcp", addr, 5*time.Second) }, 1<<20)
 	})

@@ -49,7 +49,11 @@ func main() {
 				}
 				return
 			}
-			time.Sleep(max(*every, time.Second))
+			if *every > 0 {
+				time.Sleep(*every)
+			} else {
+				time.Sleep(time.Second)
+			}
 		}
 	default:
 		fmt.Fprintln(os.Stderr, "unknown command", os.Args[1])
