@@ -108,6 +108,11 @@ func TestValuesRejected(t *testing.T) {
 		{"alerts.prometheusRule.for=soon", "/alerts/prometheusRule/for"},
 		{"operator.watchNamespaces={edge}", "sidecar.injector.enabled: false"},
 		{"operator.watchNamespaces={Not_A_Namespace},sidecar.injector.enabled=false", "/operator/watchNamespaces/0"},
+		{"multicluster.enabled=true", "multicluster.gateway"},
+		{"multicluster.enabled=true,multicluster.gateway=hk", "/multicluster/gateway"},
+		{"multicluster.clusterID=Cluster_A", "/multicluster/clusterID"},
+		{"multicluster.routeMode=fastest", "/multicluster/routeMode"},
+		{"multicluster.enabled=true,multicluster.gateway=edge/hk,operator.watchNamespaces={edge},sidecar.injector.enabled=false", "cluster-wide install"},
 	} {
 		_, err := run(t, h, "template", "t", chart, "--set", tc.set)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -235,6 +240,8 @@ func TestTemplateAppliesToAPIServer(t *testing.T) {
 			[]string{"PodMonitor", "ServiceMonitor", "ConfigMap", "Deployment", "PrometheusRule"}},
 		{"no leader election", []string{"--set", "operator.leaderElection=false,operator.replicas=1"}, []string{"Deployment"}},
 		{"namespace-scoped", []string{"--set", "operator.watchNamespaces={hl-namespace-scoped},sidecar.injector.enabled=false"}, []string{"Deployment", "Role", "RoleBinding"}},
+		{"multicluster", []string{"--set", "multicluster.enabled=true,multicluster.clusterID=east,multicluster.gateway=edge/hk,multicluster.coreDNS.configure=true,multicluster.coreDNS.namespace=hl-multicluster"},
+			[]string{"Deployment", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ns := "hl-" + strings.ReplaceAll(tc.name, " ", "-")

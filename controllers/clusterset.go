@@ -39,6 +39,9 @@ type MultiClusterOptions struct {
 	// Ports are the listen ports the gateway gives imports' Tunnels,
 	// first and last (default 40000-44999).
 	Ports [2]int32
+	// CoreDNS names the ConfigMap (and the Deployment) of CoreDNS whose
+	// Corefile the operator keeps the clusterset zone in; empty: none.
+	CoreDNS types.NamespacedName
 }
 
 // On reports whether multicluster mode is on.

@@ -73,6 +73,11 @@ func setupMultiCluster(mgr ctrl.Manager, o MultiClusterOptions, admin *relayAdmi
 	if err := mgr.Add(&reportPublisher{client: mgr.GetClient(), api: mgr.GetAPIReader(), set: set, log: log}); err != nil {
 		return err
 	}
+	if o.CoreDNS.Name != "" {
+		if err := mgr.Add(&coreDNS{client: mgr.GetClient(), api: mgr.GetAPIReader(), mapper: mgr.GetRESTMapper(), at: o.CoreDNS, log: log}); err != nil {
+			return err
+		}
+	}
 	log.Info("multicluster mode", "clusterset", o.ClusterSet, "gateway", o.Gateway.String(), "mode", o.Mode,
 		"ports", fmt.Sprintf("%d-%d", o.Ports[0], o.Ports[1]))
 	return mgr.Add(&reportPoller{client: mgr.GetClient(), api: admin.api, set: set, log: log})

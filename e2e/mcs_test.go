@@ -22,11 +22,21 @@ func servicesAcrossClusters(t *testing.T, a, b *cluster, blocks map[string]strin
 	kubeconfig := mergedKubeconfig(t, a, b)
 	env := append(os.Environ(), "KUBECONFIG="+kubeconfig, "A=kind-"+a.name, "B=kind-"+b.name,
 		"PATH="+filepath.Dir(kubectl)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	// CoreDNS: A's by the page's commands, B's by its operator (the chart's
+	// multicluster.coreDNS.configure).
 	dns := exec.Command("bash", "-euo", "pipefail", "-c", blocks["coredns"])
-	dns.Dir, dns.Env = work, env
+	dns.Dir, dns.Env = work, append(env, "CTX=kind-"+a.name)
 	if out, err := dns.CombinedOutput(); err != nil {
 		t.Fatalf("the CoreDNS commands of %s: %v\n%s", multiClusterDoc, err, out)
 	}
+	eventually(t, 2*time.Minute, "B's operator adding the clusterset zone to CoreDNS", func() error {
+		out, err := b.try("-n", "kube-system", "get", "configmap", "coredns", "-o", "jsonpath={.data.Corefile}")
+		if err != nil || !strings.Contains(out, "multicluster clusterset.local") {
+			return fmt.Errorf("%v: %s", err, out)
+		}
+		return nil
+	})
+	b.kubectl(t, "-n", "kube-system", "rollout", "status", "deployment", "coredns", "--timeout", "3m")
 	// The suite's images (nothing can be pulled here), in both clusters.
 	out, err := command(root, "hack/kind/mcs-images.sh")
 	if err != nil {

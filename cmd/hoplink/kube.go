@@ -118,6 +118,7 @@ func newOperatorCmd(lf *logFlags) *cobra.Command {
 		webhookService         string
 		webhookConfig          string
 		mcsGateway, mcsPorts   string
+		mcsCoreDNS             string
 	)
 	cmd := &cobra.Command{
 		Use:   "operator",
@@ -143,7 +144,7 @@ func newOperatorCmd(lf *logFlags) *cobra.Command {
 			if len(o.WatchNamespaces) > 0 && webhookPort != 0 {
 				return fmt.Errorf("--watch-namespaces with the sidecar webhook: its configuration is cluster-wide; use --webhook-port=0 in a namespace-scoped install")
 			}
-			if err := parseMultiCluster(&o.MultiCluster, mcsGateway, mcsPorts); err != nil {
+			if err := parseMultiCluster(&o.MultiCluster, mcsGateway, mcsPorts, mcsCoreDNS); err != nil {
 				return err
 			}
 			cfg, err := kf.config()
@@ -206,14 +207,25 @@ func newOperatorCmd(lf *logFlags) *cobra.Command {
 	f.StringVar(&o.MultiCluster.ClusterID, "cluster-id", "", "this cluster's ID in its clusterset, a DNS label (the About API's ClusterProperty cluster.clusterset.k8s.io wins where it exists)")
 	f.StringVar(&o.MultiCluster.ClusterSet, "clusterset", "", "the clusterset's name (the ClusterProperty clusterset.k8s.io wins where it exists)")
 	f.StringVar(&o.MultiCluster.Mode, "mcs-route-mode", "sum", "how the Chains to other clusters route: sum or pipe")
+	f.StringVar(&mcsCoreDNS, "mcs-coredns", "", "keep the clusterset.local zone in the Corefile of CoreDNS's ConfigMap and Deployment `NAMESPACE/NAME` (kubeadm's: kube-system/coredns; empty: leave CoreDNS alone)")
 	f.StringVar(&mcsPorts, "mcs-ports", fmt.Sprintf("%d-%d", controllers.DefaultImportPortFirst, controllers.DefaultImportPortLast), "listen ports `FIRST-LAST` the gateway gives imported services' Tunnels")
 	return cmd
 }
 
 // parseMultiCluster reads the multicluster flags into o.
-func parseMultiCluster(o *controllers.MultiClusterOptions, gateway, ports string) error {
+func parseMultiCluster(o *controllers.MultiClusterOptions, gateway, ports, coreDNS string) error {
 	if gateway == "" {
+		if coreDNS != "" {
+			return fmt.Errorf("--mcs-coredns needs multicluster mode: set --mcs-gateway too")
+		}
 		return nil
+	}
+	if coreDNS != "" {
+		ns, name, ok := strings.Cut(coreDNS, "/")
+		if !ok || ns == "" || name == "" {
+			return fmt.Errorf("--mcs-coredns %q: want NAMESPACE/NAME of CoreDNS's ConfigMap and Deployment, such as kube-system/coredns", coreDNS)
+		}
+		o.CoreDNS = types.NamespacedName{Namespace: ns, Name: name}
 	}
 	ns, name, ok := strings.Cut(gateway, "/")
 	if !ok || ns == "" || name == "" {
