@@ -203,12 +203,12 @@ func newOperatorCmd(lf *logFlags) *cobra.Command {
 	f.StringVar(&o.PrivilegedRelays, "privileged-relays", controllers.PrivilegedNamespaceLabel, "where RelayNodes may run relays on the host network or with TUN devices: "+
 		controllers.PrivilegedNamespaceLabel+" (namespaces labelled "+controllers.LabelPrivilegedRelays+"=true) or "+controllers.PrivilegedAny)
 	f.DurationVar(&renewBefore, "renew-before", 0, "renew relay certificates this long before expiry (default: a third of their validity)")
-	f.StringVar(&mcsGateway, "mcs-gateway", "", "turn on the Multi-Cluster Services API: `NAMESPACE/NAME` of the RelayNode where this cluster's calls to imported services enter the relays, and other clusters' leave them (empty: off)")
+	f.StringVar(&mcsGateway, "mcs-gateway", "", "turn on the Multi-Cluster Services API: NAMESPACE/NAME of the RelayNode where this cluster's calls to imported services enter the relays, and other clusters' leave them (empty: off)")
 	f.StringVar(&o.MultiCluster.ClusterID, "cluster-id", "", "this cluster's ID in its clusterset, a DNS label (the About API's ClusterProperty cluster.clusterset.k8s.io wins where it exists)")
 	f.StringVar(&o.MultiCluster.ClusterSet, "clusterset", "", "the clusterset's name (the ClusterProperty clusterset.k8s.io wins where it exists)")
 	f.StringVar(&o.MultiCluster.Mode, "mcs-route-mode", "sum", "how the Chains to other clusters route: sum or pipe")
-	f.StringVar(&mcsCoreDNS, "mcs-coredns", "", "keep the clusterset.local zone in the Corefile of CoreDNS's ConfigMap and Deployment `NAMESPACE/NAME` (kubeadm's: kube-system/coredns; empty: leave CoreDNS alone)")
-	f.StringVar(&mcsPorts, "mcs-ports", fmt.Sprintf("%d-%d", controllers.DefaultImportPortFirst, controllers.DefaultImportPortLast), "listen ports `FIRST-LAST` the gateway gives imported services' Tunnels")
+	f.StringVar(&mcsCoreDNS, "mcs-coredns", "", "keep the clusterset.local zone in the Corefile of CoreDNS's ConfigMap and Deployment NAMESPACE/NAME (kubeadm's: kube-system/coredns; empty: leave CoreDNS alone)")
+	f.StringVar(&mcsPorts, "mcs-ports", fmt.Sprintf("%d-%d", controllers.DefaultImportPortFirst, controllers.DefaultImportPortLast), "listen ports FIRST-LAST the gateway gives imported services' Tunnels")
 	return cmd
 }
 
