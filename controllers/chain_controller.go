@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
+	"github.com/hoplink/hoplink/clusterset"
 	"github.com/hoplink/hoplink/manifest"
 	"github.com/hoplink/hoplink/routectl"
 )
@@ -49,13 +50,7 @@ func (r *ChainReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	// A Chain whose entry runs in another cluster is routed by that
-	// cluster's operator: flows carry their route, and the relays here
-	// admit any route its spec allows (a Chain of the clusterset, or one
-	// written in both clusters by hand).
-	var entry v1alpha1.RelayNode
-	elsewhere := r.Get(ctx, types.NamespacedName{Namespace: ch.Namespace, Name: ch.Spec.Entry}, &entry) == nil && entry.Spec.External
-	if r.Routes != nil && ch.Spec.Mode.Routed() && !elsewhere {
+	if r.Routes != nil && ch.Spec.Mode.Routed() && !r.routedElsewhere(ctx, &ch) {
 		r.Routes.Upsert(&ch, manifest.Route)
 	} else {
 		r.stopRouting(req.String())
@@ -70,6 +65,20 @@ func (r *ChainReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	cond.Type, cond.ObservedGeneration = conditionReady, ch.Generation
 	meta.SetStatusCondition(&status.Conditions, cond)
 	return ctrl.Result{RequeueAfter: recheck}, patchStatus(ctx, r.Client, &ch, &ch.Status, status)
+}
+
+// routedElsewhere reports whether another cluster's operator routes ch: a
+// Chain of the clusterset whose entry is another cluster's gateway. Flows
+// carry their route and the relays here admit any route the spec allows,
+// so the copy here needs no rounds: each cluster of a set would otherwise
+// measure every pair's Chain. (A Chain written by hand whose entry is
+// external is routed here as ever: its relays may run outside any cluster.)
+func (r *ChainReconciler) routedElsewhere(ctx context.Context, ch *v1alpha1.Chain) bool {
+	if ch.Labels[clusterset.LabelManaged] != "true" {
+		return false
+	}
+	var entry v1alpha1.RelayNode
+	return r.Get(ctx, types.NamespacedName{Namespace: ch.Namespace, Name: ch.Spec.Entry}, &entry) == nil && entry.Spec.External
 }
 
 // joinDelay is how long relays an edit added to a Chain have to take it
@@ -196,7 +205,7 @@ func (r *ChainReconciler) check(ctx context.Context, ch *v1alpha1.Chain, status 
 	if ch.Spec.Mode == v1alpha1.ModeStatic || ch.Spec.Mode == "" {
 		status.Route = slices.Clone(ch.Spec.Route)
 	}
-	if ch.Spec.Mode.Routed() && byName[ch.Spec.Entry].Spec.External {
+	if ch.Spec.Mode.Routed() && ch.Labels[clusterset.LabelManaged] == "true" && byName[ch.Spec.Entry].Spec.External {
 		return metav1.Condition{Status: metav1.ConditionTrue, Reason: ReasonEntryElsewhere,
 			Message: fmt.Sprintf("entry relay %q runs in another cluster, whose operator routes this Chain; relays here admit every route its spec allows", ch.Spec.Entry)}
 	}
