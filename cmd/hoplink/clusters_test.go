@@ -107,9 +107,9 @@ func (c *cluster) operatorLogged(t *testing.T, bin, logName string, args ...stri
 }
 
 // relay runs a relay pod's process: as the ServiceAccount the operator made.
-func (c *cluster) relay(t *testing.T, bin, name string) {
+func (c *cluster) relay(t *testing.T, bin, name string) *exec.Cmd {
 	kc := relayKubeconfig(t, c.cfg, c.dir, "edge", v1alpha1.RelayObjectName(name))
-	c.run(t, bin, "relay-"+name, "relay", "--kube", "--name", name, "--namespace", "edge", "--kubeconfig", kc)
+	return c.run(t, bin, "relay-"+name, "relay", "--kube", "--name", name, "--namespace", "edge", "--kubeconfig", kc)
 }
 
 // TestTwoClusters runs a chain whose entry is in cluster A and whose exit is

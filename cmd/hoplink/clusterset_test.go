@@ -22,6 +22,7 @@ import (
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/clusterset"
+	"github.com/hoplink/hoplink/internal/linkemu"
 	"github.com/hoplink/hoplink/internal/testutil"
 )
 
@@ -75,17 +76,7 @@ func TestClusterSetServices(t *testing.T) {
 				External:  home[name] != c,
 			}})
 		}
-		// What the kubelet would show of the gateway's pod: the relay
-		// process below is what runs.
-		gw := map[*cluster]string{a: "gw-a", b: "gw-b"}[c]
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "edge", Name: gw + "-pod", Labels: map[string]string{v1alpha1.LabelRelayNode: gw}},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "relay", Image: "hoplink:test"}}}}
-		create(t, c.k8s, pod)
-		pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: gatewayIP, PodIPs: []corev1.PodIP{{IP: gatewayIP}},
-			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
-		if err := c.k8s.Status().Update(ctx, pod); err != nil {
-			t.Fatal(err)
-		}
+		gatewayPod(t, c, map[*cluster]string{a: "gw-a", b: "gw-b"}[c])
 		for _, ns := range []string{"demo"} {
 			create(t, c.k8s, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 		}
@@ -220,4 +211,179 @@ func waitExportConditions(t *testing.T, c *cluster, ns, name string, want ...str
 		}
 		return nil
 	})
+}
+
+// TestClusterSetFailover: clusters a and b export web, cluster c calls it.
+// c's links to a's gateway are shorter (a 20 ms round trip, emulated in
+// front of a's endpoints as c knows them, against 60 ms to b's), so c's
+// EndpointSlices send its clients to a and keep b's way standing by; when
+// a's relay dies, c's clients go to b. The test reports how long that took.
+func TestClusterSetFailover(t *testing.T) {
+	requireNetns(t)
+	bin := buildHoplink(t)
+	ctx := context.Background()
+	ips := map[string]string{"a": "198.18.7.60", "b": "198.18.8.60"}
+	for _, ip := range []string{ips["a"], ips["b"], gatewayIP} {
+		if out, err := exec.Command("ip", "addr", "add", ip+"/32", "dev", "lo").CombinedOutput(); err != nil {
+			t.Fatalf("ip addr add %s: %v: %s", ip, err, out)
+		}
+		t.Cleanup(func() { exec.Command("ip", "addr", "del", ip+"/32", "dev", "lo").Run() })
+	}
+	clusters := map[string]*cluster{
+		"a": startCluster(t, "a", "198.18.7.0/24"),
+		"b": startCluster(t, "b", "198.18.8.0/24"),
+		"c": startCluster(t, "c", "198.18.9.0/24"),
+	}
+	ports := map[string]int{}
+	for _, n := range []string{"a", "b", "c"} {
+		ports[n] = testutil.FreePort(t)
+	}
+	// c reaches a's and b's relays through links that delay each way.
+	far := map[string]string{}
+	for n, oneWay := range map[string]time.Duration{"a": 10 * time.Millisecond, "b": 30 * time.Millisecond} {
+		far[n] = emulatedEndpoint(t, fmt.Sprintf("127.0.0.1:%d", ports[n]), oneWay)
+	}
+	for cn, c := range clusters {
+		for _, n := range []string{"a", "b", "c"} {
+			ep := fmt.Sprintf("127.0.0.1:%d", ports[n])
+			if cn == "c" && far[n] != "" {
+				ep = far[n]
+			}
+			create(t, c.k8s, &v1alpha1.RelayNode{ObjectMeta: metav1.ObjectMeta{Namespace: "edge", Name: "gw-" + n}, Spec: v1alpha1.RelayNodeSpec{
+				Listen: v1alpha1.RelayListen{Address: "127.0.0.1", Port: int32(ports[n])}, Endpoints: []string{ep}, External: n != cn}})
+		}
+		gatewayPod(t, c, "gw-"+cn)
+		create(t, c.k8s, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "demo"}})
+	}
+	a := clusters["a"]
+	a.operator(t, bin, "--mcs-gateway", "edge/gw-a", "--cluster-id", "a", "--mcs-ports", "21100-21199")
+	var ca corev1.Secret
+	waitFor(t, "cluster a's CA", func() error {
+		return a.k8s.Get(ctx, types.NamespacedName{Namespace: "hoplink-system", Name: "hoplink-ca"}, &ca)
+	})
+	relays := map[string]*exec.Cmd{}
+	for i, n := range []string{"b", "c"} {
+		c := clusters[n]
+		create(t, c.k8s, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "hoplink-system", Name: "hoplink-ca-from-a"}, Type: ca.Type, Data: ca.Data})
+		c.operator(t, bin, "--ca-secret", "hoplink-ca-from-a", "--mcs-gateway", "edge/gw-"+n, "--cluster-id", n, "--mcs-ports", fmt.Sprintf("%d-%d", 21200+100*i, 21299+100*i))
+	}
+	for n, c := range clusters {
+		relays[n] = c.relay(t, bin, "gw-"+n)
+	}
+	// web in a and in b: each answers with its cluster's name.
+	for _, n := range []string{"a", "b"} {
+		ln, err := net.Listen("tcp", ips[n]+":8080")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		go testutil.Serve(ln, func(c *net.TCPConn) { c.Write([]byte(n + "\n")) })
+		c := clusters[n]
+		create(t, c.k8s, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "web"}, Spec: corev1.ServiceSpec{
+			ClusterIP: ips[n], Ports: []corev1.ServicePort{{Name: "http", Port: 8080, Protocol: corev1.ProtocolTCP}}}})
+		create(t, c.k8s, &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "web"}})
+	}
+
+	// c's clients: a while both are there, b once a's relay is gone.
+	cc := clusters["c"]
+	waitActive := func(want string, within time.Duration) time.Duration {
+		t.Helper()
+		start := time.Now()
+		deadline := start.Add(within)
+		for {
+			port, err := activeWay(cc, "web")
+			if err == nil && port.cluster == want {
+				if answer, err := ask(net.JoinHostPort(gatewayIP, strconv.Itoa(int(port.port)))); err == nil && answer == want {
+					return time.Since(start)
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("c's clients do not reach cluster %s within %s: the way is %+v (%v)", want, within, port, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	waitActive("a", time.Minute)
+	// Measured: the standby is b.
+	var slices discoveryv1.EndpointSliceList
+	if err := cc.k8s.List(ctx, &slices, client.InNamespace("demo"), client.MatchingLabels{mcsv1beta1.LabelSourceCluster: "b"}); err != nil || len(slices.Items) != 1 || ptr.Deref(slices.Items[0].Endpoints[0].Conditions.Ready, true) {
+		t.Fatalf("b's way in c: %+v (%v); want one slice, not ready", slices.Items, err)
+	}
+	relays["a"].Process.Kill()
+	took := waitActive("b", time.Minute)
+	t.Logf("a's gateway relay killed: c's clients reached b %s later", took.Round(100*time.Millisecond))
+}
+
+// emulatedEndpoint puts a link that delays each way by oneWay in front of a
+// relay's endpoint (QUIC and TLS share its port), and returns its address.
+func emulatedEndpoint(t *testing.T, endpoint string, oneWay time.Duration) string {
+	t.Helper()
+	p := linkemu.Params{Delay: oneWay}
+	for range 20 {
+		u, err := linkemu.NewUDPProxy("127.0.0.1:0", endpoint, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, port, _ := net.SplitHostPort(u.Addr())
+		tp, err := linkemu.NewTCPProxy("127.0.0.1:"+port, endpoint, p)
+		if err != nil {
+			u.Close()
+			continue
+		}
+		t.Cleanup(func() { u.Close(); tp.Close() })
+		return "127.0.0.1:" + port
+	}
+	t.Fatal("no port free for both UDP and TCP")
+	return ""
+}
+
+// gatewayPod is what the kubelet would show of a gateway relay's pod: the
+// relay process is what runs.
+func gatewayPod(t *testing.T, c *cluster, relay string) {
+	t.Helper()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "edge", Name: relay + "-pod", Labels: map[string]string{v1alpha1.LabelRelayNode: relay}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "relay", Image: "hoplink:test"}}}}
+	create(t, c.k8s, pod)
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: gatewayIP, PodIPs: []corev1.PodIP{{IP: gatewayIP}},
+		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+	if err := c.k8s.Status().Update(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type way struct {
+	cluster string
+	port    int32
+}
+
+// activeWay is the one ready way to a service's first port in c's
+// EndpointSlices, as kube-proxy would pick.
+func activeWay(c *cluster, name string) (way, error) {
+	var l discoveryv1.EndpointSliceList
+	if err := c.k8s.List(context.Background(), &l, client.InNamespace("demo"), client.MatchingLabels{mcsv1beta1.LabelServiceName: name}); err != nil {
+		return way{}, err
+	}
+	var ready []way
+	for _, s := range l.Items {
+		if len(s.Endpoints) > 0 && len(s.Ports) > 0 && ptr.Deref(s.Endpoints[0].Conditions.Ready, false) {
+			ready = append(ready, way{s.Labels[mcsv1beta1.LabelSourceCluster], ptr.Deref(s.Ports[0].Port, 0)})
+		}
+	}
+	if len(ready) != 1 {
+		return way{}, fmt.Errorf("ready ways %+v", ready)
+	}
+	return ready[0], nil
+}
+
+// ask reads the first line a connection to addr answers.
+func ask(addr string) (string, error) {
+	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(3 * time.Second))
+	b := make([]byte, 16)
+	n, err := c.Read(b)
+	return strings.TrimSpace(string(b[:n])), err
 }
