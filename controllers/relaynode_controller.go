@@ -384,7 +384,8 @@ func (r *RelayNodeReconciler) daemonSetSpec(rn *v1alpha1.RelayNode) appsv1.Daemo
 		Name:  "relay",
 		Image: image,
 		Args: []string{"relay", "--kube", "--name", rn.Name, "--namespace", rn.Namespace,
-			"--metrics-addr", ":" + itoa(mport), "--drain-timeout", itoa(v1alpha1.DefaultDrainSeconds) + "s"},
+			"--metrics-addr", inject.MetricsAddr(mport), "--drain-timeout", itoa(v1alpha1.DefaultDrainSeconds) + "s"},
+		Env: []corev1.EnvVar{inject.PodIPEnv},
 		Ports: []corev1.ContainerPort{
 			{Name: "quic", ContainerPort: port, Protocol: corev1.ProtocolUDP},
 			{Name: "tls", ContainerPort: port, Protocol: corev1.ProtocolTCP},
