@@ -202,6 +202,10 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 			return nil, fmt.Errorf("pod certificate signer: %w", err)
 		}
 	}
+	policy := RelayPolicy{Image: o.Image, AllowedImages: o.AllowedRelayImages, Privileged: o.PrivilegedRelays}
+	if policy.Privileged == "" {
+		policy.Privileged = PrivilegedNamespaceLabel
+	}
 	if serving != nil {
 		if err := mgr.Add(serving); err != nil {
 			return nil, err
@@ -212,11 +216,10 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 			NameHolder: func(ctx context.Context, rn *v1alpha1.RelayNode) (string, error) {
 				return relayNameHolder(ctx, mgr.GetAPIReader(), rn)
 			},
+			Policy: func(ctx context.Context, rn *v1alpha1.RelayNode) (string, string, error) {
+				return policy.Refusal(ctx, mgr.GetAPIReader(), rn)
+			},
 			Config: inject.Config{Image: o.Image, Version: o.Version, Resources: o.RelayResources, PodCertificates: podCerts}}})
-	}
-	policy := RelayPolicy{Image: o.Image, AllowedImages: o.AllowedRelayImages, Privileged: o.PrivilegedRelays}
-	if policy.Privileged == "" {
-		policy.Privileged = PrivilegedNamespaceLabel
 	}
 	admin := newRelayAdmin(mgr.GetClient(), ca)
 	// What only relays see go wrong, asked of them on the leader.
