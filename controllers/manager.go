@@ -193,18 +193,18 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
 		return nil, err
 	}
+	policy := RelayPolicy{Image: o.Image, AllowedImages: o.AllowedRelayImages, Privileged: o.PrivilegedRelays}
+	if policy.Privileged == "" {
+		policy.Privileged = PrivilegedNamespaceLabel
+	}
 	// Per-pod certificates where the cluster serves PodCertificateRequests
 	// (GA in Kubernetes 1.37); the RelayNode's Secret elsewhere.
 	_, err = mgr.GetRESTMapper().RESTMapping(schema.GroupKind{Group: certificatesv1.GroupName, Kind: "PodCertificateRequest"}, "v1")
 	podCerts := err == nil && len(o.WatchNamespaces) == 0
 	if podCerts {
-		if err := (&PodCertificateSigner{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), CA: ca}).SetupWithManager(mgr); err != nil {
+		if err := (&PodCertificateSigner{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), CA: ca, Policy: &policy}).SetupWithManager(mgr); err != nil {
 			return nil, fmt.Errorf("pod certificate signer: %w", err)
 		}
-	}
-	policy := RelayPolicy{Image: o.Image, AllowedImages: o.AllowedRelayImages, Privileged: o.PrivilegedRelays}
-	if policy.Privileged == "" {
-		policy.Privileged = PrivilegedNamespaceLabel
 	}
 	if serving != nil {
 		if err := mgr.Add(serving); err != nil {
