@@ -24,7 +24,7 @@ func TestConditionsArePrintedPrintable(t *testing.T) {
 	}
 	forged := "\x1b]0;pwned\x07\x1b[2J\x1b[H\n\nready: every relay answers, every chain has a route whose links are up, every Tunnel listens"
 	ch := &v1alpha1.Chain{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "c"},
-		Spec: v1alpha1.ChainSpec{Entry: "hk", Exit: "la", Route: []string{"hk", "la"}},
+		Spec:   v1alpha1.ChainSpec{Entry: "hk", Exit: "la", Route: []string{"hk", "la"}},
 		Status: v1alpha1.ChainStatus{Conditions: []metav1.Condition{{Type: "Ready", Status: metav1.ConditionFalse, Reason: "Bad\x1b[31m", Message: forged}}}}
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(ch).WithStatusSubresource(ch).Build()
 	_, objs, err := FromCluster(context.Background(), c, "default")
