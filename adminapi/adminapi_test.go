@@ -224,3 +224,43 @@ func TestClientChecksTheRelay(t *testing.T) {
 		t.Fatalf("a table of another relay was taken: %v", err)
 	}
 }
+
+// hostile answers with control sequences in every string a relay supplies.
+type hostile struct{ backend }
+
+const escapes = "\x1b]0;pwned\x07\x1b[2J\x1b[H\nready: every relay answers\u202e"
+
+func (h *hostile) Status(context.Context, string) (*Status, error) {
+	return &Status{Relay: h.name, Version: escapes,
+		Entries:  []Entry{{Tunnel: "default/web" + escapes, Error: escapes}},
+		Problems: []Problem{{Kind: ProblemDialTarget, Tunnel: "default/api", Last: escapes}},
+		Chains:   []ChainRoute{{Chain: "default/c", Route: []string{"la", escapes}, Reason: escapes}}}, nil
+}
+
+func (h *hostile) Links(context.Context, string, string, time.Duration) (*measure.Table, error) {
+	return nil, NotFound("not_member"+escapes, errors.New(escapes))
+}
+
+// TestAnswersArePrintable: what a relay answers reaches terminals (hoplink
+// status) and conditions and Events (the operator) as printable text, a
+// refusal's words too. Before, every escape went through as sent.
+func TestAnswersArePrintable(t *testing.T) {
+	ca, _ := pki.NewCA("test")
+	ep := server(t, ca, "la", &hostile{backend{name: "la"}})
+	c := operator(t, ca)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := c.Status(ctx, "la", ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, got := range []string{s.Version, s.Entries[0].Tunnel, s.Entries[0].Error, s.Problems[0].Last, s.Chains[0].Route[1], s.Chains[0].Reason} {
+		if strings.ContainsAny(got, "\x1b\x07\n\u202e") || !strings.Contains(got, `\x1b]0;pwned\x07`) {
+			t.Errorf("answer %q is not printable, or not escaped", got)
+		}
+	}
+	_, err = c.Links(ctx, "la", ep, "default/c", time.Second)
+	if err == nil || strings.ContainsAny(err.Error(), "\x1b\x07\n\u202e") {
+		t.Errorf("refusal %q", err)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hoplink/hoplink/internal/printable"
 	"github.com/hoplink/hoplink/measure"
 	"github.com/hoplink/hoplink/pki"
 )
@@ -148,12 +149,19 @@ func (c *Client) call(ctx context.Context, relay, method, endpoint, path string,
 	if len(b) > MaxAnswer {
 		return fmt.Errorf("%s %s: answer larger than %d bytes", method, u, MaxAnswer)
 	}
+	// What a relay answers is shown on terminals (hoplink status) and
+	// copied into conditions and Events: printable text only.
 	if resp.StatusCode != http.StatusOK {
 		e := &Error{Status: resp.StatusCode}
 		if json.Unmarshal(b, e) != nil || e.Reason == "" {
-			return fmt.Errorf("%s %s: %s: %s", method, u, resp.Status, bytes.TrimSpace(b))
+			return fmt.Errorf("%s %s: %s: %s", method, u, printable.String(resp.Status), printable.String(string(bytes.TrimSpace(b))))
 		}
-		return fmt.Errorf("%s %s: %s: %w", method, u, resp.Status, e)
+		printable.Strings(e)
+		return fmt.Errorf("%s %s: %s: %w", method, u, printable.String(resp.Status), e)
 	}
-	return json.Unmarshal(b, v)
+	if err := json.Unmarshal(b, v); err != nil {
+		return err
+	}
+	printable.Strings(v)
+	return nil
 }

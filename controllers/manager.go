@@ -217,12 +217,16 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
 		return nil, err
 	}
+	policy := RelayPolicy{Image: o.Image, AllowedImages: o.AllowedRelayImages, Privileged: o.PrivilegedRelays}
+	if policy.Privileged == "" {
+		policy.Privileged = PrivilegedNamespaceLabel
+	}
 	// Per-pod certificates where the cluster serves PodCertificateRequests
 	// (GA in Kubernetes 1.37); the RelayNode's Secret elsewhere.
 	_, err = mgr.GetRESTMapper().RESTMapping(schema.GroupKind{Group: certificatesv1.GroupName, Kind: "PodCertificateRequest"}, "v1")
 	podCerts := err == nil && len(o.WatchNamespaces) == 0
 	if podCerts {
-		if err := (&PodCertificateSigner{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), CA: ca}).SetupWithManager(mgr); err != nil {
+		if err := (&PodCertificateSigner{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), CA: ca, Policy: &policy}).SetupWithManager(mgr); err != nil {
 			return nil, fmt.Errorf("pod certificate signer: %w", err)
 		}
 	}
@@ -236,11 +240,10 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 			NameHolder: func(ctx context.Context, rn *v1alpha1.RelayNode) (string, error) {
 				return relayNameHolder(ctx, mgr.GetAPIReader(), rn)
 			},
+			Policy: func(ctx context.Context, rn *v1alpha1.RelayNode) (string, string, error) {
+				return policy.Refusal(ctx, mgr.GetAPIReader(), rn)
+			},
 			Config: inject.Config{Image: o.Image, Version: o.Version, Resources: o.RelayResources, PodCertificates: podCerts}}})
-	}
-	policy := RelayPolicy{Image: o.Image, AllowedImages: o.AllowedRelayImages, Privileged: o.PrivilegedRelays}
-	if policy.Privileged == "" {
-		policy.Privileged = PrivilegedNamespaceLabel
 	}
 	admin := newRelayAdmin(mgr.GetClient(), ca)
 	// What only relays see go wrong, asked of them on the leader.

@@ -36,6 +36,10 @@ type PodCertificateSigner struct {
 	// not on what the cache has seen so far.
 	Reader client.Reader
 	CA     *pki.CA
+	// Policy, when set, refuses pods of RelayNodes the relay policy
+	// refuses: pods injected before it did get no new certificate, so
+	// their relays stop within a day.
+	Policy *RelayPolicy
 }
 
 // podCertLifetime is the longest certificate the signer issues; the kubelet
@@ -136,6 +140,14 @@ func (r *PodCertificateSigner) check(ctx context.Context, pcr *certificatesv1.Po
 	case holder != "":
 		return "", &refusal{ReasonNameConflict, fmt.Sprintf("RelayNode %s/%s does not hold its name: RelayNode %q of namespace %q was created before it (or in the same second), and a relay's name is its certificate name; rename this one (and its pods' label %s)",
 			rn.Namespace, rn.Name, rn.Name, holder, v1alpha1.LabelRelayNode)}, nil
+	}
+	if r.Policy != nil {
+		switch reason, message, err := r.Policy.Refusal(ctx, r.Reader, &rn); {
+		case err != nil:
+			return "", nil, err
+		case reason != "":
+			return "", &refusal{reason, fmt.Sprintf("RelayNode %s/%s may not run here: %s", rn.Namespace, rn.Name, message)}, nil
+		}
 	}
 	return relay, nil, nil
 }

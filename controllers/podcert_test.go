@@ -224,3 +224,30 @@ func TestPodCertificateSignerLendsNoName(t *testing.T) {
 		})
 	}
 }
+
+// The signer follows the relay policy: a pod labelled for a sidecar
+// RelayNode whose image the operator does not run (labelled after its
+// creation, which the webhook never sees, or injected before the policy
+// refused it) gets no certificate (before: issued).
+func TestPodCertificateSignerFollowsThePolicy(t *testing.T) {
+	needAPI(t)
+	ctx := context.Background()
+	ns := namespace(t)
+	k := newKubelet(t, "node-"+ns)
+	rn := sidecarRelay(ns, "pc-evil", func(r *v1alpha1.RelayNode) { r.Spec.Image = "evil.example/relay:1" })
+	create(t, rn)
+	waitReason(t, rn, ReasonImageNotAllowed)
+	p := appPod(ns, "later", "pc-evil")
+	delete(p.Labels, LabelRelayNode)
+	k.run(p)
+	orig := p.DeepCopy()
+	p.Labels[LabelRelayNode] = "pc-evil"
+	if err := k8s.Patch(ctx, p, client.MergeFrom(orig)); err != nil {
+		t.Fatal(err)
+	}
+	pcr, _ := k.ask(p)
+	c := meta.FindStatusCondition(pcr.Status.Conditions, certificatesv1.PodCertificateRequestConditionTypeDenied)
+	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != ReasonImageNotAllowed || !strings.Contains(c.Message, `spec.image "evil.example/relay:1"`) {
+		t.Fatalf("the pod of a refused RelayNode: %+v", pcr.Status.Conditions)
+	}
+}

@@ -15,6 +15,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/hoplink/hoplink/adminapi"
 	"github.com/hoplink/hoplink/api/v1alpha1"
@@ -104,7 +105,7 @@ func (a *relayAdmin) endpoints(ctx context.Context, namespace, relay string) ([]
 const measuredReplicas = 3
 
 // eachEndpoint calls f on every endpoint at once and returns the answers
-// that came, or why none did.
+// that came, or why none did (reachError).
 func eachEndpoint[T any](relay string, eps []string, f func(ep string) (T, error)) ([]T, error) {
 	results := make([]T, len(eps))
 	errs := make([]error, len(eps))
@@ -113,7 +114,10 @@ func eachEndpoint[T any](relay string, eps []string, f func(ep string) (T, error
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i], errs[i] = f(ep)
+			if results[i], errs[i] = f(ep); errs[i] != nil {
+				log.Log.V(1).Info("relay endpoint not asked", "relay", relay, "endpoint", ep, "err", errs[i].Error())
+				errs[i] = reachError(ep, errs[i])
+			}
 		}()
 	}
 	wg.Wait()

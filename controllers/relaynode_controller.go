@@ -155,13 +155,29 @@ func (r *RelayNodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		if err != nil {
 			return ctrl.Result{}, err
 		}
+		if ref, err := r.refusal(ctx, &rn); err != nil {
+			return ctrl.Result{}, err
+		} else if ref != nil {
+			// The webhook injects no new pod; those injected before lose
+			// what their relays read and how peers find them.
+			if err := r.deleteSidecarObjects(ctx, &rn, true); err != nil {
+				return ctrl.Result{}, err
+			}
+			r.sidecarStatus(&rn, pods, status)
+			r.tellRefusal(&rn, ref)
+			meta.SetStatusCondition(&status.Conditions, metav1.Condition{
+				Type: conditionReady, Status: metav1.ConditionFalse, Reason: ref.reason, ObservedGeneration: rn.Generation, Message: ref.message,
+			})
+			return ctrl.Result{RequeueAfter: min(renewIn, policyRecheck)}, patchStatus(ctx, r.Client, &rn, &rn.Status, status)
+		}
+		r.refusalsTold.Delete(req.NamespacedName)
 		if err := r.ensureSidecarObjects(ctx, &rn, pods, members); err != nil {
 			return ctrl.Result{}, err
 		}
 		r.sidecarStatus(&rn, pods, status)
 		return ctrl.Result{RequeueAfter: renewIn}, patchStatus(ctx, r.Client, &rn, &rn.Status, status)
 	}
-	if err := r.deleteSidecarObjects(ctx, &rn); err != nil {
+	if err := r.deleteSidecarObjects(ctx, &rn, false); err != nil {
 		return ctrl.Result{}, err
 	}
 	status.Injected, status.Outdated = 0, 0
@@ -219,19 +235,15 @@ const policyRecheck = 30 * time.Second
 
 // refusal checks a RelayNode against the operator's policy.
 func (r *RelayNodeReconciler) refusal(ctx context.Context, rn *v1alpha1.RelayNode) (*refusal, error) {
-	var labels map[string]string
-	if r.Policy.Privileged != PrivilegedAny {
-		var ns corev1.Namespace
-		reader := r.Reader
-		if reader == nil {
-			reader = r.Client
-		}
-		if err := reader.Get(ctx, types.NamespacedName{Name: rn.Namespace}, &ns); err != nil {
-			return nil, fmt.Errorf("read namespace %s: %w", rn.Namespace, err)
-		}
-		labels = ns.Labels
+	reader := r.Reader
+	if reader == nil {
+		reader = r.Client
 	}
-	return r.Policy.check(rn, labels), nil
+	reason, message, err := r.Policy.Refusal(ctx, reader, rn)
+	if err != nil || reason == "" {
+		return nil, err
+	}
+	return &refusal{reason, message}, nil
 }
 
 // relayNameHolder returns the namespace of a RelayNode that keeps rn from
@@ -387,7 +399,8 @@ func (r *RelayNodeReconciler) daemonSetSpec(rn *v1alpha1.RelayNode) appsv1.Daemo
 		Name:  "relay",
 		Image: image,
 		Args: []string{"relay", "--kube", "--name", rn.Name, "--namespace", rn.Namespace,
-			"--metrics-addr", ":" + itoa(mport), "--drain-timeout", itoa(v1alpha1.DefaultDrainSeconds) + "s"},
+			"--metrics-addr", inject.MetricsAddr(mport), "--drain-timeout", itoa(v1alpha1.DefaultDrainSeconds) + "s"},
+		Env: []corev1.EnvVar{inject.PodIPEnv},
 		Ports: []corev1.ContainerPort{
 			{Name: "quic", ContainerPort: port, Protocol: corev1.ProtocolUDP},
 			{Name: "tls", ContainerPort: port, Protocol: corev1.ProtocolTCP},

@@ -1,9 +1,14 @@
 package controllers
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
 )
@@ -36,10 +41,14 @@ type RelayPolicy struct {
 // a message that names the field and the fix.
 type refusal struct{ reason, message string }
 
-// check says whether rn may run, in a namespace with these labels. Sidecar
-// and external relays run no DaemonSet: only the sidecar's own rules apply.
+// check says whether rn may run, in a namespace with these labels. One
+// policy for every form a relay takes: a sidecar runs its RelayNode's image
+// in the pods it is injected into, and with spec.tun as root with NET_ADMIN
+// and /dev/net/tun, as a DaemonSet's relay would; only the host network is
+// not a sidecar's to ask for (the webhook refuses host-network pods).
+// External relays run nothing here.
 func (p RelayPolicy) check(rn *v1alpha1.RelayNode, nsLabels map[string]string) *refusal {
-	if rn.Spec.External || rn.Spec.IsSidecar() {
+	if rn.Spec.External {
 		return nil
 	}
 	if img := rn.Spec.Image; img != "" && img != p.Image && !slices.ContainsFunc(p.AllowedImages, func(pre string) bool { return strings.HasPrefix(img, pre) }) {
@@ -52,11 +61,34 @@ func (p RelayPolicy) check(rn *v1alpha1.RelayNode, nsLabels map[string]string) *
 		return nil
 	}
 	fix := fmt.Sprintf("label the namespace (kubectl label namespace %s %s=true) if its RelayNodes may run privileged relays", rn.Namespace, LabelPrivilegedRelays)
+	sidecar := rn.Spec.IsSidecar()
 	if rn.Spec.TUN {
-		return &refusal{ReasonPrivilegesNotAllowed, fmt.Sprintf("spec.tun runs relay pods as root with NET_ADMIN, which namespace %q does not allow: %s, or remove spec.tun", rn.Namespace, fix)}
+		what := "relay pods"
+		if sidecar {
+			what = "the sidecar relay of every pod it is injected into"
+		}
+		return &refusal{ReasonPrivilegesNotAllowed, fmt.Sprintf("spec.tun runs %s as root with NET_ADMIN, which namespace %q does not allow: %s, or remove spec.tun", what, rn.Namespace, fix)}
 	}
-	if rn.Spec.HostNetwork == nil || *rn.Spec.HostNetwork {
+	if !sidecar && (rn.Spec.HostNetwork == nil || *rn.Spec.HostNetwork) {
 		return &refusal{ReasonPrivilegesNotAllowed, fmt.Sprintf("spec.hostNetwork (true unless set) runs relay pods on their nodes' network, which namespace %q does not allow: %s, or set spec.hostNetwork: false", rn.Namespace, fix)}
 	}
 	return nil
+}
+
+// Refusal checks rn against the policy, reading its namespace's labels
+// through reader when they matter. It returns the condition reason and
+// message of a refusal ("" when rn may run).
+func (p RelayPolicy) Refusal(ctx context.Context, reader client.Reader, rn *v1alpha1.RelayNode) (reason, message string, err error) {
+	var labels map[string]string
+	if p.Privileged != PrivilegedAny {
+		var ns corev1.Namespace
+		if err := reader.Get(ctx, types.NamespacedName{Name: rn.Namespace}, &ns); err != nil {
+			return "", "", fmt.Errorf("read namespace %s: %w", rn.Namespace, err)
+		}
+		labels = ns.Labels
+	}
+	if ref := p.check(rn, labels); ref != nil {
+		return ref.reason, ref.message, nil
+	}
+	return "", "", nil
 }

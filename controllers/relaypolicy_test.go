@@ -39,6 +39,18 @@ func TestRelayPolicy(t *testing.T) {
 		{"tun, namespace not opted in", rn(func(s *v1alpha1.RelayNodeSpec) { pod(s); s.TUN = true }), map[string]string{LabelPrivilegedRelays: "yes"}, false, "PrivilegesNotAllowed",
 			[]string{"spec.tun", "root with NET_ADMIN", "remove spec.tun"}},
 		{"tun, namespace opted in", rn(func(s *v1alpha1.RelayNodeSpec) { s.TUN = true }), opted, false, "", nil},
+		// One policy for every form: a sidecar runs its image and its TUN
+		// device in the pods it is injected into.
+		{"a sidecar in the pod network, whatever hostNetwork says", rn(func(s *v1alpha1.RelayNodeSpec) { s.Sidecar = &v1alpha1.RelaySidecar{} }), nil, false, "", nil},
+		{"a sidecar's image of its own", rn(func(s *v1alpha1.RelayNodeSpec) { s.Sidecar = &v1alpha1.RelaySidecar{}; s.Image = "evil:latest" }), opted, false, "ImageNotAllowed",
+			[]string{`spec.image "evil:latest"`}},
+		{"a sidecar's allowed image", rn(func(s *v1alpha1.RelayNodeSpec) {
+			s.Sidecar = &v1alpha1.RelaySidecar{}
+			s.Image = "reg.example/hoplink:3"
+		}), nil, false, "", nil},
+		{"a tun sidecar, namespace not opted in", rn(func(s *v1alpha1.RelayNodeSpec) { s.Sidecar = &v1alpha1.RelaySidecar{}; s.TUN = true }), nil, false, "PrivilegesNotAllowed",
+			[]string{"spec.tun", "the sidecar relay of every pod it is injected into", "root with NET_ADMIN", "kubectl label namespace edge hoplink.dev/privileged-relays=true"}},
+		{"a tun sidecar, namespace opted in", rn(func(s *v1alpha1.RelayNodeSpec) { s.Sidecar = &v1alpha1.RelaySidecar{}; s.TUN = true }), opted, false, "", nil},
 		{"external relays run nothing here", rn(func(s *v1alpha1.RelayNodeSpec) { s.External = true; s.Image = "evil:latest" }), nil, false, "", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -31,6 +31,8 @@ type relayReports struct {
 	admin    *relayAdmin
 	recorder recorder.EventRecorder
 	every    time.Duration
+	// askTimeout bounds one relay's answer.
+	askTimeout time.Duration
 
 	// Reconciles of the objects whose report changed.
 	tunnels, relays chan event.GenericEvent
@@ -52,10 +54,14 @@ type endpointReport struct {
 const (
 	reportEvery   = 10 * time.Second
 	recentProblem = 10 * time.Minute
+	askTimeout    = 3 * time.Second
+	// reportParallel bounds the RelayNodes asked at once: their endpoints
+	// are asked at once too, a few each (measuredReplicas of a sidecar's).
+	reportParallel = 16
 )
 
 func newRelayReports(c client.Reader, admin *relayAdmin, rec recorder.EventRecorder) *relayReports {
-	return &relayReports{client: c, admin: admin, recorder: rec, every: reportEvery,
+	return &relayReports{client: c, admin: admin, recorder: rec, every: reportEvery, askTimeout: askTimeout,
 		tunnels: make(chan event.GenericEvent, 256), relays: make(chan event.GenericEvent, 256),
 		reports: map[types.NamespacedName][]endpointReport{}, seen: map[string]int64{}}
 }
@@ -78,47 +84,68 @@ func (r *relayReports) Start(ctx context.Context) error {
 }
 
 // round asks every relay once and tells the reconcilers what changed.
+// RelayNodes are asked reportParallel at once, so that relays that do not
+// answer (each takes askTimeout) delay the others' conditions by one
+// timeout, not one each.
 func (r *relayReports) round(ctx context.Context) {
 	var list v1alpha1.RelayNodeList
 	if err := r.client.List(ctx, &list); err != nil {
 		return
 	}
+	sem := make(chan struct{}, reportParallel)
+	var wg sync.WaitGroup
 	for i := range list.Items {
 		rn := &list.Items[i]
 		if rn.Spec.External || len(rn.Status.Endpoints) == 0 {
 			continue
 		}
-		key := client.ObjectKeyFromObject(rn)
-		eps := rn.Status.Endpoints
-		if rn.Spec.IsSidecar() {
-			eps = eps[:min(len(eps), measuredReplicas)]
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			wg.Wait()
+			return
 		}
-		got := make([]endpointReport, len(eps))
-		var wg sync.WaitGroup
-		for j, ep := range eps {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-				defer cancel()
-				s, err := r.admin.api.Status(cctx, rn.Name, ep)
-				got[j] = endpointReport{endpoint: ep, status: s, err: err}
-			}()
-		}
-		wg.Wait()
-		r.mu.Lock()
-		old := r.reports[key]
-		r.reports[key] = got
-		r.mu.Unlock()
-		if summary(old) != summary(got) {
-			select {
-			case r.relays <- event.GenericEvent{Object: rn}:
-			default: // the next round will
-			}
-			r.touchTunnels(ctx, rn)
-		}
-		r.tell(ctx, rn, got)
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			r.ask(ctx, rn)
+		}()
 	}
+	wg.Wait()
+}
+
+// ask asks one RelayNode's relays, each endpoint at once.
+func (r *relayReports) ask(ctx context.Context, rn *v1alpha1.RelayNode) {
+	key := client.ObjectKeyFromObject(rn)
+	eps := rn.Status.Endpoints
+	if rn.Spec.IsSidecar() {
+		eps = eps[:min(len(eps), measuredReplicas)]
+	}
+	got := make([]endpointReport, len(eps))
+	var wg sync.WaitGroup
+	for j, ep := range eps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cctx, cancel := context.WithTimeout(ctx, r.askTimeout)
+			defer cancel()
+			s, err := r.admin.api.Status(cctx, rn.Name, ep)
+			got[j] = endpointReport{endpoint: ep, status: s, err: err}
+		}()
+	}
+	wg.Wait()
+	r.mu.Lock()
+	old := r.reports[key]
+	r.reports[key] = got
+	r.mu.Unlock()
+	if summary(old) != summary(got) {
+		select {
+		case r.relays <- event.GenericEvent{Object: rn}:
+		default: // the next round will
+		}
+		r.touchTunnels(ctx, rn)
+	}
+	r.tell(ctx, rn, got)
 }
 
 // touchTunnels requeues the Tunnels that enter at a relay whose report
@@ -192,11 +219,11 @@ func (r *relayReports) tell(ctx context.Context, rn *v1alpha1.RelayNode, reports
 			r.event(ctx, rn, p.Tunnel, reason, "relay %s at %s, %d more time(s): %s", rn.Name, e.endpoint, p.Count-before, p.Last)
 		}
 	}
+	r.mu.Lock()
 	if len(r.seen) > 4*adminapi.MaxProblems*max(1, len(reports)) {
-		r.mu.Lock()
 		clear(r.seen) // bounded: at worst a problem is told again
-		r.mu.Unlock()
 	}
+	r.mu.Unlock()
 }
 
 func (r *relayReports) event(ctx context.Context, rn *v1alpha1.RelayNode, tunnel, reason, format string, args ...any) {

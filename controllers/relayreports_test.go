@@ -1,16 +1,23 @@
 package controllers
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"io"
+	"net"
 	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/hoplink/hoplink/adminapi"
 	"github.com/hoplink/hoplink/api/v1alpha1"
+	"github.com/hoplink/hoplink/pki"
 )
 
 // The conditions come from what the relays said: how many entry relays
@@ -83,5 +90,33 @@ func TestCongestionControlCondition(t *testing.T) {
 	}
 	if summary(r.reports[key]) == before {
 		t.Error("a relay's congestion control changed and the summary did not: the condition would not follow")
+	}
+}
+
+// Relays that do not answer delay a round by one timeout, not one each:
+// 20 RelayNodes whose endpoint accepts and stays silent, asked with a
+// 300 ms timeout, take about 600 ms, two waves of reportParallel (before:
+// one after another, 6 s; 60 s at the real 3 s timeout).
+func TestReportRoundAsksRelaysAtOnce(t *testing.T) {
+	silent := serveLoopback(t, func(c net.Conn) { io.Copy(io.Discard, c) })
+	var objs []client.Object
+	for i := range 20 {
+		rn := &v1alpha1.RelayNode{ObjectMeta: metav1.ObjectMeta{Namespace: "edge", Name: fmt.Sprintf("r%d", i)}}
+		rn.Status.Endpoints = []string{silent}
+		objs = append(objs, rn)
+	}
+	c := fake.NewClientBuilder().WithScheme(Scheme()).WithObjects(objs...).WithStatusSubresource(objs...).
+		WithIndex(&v1alpha1.Chain{}, indexChainRelays, func(client.Object) []string { return nil }).Build()
+	ca, _ := pki.NewCA("test")
+	r := newRelayReports(c, newRelayAdmin(c, ca), nil)
+	r.askTimeout = 300 * time.Millisecond
+	start := time.Now()
+	r.round(context.Background())
+	took := time.Since(start)
+	if len(r.reports) != 20 {
+		t.Fatalf("%d RelayNodes asked, want 20", len(r.reports))
+	}
+	if took > 4*time.Second { // 0.6 s and a busy host's delays
+		t.Fatalf("a round of 20 silent relays took %v", took)
 	}
 }

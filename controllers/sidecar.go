@@ -94,9 +94,20 @@ func (r *RelayNodeReconciler) sidecarPods(ctx context.Context, rn *v1alpha1.Rela
 }
 
 // deleteSidecarObjects removes the Service of a RelayNode that left sidecar
-// mode (its Role and RoleBinding are rewritten for the DaemonSet).
-func (r *RelayNodeReconciler) deleteSidecarObjects(ctx context.Context, rn *v1alpha1.RelayNode) error {
-	return r.deleteOwned(ctx, rn, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: RelayObjectName(rn.Name), Namespace: rn.Namespace}})
+// mode (its Role and RoleBinding are rewritten for the DaemonSet), and with
+// rbac the Role and RoleBinding too (the policy refuses its sidecars).
+func (r *RelayNodeReconciler) deleteSidecarObjects(ctx context.Context, rn *v1alpha1.RelayNode, rbac bool) error {
+	om := metav1.ObjectMeta{Name: RelayObjectName(rn.Name), Namespace: rn.Namespace}
+	objs := []client.Object{&corev1.Service{ObjectMeta: om}}
+	if rbac {
+		objs = append(objs, &rbacv1.RoleBinding{ObjectMeta: om}, &rbacv1.Role{ObjectMeta: om})
+	}
+	for _, o := range objs {
+		if err := r.deleteOwned(ctx, rn, o); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // deleteOwned deletes o if it exists and is rn's, reading the cache first

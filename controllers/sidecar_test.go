@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/inject"
@@ -253,4 +254,68 @@ func TestWebhookServingCertificate(t *testing.T) {
 		}
 		leaf = l
 	}
+}
+
+// One relay policy for every RelayNode form: a sidecar RelayNode whose
+// image the operator does not run, or whose TUN device its namespace does
+// not allow, is refused in its Ready condition, and the webhook injects no
+// pod with it (before, both ran: any image, and root with NET_ADMIN in
+// any namespace). Once the namespace opts in, the TUN sidecar is injected.
+func TestSidecarRelayPolicy(t *testing.T) {
+	needAPI(t)
+	ctx := context.Background()
+	ns := namespace(t) + "-plain"
+	mustCreateNamespaceWith(ctx, ns, nil)
+	evil := sidecarRelay(ns, "policy-evil", func(rn *v1alpha1.RelayNode) { rn.Spec.Image = "evil.example/relay:1" })
+	tun := sidecarRelay(ns, "policy-tun", func(rn *v1alpha1.RelayNode) { rn.Spec.TUN = true })
+	allowed := sidecarRelay(ns, "policy-allowed", func(rn *v1alpha1.RelayNode) { rn.Spec.Image = "allowed.example/hoplink:2" })
+	for _, rn := range []*v1alpha1.RelayNode{evil, tun, allowed} {
+		create(t, rn)
+	}
+	for _, tc := range []struct {
+		rn     *v1alpha1.RelayNode
+		reason string
+		says   string
+	}{
+		{evil, ReasonImageNotAllowed, `spec.image "evil.example/relay:1"`},
+		{tun, ReasonPrivilegesNotAllowed, "spec.tun runs the sidecar relay of every pod it is injected into as root with NET_ADMIN"},
+	} {
+		c := waitReason(t, tc.rn, tc.reason)
+		if !strings.Contains(c.Message, tc.says) {
+			t.Errorf("%s: condition %q does not say %q", tc.rn.Name, c.Message, tc.says)
+		}
+		err := k8s.Create(ctx, appPod(ns, tc.rn.Name+"-1", tc.rn.Name))
+		if err == nil || !strings.Contains(err.Error(), tc.reason) || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("pod of %s: error %v, want a denial that says %s and %q", tc.rn.Name, err, tc.reason, tc.says)
+		}
+		// Nothing that lets a relay of its read the namespace or be found.
+		key := types.NamespacedName{Namespace: ns, Name: RelayObjectName(tc.rn.Name)}
+		for _, o := range []client.Object{&rbacv1.RoleBinding{}, &corev1.Service{}} {
+			if err := k8s.Get(ctx, key, o); !apierrors.IsNotFound(err) {
+				t.Errorf("%s: %T exists although its RelayNode is refused (%v)", tc.rn.Name, o, err)
+			}
+		}
+	}
+	p := appPod(ns, "allowed-1", "policy-allowed")
+	create(t, p)
+	if len(p.Spec.InitContainers) != 1 || p.Spec.InitContainers[0].Image != "allowed.example/hoplink:2" {
+		t.Fatalf("an allowed image was not injected: %+v", p.Spec.InitContainers)
+	}
+
+	var nsObj corev1.Namespace
+	if err := k8s.Get(ctx, types.NamespacedName{Name: ns}, &nsObj); err != nil {
+		t.Fatal(err)
+	}
+	nsObj.Labels = map[string]string{LabelPrivilegedRelays: "true"}
+	if err := k8s.Update(ctx, &nsObj); err != nil {
+		t.Fatal(err)
+	}
+	// The webhook reads the namespace at each admission; the condition
+	// follows at the RelayNode's next reconcile (the new pod's).
+	p = appPod(ns, "tun-2", "policy-tun")
+	create(t, p)
+	if len(p.Spec.InitContainers) != 1 || p.Spec.InitContainers[0].SecurityContext.Capabilities.Add[0] != "NET_ADMIN" {
+		t.Fatalf("the TUN sidecar was not injected once the namespace opted in: %+v", p.Spec.InitContainers)
+	}
+	waitReason(t, tun, ReasonSidecarsNotReady)
 }

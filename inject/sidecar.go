@@ -76,10 +76,11 @@ func Container(rn *v1alpha1.RelayNode, c Config) corev1.Container {
 		Image:         image,
 		RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
 		Args: []string{"relay", "--kube", "--name", rn.Name, "--certs", CertsDir,
-			"--metrics-addr", ":" + strconv.Itoa(int(mport))},
+			"--metrics-addr", MetricsAddr(mport)},
 		Env: []corev1.EnvVar{
 			{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"}}},
 			{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.name"}}},
+			PodIPEnv,
 		},
 		Ports: []corev1.ContainerPort{
 			{Name: "hoplink-quic", ContainerPort: port, Protocol: corev1.ProtocolUDP},
@@ -107,6 +108,17 @@ func Container(rn *v1alpha1.RelayNode, c Config) corev1.Container {
 	}
 	return ctr
 }
+
+// PodIPEnv gives a relay container its pod's IP, which MetricsAddr binds.
+var PodIPEnv = corev1.EnvVar{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "status.podIP"}}}
+
+// MetricsAddr is a relay container's --metrics-addr: port on the pod's IP
+// (PodIPEnv; brackets hold IPv4 and IPv6 alike), where the kubelet probes
+// and Prometheus scrapes, rather than every address. On the host network
+// the pod's IP is the node's: the metrics port is then not served on the
+// node's loopback or its other interfaces, where processes and networks
+// that have no business with it would reach it.
+func MetricsAddr(port int32) string { return "[$(POD_IP)]:" + strconv.Itoa(int(port)) }
 
 // RelaySecurityContext is a relay container's, in a DaemonSet pod or as a
 // sidecar: not root, no capability, no privilege escalation, a read-only

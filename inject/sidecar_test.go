@@ -2,6 +2,8 @@ package inject
 
 import (
 	"encoding/json"
+	"net"
+	"slices"
 	"strings"
 	"testing"
 
@@ -150,6 +152,29 @@ func TestVolumesWithPodCertificates(t *testing.T) {
 			if p == nil || p.SignerName != SignerName || p.KeyPath != "tls.key" || p.CertificateChainPath != "tls.crt" {
 				t.Errorf("podCertificate %+v", p)
 			}
+		}
+	}
+}
+
+// The metrics port is bound on the pod's IP alone: the argument names the
+// variable the kubelet fills from status.podIP, in brackets, which hold
+// both address families.
+func TestMetricsBindThePodIP(t *testing.T) {
+	c := Container(sidecarNode("web"), Config{})
+	i := slices.Index(c.Args, "--metrics-addr")
+	if i < 0 || i+1 >= len(c.Args) {
+		t.Fatalf("no --metrics-addr in %v", c.Args)
+	}
+	if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
+		return e.Name == "POD_IP" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "status.podIP"
+	}) {
+		t.Fatalf("POD_IP does not come from status.podIP: %+v", c.Env)
+	}
+	for _, ip := range []string{"10.1.2.3", "fd00::5"} {
+		// What the kubelet makes of $(POD_IP) in an argument.
+		host, port, err := net.SplitHostPort(strings.ReplaceAll(c.Args[i+1], "$(POD_IP)", ip))
+		if err != nil || host != ip || port != "7402" {
+			t.Errorf("pod IP %s: --metrics-addr %q binds %q port %q (%v)", ip, c.Args[i+1], host, port, err)
 		}
 	}
 }

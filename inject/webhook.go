@@ -37,7 +37,12 @@ type Webhook struct {
 	// holding its name, "" when rn holds it: the operator's NameConflict
 	// rule, whose losers' relays get no certificate. Nil: not asked.
 	NameHolder func(ctx context.Context, rn *v1alpha1.RelayNode) (string, error)
-	Config     Config
+	// Policy says why the operator's relay policy refuses rn (its image, a
+	// TUN device in a namespace not allowed privileged relays): the
+	// reason and message of its Ready condition, "" when it may run. Nil:
+	// not asked.
+	Policy func(ctx context.Context, rn *v1alpha1.RelayNode) (reason, message string, err error)
+	Config Config
 }
 
 var _ admission.Handler = (*Webhook)(nil)
@@ -95,6 +100,14 @@ func (w *Webhook) Handle(ctx context.Context, req admission.Request) admission.R
 		if n.Labels[labelEnforce] == restrictedSecurity || n.Labels[labelEnforce] == "baseline" {
 			return admission.Denied(fmt.Sprintf("RelayNode %s sets spec.tun: its sidecar needs NET_ADMIN, root and /dev/net/tun, which namespace %s forbids (%s=%s): run this workload in a namespace that allows privileged pods, or unset spec.tun",
 				name, ns, labelEnforce, n.Labels[labelEnforce]))
+		}
+	}
+	if w.Policy != nil {
+		switch reason, message, err := w.Policy(ctx, &rn); {
+		case err != nil:
+			return admission.Errored(http.StatusInternalServerError, fmt.Errorf("RelayNode %s/%s: %w", ns, name, err))
+		case reason != "":
+			return admission.Denied(fmt.Sprintf("RelayNode %s/%s may not run here (%s): %s", ns, name, reason, message))
 		}
 	}
 	ops, warnings := Patch(&pod, &rn, w.Config)

@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
+	"github.com/hoplink/hoplink/internal/printable"
 	"github.com/hoplink/hoplink/manifest"
 )
 
@@ -38,7 +39,8 @@ func FromCluster(ctx context.Context, c client.Reader, ns string) (*manifest.Set
 	add := func(kind string, m metav1.ObjectMeta, conds []metav1.Condition) {
 		o := Object{Kind: kind, Name: manifest.Key(m.Namespace, m.Name), Ready: "Unknown"}
 		if r := meta.FindStatusCondition(conds, "Ready"); r != nil {
-			o.Ready, o.Reason, o.Message = string(r.Status), r.Reason, r.Message
+			// Whoever may write status may write anything here.
+			o.Ready, o.Reason, o.Message = printable.String(string(r.Status)), printable.String(r.Reason), printable.String(r.Message)
 		}
 		objs = append(objs, o)
 	}

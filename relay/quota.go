@@ -3,13 +3,16 @@ package relay
 import (
 	"net/netip"
 	"sync"
+
+	"github.com/hoplink/hoplink/relay/srcaddr"
 )
 
 // quota shares a relay's flow tokens, so that no Tunnel, and no client,
 // can take them all: at most max flows at once, at most perTunnel of one
 // Tunnel's (in every role: a middle or exit relay carries other entries'
 // Tunnels), and at an entry at most perSource of one Tunnel's from one
-// client host.
+// client host (an IPv4 address or an IPv6 /64: one host holds a whole /64,
+// and would otherwise be a new source at each address it picks).
 type quota struct {
 	max, perTunnel, perSource int
 
@@ -21,7 +24,7 @@ type quota struct {
 
 type source struct {
 	tunnel string
-	host   netip.Addr
+	host   netip.Prefix // srcaddr.Key
 }
 
 // Reasons a flow is refused: the reason label of hoplink_flow_errors_total.
@@ -49,7 +52,7 @@ func newQuota(flows, perTunnel, perSource int) *quota {
 func (q *quota) take(tunnel string, host netip.Addr) (reason string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	src := source{tunnel, host.Unmap()}
+	src := source{tunnel, srcaddr.Key(host)}
 	switch {
 	case q.total >= q.max:
 		return flowLimit
@@ -75,7 +78,7 @@ func (q *quota) give(tunnel string, host netip.Addr) {
 		delete(q.tunnels, tunnel)
 	}
 	if host.IsValid() {
-		src := source{tunnel, host.Unmap()}
+		src := source{tunnel, srcaddr.Key(host)}
 		if q.sources[src]--; q.sources[src] <= 0 {
 			delete(q.sources, src)
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/hoplink/hoplink/relay/hop"
 	"github.com/hoplink/hoplink/relay/nexthop"
 	rquic "github.com/hoplink/hoplink/relay/quic"
+	"github.com/hoplink/hoplink/relay/srcaddr"
 	"github.com/hoplink/hoplink/relay/udpio"
 )
 
@@ -53,7 +54,7 @@ func (f *udpFlows) listen(t *v1alpha1.Tunnel, addr string) (stop func(), err err
 		idle:     time.Duration(t.Spec.UDP.IdleTimeoutSeconds) * time.Second,
 		max:      int(t.Spec.UDP.MaxSessions),
 		sessions: map[netip.AddrPort]*udpSession{},
-		perHost:  map[netip.Addr]int{},
+		perHost:  map[netip.Prefix]int{},
 		stop:     make(chan struct{}),
 	}
 	f.spawn(u.serve)
@@ -73,7 +74,7 @@ type udpEntry struct {
 
 	mu       sync.Mutex
 	sessions map[netip.AddrPort]*udpSession
-	perHost  map[netip.Addr]int // sessions by client host
+	perHost  map[netip.Prefix]int // sessions by client host (srcaddr.Key)
 	closed   bool
 	stop     chan struct{}
 }
@@ -191,7 +192,8 @@ func (u *udpEntry) session(from netip.AddrPort) *udpSession {
 		return nil
 	}
 	host := from.Addr().Unmap()
-	if u.perHost[host] >= perHostSessions(u.max) {
+	src := srcaddr.Key(host)
+	if u.perHost[src] >= perHostSessions(u.max) {
 		u.mu.Unlock()
 		u.dropped("source_limit")
 		return nil
@@ -221,7 +223,7 @@ func (u *udpEntry) session(from netip.AddrPort) *udpSession {
 	}
 	s.touch()
 	u.sessions[from] = s
-	u.perHost[host]++
+	u.perHost[src]++
 	u.mu.Unlock()
 	u.endAll(evicted)
 	f.spawn(s.connect)
@@ -247,9 +249,9 @@ func (u *udpEntry) forgetLocked(s *udpSession) {
 		return
 	}
 	delete(u.sessions, s.client)
-	host := s.client.Addr().Unmap()
-	if u.perHost[host]--; u.perHost[host] <= 0 {
-		delete(u.perHost, host)
+	src := srcaddr.Key(s.client.Addr())
+	if u.perHost[src]--; u.perHost[src] <= 0 {
+		delete(u.perHost, src)
 	}
 }
 

@@ -18,8 +18,30 @@ import (
 // Server is a running admin endpoint.
 type Server struct {
 	srv *http.Server
-	ln  net.Listener
+	ln  *connTable
 }
+
+// Anyone who reaches the port may connect (kubelet probes and Prometheus
+// carry no credentials), so what a connection may cost is bounded: time to
+// send its request, to read the answer, to sit idle between requests, the
+// size of its headers, and how many are open at once. A probe or scrape
+// needs a few hundred bytes and milliseconds of each.
+const (
+	// MaxConns bounds open connections; past it the idlest of the source
+	// holding the most is closed (connTable). At about 20 KiB each, the
+	// table costs at most 5 MiB.
+	MaxConns          = 256
+	readHeaderTimeout = 5 * time.Second
+	readTimeout       = 10 * time.Second
+	writeTimeout      = 30 * time.Second
+	// idleTimeout closes keep-alive connections between requests; scrapes
+	// come every 10 s or more, so a scraper just connects again.
+	idleTimeout    = 5 * time.Second
+	maxHeaderBytes = 8 << 10
+	// profileTimeout is the write deadline of /debug/pprof, whose profile
+	// and trace take as long as asked (30 s by default).
+	profileTimeout = 5 * time.Minute
+)
 
 // Serve starts /metrics, /healthz and /readyz on addr. ready reports
 // whether the process should receive traffic.
@@ -28,6 +50,19 @@ func Serve(addr string, g prometheus.Gatherer, ready func() bool, profiling bool
 	if err != nil {
 		return nil, err
 	}
+	return serve(ln, defaultLimits, g, ready, profiling, log), nil
+}
+
+// limits are a server's bounds (defaultLimits; tests take less).
+type limits struct {
+	conns                                  int
+	readHeader, read, write, idle, profile time.Duration
+}
+
+var defaultLimits = limits{conns: MaxConns, readHeader: readHeaderTimeout, read: readTimeout, write: writeTimeout, idle: idleTimeout, profile: profileTimeout}
+
+func serve(l net.Listener, lim limits, g prometheus.Gatherer, ready func() bool, profiling bool, log *slog.Logger) *Server {
+	ln := newConnTable(l, lim.conns)
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
@@ -39,18 +74,32 @@ func Serve(addr string, g prometheus.Gatherer, ready func() bool, profiling bool
 		w.Write([]byte("ok\n"))
 	})
 	if profiling {
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		mux.Handle("/debug/pprof/", writeWithin(lim.profile, http.HandlerFunc(pprof.Index)))
+		mux.Handle("/debug/pprof/profile", writeWithin(lim.profile, http.HandlerFunc(pprof.Profile)))
+		mux.Handle("/debug/pprof/trace", writeWithin(lim.profile, http.HandlerFunc(pprof.Trace)))
 	}
-	s := &Server{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, ln: ln}
+	s := &Server{srv: &http.Server{
+		Handler: writeWithin(lim.write, mux), ConnState: ln.track,
+		ReadHeaderTimeout: lim.readHeader, ReadTimeout: lim.read, IdleTimeout: lim.idle, MaxHeaderBytes: maxHeaderBytes,
+	}, ln: ln}
 	go func() {
 		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("admin server stopped", "err", err)
 		}
 	}()
 	log.Info("serving metrics", "addr", ln.Addr().String())
-	return s, nil
+	return s
+}
+
+// writeWithin bounds the time to write an answer, a client that does not
+// read it included. It stands for http.Server.WriteTimeout, which pprof
+// would take as the longest profile it may run; the innermost call wins,
+// so the profiles' handlers get their own.
+func writeWithin(d time.Duration, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.NewResponseController(w).SetWriteDeadline(time.Now().Add(d))
+		h.ServeHTTP(w, r)
+	})
 }
 
 // Addr is the bound address.

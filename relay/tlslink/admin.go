@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"time"
 
 	"github.com/hoplink/hoplink/pki"
+	"github.com/hoplink/hoplink/relay/srcaddr"
 )
 
 // connListener hands the admin server the connections that chose its
@@ -48,6 +50,7 @@ func (e *Endpoint) serveAdmin(c *tls.Conn) {
 		return
 	}
 	e.handshake("accept", "ok")
+	e.handshakes.learn(srcaddr.Of(c.RemoteAddr()), time.Now())
 	select {
 	// Wrapped, because net/http closes a *tls.Conn whose protocol (ours)
 	// it has no TLSNextProto handler for; as a plain conn it speaks HTTP/1.1.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hoplink/hoplink/pki"
+	"github.com/hoplink/hoplink/relay/srcaddr"
 )
 
 func (e *Endpoint) accept() {
@@ -25,71 +26,35 @@ func (e *Endpoint) accept() {
 			time.Sleep(10 * time.Millisecond) // out of descriptors: slow down
 			continue
 		}
-		src := sourceOf(raw.RemoteAddr())
-		if !e.handshakes.start(src) {
+		src := srcaddr.Of(raw.RemoteAddr())
+		switch victim := e.handshakes.start(raw, src, time.Now()); victim {
+		case nil:
+		case raw: // every place is a known source's
 			e.handshake("accept", "failed")
 			raw.Close()
 			continue
+		default: // made room: the oldest of the source that holds the most
+			e.handshake("accept", "failed")
+			victim.Close() // its handshake fails and ends
 		}
 		go func() {
-			// The slot is given back once the handshake ends (or, should
+			// The place is given back once the handshake ends (or, should
 			// serve panic, at the latest here).
-			defer func() { e.handshakes.end(src) }()
-			e.serve(tls.Server(wrap(raw), conf), func() { e.handshakes.end(src); src = "" })
+			defer e.handshakes.end(raw)
+			e.serve(tls.Server(wrap(raw), conf), func() bool { return e.handshakes.end(raw) })
 		}()
 	}
 }
 
-// sourceOf is the host a connection comes from.
-func sourceOf(a net.Addr) string {
-	if t, ok := a.(*net.TCPAddr); ok {
-		return t.IP.String()
-	}
-	return a.String()
-}
-
-// handshakes counts the handshakes of connections accepted and not yet
-// authenticated: at most MaxHandshakes at once, and MaxHandshakesPerSource
-// from one host, so that one host cannot take every slot.
-type handshakes struct {
-	mu    sync.Mutex
-	n     int            // in progress
-	bySrc map[string]int // ... by source host
-}
-
-// start takes a slot for a connection from src, if one is free.
-func (h *handshakes) start(src string) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.n >= MaxHandshakes || h.bySrc[src] >= MaxHandshakesPerSource {
-		return false
-	}
-	if h.bySrc == nil {
-		h.bySrc = map[string]int{}
-	}
-	h.n++
-	h.bySrc[src]++
-	return true
-}
-
-// end gives a slot back; "" is a slot already given back.
-func (h *handshakes) end(src string) {
-	if src == "" {
-		return
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.n--
-	if h.bySrc[src]--; h.bySrc[src] <= 0 {
-		delete(h.bySrc, src)
-	}
-}
-
-func (e *Endpoint) serve(c *tls.Conn, handshaken func()) {
+// serve handshakes c, then serves it; handshaken gives its place back and
+// says false if it was taken to make room (c is being closed).
+func (e *Endpoint) serve(c *tls.Conn, handshaken func() bool) {
 	ctx, cancel := context.WithTimeout(e.ctx, handshakeTimeout)
 	err := c.HandshakeContext(ctx)
 	cancel()
-	handshaken()
+	if !handshaken() && err == nil {
+		err = errors.New("closed to make room for other handshakes")
+	}
 	if err != nil {
 		c.Close() // a bad certificate was counted by the TLS config
 		return
@@ -98,6 +63,7 @@ func (e *Endpoint) serve(c *tls.Conn, handshaken func()) {
 		e.serveAdmin(c)
 		return
 	}
+	src := srcaddr.Of(c.RemoteAddr())
 	peer, err := pki.PeerName(c.ConnectionState())
 	if err == nil && !e.known(peer) {
 		err = fmt.Errorf("relay %q is in no manifest this relay knows", peer)
@@ -110,6 +76,7 @@ func (e *Endpoint) serve(c *tls.Conn, handshaken func()) {
 		return
 	}
 	e.handshake("accept", "ok")
+	e.handshakes.learn(src, time.Now())
 	if !e.track(c) {
 		c.Close()
 		return

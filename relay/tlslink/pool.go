@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/hoplink/hoplink/relay/srcaddr"
 )
 
 // Pools are the pools of connections an endpoint dials, one per peer (or
@@ -335,6 +337,8 @@ func (p *Pool) dial(ctx context.Context) (*tls.Conn, error) {
 			continue
 		}
 		p.e.handshake("dial", "ok")
+		// The peer's host: its own dials to this relay likely come from it.
+		p.e.handshakes.learn(srcaddr.Of(raw.RemoteAddr()), time.Now())
 		return c, nil
 	}
 	if len(errs) == 0 {

@@ -35,12 +35,13 @@ const (
 	refillParallel = 4
 	// MaxHandshakes bounds the handshakes a listener runs at once: before
 	// a client has proved who it is, it must not cost the relay without
-	// bound. Past it, new connections are closed at once (and counted as
-	// failed accepts), while peers with a handshake done are served.
+	// bound. Past it, the oldest handshake of the source holding the most
+	// is closed to make room, never a known source's for an unknown one
+	// (handshakes); each closed is counted as a failed accept.
 	MaxHandshakes = 128
-	// MaxHandshakesPerSource bounds those from one host: a relay's pools
-	// to this peer dial at most poolDials at once, and several relays may
-	// share a host.
+	// MaxHandshakesPerSource bounds those from one source (an IPv4
+	// address, an IPv6 /64): a relay's pools to this peer dial at most
+	// poolDials at once, and several relays may share a host.
 	MaxHandshakesPerSource = 64
 	poolDials              = 16
 	minBackoff             = 100 * time.Millisecond
@@ -113,9 +114,9 @@ type Endpoint struct {
 	serverConf *tls.Config
 	cc         ccSetting // the links' congestion control
 
-	pools      *Pools     // the connections it dials
-	handshakes handshakes // those it accepts, before they are authenticated
-	waiting    waiting    // ... and after, until their flow starts
+	pools      *Pools      // the connections it dials
+	handshakes *handshakes // those it accepts, before they are authenticated
+	waiting    waiting     // ... and after, until their flow starts
 
 	mu     sync.Mutex
 	peers  map[string]bool        // who may connect (Options.Peers)
@@ -128,7 +129,8 @@ func Listen(opts Options) (*Endpoint, error) {
 		opts.Spares = DefaultSpares
 	}
 	e := &Endpoint{opts: opts, warn: ratelog.New(opts.Log), active: map[*tls.Conn]struct{}{},
-		waiting: waiting{max: MaxWaiting, perPeer: MaxWaitingPerPeer}}
+		handshakes: newHandshakes(MaxHandshakes, MaxHandshakesPerSource),
+		waiting:    waiting{max: MaxWaiting, perPeer: MaxWaitingPerPeer}}
 	e.pools = &Pools{e: e, pools: map[string]*Pool{}, trusted: opts.Identity.Roots()}
 	e.SetPeers(opts.Peers)
 	e.cc.store(opts.Congestion)

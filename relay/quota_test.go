@@ -1,0 +1,41 @@
+package relay
+
+import (
+	"net/netip"
+	"testing"
+)
+
+// A client host's share of a Tunnel's flows holds whichever address of its
+// own it uses: an IPv6 host picks any of its /64's (before, each address
+// was a new source with a fresh share).
+func TestQuotaSourceIsAnIPv6Slash64(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		hosts  []string
+		refuse int // the first flow refused for its source, -1: none
+	}{
+		{"one IPv6 /64, many addresses", []string{"2001:db8::1", "2001:db8::2", "2001:db8::ffff:1"}, 2},
+		{"neighbouring /64s", []string{"2001:db8:0:1::1", "2001:db8:0:2::1", "2001:db8:0:3::1"}, -1},
+		{"IPv4 addresses", []string{"192.0.2.1", "192.0.2.2", "192.0.2.3"}, -1},
+		{"one IPv4 host, mapped or not", []string{"192.0.2.1", "::ffff:192.0.2.1", "192.0.2.1"}, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := newQuota(100, 100, 2)
+			for i, h := range tc.hosts {
+				reason := q.take("default/t", netip.MustParseAddr(h))
+				if want := i == tc.refuse; want != (reason == sourceLimit) {
+					t.Fatalf("flow %d from %s: refused %q, want refused %v", i, h, reason, want)
+				}
+			}
+			// Flows from any of a /64's addresses give back its share.
+			for i, h := range tc.hosts {
+				if i != tc.refuse {
+					q.give("default/t", netip.MustParseAddr(h))
+				}
+			}
+			if n := len(q.sources); n != 0 || q.inUse() != 0 {
+				t.Fatalf("%d sources, %d flows left after every flow ended", n, q.inUse())
+			}
+		})
+	}
+}
