@@ -483,8 +483,9 @@ spec: {chain: to-east, protocol: udp, listen: {port: 5353}, target: "kube-dns.ku
 			}
 			return nil
 		})
-		// The flow left by B's relay.
-		metrics, err := onNode(b.nodeContainer(t, "east2"), `exec 3<>/dev/tcp/127.0.0.1/7402 && printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3 && timeout 5 cat <&3`)
+		// The flow left by B's relay, whose metrics are served on its
+		// pod's address (the node's, on the host network).
+		metrics, err := onNode(b.nodeContainer(t, "east2"), fmt.Sprintf(`exec 3<>/dev/tcp/%s/7402 && printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3 && timeout 5 cat <&3`, east2IP))
 		if !strings.Contains(metrics, `hoplink_tunnel_flows_total{relay="east2",role="exit",tunnel="edge/far"}`) {
 			t.Errorf("east2 counted no exit flow of edge/far (%v):\n%s", err, grep(metrics, "hoplink_tunnel_flows_total"))
 		}
