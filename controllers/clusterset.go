@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
@@ -132,6 +133,11 @@ type clusterSet struct {
 	// published are the exports in the report stored last.
 	published map[string]bool
 	gen       int64 // generation of the report stored last
+	// dirty: something changed since the last merge, which Start does
+	// when kicked; lastLiveness is liveness at that merge.
+	dirty        bool
+	kick         chan struct{}
+	lastLiveness string
 
 	imports *keySource    // namespace/name of a service whose import changed
 	exportC *keySource    // namespace/name of an export whose status may change
@@ -147,7 +153,7 @@ func newClusterSet(o MultiClusterOptions, log *slog.Logger) *clusterSet {
 		exports: map[string]*clusterset.Export{}, entries: map[string]clusterset.Entry{}, seen: map[string]int64{},
 		missing: map[string]bool{}, remotes: map[string]*remote{}, answered: map[string]bool{}, polled: map[string]bool{},
 		services: map[string]*clusterset.Service{}, prints: map[string][32]byte{}, published: map[string]bool{},
-		imports: newKeySource(), exportC: newKeySource(), relays: newKeySource(), publish: make(chan struct{}, 1)}
+		imports: newKeySource(), exportC: newKeySource(), relays: newKeySource(), publish: make(chan struct{}, 1), kick: make(chan struct{}, 1)}
 }
 
 // report is this cluster's report as it stands (generation aside).
@@ -375,7 +381,9 @@ func (cs *clusterSet) Polling(relays []string) {
 func (cs *clusterSet) Tick() {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	cs.changed()
+	if cs.liveness(time.Now()) != cs.lastLiveness {
+		cs.changed()
+	}
 }
 
 // Stored records the report stored, of generation gen.
@@ -400,11 +408,56 @@ func (cs *clusterSet) Stored(r *clusterset.Report, gen int64) {
 	cs.published = published
 }
 
-// changed merges again and tells the reconcilers of every service whose
-// merge, or what this cluster can reach of it, changed. Called with mu held.
+// changed marks the merge stale: Start merges again soon after, once for
+// a burst of changes (an apply of a thousand exports is a thousand of
+// them). Called with mu held.
 func (cs *clusterSet) changed() {
+	cs.dirty = true
+	select {
+	case cs.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Start merges again after changes until ctx ends (a manager's Runnable,
+// on the leader, where the changes come from).
+func (cs *clusterSet) Start(ctx context.Context) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-cs.kick:
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(20 * time.Millisecond):
+		}
+		cs.mu.Lock()
+		if cs.dirty {
+			cs.dirty = false
+			cs.recompute()
+		}
+		cs.mu.Unlock()
+	}
+}
+
+// liveness is which clusters are down and which forgotten, as one string.
+func (cs *clusterSet) liveness(now time.Time) string {
+	var b strings.Builder
+	for _, c := range slices.Sorted(maps.Keys(cs.remotes)) {
+		r := cs.remotes[c]
+		fmt.Fprintf(&b, "%s:%v:%v ", c, r.down(now), now.Sub(r.ok) >= forgetAfter)
+	}
+	return b.String()
+}
+
+// recompute merges again and tells the reconcilers of every service whose
+// merge, or what this cluster can reach of it, changed. Called with mu held.
+func (cs *clusterSet) recompute() {
 	now := time.Now()
 	merged := clusterset.Merge(cs.reports(now))
+	cs.lastLiveness = cs.liveness(now)
 	down := map[string]bool{}
 	for c, r := range cs.remotes {
 		down[c] = r.down(now)

@@ -61,6 +61,9 @@ func clusterIdentity(ctx context.Context, c client.Reader, o MultiClusterOptions
 func setupMultiCluster(mgr ctrl.Manager, o MultiClusterOptions, admin *relayAdmin, log *slog.Logger) error {
 	log = logOr(log).With("controller", "clusterset", "cluster", o.ClusterID)
 	set := newClusterSet(o, log)
+	if err := mgr.Add(set); err != nil {
+		return err
+	}
 	if err := (&ServiceExportReconciler{Client: mgr.GetClient(), Set: set}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("ServiceExport controller: %w", err)
 	}

@@ -238,16 +238,16 @@ func TestClusterSetFailover(t *testing.T) {
 	for _, n := range []string{"a", "b", "c"} {
 		ports[n] = testutil.FreePort(t)
 	}
-	// c reaches a's and b's relays through links that delay each way.
-	far := map[string]string{}
-	for n, oneWay := range map[string]time.Duration{"a": 10 * time.Millisecond, "b": 30 * time.Millisecond} {
-		far[n] = emulatedEndpoint(t, fmt.Sprintf("127.0.0.1:%d", ports[n]), oneWay)
-	}
+	// Links that delay each way, in front of the endpoints a cluster knows
+	// another's relay at: c - a 10 ms, c - b and a - b 30 ms (so the way
+	// to b through a is no shorter).
+	delay := map[[2]string]time.Duration{{"c", "a"}: 10 * time.Millisecond, {"c", "b"}: 30 * time.Millisecond,
+		{"a", "b"}: 30 * time.Millisecond, {"b", "a"}: 30 * time.Millisecond}
 	for cn, c := range clusters {
 		for _, n := range []string{"a", "b", "c"} {
 			ep := fmt.Sprintf("127.0.0.1:%d", ports[n])
-			if cn == "c" && far[n] != "" {
-				ep = far[n]
+			if d := delay[[2]string{cn, n}]; d > 0 {
+				ep = emulatedEndpoint(t, ep, d)
 			}
 			create(t, c.k8s, &v1alpha1.RelayNode{ObjectMeta: metav1.ObjectMeta{Namespace: "edge", Name: "gw-" + n}, Spec: v1alpha1.RelayNodeSpec{
 				Listen: v1alpha1.RelayListen{Address: "127.0.0.1", Port: int32(ports[n])}, Endpoints: []string{ep}, External: n != cn}})
@@ -298,16 +298,30 @@ func TestClusterSetFailover(t *testing.T) {
 				}
 			}
 			if time.Now().After(deadline) {
+				var chains v1alpha1.ChainList
+				cc.k8s.List(ctx, &chains, client.InNamespace("edge"))
+				for _, ch := range chains.Items {
+					t.Logf("c's Chain %s: route %v latency %+v", ch.Name, ch.Status.Route, ch.Status.Latency)
+				}
 				t.Fatalf("c's clients do not reach cluster %s within %s: the way is %+v (%v)", want, within, port, err)
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
 	waitActive("a", time.Minute)
-	// Measured: the standby is b.
-	var slices discoveryv1.EndpointSliceList
-	if err := cc.k8s.List(ctx, &slices, client.InNamespace("demo"), client.MatchingLabels{mcsv1beta1.LabelSourceCluster: "b"}); err != nil || len(slices.Items) != 1 || ptr.Deref(slices.Items[0].Endpoints[0].Conditions.Ready, true) {
-		t.Fatalf("b's way in c: %+v (%v); want one slice, not ready", slices.Items, err)
+	// Once both ways are there and measured, b's stands by.
+	waitFor(t, "b's way in c, standing by", func() error {
+		var l discoveryv1.EndpointSliceList
+		if err := cc.k8s.List(ctx, &l, client.InNamespace("demo"), client.MatchingLabels{mcsv1beta1.LabelSourceCluster: "b"}); err != nil {
+			return err
+		}
+		if len(l.Items) != 1 || len(l.Items[0].Endpoints) != 1 || ptr.Deref(l.Items[0].Endpoints[0].Conditions.Ready, true) {
+			return fmt.Errorf("%+v", l.Items)
+		}
+		return nil
+	})
+	if w, err := activeWay(cc, "web"); err != nil || w.cluster != "a" {
+		t.Fatalf("c's clients go to %+v (%v), want a: the nearer", w, err)
 	}
 	relays["a"].Process.Kill()
 	took := waitActive("b", time.Minute)
