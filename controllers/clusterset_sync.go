@@ -45,6 +45,7 @@ func (p *reportPublisher) Start(ctx context.Context) error {
 	}
 	retry := time.NewTimer(0)
 	defer retry.Stop()
+	var stored time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -52,9 +53,11 @@ func (p *reportPublisher) Start(ctx context.Context) error {
 		case <-p.set.publish:
 		case <-retry.C:
 		}
-		// Let a burst of changes (an apply of many exports) settle.
+		// Let a burst of changes (an apply of many exports) settle, and
+		// store at most one report per storeEvery: each is a write, and
+		// every relay of the namespace reads it.
 		select {
-		case <-time.After(50 * time.Millisecond):
+		case <-time.After(max(50*time.Millisecond, storeEvery-time.Since(stored))):
 		case <-ctx.Done():
 			return nil
 		}
@@ -74,10 +77,13 @@ func (p *reportPublisher) Start(ctx context.Context) error {
 			retry.Reset(2 * time.Second)
 			continue
 		}
-		gen, last = r.Generation, sum
+		gen, last, stored = r.Generation, sum, time.Now()
 		p.set.Stored(r, gen)
 	}
 }
+
+// storeEvery is the shortest time between two reports stored.
+const storeEvery = 500 * time.Millisecond
 
 func (p *reportPublisher) store(ctx context.Context, key types.NamespacedName, data []byte) error {
 	var cm corev1.ConfigMap

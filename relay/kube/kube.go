@@ -105,7 +105,8 @@ type View struct {
 	cache   cache.Cache
 	api     client.Reader // uncached, to say why the relay's own RelayNode is not in the cache
 	changed chan struct{}
-	events  atomic.Int64 // watch events received, for the scale benchmark
+	reports chan struct{} // the clusterset report changed
+	events  atomic.Int64  // watch events received, for the scale benchmark
 
 	mu       sync.Mutex
 	last     map[string]*v1alpha1.Chain // the Chains the last manifests were built from
@@ -160,12 +161,12 @@ func NewView(o Options) (*View, error) {
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
-	return &View{o: o, cache: c, api: api, changed: make(chan struct{}, 1)}, nil
+	return &View{o: o, cache: c, api: api, changed: make(chan struct{}, 1), reports: make(chan struct{}, 1)}, nil
 }
 
 // watchedKinds are the kinds a View watches.
 func (v *View) watchedKinds() []client.Object {
-	kinds := []client.Object{&v1alpha1.RelayNode{}, &v1alpha1.Chain{}, &v1alpha1.Tunnel{}, &discoveryv1.EndpointSlice{}, &corev1.ConfigMap{}}
+	kinds := []client.Object{&v1alpha1.RelayNode{}, &v1alpha1.Chain{}, &v1alpha1.Tunnel{}, &discoveryv1.EndpointSlice{}}
 	if v.o.CertsDir == "" {
 		kinds = append(kinds, &corev1.Secret{})
 	}
@@ -190,6 +191,22 @@ func (v *View) Start(ctx context.Context) (errc <-chan error, err error) {
 			return nil, err
 		}
 	}
+	// The clusterset report changes nothing the relay runs: it goes to
+	// the Board alone, at once, without rebuilding the manifests.
+	report := func(any) {
+		select {
+		case v.reports <- struct{}{}:
+		default:
+		}
+	}
+	inf, err := v.cache.GetInformer(ctx, &corev1.ConfigMap{})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{AddFunc: report,
+		UpdateFunc: func(_, o any) { report(o) }, DeleteFunc: report}); err != nil {
+		return nil, err
+	}
 	done := make(chan error, 1)
 	go func() { done <- v.cache.Start(ctx) }()
 	if !v.cache.WaitForCacheSync(ctx) {
@@ -200,6 +217,9 @@ func (v *View) Start(ctx context.Context) (errc <-chan error, err error) {
 
 // Changed receives after a watched object changed.
 func (v *View) Changed() <-chan struct{} { return v.changed }
+
+// Reports receives after the clusterset report changed.
+func (v *View) Reports() <-chan struct{} { return v.reports }
 
 func (v *View) poke() {
 	v.events.Add(1)
@@ -264,6 +284,9 @@ func (k *Relay) Run(ctx context.Context) error {
 			}
 			return nil
 		case <-k.view.Changed():
+		case <-k.view.Reports():
+			k.board.Set(k.view.report(ctx))
+			continue
 		case <-recheck:
 		}
 		select { // let a burst settle
