@@ -231,7 +231,7 @@ func (r *Report) Check() error {
 			bad(fmt.Sprintf("exports[%d]", i), "%s exported twice", e.Key())
 		}
 		seen[e.Key()] = true
-		if err := e.check(); err != nil {
+		if err := e.Check(); err != nil {
 			bad(fmt.Sprintf("exports[%d]", i), "%v", err)
 		}
 	}
@@ -254,7 +254,8 @@ func (r *Report) Check() error {
 	return errors.Join(errs...)
 }
 
-func (e *Export) check() error {
+// Check says what in an export could not be carried in a Report.
+func (e *Export) Check() error {
 	if len(validation.IsDNS1123Label(e.Namespace)) > 0 || len(validation.IsDNS1035Label(e.Name)) > 0 {
 		return fmt.Errorf("%q is not a Service's namespace/name", e.Key())
 	}

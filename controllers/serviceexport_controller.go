@@ -176,7 +176,7 @@ func ExportOf(se *mcsv1beta1.ServiceExport, svc *corev1.Service, eps []discovery
 	for _, p := range svc.Spec.Ports {
 		e.Ports = append(e.Ports, mcsv1beta1.ServicePort{Name: p.Name, Protocol: p.Protocol, Port: p.Port, AppProtocol: p.AppProtocol})
 	}
-	if err := (&clusterset.Report{Cluster: "c", Gateway: "g", Local: []string{"g"}, Known: []string{"g"}, Exports: []clusterset.Export{*e}}).Check(); err != nil {
+	if err := e.Check(); err != nil {
 		return invalid(mcsv1beta1.ServiceExportReasonInvalidServiceType, "the Service cannot be exported as it is: %v", err)
 	}
 	return e, valid
