@@ -96,6 +96,12 @@ type WebhookOptions struct {
 	// Config is the MutatingWebhookConfiguration whose caBundle the
 	// operator keeps current; empty: none.
 	Config string
+	// ClientCA, when set, is a PEM file of the CAs that sign the API
+	// server's client certificate for webhooks: callers without such a
+	// certificate are refused at the handshake (inject.ClientAuth). With
+	// ClientNames, the certificate must name one of them.
+	ClientCA    string
+	ClientNames []string
 }
 
 // DefaultQPS is the operator's API request rate unless told otherwise.
@@ -186,8 +192,19 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 		} else if err != nil {
 			logOr(o.Log).Warn("webhook", "err", err)
 		}
+		var auth *inject.ClientAuth
+		if o.Webhook.ClientCA != "" {
+			if auth, err = inject.NewClientAuth(o.Webhook.ClientCA, o.Webhook.ClientNames); err != nil {
+				return nil, err
+			}
+		}
 		hooks = webhook.NewServer(webhook.Options{Port: o.Webhook.Port, Host: o.Webhook.Host,
-			TLSOpts: []func(*tls.Config){func(c *tls.Config) { c.GetCertificate = serving.GetCertificate }}})
+			TLSOpts: []func(*tls.Config){func(c *tls.Config) {
+				c.GetCertificate = serving.GetCertificate
+				if auth != nil {
+					auth.Apply(c)
+				}
+			}}})
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		WebhookServer:           hooks,

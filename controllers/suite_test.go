@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net"
@@ -32,6 +33,7 @@ import (
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/inject"
+	"github.com/hoplink/hoplink/pki"
 )
 
 // The suite runs a real kube-apiserver and etcd (hack/setup-envtest.sh builds
@@ -92,7 +94,14 @@ func startSuite() error {
 			MutatingWebhooks: []*admissionregistrationv1.MutatingWebhookConfiguration{hook},
 		},
 	}
-	var err error
+	// The API server presents a client certificate to webhooks, as its
+	// admission configuration tells it, and the operator takes no other
+	// caller.
+	admissionConfig, clientCA, err := webhookClientCerts()
+	if err != nil {
+		return err
+	}
+	env.ControlPlane.GetAPIServer().Configure().Set("admission-control-config-file", admissionConfig)
 	if cfg, err = env.Start(); err != nil {
 		return fmt.Errorf("start envtest: %w", err)
 	}
@@ -108,7 +117,7 @@ func startSuite() error {
 		Image: "hoplink:test", AllowedRelayImages: []string{"allowed.example/hoplink:"}, CASecret: testCA, CreateCA: true,
 		MetricsAddr: "0", ProbeAddr: "0", Version: testVersion,
 		Webhook: WebhookOptions{Port: wh.LocalServingPort, Host: wh.LocalServingHost, Hosts: []string{wh.LocalServingHost},
-			Secret: testWebhookSecret, Config: testWebhookConfig},
+			Secret: testWebhookSecret, Config: testWebhookConfig, ClientCA: clientCA, ClientNames: []string{testAPIServerClient}},
 	})
 	if err != nil {
 		cancel()
@@ -138,6 +147,7 @@ func startSuite() error {
 			return fmt.Errorf("webhook server did not start: %w", err)
 		}
 	}
+	webhookAddr = addr
 	suiteDone = func() {
 		cancel()
 		select {
@@ -147,6 +157,51 @@ func startSuite() error {
 		env.Stop()
 	}
 	return nil
+}
+
+// testAPIServerClient is the name in the API server's client certificate
+// for webhooks, signed by webhookClientCA.
+const testAPIServerClient = "kube-apiserver-webhook-client"
+
+var (
+	// webhookClientCA signs what the API server presents to webhooks.
+	webhookClientCA *pki.CA
+	// webhookAddr is where the operator serves the webhook.
+	webhookAddr string
+)
+
+// webhookClientCerts writes the API server's admission configuration,
+// which gives it a client certificate for every webhook, and the CA file
+// the operator checks it with.
+func webhookClientCerts() (admissionConfig, caFile string, err error) {
+	dir, err := os.MkdirTemp("", "hoplink-admission")
+	if err != nil {
+		return "", "", err
+	}
+	if webhookClientCA, err = pki.NewCA("webhook client CA"); err != nil {
+		return "", "", err
+	}
+	certPEM, keyPEM, err := webhookClientCA.Issue(testAPIServerClient)
+	if err != nil {
+		return "", "", err
+	}
+	kubeconfig := fmt.Sprintf("apiVersion: v1\nkind: Config\nusers:\n- name: \"*\"\n  user:\n    client-certificate-data: %s\n    client-key-data: %s\n",
+		base64.StdEncoding.EncodeToString(certPEM), base64.StdEncoding.EncodeToString(keyPEM))
+	admission := fmt.Sprintf(`apiVersion: apiserver.config.k8s.io/v1
+kind: AdmissionConfiguration
+plugins:
+- name: MutatingAdmissionWebhook
+  configuration:
+    apiVersion: apiserver.config.k8s.io/v1
+    kind: WebhookAdmissionConfiguration
+    kubeConfigFile: %s
+`, filepath.Join(dir, "kubeconfig"))
+	for name, b := range map[string][]byte{"kubeconfig": []byte(kubeconfig), "admission.yaml": []byte(admission), "ca.crt": webhookClientCA.PEM} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			return "", "", err
+		}
+	}
+	return filepath.Join(dir, "admission.yaml"), filepath.Join(dir, "ca.crt"), nil
 }
 
 func zapLevel() zapcore.Level {
