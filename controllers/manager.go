@@ -10,6 +10,7 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/flowcontrol"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -243,7 +245,14 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 	_, err = mgr.GetRESTMapper().RESTMapping(schema.GroupKind{Group: certificatesv1.GroupName, Kind: "PodCertificateRequest"}, "v1")
 	podCerts := err == nil && len(o.WatchNamespaces) == 0
 	if podCerts {
-		if err := (&PodCertificateSigner{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), CA: ca, Policy: &policy}).SetupWithManager(mgr); err != nil {
+		// A client of its own, with its own rate limit and connections:
+		// what floods the rest of the operator (or the webhook) leaves the
+		// signer its requests, and the other way round.
+		own, err := signerClient(cfg, scheme, mgr.GetRESTMapper())
+		if err != nil {
+			return nil, err
+		}
+		if err := (&PodCertificateSigner{Client: own, Reader: own, CA: ca, Policy: &policy}).SetupWithManager(mgr); err != nil {
 			return nil, fmt.Errorf("pod certificate signer: %w", err)
 		}
 	}
@@ -253,12 +262,21 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 		}
 		// Through the manager: asking it for its webhook server is what
 		// adds the server to what it starts (on every replica).
-		mgr.GetWebhookServer().Register(inject.Path, &webhook.Admission{Handler: &inject.Webhook{Reader: mgr.GetAPIReader(),
+		// It reads the cache alone: a review, which anyone who reaches the
+		// port may send, costs no request to the API server. Its informers
+		// start with the manager, not at the first review.
+		for _, o := range []client.Object{&v1alpha1.RelayNode{}, &corev1.Namespace{}} {
+			if _, err := mgr.GetCache().GetInformer(ctx, o); err != nil {
+				return nil, fmt.Errorf("webhook's %T informer: %w", o, err)
+			}
+		}
+		cached := mgr.GetClient()
+		mgr.GetWebhookServer().Register(inject.Path, &webhook.Admission{Handler: &inject.Webhook{Reader: cached, Settle: 2 * time.Second,
 			NameHolder: func(ctx context.Context, rn *v1alpha1.RelayNode) (string, error) {
-				return relayNameHolder(ctx, mgr.GetAPIReader(), rn)
+				return relayNameHolder(ctx, cached, rn)
 			},
 			Policy: func(ctx context.Context, rn *v1alpha1.RelayNode) (string, string, error) {
-				return policy.Refusal(ctx, mgr.GetAPIReader(), rn)
+				return policy.Refusal(ctx, cached, rn)
 			},
 			Config: inject.Config{Image: o.Image, Version: o.Version, Resources: o.RelayResources, PodCertificates: podCerts}}})
 	}
@@ -305,6 +323,23 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 		}
 	}
 	return mgr, nil
+}
+
+// signerUserAgent names the pod certificate signer's requests.
+const signerUserAgent = "hoplink-operator/pod-certificate-signer"
+
+// signerClient is the PodCertificateSigner's: uncached (a request is
+// decided on what is stored now), with a rate limiter and HTTP
+// connections of its own.
+func signerClient(cfg *rest.Config, scheme *runtime.Scheme, mapper meta.RESTMapper) (client.Client, error) {
+	c := rest.CopyConfig(cfg)
+	c.UserAgent = signerUserAgent
+	c.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(c.QPS, c.Burst)
+	hc, err := rest.HTTPClientFor(c)
+	if err != nil {
+		return nil, err
+	}
+	return client.New(c, client.Options{Scheme: scheme, Mapper: mapper, HTTPClient: hc})
 }
 
 // bufferSysctls asks the API server's version whether relay pods may raise

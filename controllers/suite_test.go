@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -113,7 +115,10 @@ func startSuite() error {
 	suiteStop = cancel
 	mustCreateNamespace(ctx, testCA.Namespace)
 	wh := &env.WebhookInstallOptions
-	mgr, err := NewManager(ctx, cfg, Options{
+	// The operator's requests go through apiRequests, which tests read.
+	mcfg := rest.CopyConfig(cfg)
+	mcfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return apiRequests.wrap(rt) })
+	mgr, err := NewManager(ctx, mcfg, Options{
 		Image: "hoplink:test", AllowedRelayImages: []string{"allowed.example/hoplink:"}, CASecret: testCA, CreateCA: true,
 		MetricsAddr: "0", ProbeAddr: "0", Version: testVersion,
 		Webhook: WebhookOptions{Port: wh.LocalServingPort, Host: wh.LocalServingHost, Hosts: []string{wh.LocalServingHost},
@@ -168,6 +173,8 @@ var (
 	webhookClientCA *pki.CA
 	// webhookAddr is where the operator serves the webhook.
 	webhookAddr string
+	// apiRequests records the operator's requests to the API server.
+	apiRequests requestLog
 )
 
 // webhookClientCerts writes the API server's admission configuration,
@@ -203,6 +210,36 @@ plugins:
 	}
 	return filepath.Join(dir, "admission.yaml"), filepath.Join(dir, "ca.crt"), nil
 }
+
+// requestLog records requests: their method, path and user agent.
+type requestLog struct {
+	mu   sync.Mutex
+	reqs []loggedRequest
+}
+
+type loggedRequest struct{ method, path, query, agent string }
+
+func (l *requestLog) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		l.mu.Lock()
+		if len(l.reqs) < 1<<20 {
+			l.reqs = append(l.reqs, loggedRequest{r.Method, r.URL.Path, r.URL.RawQuery, r.UserAgent()})
+		}
+		l.mu.Unlock()
+		return rt.RoundTrip(r)
+	})
+}
+
+// since returns the requests after the first n, and how many there are.
+func (l *requestLog) since(n int) ([]loggedRequest, int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.reqs[min(n, len(l.reqs)):]), len(l.reqs)
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 func zapLevel() zapcore.Level {
 	if os.Getenv("HOPLINK_TEST_LOG") != "" {

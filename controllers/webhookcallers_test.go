@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/inject"
 	"github.com/hoplink/hoplink/pki"
 )
@@ -113,5 +116,125 @@ func TestWebhookTakesOnlyTheAPIServer(t *testing.T) {
 	resp, err := review(webhookCaller(t, clientCert(t, webhookClientCA, testAPIServerClient)), ns, web)
 	if err != nil || !resp.Allowed || len(resp.Patch) == 0 {
 		t.Errorf("the API server's certificate: %+v, %v", resp, err)
+	}
+}
+
+// TestWebhookReadsTheCache: a review costs the operator no request to the
+// API server, so a flood of them cannot spend the operator's rate limit
+// (which the signer and the reconcilers wait on) nor wait on it: the
+// property that keeps a legitimate admission fast under a flood
+// (hack/bench/webhookflood has the figures).
+func TestWebhookReadsTheCache(t *testing.T) {
+	needAPI(t)
+	ns := namespace(t)
+	web, tun := "cache-web", "cache-tun"
+	create(t, sidecarRelay(ns, web))
+	create(t, sidecarRelay(ns, tun, func(rn *v1alpha1.RelayNode) { rn.Spec.TUN = true }))
+	c := webhookCaller(t, clientCert(t, webhookClientCA, testAPIServerClient))
+	eventually(t, "the webhook sees the RelayNodes", func() error {
+		for _, name := range []string{web, tun} {
+			resp, err := review(c, ns, name)
+			if err != nil {
+				return err
+			}
+			if !resp.Allowed || len(resp.Patch) == 0 {
+				return fmt.Errorf("%s: %+v", name, resp.Result)
+			}
+		}
+		return nil
+	})
+	// The RelayNode reconciler's own requests (it reads the namespace for
+	// the relay policy) end before the flood starts.
+	quiet(t, ns)
+	_, mark := apiRequests.since(0)
+	const n, par = 300, 16
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for w := range par {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += par {
+				// The RelayNodes of the namespace (one with a TUN device,
+				// which reads the namespace), and a few it does not have.
+				name := []string{web, tun}[i%2]
+				if i%50 == 0 {
+					name = "cache-nobody"
+				}
+				if _, err := review(c, ns, name); err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	reqs, _ := apiRequests.since(mark)
+	var asked []string
+	for _, r := range reqs {
+		if strings.Contains(r.query, "watch=true") {
+			continue
+		}
+		if strings.Contains(r.path, "/relaynodes") || r.path == "/api/v1/namespaces/"+ns {
+			asked = append(asked, r.method+" "+r.path+"?"+r.query)
+		}
+	}
+	if len(asked) > 0 {
+		t.Errorf("%d reviews asked the API server %d times, e.g. %v", n, len(asked), asked[:min(5, len(asked))])
+	}
+}
+
+// quiet waits until the operator has made no request about namespace ns
+// for a second.
+func quiet(t *testing.T, ns string) {
+	t.Helper()
+	_, mark := apiRequests.since(0)
+	last := time.Now()
+	for deadline := time.Now().Add(20 * time.Second); time.Since(last) < time.Second; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the operator is still busy with namespace %s", ns)
+		}
+		reqs, n := apiRequests.since(mark)
+		mark = n
+		for _, r := range reqs {
+			if strings.Contains(r.path, "/namespaces/"+ns) && !strings.Contains(r.query, "watch=true") {
+				last = time.Now()
+			}
+		}
+	}
+}
+
+// TestSignerHasItsOwnClient: the pod certificate signer reads and writes
+// through a client of its own (its own rate limiter and connections),
+// which its user agent shows: what spends the rest of the operator's
+// requests leaves the signer its own, and the other way round.
+func TestSignerHasItsOwnClient(t *testing.T) {
+	needAPI(t)
+	ns := namespace(t)
+	create(t, sidecarRelay(ns, "own-client"))
+	k := newKubelet(t, "node-"+ns)
+	_, mark := apiRequests.since(0)
+	pcr, key := k.ask(k.run(appPod(ns, "signed-1", "own-client")))
+	issuedFor(t, pcr, key, "own-client")
+	reqs, _ := apiRequests.since(mark)
+	var signer, other []string
+	for _, r := range reqs {
+		what := r.method + " " + r.path + " (" + r.agent + ")"
+		switch {
+		case r.path == "/api/v1/namespaces/"+ns+"/pods/signed-1" || strings.HasSuffix(r.path, "/podcertificaterequests/"+pcr.Name+"/status"):
+			if r.agent == signerUserAgent {
+				signer = append(signer, what)
+			} else {
+				other = append(other, what)
+			}
+		case r.agent == signerUserAgent && strings.Contains(r.query, "watch=true"):
+			other = append(other, what+": the signer's client watches")
+		}
+	}
+	if len(signer) == 0 || len(other) > 0 {
+		t.Errorf("the signer's requests %v; others' %v", signer, other)
 	}
 }
