@@ -113,6 +113,8 @@ func TestValuesRejected(t *testing.T) {
 		{"multicluster.clusterID=Cluster_A", "/multicluster/clusterID"},
 		{"multicluster.routeMode=fastest", "/multicluster/routeMode"},
 		{"multicluster.enabled=true,multicluster.gateway=edge/hk,operator.watchNamespaces={edge},sidecar.injector.enabled=false", "cluster-wide install"},
+		{"sidecar.injector.networkPolicy.enabled=true", "sidecar.injector.networkPolicy.from"},
+		{"sidecar.injector.clientNames={kube-apiserver}", "sidecar.injector.clientCA.configMap"},
 	} {
 		_, err := run(t, h, "template", "t", chart, "--set", tc.set)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -240,6 +242,8 @@ func TestTemplateAppliesToAPIServer(t *testing.T) {
 			[]string{"PodMonitor", "ServiceMonitor", "ConfigMap", "Deployment", "PrometheusRule"}},
 		{"no leader election", []string{"--set", "operator.leaderElection=false,operator.replicas=1"}, []string{"Deployment"}},
 		{"namespace-scoped", []string{"--set", "operator.watchNamespaces={hl-namespace-scoped},sidecar.injector.enabled=false"}, []string{"Deployment", "Role", "RoleBinding"}},
+		{"webhook callers", []string{"--set", "sidecar.injector.clientCA.configMap=kube-root-ca.crt,sidecar.injector.clientNames={kube-apiserver-webhook-client}," +
+			"sidecar.injector.networkPolicy.enabled=true,sidecar.injector.networkPolicy.from[0].ipBlock.cidr=172.18.0.0/16"}, []string{"Deployment", "NetworkPolicy", "MutatingWebhookConfiguration"}},
 		{"multicluster", []string{"--set", "multicluster.enabled=true,multicluster.clusterID=east,multicluster.gateway=edge/hk,multicluster.coreDNS.configure=true,multicluster.coreDNS.namespace=hl-multicluster"},
 			[]string{"Deployment", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}},
 	} {
