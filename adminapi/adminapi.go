@@ -137,6 +137,7 @@ const (
 	ProblemDialTarget = "dial_target" // the exit could not connect to a Tunnel's target
 	ProblemHandshake  = "handshake"   // a peer's handshake was refused (certificate, unknown relay)
 	ProblemDevice     = "device"      // a Tunnel's TUN device could not open at the exit
+	ProblemEgress     = "egress"      // the exit's egress policy refused a target or a route (a host-network relay's node)
 )
 
 // Problem is one kind of failure, for one Tunnel (or none): how often since

@@ -104,6 +104,7 @@ func TestValuesRejected(t *testing.T) {
 		{"operator.replicas=2,operator.leaderElection=false", "operator.leaderElection"},
 		{"operator.replica=2", "replica"},
 		{"relay.privileged=everyone", "/relay/privileged"},
+		{"relay.nodeEgress=everywhere", "/relay/nodeEgress"},
 		{"operator.priorityClassName=Not_A_Class", "/operator/priorityClassName"},
 		{"alerts.prometheusRule.for=soon", "/alerts/prometheusRule/for"},
 		{"operator.watchNamespaces={edge}", "sidecar.injector.enabled: false"},
@@ -237,7 +238,7 @@ func TestTemplateAppliesToAPIServer(t *testing.T) {
 		want []string // kinds that must be rendered
 	}{
 		{"defaults", nil, []string{"Deployment", "PodDisruptionBudget", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ServiceAccount", "Service", "CustomResourceDefinition", "MutatingWebhookConfiguration"}},
-		{"everything on", []string{"--set", "metrics.podMonitor.enabled=true,metrics.serviceMonitor.enabled=true,grafana.dashboard.enabled=true,ca.existingSecret=my-ca,operator.replicas=2,relay.image=relay:1,relay.allowedImages={reg.example/hoplink:},relay.privileged=any," +
+		{"everything on", []string{"--set", "metrics.podMonitor.enabled=true,metrics.serviceMonitor.enabled=true,grafana.dashboard.enabled=true,ca.existingSecret=my-ca,operator.replicas=2,relay.image=relay:1,relay.allowedImages={reg.example/hoplink:},relay.privileged=any,relay.nodeEgress=any," +
 			"alerts.prometheusRule.enabled=true,operator.podAnnotations.team=net,operator.podLabels.tier=infra,operator.priorityClassName=system-cluster-critical,operator.extraEnv[0].name=HTTPS_PROXY,operator.extraEnv[0].value=http://proxy:3128"},
 			[]string{"PodMonitor", "ServiceMonitor", "ConfigMap", "Deployment", "PrometheusRule"}},
 		{"no leader election", []string{"--set", "operator.leaderElection=false,operator.replicas=1"}, []string{"Deployment"}},

@@ -48,6 +48,11 @@ type Options struct {
 	// PrivilegedRelays says where RelayNodes may run host-network and TUN
 	// relays: PrivilegedNamespaceLabel (default) or PrivilegedAny.
 	PrivilegedRelays string
+	// NodeEgress says where host-network relays may reach their node for a
+	// Tunnel (loopback, link-local, the node's addresses and routes):
+	// PrivilegedNamespaceLabel (default: namespaces labelled
+	// v1alpha1.LabelEgressHost=true) or PrivilegedAny.
+	NodeEgress string
 	// WatchNamespaces, when set, confines the operator to these namespaces
 	// (and its own, for its CA and lease): a namespace-scoped install, with
 	// Roles where a cluster-wide one has ClusterRoles. It then signs no pod
@@ -236,7 +241,8 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
 		return nil, err
 	}
-	policy := RelayPolicy{Image: o.Image, AllowedImages: o.AllowedRelayImages, Privileged: o.PrivilegedRelays}
+	policy := RelayPolicy{Image: o.Image, AllowedImages: o.AllowedRelayImages, Privileged: o.PrivilegedRelays,
+		NodeEgress: o.NodeEgress, NamespaceLabels: len(o.WatchNamespaces) == 0}
 	if policy.Privileged == "" {
 		policy.Privileged = PrivilegedNamespaceLabel
 	}

@@ -44,6 +44,7 @@ const (
 	ReasonTargetRefused    = "TargetRefused"
 	ReasonHandshakeRefused = "HandshakeRefused"
 	ReasonDeviceFailed     = "DeviceFailed"
+	ReasonEgressRefused    = "EgressRefused"
 	// PodCertificateRequest conditions (sidecar certificates).
 	ReasonIssued           = "Issued"
 	ReasonIssueFailed      = "IssueFailed"

@@ -35,6 +35,34 @@ type RelayPolicy struct {
 	AllowedImages []string
 	// Privileged is PrivilegedNamespaceLabel (the default) or PrivilegedAny.
 	Privileged string
+	// NodeEgress says where host-network relays may reach their node for
+	// a Tunnel: PrivilegedNamespaceLabel (the default: namespaces labelled
+	// v1alpha1.LabelEgressHost=true) or PrivilegedAny (everywhere, as
+	// before the policy).
+	NodeEgress string
+	// NamespaceLabels: the operator reads namespaces' labels (a
+	// cluster-wide install). A namespace-scoped one cannot, and its
+	// host-network relays refuse the node unless NodeEgress is any.
+	NamespaceLabels bool
+}
+
+// refusesNodeEgress says whether rn's relays run with --refuse-node-egress:
+// host-network DaemonSet relays of a namespace not allowed the node's
+// network. Pod-network relays and sidecars reach what any pod of their
+// namespace reaches (their loopback is their pod's), and external relays
+// run elsewhere.
+func (p RelayPolicy) refusesNodeEgress(ctx context.Context, reader client.Reader, rn *v1alpha1.RelayNode) (bool, error) {
+	if rn.Spec.External || rn.Spec.IsSidecar() || (rn.Spec.HostNetwork != nil && !*rn.Spec.HostNetwork) || p.NodeEgress == PrivilegedAny {
+		return false, nil
+	}
+	if !p.NamespaceLabels {
+		return true, nil
+	}
+	var ns corev1.Namespace
+	if err := reader.Get(ctx, types.NamespacedName{Name: rn.Namespace}, &ns); err != nil {
+		return false, fmt.Errorf("read namespace %s: %w", rn.Namespace, err)
+	}
+	return ns.Labels[v1alpha1.LabelEgressHost] != "true", nil
 }
 
 // refusal is why a RelayNode may not run as it asks: a condition reason and

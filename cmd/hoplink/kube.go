@@ -23,6 +23,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/controllers"
 	"github.com/hoplink/hoplink/relay/kube"
 	"github.com/hoplink/hoplink/relay/metricsrv"
@@ -139,6 +140,10 @@ func newOperatorCmd(lf *logFlags) *cobra.Command {
 				return fmt.Errorf("--privileged-relays %q: want %s (namespaces labelled %s=true) or %s",
 					o.PrivilegedRelays, controllers.PrivilegedNamespaceLabel, controllers.LabelPrivilegedRelays, controllers.PrivilegedAny)
 			}
+			if o.NodeEgress != controllers.PrivilegedNamespaceLabel && o.NodeEgress != controllers.PrivilegedAny {
+				return fmt.Errorf("--node-egress %q: want %s (namespaces labelled %s=true) or %s",
+					o.NodeEgress, controllers.PrivilegedNamespaceLabel, v1alpha1.LabelEgressHost, controllers.PrivilegedAny)
+			}
 			if len(o.WatchNamespaces) > 0 && o.PrivilegedRelays == controllers.PrivilegedNamespaceLabel {
 				return fmt.Errorf("--watch-namespaces with --privileged-relays=%s: reading namespaces' labels is a cluster-wide permission a namespace-scoped operator does not have; "+
 					"the namespaces you watch are the opt-in: use --privileged-relays=%s", controllers.PrivilegedNamespaceLabel, controllers.PrivilegedAny)
@@ -201,6 +206,8 @@ func newOperatorCmd(lf *logFlags) *cobra.Command {
 	f.BoolVar(&o.LeaderElection, "leader-elect", false, "elect a leader, so that replicas can stand by")
 	f.Float32Var(&o.QPS, "kube-api-qps", controllers.DefaultQPS, "most requests a second to the API server per resource type (twice as many in a burst)")
 	f.StringVar(&relayResources, "relay-resources", "", `requests and limits of relay containers whose RelayNode sets none, as JSON: {"requests":{"cpu":"100m","memory":"64Mi"},"limits":{"memory":"256Mi"}}`)
+	f.StringVar(&o.NodeEgress, "node-egress", controllers.PrivilegedNamespaceLabel, "where host-network relays may reach their node for a Tunnel (loopback, link-local and metadata addresses, the node's addresses, TUN routes over its routes): "+
+		controllers.PrivilegedNamespaceLabel+" (namespaces labelled "+v1alpha1.LabelEgressHost+"=true; none in a namespace-scoped install) or "+controllers.PrivilegedAny)
 	f.IntVar(&webhookPort, "webhook-port", 9443, "serve the sidecar injection webhook on this port (0: no webhook)")
 	f.StringVar(&webhookService, "webhook-service", "hoplink-webhook", "the Service in --namespace in front of the webhook: its serving certificate names it (and is kept in the Secret <service>-cert)")
 	f.StringVar(&webhookConfig, "webhook-config", "hoplink-sidecar-injector", "the MutatingWebhookConfiguration whose caBundle the operator keeps current (empty: none)")
