@@ -277,14 +277,16 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 			}
 		}
 		cached := mgr.GetClient()
-		mgr.GetWebhookServer().Register(inject.Path, &webhook.Admission{Handler: &inject.Webhook{Reader: cached, Settle: 2 * time.Second,
+		// Each caller address has an allowance of reviews (inject.SourceLimit):
+		// the API server's is its own, whoever else posts.
+		mgr.GetWebhookServer().Register(inject.Path, inject.NewSourceLimit(&webhook.Admission{Handler: &inject.Webhook{Reader: cached, Settle: 2 * time.Second,
 			NameHolder: func(ctx context.Context, rn *v1alpha1.RelayNode) (string, error) {
 				return relayNameHolder(ctx, cached, rn)
 			},
 			Policy: func(ctx context.Context, rn *v1alpha1.RelayNode) (string, string, error) {
 				return policy.Refusal(ctx, cached, rn)
 			},
-			Config: inject.Config{Image: o.Image, Version: o.Version, Resources: o.RelayResources, PodCertificates: podCerts}}})
+			Config: inject.Config{Image: o.Image, Version: o.Version, Resources: o.RelayResources, PodCertificates: podCerts}}}))
 	}
 	admin := newRelayAdmin(mgr.GetClient(), ca)
 	// What only relays see go wrong, asked of them on the leader.

@@ -8,9 +8,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -237,4 +239,66 @@ func TestSignerHasItsOwnClient(t *testing.T) {
 	if len(signer) == 0 || len(other) > 0 {
 		t.Errorf("the signer's requests %v; others' %v", signer, other)
 	}
+}
+
+// TestWebhookHoldsAFloodingCaller: one address posting reviews as fast as
+// it can is held to its allowance (answered 429 past it), while the API
+// server, calling from another address, has its own: a pod created
+// through it during the flood gets its sidecar.
+func TestWebhookHoldsAFloodingCaller(t *testing.T) {
+	needAPI(t)
+	ns := namespace(t)
+	web := "flood-web"
+	create(t, sidecarRelay(ns, web))
+	flooder := webhookCaller(t, clientCert(t, webhookClientCA, testAPIServerClient))
+	// The suite's API server calls from 127.0.0.1; the flood comes from
+	// another address of the loopback.
+	tr := flooder.Transport.(*http.Transport)
+	tr.DialContext = (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}).DialContext
+	tr.MaxIdleConnsPerHost = 192 // one connection per sender, as a flood keeps them
+	eventually(t, "the webhook sees the RelayNode", func() error { _, err := review(flooder, ns, web); return err })
+
+	// More senders than the allowance lets wait within its hold (100 a
+	// second for 1 s): fewer would only be paced.
+	const par, each = 192, 4
+	var refused, answered atomic.Int64
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for range par {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_, err := review(flooder, ns, web)
+				switch {
+				case err == nil:
+					answered.Add(1)
+				case strings.Contains(err.Error(), "status 429"):
+					refused.Add(1)
+				default:
+					t.Log(err)
+				}
+			}
+		}()
+	}
+	// Once the flood is held back, a pod comes through the API server.
+	for deadline := time.Now().Add(20 * time.Second); refused.Load() == 0 && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if refused.Load() == 0 {
+		t.Errorf("the flooding address was never refused")
+	}
+	pod := appPod(ns, "during-the-flood", web)
+	err := k8s.Create(context.Background(), pod)
+	close(stop)
+	wg.Wait()
+	if err != nil || len(pod.Spec.InitContainers) != 1 {
+		t.Errorf("a pod created during the flood: %v, init containers %d", err, len(pod.Spec.InitContainers))
+	}
+	t.Logf("flood: %d reviews answered, %d refused", answered.Load(), refused.Load())
 }

@@ -55,18 +55,19 @@ import (
 func main() {
 	flood := flag.Int("flood", 1500, "clients posting reviews back to back, each with one pending at a time")
 	duration := flag.Duration("duration", 30*time.Second, "how long the flood lasts")
+	sources := flag.Int("sources", 1, "addresses the flood comes from (127.0.1.1 and on; the API server calls from 127.0.0.1)")
 	flooder := flag.String("flooder", "", "internal: be the flood, posting to this address (the webhook's CA on stdin) and printing counts at the end")
 	clientAuth := flag.Bool("client-auth", false, "give the API server a client certificate for webhooks and the operator its CA (--webhook-client-ca): the flood, without one, is refused at the handshake")
 	flag.Parse()
 	ctrl.SetLogger(logr.Discard()) // controller-runtime's logs are not the figure
 	if *flooder != "" {
-		if err := floodFrom(*flooder, *flood, *duration); err != nil {
+		if err := floodFrom(*flooder, *flood, *sources, *duration); err != nil {
 			fmt.Fprintln(os.Stderr, "webhookflood flooder:", err)
 			os.Exit(1)
 		}
 		return
 	}
-	if err := run(*flood, *duration, *clientAuth); err != nil {
+	if err := run(*flood, *sources, *duration, *clientAuth); err != nil {
 		fmt.Fprintln(os.Stderr, "webhookflood:", err)
 		os.Exit(1)
 	}
@@ -79,7 +80,7 @@ const (
 	relay  = "web"
 )
 
-func run(flood int, duration time.Duration, clientAuth bool) error {
+func run(flood, sources int, duration time.Duration, clientAuth bool) error {
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		return fmt.Errorf("KUBEBUILDER_ASSETS is not set: export KUBEBUILDER_ASSETS=$(hack/setup-envtest.sh)")
 	}
@@ -184,7 +185,7 @@ func run(flood int, duration time.Duration, clientAuth bool) error {
 		return err
 	}
 	var floodOut bytes.Buffer
-	fl := exec.CommandContext(ctx, self, "-flooder", addr, "-flood", strconv.Itoa(flood), "-duration", duration.String())
+	fl := exec.CommandContext(ctx, self, "-flooder", addr, "-flood", strconv.Itoa(flood), "-sources", strconv.Itoa(sources), "-duration", duration.String())
 	fl.Stdin, fl.Stdout, fl.Stderr = bytes.NewReader(sec.Data["ca.crt"]), &floodOut, os.Stderr
 	if err := fl.Start(); err != nil {
 		return err
@@ -269,21 +270,29 @@ func clientCerts() (admission, caFile string, err error) {
 
 // floodFrom posts reviews to addr from flood clients for duration, and
 // prints what came of them.
-func floodFrom(addr string, flood int, duration time.Duration) error {
+func floodFrom(addr string, flood, sources int, duration time.Duration) error {
 	caPEM, err := io.ReadAll(os.Stdin)
 	if err != nil {
 		return err
 	}
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(caPEM)
-	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}, MaxIdleConnsPerHost: flood, MaxConnsPerHost: flood}}
+	// The flood comes from addresses of its own (127.0.1.N), as a pod's
+	// would: the API server calls from 127.0.0.1.
+	clients := make([]*http.Client, sources)
+	for i := range clients {
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 1, byte(1+i))}}
+		clients[i] = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots},
+			DialContext: d.DialContext, MaxIdleConnsPerHost: flood, MaxConnsPerHost: flood}}
+	}
 	body := reviewBody()
-	var answered, refused atomic.Int64
+	var answered, held, refused atomic.Int64
 	ctx, cancel := context.WithTimeout(context.Background(), duration)
 	defer cancel()
 	var wg sync.WaitGroup
-	for range flood {
+	for i := range flood {
 		wg.Add(1)
+		hc := clients[i%sources]
 		go func() {
 			defer wg.Done()
 			for ctx.Err() == nil {
@@ -297,13 +306,17 @@ func floodFrom(addr string, flood int, duration time.Duration) error {
 				}
 				io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
-				answered.Add(1)
+				if resp.StatusCode == http.StatusTooManyRequests {
+					held.Add(1)
+				} else {
+					answered.Add(1)
+				}
 			}
 		}()
 	}
 	wg.Wait()
-	fmt.Printf("the flood: %d reviews answered (%.0f a second), %d refused or failed\n",
-		answered.Load(), float64(answered.Load())/duration.Seconds(), refused.Load())
+	fmt.Printf("the flood from %d address(es): %d reviews answered (%.0f a second), %d held back (429), %d refused or failed\n",
+		sources, answered.Load(), float64(answered.Load())/duration.Seconds(), held.Load(), refused.Load())
 	return nil
 }
 
