@@ -578,7 +578,7 @@ func (r *RelayNodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			DeleteFunc:  func(event.DeleteEvent) bool { return false },
 			GenericFunc: func(event.GenericEvent) bool { return false },
 			UpdateFunc: func(e event.UpdateEvent) bool {
-				for _, l := range []string{LabelPrivilegedRelays, v1alpha1.LabelEgressHost} {
+				for _, l := range []string{LabelPrivilegedRelays, LabelControlPlaneRelays, v1alpha1.LabelEgressHost} {
 					if e.ObjectOld.GetLabels()[l] != e.ObjectNew.GetLabels()[l] {
 						return true
 					}

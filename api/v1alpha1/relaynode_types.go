@@ -123,9 +123,16 @@ type RelayNodeSpec struct {
 	// +optional
 	HostNetwork *bool `json:"hostNetwork,omitempty"`
 	// NodeSelector picks the nodes that run this relay (one pod per node).
+	// Selecting control-plane nodes (node-role.kubernetes.io/control-plane)
+	// is refused unless the namespace is labelled
+	// hoplink.dev/control-plane-relays=true (reason ControlPlaneNotAllowed).
 	// +optional
 	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
-	// Tolerations of the relay pods.
+	// Tolerations of the relay pods. Tolerating the control-plane taint, or
+	// every taint (no key, operator Exists), is refused unless the
+	// namespace is labelled hoplink.dev/control-plane-relays=true (reason
+	// ControlPlaneNotAllowed): relays there share a node with the API
+	// server and etcd.
 	// +optional
 	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
 	// Resources of the relay container.
