@@ -17,6 +17,7 @@ import (
 	"github.com/hoplink/hoplink/relay/egress"
 	"github.com/hoplink/hoplink/relay/flow"
 	"github.com/hoplink/hoplink/relay/nexthop"
+	"github.com/hoplink/hoplink/relay/probe"
 	"github.com/hoplink/hoplink/relay/ratelog"
 )
 
@@ -37,6 +38,8 @@ type env struct {
 	problems problemBook
 	// egress is what exits may not reach (nil: anything).
 	egress *egress.Policy
+	// dials keeps how the last connect to each target went.
+	dials dialBook
 	// openTCP counts the TCP flows in progress, in every role: what a
 	// drain waits for (UDP and packet sessions have no end of their own).
 	openTCP atomic.Int64
@@ -109,6 +112,7 @@ func (e *env) flowError(tunnel, reason string) {
 // dialFailed counts and reports a target an exit could not reach: refused
 // by the egress policy (egress_refused), or not connected (dial_target).
 func (e *env) dialFailed(tunnel, target string, err error) {
+	e.dials.record(probe.TargetSpec{Tunnel: tunnel, Target: target}, err)
 	if egress.IsRefused(err) {
 		e.flowError(tunnel, "egress_refused")
 		e.problems.add(adminapi.ProblemEgress, tunnel, fmt.Sprintf("%s: %v", target, err))

@@ -179,7 +179,7 @@ func (r *Relay) Start() error {
 	set := r.set.Load()
 	self := set.Relay(r.cfg.Name)
 	e := r.env
-	targets := probe.NewTargets(e.name, e.m)
+	targets := probe.NewTargets(e.name, e.m, e.egress.Dialer())
 	r.measure = &measurer{env: e, targets: targets, routes: r.routes, requests: newLinkRequests()}
 	r.measure.links = probe.NewLinks(probe.LinkOptions{Relay: e.name, Metrics: e.m, Peers: probePeers{r.measure}})
 	cc, _ := r.congestionFor(set)

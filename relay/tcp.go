@@ -232,7 +232,9 @@ func (f *tcpFlows) dial(ctx context.Context, tunnel, target, role string, start 
 	c.(*net.TCPConn).SetWriteBuffer(endBuffer)
 	c.(*net.TCPConn).SetReadBuffer(endBuffer)
 	// A real connect is a measurement of the target too.
-	f.targets.Observe(probe.TargetSpec{Tunnel: tunnel, Target: target}, time.Since(dialStart))
+	spec := probe.TargetSpec{Tunnel: tunnel, Target: target}
+	f.targets.Observe(spec, time.Since(dialStart))
+	f.dials.record(spec, nil)
 	f.m.FlowSetup.WithLabelValues(f.name, tunnel, role).Observe(time.Since(start).Seconds())
 	return c.(*net.TCPConn), nil
 }
