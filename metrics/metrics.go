@@ -42,6 +42,9 @@ type Metrics struct {
 	// ConnsEvicted counts the connections a relay closed because their
 	// peer held more than its bound.
 	ConnsEvicted *prometheus.CounterVec
+	// ReloadsRejected counts reloads a relay refused, keeping what it
+	// ran: manifests, or certificate files.
+	ReloadsRejected *prometheus.CounterVec
 
 	// Link measurements, labelled from (this relay) and to (the peer).
 	LinkUp       *prometheus.GaugeVec
@@ -102,12 +105,16 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"relay", "tunnel", "role"}),
 		FlowErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hoplink_flow_errors_total",
-			Help: "Flows that ended in error, by reason (dial_target, next_hop, no_route, flow_limit, tunnel_limit, source_limit, draining, idle, evicted, stalled: a stuck write, a TCP flow's reset to let a new flow of its QUIC connection through).",
+			Help: "Flows that ended in error, by reason (dial_target, egress_refused: a target the exit's egress policy refuses, next_hop, no_route, flow_limit, tunnel_limit, source_limit, draining, idle, evicted, stalled: a stuck write, a TCP flow's reset to let a new flow of its QUIC connection through).",
 		}, []string{"relay", "tunnel", "reason"}),
 		Rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hoplink_rejected_streams_total",
 			Help: "Streams from peers that a relay reset without forwarding, by reason (bad_header, header_limit: too many of the connection waiting for their header, links_limit: too many link requests at once, unknown_tunnel, unknown_chain, wrong_protocol, bad_route, bad_target, no_device: a packet Tunnel's exit device cannot open).",
 		}, []string{"relay", "reason"}),
+		ReloadsRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hoplink_reloads_rejected_total",
+			Help: "Reloads a relay refused, keeping what it ran, by what (manifests, certificates): the log says why.",
+		}, []string{"relay", "what"}),
 		Ready: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "hoplink_relay_ready",
 			Help: "1 while a relay runs and is ready (its tunnels open, its listener up), 0 once it stops.",
@@ -226,7 +233,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"relay", "tunnel", "direction"}),
 		TUNDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hoplink_tun_dropped_packets_total",
-			Help: "Packets a tun Tunnel dropped, by reason (not_ip, not_routed, not_source, no_session, session_limit, send_failed, queue_full, write_failed, malformed, unsupported_gso, device_gone).",
+			Help: "Packets a tun Tunnel dropped, by reason (not_ip, not_routed, not_source, no_session, session_limit, send_failed, queue_full, write_failed, malformed, unsupported_gso, device_gone, egress_refused: a packet to the exit's own node).",
 		}, []string{"relay", "tunnel", "reason"}),
 		TUNFlows: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hoplink_tun_flows_total",
@@ -234,7 +241,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"relay", "tunnel", "protocol"}),
 	}
 	reg.MustRegister(m.Bytes, m.Flows, m.ActiveFlows, m.FlowSetup, m.FlowErrors, m.Rejected,
-		m.Ready, m.CertExpiry, m.TunnelOpen, m.PeerUp, m.Handshakes, m.UDPSessions, m.UDPDropped, m.UDPFramed, m.SendLost, m.RedundantCopies, m.UDPBuffer, m.DrainNotices, m.ConnsEvicted,
+		m.Ready, m.CertExpiry, m.TunnelOpen, m.PeerUp, m.Handshakes, m.UDPSessions, m.UDPDropped, m.UDPFramed, m.SendLost, m.RedundantCopies, m.UDPBuffer, m.DrainNotices, m.ConnsEvicted, m.ReloadsRejected,
 		m.LinkUp, m.LinkRTT, m.LinkRTTMin, m.LinkSmoothed, m.LinkJitter, m.LinkLoss, m.LinkProbes, m.LinkTransport, m.LinkGoodput, m.LinkCongestion, m.LinkFlows,
 		m.TargetRTT, m.TargetUp, m.ChainRoute, m.TUNPackets, m.TUNBytes, m.TUNDropped, m.TUNFlows)
 	m.Route = NewRoute(reg)

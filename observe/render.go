@@ -140,7 +140,11 @@ func WriteProbe(w io.Writer, p *Probe) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "HOP\tLINK\tRTT\tJITTER\tLOSS\tERROR")
 	for i, h := range p.Hops {
-		fmt.Fprintf(tw, "%d\t%s -> %s\t%s\t%s\t%.1f%%\t%s\n", i+1, h.From, h.To, dur(h.RTT), dur(h.Jitter), 100*h.Loss, orDash(h.Err))
+		loss := fmt.Sprintf("%.1f%%", 100*min(h.Loss, 1))
+		if h.Err != "" {
+			loss = "-" // a link that did not answer has no loss to show
+		}
+		fmt.Fprintf(tw, "%d\t%s -> %s\t%s\t%s\t%s\t%s\n", i+1, h.From, h.To, dur(h.RTT), dur(h.Jitter), loss, orDash(h.Err))
 	}
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "TARGET\tTUNNEL\tCONNECT\tUP\tERROR")

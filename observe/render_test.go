@@ -83,3 +83,23 @@ func TestReportListsImports(t *testing.T) {
 		t.Errorf("import row %q\n%s", row, b.String())
 	}
 }
+
+// TestProbeTableOfADeadLink: a hop that did not answer shows no loss
+// figure (its probes' count would be a made-up one), a target that
+// refused shows why, and Failures lists both.
+func TestProbeTableOfADeadLink(t *testing.T) {
+	p := &Probe{Chain: "default/c", Mode: "sum", Route: []string{"hk", "m", "la"},
+		Hops: []Hop{{From: "hk", To: "m", Loss: 0.25, Err: "no answer to this round's probes"}, {From: "m", To: "la", Loss: 0.004}},
+		Targets: []measure.Target{{Tunnel: "default/t", Target: "10.0.0.9:80", Error: "dial tcp 10.0.0.9:80: connect: connection refused"}}}
+	var b strings.Builder
+	if err := WriteProbe(&b, p); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	if strings.Contains(out, "25.0%") || !strings.Contains(out, "0.4%") || !strings.Contains(out, "connection refused") {
+		t.Errorf("probe table:\n%s", out)
+	}
+	if f := p.Failures(); len(f) != 2 || !strings.HasPrefix(f[0], "link hk -> m: no answer") || !strings.HasPrefix(f[1], "target 10.0.0.9:80 of tunnel default/t: dial tcp") {
+		t.Errorf("failures: %q", f)
+	}
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -111,5 +112,57 @@ spec: {chain: c, listen: {address: 127.0.0.1, port: %d}, target: "127.0.0.1:9"}
 				t.Errorf("--observer-certs %s: %v after exit; the directory named is kept", certs, err)
 			}
 		})
+	}
+}
+
+// TestLocalSaysWhenATunnelIsNotOpen: 'hoplink local' calls its network
+// ready only when every Tunnel listens; one whose port is taken makes it
+// say the network is up but not ready, and which.
+func TestLocalSaysWhenATunnelIsNotOpen(t *testing.T) {
+	bin := buildHoplink(t)
+	file := filepath.Join(t.TempDir(), "net.yaml")
+	hk := freeRun(t, 2)
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	port := taken.Addr().(*net.TCPAddr).Port
+	os.WriteFile(file, []byte(fmt.Sprintf(`apiVersion: hoplink.dev/v1alpha1
+kind: RelayNode
+metadata: {name: hk}
+spec: {listen: {address: 127.0.0.1, port: %d}, endpoints: ["127.0.0.1:%d"]}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: RelayNode
+metadata: {name: la}
+spec: {listen: {address: 127.0.0.1, port: %d}, endpoints: ["127.0.0.1:%d"]}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: Chain
+metadata: {name: c}
+spec: {entry: hk, exit: la, route: [hk, la]}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: Tunnel
+metadata: {name: t}
+spec: {chain: c, listen: {address: 127.0.0.1, port: %d}, target: "127.0.0.1:9"}
+`, hk, hk, hk+1, hk+1, port)), 0o644)
+	cmd := exec.Command(bin, "local", "-f", file, "--drain-timeout", "0")
+	var stderr testutil.Buffer
+	cmd.Stderr = &stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	}()
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(stderr.String(), "inspect it with") && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+	}
+	out := stderr.String()
+	if strings.Contains(out, "local network ready") || !strings.Contains(out, "local network up, but Tunnels are not open") || !strings.Contains(out, "default/t") {
+		t.Errorf("a Tunnel whose port is taken:\n%s", out)
 	}
 }

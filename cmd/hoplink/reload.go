@@ -28,6 +28,8 @@ type standaloneFiles struct {
 	log           *slog.Logger
 	relay         *relay.Relay
 	identity      *pki.Identity
+	// rejected counts a reload refused (manifests, certificates).
+	rejected func(what string)
 
 	lastSum                   [32]byte // of every file, as last applied
 	lastCA, lastCert, lastKey []byte   // the certificate files in force
@@ -79,9 +81,11 @@ func (f *standaloneFiles) reload(forced bool) {
 	key, err3 := os.ReadFile(f.key)
 	switch err := errors.Join(err1, err2, err3); {
 	case err != nil:
+		f.rejected("certificates")
 		f.log.Error("cannot read the certificate files; keeping the current ones", "err", err)
 	case !slices.Equal(ca, f.lastCA) || !slices.Equal(cert, f.lastCert) || !slices.Equal(key, f.lastKey):
 		if err := f.identity.Update(ca, cert, key); err != nil {
+			f.rejected("certificates")
 			f.log.Error("new certificate files rejected; keeping the current ones", "ca", f.ca, "cert", f.cert, "err", err)
 		} else {
 			f.lastCA, f.lastCert, f.lastKey = ca, cert, key
@@ -90,6 +94,7 @@ func (f *standaloneFiles) reload(forced bool) {
 	}
 	set, err := loadManifests(f.manifests, f.log)
 	if err != nil {
+		f.rejected("manifests")
 		f.log.Error("manifests rejected; keeping the current ones", "err", err)
 		return
 	}

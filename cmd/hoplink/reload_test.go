@@ -178,3 +178,69 @@ func TestReloadAndRotate(t *testing.T) {
 		}
 	}
 }
+
+// TestRejectedReloadsAreCountedAndSettled: manifests with a typo, signalled
+// twice, are refused and counted (hoplink_reloads_rejected_total); once
+// fixed and signalled, the log's last line is the reload, not the refusal
+// held back from the second signal, which comes before it with its count.
+func TestRejectedReloadsAreCountedAndSettled(t *testing.T) {
+	bin := buildHoplink(t)
+	dir := t.TempDir()
+	port, tunnelPort, metricsPort := testutil.FreePort(t), testutil.FreePort(t), testutil.FreePort(t)
+	good := fmt.Sprintf("apiVersion: hoplink.dev/v1alpha1\nkind: RelayNode\nmetadata: {name: hk}\nspec: {listen: {address: 127.0.0.1, port: %d}, endpoints: [\"127.0.0.1:%d\"]}\n"+
+		"---\napiVersion: hoplink.dev/v1alpha1\nkind: Chain\nmetadata: {name: c}\nspec: {entry: hk, exit: hk, route: [hk]}\n"+
+		"---\napiVersion: hoplink.dev/v1alpha1\nkind: Tunnel\nmetadata: {name: t}\nspec: {chain: c, listen: {address: 127.0.0.1, port: %d}, %s: \"127.0.0.1:9\"}\n", port, port, tunnelPort, "%s")
+	file := filepath.Join(dir, "net.yaml")
+	certs := relayFiles(t, bin, dir, "net.yaml", fmt.Sprintf(good, "target"), "hk")
+	logFile := filepath.Join(dir, "hk.log")
+	out, err := os.Create(logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	metricsAddr := fmt.Sprintf("127.0.0.1:%d", metricsPort)
+	cmd := exec.Command(bin, "relay", "-f", file, "--name", "hk", "--certs", certs, "--metrics-addr", metricsAddr)
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); waitProc(cmd) })
+	logged := func() string { b, _ := os.ReadFile(logFile); return string(b) }
+	waitUntil := func(what string, n int) {
+		t.Helper()
+		waitFor(t, fmt.Sprintf("%d lines saying %q", n, what), func() error {
+			if c := strings.Count(logged(), what); c < n {
+				return fmt.Errorf("%d:\n%s", c, logged())
+			}
+			return nil
+		})
+	}
+	waitUntil("relay started", 1)
+	os.WriteFile(file, []byte(fmt.Sprintf(good, "targte")), 0o644)
+	cmd.Process.Signal(syscall.SIGHUP)
+	waitUntil("manifests rejected", 1)
+	cmd.Process.Signal(syscall.SIGHUP) // held back: a repeat within 10 s
+	waitFor(t, "two rejected reloads counted", func() error {
+		m, err := httpGet("http://" + metricsAddr + "/metrics")
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(m, `hoplink_reloads_rejected_total{relay="hk",what="manifests"} 2`) {
+			return fmt.Errorf("metrics:\n%s", m)
+		}
+		return nil
+	})
+	os.WriteFile(file, []byte(fmt.Sprintf(good, "target")), 0o644)
+	cmd.Process.Signal(syscall.SIGHUP)
+	waitUntil("manifests reloaded", 1)
+	time.Sleep(11 * time.Second) // past the window that held the second refusal
+	lines := strings.Split(strings.TrimSpace(logged()), "\n")
+	last := lines[len(lines)-1]
+	if !strings.Contains(last, "manifests reloaded") {
+		t.Errorf("the log's last line is %q, not the reload:\n%s", last, logged())
+	}
+	if strings.Count(logged(), "manifests rejected") != 2 || !strings.Contains(logged(), "suppressed=1") {
+		t.Errorf("want the refusal, then its held-back repeat with its count, before the reload:\n%s", logged())
+	}
+}

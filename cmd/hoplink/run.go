@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -172,7 +173,20 @@ func (o *localRun) run(log *slog.Logger, set *manifest.Set, files []string, doc 
 		n.Close()
 		return fmt.Errorf("--observer-certs: %w", err)
 	}
-	log.Info("local network ready", "relays", len(n.Relays), "tunnels", len(set.Tunnels))
+	var notOpen []string
+	for _, r := range n.Relays {
+		for tunnel, err := range r.TunnelErrors() {
+			notOpen = append(notOpen, tunnel+": "+err)
+		}
+	}
+	if len(notOpen) > 0 {
+		// Each relay logged why and retries; the network is up, not ready.
+		slices.Sort(notOpen)
+		log.Warn("local network up, but Tunnels are not open; their relays retry them every 5 s", "relays", len(n.Relays), "tunnels", len(set.Tunnels),
+			"not_open", len(notOpen), "first", notOpen[0])
+	} else {
+		log.Info("local network ready", "relays", len(n.Relays), "tunnels", len(set.Tunnels))
+	}
 	log.Info("inspect it with", "command", inspectCommand(files, dir))
 	return portHint(serveUntilSignal(log, o.metricsAddr, o.profiling, reg, n.Ready, n.Drain, o.drainTimeout, n.Close))
 }
@@ -316,7 +330,8 @@ injected sidecar relays run.`,
 			if err := r.Start(); err != nil {
 				return portHint(err)
 			}
-			watched := &standaloneFiles{manifests: files, ca: caFile, cert: certFile, key: keyFile, log: log, relay: r, identity: id}
+			watched := &standaloneFiles{manifests: files, ca: caFile, cert: certFile, key: keyFile, log: log, relay: r, identity: id,
+				rejected: func(what string) { m.ReloadsRejected.WithLabelValues(name, what).Inc() }}
 			watched.loaded()
 			stop := make(chan struct{})
 			defer close(stop)

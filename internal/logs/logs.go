@@ -48,7 +48,7 @@ type Options struct {
 
 // Attribute keys of a line that stands for several.
 const (
-	SuppressedKey = "suppressed" // how many lines like it were left out
+	SuppressedKey = "suppressed" // how many lines like it were held back (the line repeats the last)
 	WindowKey     = "window"     // over how long, as a Go duration
 )
 
@@ -145,9 +145,9 @@ func (l *Limiter) take(e *entry) (pending, bool) {
 	// Stamped when written, so that lines stay in time order; the line
 	// stands for everything up to now.
 	p.r.Time = l.o.Now()
-	if e.n > 1 {
-		p.r.AddAttrs(slog.Int(SuppressedKey, e.n-1), slog.String(WindowKey, l.o.Window.String()))
-	}
+	// It stands for every line held back, itself a copy of the last: a
+	// reader sees it is not news, however few there were.
+	p.r.AddAttrs(slog.Int(SuppressedKey, e.n), slog.String(WindowKey, l.o.Window.String()))
 	e.n, e.last, e.h = 0, slog.Record{}, nil
 	e.until = l.o.Now().Add(l.o.Window)
 	return p, true
@@ -224,7 +224,12 @@ func (h *handler) Handle(ctx context.Context, r slog.Record) error {
 		flat.AddAttrs(flatAttr(a))
 		return true
 	})
-	if r.Level >= h.l.o.Level.Level() && !h.l.allow(key.String(), flat, h.next) {
+	if r.Level < h.l.o.Level.Level() {
+		// An event (a peer connected, manifests reloaded) may end a
+		// condition held back: what was held is written first, so that
+		// no line comes after the event that replaced it.
+		h.l.Flush()
+	} else if !h.l.allow(key.String(), flat, h.next) {
 		return nil
 	}
 	return h.next.Handle(ctx, flat)

@@ -130,14 +130,14 @@ func TestLimiter(t *testing.T) {
 		steps: []step{{0, times(200, noRoute("a/t", 1))}, {0, noRoute("a/t", 2)}, {10 * time.Second, nil}},
 		want: []string{
 			`{"msg":"no route for flow","port":1,"tunnel":"a/t"}`,
-			`{"msg":"no route for flow","port":2,"suppressed":199,"tunnel":"a/t","window":"10s"}`,
+			`{"msg":"no route for flow","port":2,"suppressed":200,"tunnel":"a/t","window":"10s"}`,
 		},
 	}, {
-		name:  "a second line in a window comes at its end, with no count",
+		name:  "a second line in a window comes at its end, counted: it is not news",
 		steps: []step{{0, noRoute("a/t", 1)}, {time.Second, noRoute("a/t", 2)}, {9 * time.Second, nil}},
 		want: []string{
 			`{"msg":"no route for flow","port":1,"tunnel":"a/t"}`,
-			`{"msg":"no route for flow","port":2,"tunnel":"a/t"}`,
+			`{"msg":"no route for flow","port":2,"suppressed":1,"tunnel":"a/t","window":"10s"}`,
 		},
 	}, {
 		name: "a steady flood is one line a window",
@@ -150,9 +150,9 @@ func TestLimiter(t *testing.T) {
 		},
 		want: []string{
 			`{"msg":"no route for flow","port":1,"tunnel":"a/t"}`,
-			`{"msg":"no route for flow","port":1,"suppressed":98,"tunnel":"a/t","window":"10s"}`,
-			`{"msg":"no route for flow","port":1,"suppressed":49,"tunnel":"a/t","window":"10s"}`,
-			`{"msg":"no route for flow","port":1,"suppressed":49,"tunnel":"a/t","window":"10s"}`,
+			`{"msg":"no route for flow","port":1,"suppressed":99,"tunnel":"a/t","window":"10s"}`,
+			`{"msg":"no route for flow","port":1,"suppressed":50,"tunnel":"a/t","window":"10s"}`,
+			`{"msg":"no route for flow","port":1,"suppressed":50,"tunnel":"a/t","window":"10s"}`,
 		},
 	}, {
 		name:  "after a quiet window the next line passes at once",
@@ -177,6 +177,18 @@ func TestLimiter(t *testing.T) {
 			l.Warn("x", "k", "v")
 		}}},
 		want: []string{`{"k":"v","msg":"x"}`, `{"k":"v","msg":"x"}`, `{"k":"v","msg":"y"}`},
+	}, {
+		name: "an event writes what was held back first: no line comes after the event that replaced it",
+		steps: []step{{0, func(l *slog.Logger) {
+			l.Error("manifests rejected; keeping the current ones", "err", "spec.targte")
+			l.Error("manifests rejected; keeping the current ones", "err", "spec.targte")
+			l.Info("manifests reloaded", "signal", true)
+		}}, {10 * time.Second, nil}},
+		want: []string{
+			`{"err":"spec.targte","msg":"manifests rejected; keeping the current ones"}`,
+			`{"err":"spec.targte","msg":"manifests rejected; keeping the current ones","suppressed":1,"window":"10s"}`,
+			`{"msg":"manifests reloaded","signal":true}`,
+		},
 	}, {
 		name: "info lines are events, each written",
 		steps: []step{{0, func(l *slog.Logger) {
@@ -263,7 +275,7 @@ func TestLimiterIsBounded(t *testing.T) {
 		t.Fatalf("%d lines, want 1002", len(rs))
 	}
 	// t0..t7 fill the table; t8 pushes t0 out, which writes its count.
-	if rs[8]["tunnel"] != "t0" || rs[8]["suppressed"] != 1.0 || rs[9]["tunnel"] != "t8" {
+	if rs[8]["tunnel"] != "t0" || rs[8]["suppressed"] != 2.0 || rs[9]["tunnel"] != "t8" {
 		t.Errorf("the evicted condition's count: %v, then %v", rs[8], rs[9])
 	}
 }
@@ -276,7 +288,7 @@ func TestFlush(t *testing.T) {
 	}
 	l.Flush()
 	rs := records(t, b)
-	if len(rs) != 2 || rs[1]["suppressed"] != 3.0 {
+	if len(rs) != 2 || rs[1]["suppressed"] != 4.0 {
 		t.Fatalf("after Flush: %s", b)
 	}
 }

@@ -358,6 +358,9 @@ func (k *Relay) apply(ctx context.Context) error {
 	// certificate checked against the CAs that come with it.
 	if cert, ca := secret.Data[corev1.TLSCertKey], secret.Data["ca.crt"]; !bytes.Equal(cert, k.certPEM) || !bytes.Equal(ca, k.caPEM) {
 		if err := r.Identity().Update(ca, cert, secret.Data[corev1.TLSPrivateKeyKey]); err != nil {
+			if k.o.Metrics != nil {
+				k.o.Metrics.ReloadsRejected.WithLabelValues(k.o.Name, "certificates").Inc()
+			}
 			k.o.Log.Error("new certificate or CA rejected; keeping the current ones", "err", err)
 		} else {
 			k.certPEM, k.caPEM = cert, ca

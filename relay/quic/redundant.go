@@ -132,7 +132,9 @@ func (r *redundancy) judge(by map[netip.AddrPort]counts, now time.Time) {
 		switch {
 		case p.lost >= redundantLost:
 			if !now.Before(p.until) && r.changed != nil {
-				r.changed(addr, true, float64(p.lost)/float64(max(p.sent, 1)))
+				// Losses declared now may be of packets counted in an
+				// earlier window: the ratio is at most 1.
+				r.changed(addr, true, min(1, float64(p.lost)/float64(max(p.sent, 1))))
 			}
 			p.until = now.Add(redundantHold)
 			p.judged = counts{p.sent, p.lost}

@@ -160,3 +160,20 @@ func TestPeerCounts(t *testing.T) {
 		t.Fatal("an answer of one count was taken")
 	}
 }
+
+// TestLossSaidIsARatio: a window whose declared losses outnumber what it
+// sent (losses of packets sent before it, as many connections to one
+// address declare them at once) reports a loss of at most 100%.
+func TestLossSaidIsARatio(t *testing.T) {
+	a := netip.MustParseAddrPort("10.0.0.1:7401")
+	var said []float64
+	r := newRedundancy(func(_ netip.AddrPort, on bool, loss float64) {
+		if on {
+			said = append(said, loss)
+		}
+	}, nil)
+	r.judge(map[netip.AddrPort]counts{a: {sent: 3, lost: 12}}, time.Unix(1000, 0))
+	if len(said) != 1 || said[0] > 1 || said[0] <= 0 {
+		t.Errorf("12 losses declared over 3 packets sent: loss said %v, want at most 1", said)
+	}
+}
