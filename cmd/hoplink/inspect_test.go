@@ -16,18 +16,10 @@ import (
 	"github.com/hoplink/hoplink/internal/testutil"
 )
 
-var inspectLine = regexp.MustCompile(`msg="inspect it with" command=("(?:[^"\\]|\\.)*")`)
-
-// 'hoplink local' and 'hoplink forward' print the one command that shows
-// them, and it works as printed: without --observer-certs they write the
-// observer's files into a directory of their own, removed at exit (the CA
-// dies with the process); with it, into that directory, which stays.
-func TestLocalPrintsTheStatusCommand(t *testing.T) {
-	bin := buildHoplink(t)
-	dir := t.TempDir()
-	file := filepath.Join(dir, "net.yaml")
-	hk, la := freeRun(t, 2), testutil.FreePort(t)
-	os.WriteFile(file, []byte(fmt.Sprintf(`apiVersion: hoplink.dev/v1alpha1
+// twoRelays is a local network: relays hk and la on ports hk and hk+1, a
+// Tunnel entering hk on tunnelPort to the discard port.
+func twoRelays(hk, tunnelPort int) string {
+	return fmt.Sprintf(`apiVersion: hoplink.dev/v1alpha1
 kind: RelayNode
 metadata: {name: hk}
 spec: {listen: {address: 127.0.0.1, port: %d}, endpoints: ["127.0.0.1:%d"]}
@@ -46,7 +38,21 @@ apiVersion: hoplink.dev/v1alpha1
 kind: Tunnel
 metadata: {name: t}
 spec: {chain: c, listen: {address: 127.0.0.1, port: %d}, target: "127.0.0.1:9"}
-`, hk, hk, hk+1, hk+1, la)), 0o644)
+`, hk, hk, hk+1, hk+1, tunnelPort)
+}
+
+var inspectLine = regexp.MustCompile(`msg="inspect it with" command=("(?:[^"\\]|\\.)*")`)
+
+// 'hoplink local' and 'hoplink forward' print the one command that shows
+// them, and it works as printed: without --observer-certs they write the
+// observer's files into a directory of their own, removed at exit (the CA
+// dies with the process); with it, into that directory, which stays.
+func TestLocalPrintsTheStatusCommand(t *testing.T) {
+	bin := buildHoplink(t)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "net.yaml")
+	hk, la := freeRun(t, 2), testutil.FreePort(t)
+	os.WriteFile(file, []byte(twoRelays(hk, la)), 0o644)
 	given := filepath.Join(dir, "my certs")
 
 	for _, tc := range []struct {
@@ -128,26 +134,7 @@ func TestLocalSaysWhenATunnelIsNotOpen(t *testing.T) {
 	}
 	defer taken.Close()
 	port := taken.Addr().(*net.TCPAddr).Port
-	os.WriteFile(file, []byte(fmt.Sprintf(`apiVersion: hoplink.dev/v1alpha1
-kind: RelayNode
-metadata: {name: hk}
-spec: {listen: {address: 127.0.0.1, port: %d}, endpoints: ["127.0.0.1:%d"]}
----
-apiVersion: hoplink.dev/v1alpha1
-kind: RelayNode
-metadata: {name: la}
-spec: {listen: {address: 127.0.0.1, port: %d}, endpoints: ["127.0.0.1:%d"]}
----
-apiVersion: hoplink.dev/v1alpha1
-kind: Chain
-metadata: {name: c}
-spec: {entry: hk, exit: la, route: [hk, la]}
----
-apiVersion: hoplink.dev/v1alpha1
-kind: Tunnel
-metadata: {name: t}
-spec: {chain: c, listen: {address: 127.0.0.1, port: %d}, target: "127.0.0.1:9"}
-`, hk, hk, hk+1, hk+1, port)), 0o644)
+	os.WriteFile(file, []byte(twoRelays(hk, port)), 0o644)
 	cmd := exec.Command(bin, "local", "-f", file, "--drain-timeout", "0")
 	var stderr testutil.Buffer
 	cmd.Stderr = &stderr
