@@ -27,7 +27,7 @@ func TestHelpNamesEveryCountedReason(t *testing.T) {
 		help   string
 		call   *regexp.Regexp
 	}{
-		{"hoplink_rejected_streams_total", help(m.Rejected), regexp.MustCompile(`(?:\.rejected\(|Rejected\.WithLabelValues\()[^\n]*?"([a-z_]+)"`)},
+		{"hoplink_rejected_streams_total", help(m.Rejected), regexp.MustCompile(`(?:\.rejected\(|\bRejected\.WithLabelValues\()[^\n]*?"([a-z_]+)"`)},
 		{"hoplink_flow_errors_total", help(m.FlowErrors), regexp.MustCompile(`(?:\.flowError\(|FlowErrors\.WithLabelValues\()[^\n]*?"([a-z_]+)"`)},
 		{"hoplink_udp_dropped_packets_total", help(m.UDPDropped), regexp.MustCompile(`(?:\.dropped\(|onDrop\(|UDPDropped\.WithLabelValues\()[^\n]*?"([a-z_]+)"`)},
 		{"hoplink_tun_dropped_packets_total", help(m.TUNDropped), regexp.MustCompile(`(?:Stats\.Dropped\(|TUNDropped\.WithLabelValues\()[^\n]*?"([a-z_]+)"`)},

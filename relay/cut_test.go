@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/hoplink/hoplink/internal/linkemu"
 	"github.com/hoplink/hoplink/internal/testutil"
 	"github.com/hoplink/hoplink/relay"
@@ -51,12 +53,27 @@ func TestCutHopIsAResetNotAnEnd(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { udp.Close() })
-			startLoopback(t, relay.Config{}, testutil.LoopbackChain{Relays: 2, Route: []string{"r0", "r1"}, Transport: "tls",
+			_, m, _ := startLoopback(t, relay.Config{}, testutil.LoopbackChain{Relays: 2, Route: []string{"r0", "r1"}, Transport: "tls",
 				Tunnels: []testutil.TunnelSpec{{Name: "t", Protocol: "tcp", Target: target, Port: port}},
 				Ports:   map[string]int{"r1": exitPort}, Endpoints: map[string]string{"r1": cut.ln.Addr().String()}})
 
 			c := testutil.DialTunnel(t, port)
 			defer c.Close()
+			// Each relay counts the flow's end under the side that failed:
+			// the hop between them.
+			defer func() {
+				for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+					entry := promtest.ToFloat64(m.FlowErrors.WithLabelValues("r0", "default/t", "next_hop_reset"))
+					exit := promtest.ToFloat64(m.FlowErrors.WithLabelValues("r1", "default/t", "prev_hop_reset"))
+					if entry == 1 && exit == 1 {
+						return
+					}
+					if time.Now().After(deadline) {
+						t.Errorf("flow errors: next_hop_reset at the entry %v, prev_hop_reset at the exit %v; want 1 and 1", entry, exit)
+						return
+					}
+				}
+			}()
 			c.SetDeadline(time.Now().Add(20 * time.Second))
 			if dir == "download" {
 				got, err := io.ReadAll(c)

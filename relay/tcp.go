@@ -111,19 +111,37 @@ func (f *tcpFlows) entry(in flow.End, t *v1alpha1.Tunnel, key, target string) {
 		return
 	}
 	f.m.FlowSetup.WithLabelValues(f.name, key, "entry").Observe(time.Since(start).Seconds())
-	f.join(key, flow.Join(in, out, via.Count(fc.up, flow.Up), via.Count(fc.down, flow.Down), tcpIdle(t)))
+	f.join(key, sideClient, sideNextHop, flow.Join(in, out, via.Count(fc.up, flow.Up), via.Count(fc.down, flow.Down), tcpIdle(t)))
 	via.Done()
 }
 
-// join counts how a joined flow ended, when it ended for being idle or
-// stalled.
-func (f *tcpFlows) join(tunnel string, err error) {
+// The ends of a joined flow, as the reason a reset of theirs is counted
+// under.
+const (
+	sideClient  = "client_reset"
+	sidePrevHop = "prev_hop_reset"
+	sideNextHop = "next_hop_reset"
+	sideTarget  = "target_reset"
+)
+
+// join counts how a joined flow ended in error: idle, stalled, or reset
+// by the end that failed first (a, toward the client; b, toward the
+// target), where it ended and, as the reset travels, at every relay of
+// its route: a relay that dies mid-flow is a next_hop_reset before it and
+// a prev_hop_reset after it.
+func (f *tcpFlows) join(tunnel, a, b string, err error) {
+	var broken *flow.Broken
 	switch {
+	case err == nil:
 	case errors.Is(err, flow.ErrIdle):
 		f.flowError(tunnel, "idle")
 	case errors.Is(err, flow.ErrStalled):
 		f.flowError(tunnel, "stalled")
 		f.warn.Warn("tcp flow reset: stuck in a write for a second or more while a new flow of its QUIC connection waited for the window", "tunnel", tunnel)
+	case errors.As(err, &broken) && broken.At == flow.A:
+		f.flowError(tunnel, a)
+	case errors.As(err, &broken):
+		f.flowError(tunnel, b)
 	}
 }
 
@@ -150,10 +168,10 @@ func (f *tcpFlows) forward(ctx context.Context, in flow.End, t *v1alpha1.Tunnel,
 			in.Abort()
 			return
 		}
-		f.join(key, flow.Splice(a.Conn(), tc, fc.up, fc.down, tcpIdle(t)))
+		f.join(key, sideClient, sideTarget, flow.Splice(a.Conn(), tc, fc.up, fc.down, tcpIdle(t)))
 		return
 	}
-	f.joinTarget(in, tc, fc, t)
+	f.joinTarget(in, sideClient, tc, fc, t)
 }
 
 // tellTarget writes the PROXY header t asks for, if any, to the target's
@@ -188,7 +206,7 @@ func (f *tcpFlows) middle(in flow.End, h *hop.Header, t *v1alpha1.Tunnel, chain 
 		in.Fail(hop.CodeNextHop)
 		return
 	}
-	f.join(h.Tunnel, flow.Join(in, out, via.Count(fc.up, flow.Up), via.Count(fc.down, flow.Down), tcpIdle(t)))
+	f.join(h.Tunnel, sidePrevHop, sideNextHop, flow.Join(in, out, via.Count(fc.up, flow.Up), via.Count(fc.down, flow.Down), tcpIdle(t)))
 	via.Done()
 }
 
@@ -208,18 +226,19 @@ func (f *tcpFlows) exit(in flow.End, h *hop.Header, t *v1alpha1.Tunnel) {
 		in.Fail(hop.CodeDialFailed)
 		return
 	}
-	f.joinTarget(in, tc, fc, t)
+	f.joinTarget(in, sidePrevHop, tc, fc, t)
 }
 
-// joinTarget joins a flow to the connection to its target.
-func (f *tcpFlows) joinTarget(in flow.End, tc *net.TCPConn, fc flowCounters, t *v1alpha1.Tunnel) {
+// joinTarget joins a flow (from the client, or the previous hop: inSide)
+// to the connection to its target.
+func (f *tcpFlows) joinTarget(in flow.End, inSide string, tc *net.TCPConn, fc flowCounters, t *v1alpha1.Tunnel) {
 	out, err := flow.TCP(tc)
 	if err != nil {
 		in.Abort()
 		tc.Close()
 		return
 	}
-	f.join(manifest.Key(t.Namespace, t.Name), flow.Join(in, out, fc.up, fc.down, tcpIdle(t)))
+	f.join(manifest.Key(t.Namespace, t.Name), inSide, sideTarget, flow.Join(in, out, fc.up, fc.down, tcpIdle(t)))
 }
 
 func (f *tcpFlows) dial(ctx context.Context, tunnel, target, role string, start time.Time) (*net.TCPConn, error) {

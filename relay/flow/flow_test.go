@@ -242,3 +242,39 @@ func TestReadWhenReadyAllocatesNothing(t *testing.T) {
 		t.Fatalf("%.1f allocations per message", allocs)
 	}
 }
+
+// TestBrokenSaysWhichEndFailed: a flow reset by its target or by its
+// client ends in a Broken error naming that end first, joined or spliced:
+// what a relay counts a flow's error under.
+func TestBrokenSaysWhichEndFailed(t *testing.T) {
+	viaSplice := func(in, out *net.TCPConn, up, down Counter) error { return Splice(in, out, up, down, 0) }
+	for _, join := range []struct {
+		name string
+		f    func(in, out *net.TCPConn, up, down Counter) error
+	}{{"join", viaJoin}, {"splice", viaSplice}} {
+		for _, tc := range []struct {
+			name string
+			want Side
+		}{{"client resets", A}, {"target resets", B}} {
+			t.Run(join.name+"/"+tc.name, func(t *testing.T) {
+				client, target, _, _, done := joined(t, join.f)
+				client.Write([]byte("hello"))
+				if _, err := io.ReadFull(target, make([]byte, 5)); err != nil {
+					t.Fatal(err)
+				}
+				failing := map[Side]*net.TCPConn{A: client, B: target}[tc.want]
+				failing.SetLinger(0)
+				failing.Close()
+				var b *Broken
+				select {
+				case err := <-done:
+					if !errors.As(err, &b) || b.At != tc.want {
+						t.Errorf("ended with %v (%+v), want Broken at side %d", err, b, tc.want)
+					}
+				case <-time.After(5 * time.Second):
+					t.Fatal("the flow did not end")
+				}
+			})
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -36,6 +37,55 @@ var tlsBufPool = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &
 
 // ErrIdle is a flow that moved no byte either way for its idle timeout.
 var ErrIdle = errors.New("flow idle")
+
+// Side is an end of a joined flow: A toward the client, B toward the
+// target.
+type Side int
+
+const (
+	A Side = iota
+	B
+)
+
+// Broken is a joined flow that ended in an error: which end failed first
+// (the other was reset for it), and the errors of both halves.
+type Broken struct {
+	At  Side
+	Err error
+}
+
+func (e *Broken) Error() string { return e.Err.Error() }
+func (e *Broken) Unwrap() error { return e.Err }
+
+// firstFault keeps the side whose failure came first: the other half's
+// error is the reset that failure caused.
+type firstFault struct {
+	set  atomic.Bool
+	side atomic.Int32
+}
+
+func (f *firstFault) note(side Side) {
+	if f.set.CompareAndSwap(false, true) {
+		f.side.Store(int32(side))
+	}
+}
+
+// failed is the side of a half that failed: its source's, or its
+// destination's.
+func failed(srcFailed bool, src, dst Side) Side {
+	if srcFailed {
+		return src
+	}
+	return dst
+}
+
+// broken wraps err, if any, with the side that failed first.
+func (f *firstFault) broken(err error) error {
+	if err == nil || !f.set.Load() {
+		return err
+	}
+	return &Broken{At: Side(f.side.Load()), Err: err}
+}
 
 // idleTimer resets a flow that moves no byte for a while. Bytes moving
 // only note the time: a small request/response flow moves bytes a few
@@ -107,16 +157,19 @@ func Join(a, b End, up, down Counter, idle time.Duration) error {
 	abort := func() { a.Abort(); b.Abort() }
 	it := newIdleTimer(idle, abort)
 	wa, wb := newStallWatch(a, b, abort), newStallWatch(b, a, abort)
+	var fault firstFault
 	done := make(chan error, 1)
 	go func() {
-		err := copyHalf(b, a, up, it, wa)
+		srcFailed, err := copyHalf(b, a, up, it, wa)
 		if err != nil {
+			fault.note(failed(srcFailed, A, B))
 			abort()
 		}
 		done <- err
 	}()
-	err := copyHalf(a, b, down, it, wb)
+	srcFailed, err := copyHalf(a, b, down, it, wb)
 	if err != nil {
+		fault.note(failed(srcFailed, B, A))
 		abort()
 	}
 	err = it.stop(errors.Join(err, <-done))
@@ -128,8 +181,12 @@ func Join(a, b End, up, down Counter, idle time.Duration) error {
 	if err == nil {
 		a.Close()
 		b.Close()
+		return nil
 	}
-	return err
+	if err == ErrIdle {
+		return err
+	}
+	return fault.broken(err)
 }
 
 // gatherer is a source that returns little per Read (a TLS record, or a
@@ -273,7 +330,9 @@ func (w *stallWatch) stop() {
 // wasEvicted says whether the Window reset the flow for a new one.
 func (w *stallWatch) wasEvicted() bool { return w != nil && w.evicted.Load() }
 
-func copyHalf(dst, src End, n Counter, it *idleTimer, w *stallWatch) error {
+// copyHalf copies src to dst until src ends. An error says whether src
+// (a read) or dst (a write) failed.
+func copyHalf(dst, src End, n Counter, it *idleTimer, w *stallWatch) (srcFailed bool, err error) {
 	first := &smallBufPool
 	if _, ok := src.(*TLSEnd); ok {
 		first = &tlsBufPool
@@ -290,12 +349,12 @@ func copyHalf(dst, src End, n Counter, it *idleTimer, w *stallWatch) error {
 		if ready != nil {
 			bp, nr, rerr = ready.ReadWhenReady(first)
 			if bp == nil {
-				return rerr
+				return true, rerr
 			}
 			primed = true
 		} else {
 			if err := src.Wait(); err != nil && err != io.EOF {
-				return err
+				return true, err
 			}
 			bp = first.Get().(*[]byte)
 		}
@@ -332,18 +391,18 @@ func copyHalf(dst, src End, n Counter, it *idleTimer, w *stallWatch) error {
 				}
 				if werr != nil {
 					pool.Put(bp)
-					return werr
+					return false, werr
 				}
 				n.Add(float64(len(out)))
 				it.moved()
 			}
 			if rerr == io.EOF {
 				pool.Put(bp)
-				return dst.CloseWrite()
+				return false, dst.CloseWrite()
 			}
 			if rerr != nil {
 				pool.Put(bp)
-				return rerr
+				return true, rerr
 			}
 			if nr < len(buf) {
 				break // drained for now: give the buffer back while we wait
@@ -402,17 +461,28 @@ func Splice(a, b *net.TCPConn, up, down Counter, idle time.Duration) error {
 			}
 		}
 	}
+	// splice(2) does not say which socket failed: a write to a socket its
+	// peer reset fails with EPIPE, a read of it with ECONNRESET.
+	side := func(err error, src, dst Side) Side {
+		if errors.Is(err, syscall.EPIPE) {
+			return dst
+		}
+		return src
+	}
+	var fault firstFault
 	wa, wb := newStallWatch(ta, tb, abort), newStallWatch(tb, ta, abort)
 	done := make(chan error, 1)
 	go func() {
 		err := half(b, a, up, wa)
 		if err != nil {
+			fault.note(side(err, A, B))
 			abort()
 		}
 		done <- err
 	}()
 	err := half(a, b, down, wb)
 	if err != nil {
+		fault.note(side(err, B, A))
 		abort()
 	}
 	err = it.stop(errors.Join(err, <-done))
@@ -420,5 +490,8 @@ func Splice(a, b *net.TCPConn, up, down Counter, idle time.Duration) error {
 	wb.stop()
 	a.Close()
 	b.Close()
-	return err
+	if err == nil || err == ErrIdle {
+		return err
+	}
+	return fault.broken(err)
 }
