@@ -53,6 +53,8 @@ type Link struct {
 	// take now, and why; empty before the relay chose.
 	Transport       string `json:"transport,omitempty"`
 	TransportReason string `json:"transportReason,omitempty"`
+	// Draining: the peer said it drains (a planned stop, not a failure).
+	Draining bool `json:"draining,omitempty"`
 }
 
 // Target is an exit relay's measurement of a Tunnel's target.

@@ -127,6 +127,7 @@ func (m *measurer) table(ctx context.Context, c *v1alpha1.Chain, fresh time.Dura
 			for i := range t.Links {
 				tr, why := m.peers.LinkTransport(t.Links[i].To)
 				t.Links[i].Transport, t.Links[i].TransportReason = string(tr), why
+				t.Links[i].Draining = m.peers.Draining(t.Links[i].To)
 			}
 		}()
 	}

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -437,6 +438,9 @@ func (l *loop) round(ctx context.Context, ch *v1alpha1.Chain) Decision {
 	} else {
 		sd = l.sel.Next(ranked, cost, ok)
 	}
+	if sd.Changed && !ok && len(current) > 0 {
+		sd.Reason = fmt.Sprintf("route %v is broken: %s", current, brokenPart(md, g, current, unmeasured, down))
+	}
 	d.Route, d.Changed, d.Reason, d.Kept, d.Candidates = sd.Route, sd.Changed, sd.Reason, sd.Kept, ranked
 	if sd.Changed {
 		d.Previous = current
@@ -497,9 +501,12 @@ func (l *loop) gather(ctx context.Context, wait time.Time, ch *v1alpha1.Chain, c
 	chosen = map[[2]string]v1alpha1.LinkTransport{}
 	add := func(relay string, t *measure.Table) {
 		for _, link := range t.Links {
-			if link.Up {
+			switch {
+			case link.Up:
 				g.SetLink(relay, link.To, link.RTT.D())
-			} else {
+			case link.Draining:
+				down = append(down, relay+" -> "+link.To+" (draining)")
+			default:
 				down = append(down, relay+" -> "+link.To)
 			}
 			if link.Transport != "" {
@@ -693,4 +700,38 @@ func (l *loop) forget() {
 	mt.Changes.DeleteLabelValues(l.key)
 	mt.Rounds.DeleteLabelValues(l.key, "decided")
 	mt.Rounds.DeleteLabelValues(l.key, "failed")
+}
+
+// brokenPart says what breaks route this round, naming the relay or link:
+// a relay that did not answer, a link down (a relay that drains says so:
+// a planned stop, not a failure), a link not measured, or in pipe mode an
+// end-to-end probe that failed.
+func brokenPart(md route.Mode, g *route.Graph, rt, unmeasured, down []string) string {
+	var parts []string
+	for _, r := range rt {
+		if slices.Contains(unmeasured, r) {
+			parts = append(parts, fmt.Sprintf("relay %s did not answer (down, or unreachable)", r))
+		}
+	}
+	for i := 0; i+1 < len(rt); i++ {
+		if _, ok := g.Link(rt[i], rt[i+1]); ok {
+			continue
+		}
+		link := rt[i] + " -> " + rt[i+1]
+		switch {
+		case slices.Contains(down, link+" (draining)"):
+			parts = append(parts, fmt.Sprintf("relay %s drains (link %s)", rt[i+1], link))
+		case slices.Contains(down, link):
+			parts = append(parts, fmt.Sprintf("link %s is down (%s does not answer its probes)", link, rt[i+1]))
+		case !slices.Contains(unmeasured, rt[i]):
+			parts = append(parts, fmt.Sprintf("link %s is not measured", link))
+		}
+	}
+	if len(parts) == 0 && md == route.Pipe {
+		parts = append(parts, "its end-to-end probe failed")
+	}
+	if len(parts) == 0 {
+		return "it could not be priced this round"
+	}
+	return strings.Join(parts, "; ")
 }
