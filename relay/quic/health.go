@@ -70,6 +70,19 @@ func (ls *Links) Answering(peer string, ok bool) {
 	} else {
 		ls.silent.Store(peer, true)
 	}
+	// peer_up follows the probes, not only the connection: a relay
+	// killed without a word keeps its connection up here until QUIC's
+	// idle timeout, seconds after its probes stopped coming back.
+	if l, _ := ls.controlLinks(peer); l != nil && ls.e.opts.Metrics != nil {
+		ls.e.opts.Metrics.PeerUp.WithLabelValues(ls.e.opts.Name, peer).Set(boolFloat(ok && l.Live() != nil))
+	}
+}
+
+func boolFloat(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // PeerLost reports whether peer's connection is known lost: it timed
