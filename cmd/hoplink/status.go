@@ -251,7 +251,7 @@ var errNotReady = errors.New("not ready")
 
 func newStatusCmd() *cobra.Command {
 	var of observeFlags
-	var watch, wait bool
+	var watch, wait, graph bool
 	var interval, waitFor time.Duration
 	cmd := &cobra.Command{
 		Use:   "status (-f FILE_OR_DIR --certs DIR | --kube)",
@@ -265,9 +265,15 @@ It exits 1 when anything is not ready: a relay that does not answer or is
 not ready, a chain without a route whose links are up, a Tunnel that does not
 listen or whose exit cannot connect to its target (each listed with its
 reason). --wait polls until all is ready (exit 0), or --wait-timeout passes
-(exit 1); --watch prints the status every --interval until interrupted.`,
+(exit 1); --watch prints the status every --interval until interrupted.
+--graph prints the same as a map, in Graphviz's DOT:
+
+  hoplink status -f DIR --certs DIR --graph | dot -Tsvg > network.svg`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if graph && of.output != "table" {
+				return fmt.Errorf("--graph writes a DOT graph: leave out -o %s", of.output)
+			}
 			set, objs, client, err := of.load(cmd.Context())
 			if err != nil {
 				return err
@@ -292,6 +298,9 @@ reason). --wait polls until all is ready (exit 0), or --wait-timeout passes
 			}
 			out := cmd.OutOrStdout()
 			show := func(r *observe.Report) error {
+				if graph {
+					return observe.WriteGraph(out, r)
+				}
 				return of.write(out, r, func(w io.Writer) error { return observe.WriteReport(w, r) })
 			}
 			switch {
@@ -344,6 +353,7 @@ reason). --wait polls until all is ready (exit 0), or --wait-timeout passes
 	cmd.Flags().DurationVar(&interval, "interval", 2*time.Second, "with --watch, how often")
 	cmd.Flags().BoolVar(&wait, "wait", false, "wait until everything is ready (exit 0) or --wait-timeout passes (exit 1), for scripts")
 	cmd.Flags().DurationVar(&waitFor, "wait-timeout", 2*time.Minute, "with --wait, how long")
+	cmd.Flags().BoolVar(&graph, "graph", false, "print a map of the network as a Graphviz DOT graph (relays, their links with round trip, loss and state, the chains' routes in bold): render it with dot -Tsvg")
 	return cmd
 }
 

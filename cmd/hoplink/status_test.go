@@ -92,6 +92,25 @@ func TestStatusAndProbe(t *testing.T) {
 		t.Errorf("status table (%v):\n%s", err, table)
 	}
 
+	// The map: every relay, every link up, the route in bold.
+	dot, err := run("status", "--graph")
+	if err != nil {
+		t.Fatalf("status --graph: %v\n%s", err, dot)
+	}
+	for _, r := range []string{"hk", "m1", "m2", "la"} {
+		if !strings.Contains(dot, fmt.Sprintf("%q [color=forestgreen", r)) {
+			t.Errorf("status --graph: relay %s not drawn ready:\n%s", r, dot)
+		}
+	}
+	for _, p := range hk.Peers {
+		if !strings.Contains(dot, fmt.Sprintf("\"hk\" -> %q [color=forestgreen", p.Name)) {
+			t.Errorf("status --graph: link hk -> %s not drawn up:\n%s", p.Name, dot)
+		}
+	}
+	if !strings.Contains(dot, fmt.Sprintf("%q -> %q [color=forestgreen, fontcolor=forestgreen, label=", route[0], route[1])) || !strings.Contains(dot, "penwidth=2.5, tooltip=\"routes of default/c\"") {
+		t.Errorf("status --graph: the route %v not drawn bold:\n%s", route, dot)
+	}
+
 	out, err := run("probe", "c", "-o", "json")
 	if err != nil {
 		t.Fatalf("probe: %v\n%s", err, out)
@@ -178,6 +197,11 @@ func TestStatusAndProbe(t *testing.T) {
 	if out, err := run("status", "--wait", "--wait-timeout", "2s"); err == nil || !strings.Contains(out, "not ready") {
 		t.Errorf("status --wait with a relay down: %v\n%s", err, out)
 	}
+	// The map shows it: m1 red, the link to it down.
+	dot, _ = run("status", "--graph")
+	if !strings.Contains(dot, "\"m1\" [color=red") || !strings.Contains(dot, "\"hk\" -> \"m1\" [color=red, fontcolor=red, label=\"down\"") {
+		t.Errorf("status --graph with m1 killed:\n%s", dot)
+	}
 }
 
 // checkKubeStatus runs `hoplink status --kube` and `probe --kube` against
@@ -190,12 +214,14 @@ func checkKubeStatus(t *testing.T, bin, kubeconfig, ns string, relays int) {
 	var r observe.Report
 	waitFor(t, "status --kube: every relay answers", func() error {
 		out, _ := exec.Command(bin, append([]string{"status"}, args...)...).CombinedOutput()
-		i := strings.Index(string(out), "{")
-		if i < 0 {
+		// The report, between what the command logs before it and the
+		// error it ends with when not everything is ready.
+		i, j := strings.Index(string(out), "{"), strings.LastIndex(string(out), "}")
+		if i < 0 || j < i {
 			return fmt.Errorf("no report: %s", out)
 		}
 		r = observe.Report{}
-		if err := json.Unmarshal(out[i:], &r); err != nil {
+		if err := json.Unmarshal(out[i:j+1], &r); err != nil {
 			return fmt.Errorf("%v: %s", err, out)
 		}
 		answered := 0
@@ -221,7 +247,9 @@ func checkKubeStatus(t *testing.T, bin, kubeconfig, ns string, relays int) {
 	if err := os.Symlink(bin, plugin); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command(plugin, "status", "--kubeconfig", kubeconfig, "--namespace", ns).CombinedOutput(); err != nil || !strings.Contains(string(out), "OBJECT") {
+	// (It exits 1 while anything is not ready, as status does.)
+	if out, err := exec.Command(plugin, "status", "--kubeconfig", kubeconfig, "--namespace", ns).CombinedOutput(); !strings.Contains(string(out), "OBJECT") ||
+		err != nil && !strings.Contains(string(out), "not ready") {
 		t.Errorf("kubectl-hoplink status: %v\n%s", err, out)
 	}
 	out, err := exec.Command(bin, append([]string{"probe", "to-east"}, args...)...).CombinedOutput()
