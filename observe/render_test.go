@@ -89,7 +89,7 @@ func TestReportListsImports(t *testing.T) {
 // refused shows why, and Failures lists both.
 func TestProbeTableOfADeadLink(t *testing.T) {
 	p := &Probe{Chain: "default/c", Mode: "sum", Route: []string{"hk", "m", "la"},
-		Hops: []Hop{{From: "hk", To: "m", Loss: 0.25, Err: "no answer to this round's probes"}, {From: "m", To: "la", Loss: 0.004}},
+		Hops:    []Hop{{From: "hk", To: "m", Loss: 0.25, Err: "no answer to this round's probes"}, {From: "m", To: "la", Loss: 0.004}},
 		Targets: []measure.Target{{Tunnel: "default/t", Target: "10.0.0.9:80", Error: "dial tcp 10.0.0.9:80: connect: connection refused"}}}
 	var b strings.Builder
 	if err := WriteProbe(&b, p); err != nil {
