@@ -44,8 +44,17 @@ type RelayNodeReconciler struct {
 	CA     *pki.CA
 	// Image runs relay pods unless a RelayNode names its own.
 	Image string
-	// RenewBefore renews a relay certificate this long before it expires.
+	// RenewBefore renews a relay certificate this long before it expires
+	// (default: a third of Validity).
 	RenewBefore time.Duration
+	// Validity of the relay certificates it writes into Secrets (default
+	// pki.ClusterRelayValidity).
+	Validity time.Duration
+	// PodCertificates: the cluster serves PodCertificateRequests and the
+	// signer issues sidecar relays' pods their certificates, so a sidecar
+	// RelayNode's Secret holds the CA alone, never a key: a key in it
+	// would be a copy of the relay's identity that outlives every pod.
+	PodCertificates bool
 	// Resources are relay containers' requests and limits unless a
 	// RelayNode sets its own (nil: none).
 	Resources *corev1.ResourceRequirements
@@ -120,7 +129,10 @@ func (r *RelayNodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	status := rn.Status.DeepCopy()
 	status.ObservedGeneration = rn.Generation
 
-	if other, err := relayNameHolder(ctx, r.Client, &rn); err != nil {
+	// Asked of the API server, as the signer and the webhook ask it: from
+	// the cache, a RelayNode of another namespace not seen yet would let
+	// this one have a key for a name it does not hold.
+	if other, err := relayNameHolder(ctx, r.apiReader(), &rn); err != nil {
 		return ctrl.Result{}, err
 	} else if other != "" {
 		meta.SetStatusCondition(&status.Conditions, metav1.Condition{
@@ -130,12 +142,21 @@ func (r *RelayNodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		return ctrl.Result{}, patchStatus(ctx, r.Client, &rn, &rn.Status, status)
 	}
 
-	notAfter, err := r.ensureCertificate(ctx, &rn)
-	if err != nil {
-		return ctrl.Result{}, err
+	var renewIn time.Duration
+	if rn.Spec.IsSidecar() && r.PodCertificates {
+		if err := r.ensureTrustOnly(ctx, &rn); err != nil {
+			return ctrl.Result{}, err
+		}
+		status.CertificateNotAfter = podCertsNotAfter(rn.Status.CertificateNotAfter, time.Now())
+		renewIn = time.Until(status.CertificateNotAfter.Add(-podCertLifetime / 3))
+	} else {
+		notAfter, err := r.ensureCertificate(ctx, &rn)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		status.CertificateNotAfter = &metav1.Time{Time: notAfter}
+		renewIn = time.Until(notAfter.Add(-r.RenewBefore))
 	}
-	status.CertificateNotAfter = &metav1.Time{Time: notAfter}
-	renewIn := time.Until(notAfter.Add(-r.RenewBefore))
 
 	if rn.Spec.External {
 		if err := r.deleteWorkload(ctx, &rn); err != nil {
@@ -145,7 +166,8 @@ func (r *RelayNodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		status.Endpoints = slices.Clone(rn.Spec.Endpoints)
 		meta.SetStatusCondition(&status.Conditions, metav1.Condition{
 			Type: conditionReady, Status: metav1.ConditionTrue, Reason: ReasonExternal, ObservedGeneration: rn.Generation,
-			Message: fmt.Sprintf("runs outside this cluster; copy Secret %s to it; peers dial %v", RelayObjectName(rn.Name), rn.Spec.Endpoints),
+			Message: fmt.Sprintf("runs outside this cluster; copy Secret %s to it, again after each renewal (its certificate holds for %s, renewed %s before status.certificateNotAfter); peers dial %v",
+				RelayObjectName(rn.Name), days(r.validity()), days(r.RenewBefore), rn.Spec.Endpoints),
 		})
 		return ctrl.Result{RequeueAfter: renewIn}, patchStatus(ctx, r.Client, &rn, &rn.Status, status)
 	}
@@ -233,13 +255,26 @@ func (r *RelayNodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 // policyRecheck is how soon a refused RelayNode is looked at again.
 const policyRecheck = 30 * time.Second
 
+// days says d in days, or hours under two days.
+func days(d time.Duration) string {
+	if d < 48*time.Hour {
+		return fmt.Sprintf("%dh", int(d.Hours()))
+	}
+	return fmt.Sprintf("%.1f days", d.Hours()/24)
+}
+
+// apiReader reads from the API server (the cache when none is given, in
+// tests).
+func (r *RelayNodeReconciler) apiReader() client.Reader {
+	if r.Reader != nil {
+		return r.Reader
+	}
+	return r.Client
+}
+
 // refusal checks a RelayNode against the operator's policy.
 func (r *RelayNodeReconciler) refusal(ctx context.Context, rn *v1alpha1.RelayNode) (*refusal, error) {
-	reader := r.Reader
-	if reader == nil {
-		reader = r.Client
-	}
-	reason, message, err := r.Policy.Refusal(ctx, reader, rn)
+	reason, message, err := r.Policy.Refusal(ctx, r.apiReader(), rn)
 	if err != nil || reason == "" {
 		return nil, err
 	}
@@ -281,13 +316,13 @@ func (r *RelayNodeReconciler) ensureCertificate(ctx context.Context, rn *v1alpha
 		if err := controllerutil.SetControllerReference(rn, s, r.Scheme); err != nil {
 			return err
 		}
-		if exp, ok := r.certStillGood(rn.Name, s.Data); ok {
+		if exp, ok := r.certStillGood(rn.Namespace, rn.Name, s.Data); ok {
 			notAfter = exp
 			// A new trust bundle reaches the relay without a new certificate.
 			s.Data[keyCACert] = r.CA.TrustPEM()
 			return nil
 		}
-		certPEM, keyPEM, err := r.CA.Issue(rn.Name)
+		certPEM, keyPEM, err := r.CA.IssueIn(rn.Namespace, rn.Name, r.validity())
 		if err != nil {
 			return err
 		}
@@ -301,16 +336,70 @@ func (r *RelayNodeReconciler) ensureCertificate(ctx context.Context, rn *v1alpha
 	return notAfter, nil
 }
 
-// certStillGood: the Secret's certificate is for name, from the CA that
-// signs now (after a rotation, every relay gets one of the new CA), and
-// far from its expiry.
-func (r *RelayNodeReconciler) certStillGood(name string, data map[string][]byte) (time.Time, bool) {
+// certStillGood: the Secret's certificate is for name in namespace ns,
+// from the CA that signs now (after a rotation, every relay gets one of the
+// new CA), no longer-lived than Validity (an older operator's year-long
+// one is replaced at once), and far from its expiry.
+func (r *RelayNodeReconciler) certStillGood(ns, name string, data map[string][]byte) (time.Time, bool) {
 	id, err := pki.NewIdentity(name, r.CA.PEM, data[keyCert], data[keyKey])
 	if err != nil {
 		return time.Time{}, false
 	}
-	exp := id.Cert.Leaf.NotAfter
+	leaf := id.Cert.Leaf
+	if certNS, relay, ok, err := pki.RelayOf(leaf); err != nil || !ok || certNS != ns || relay != name {
+		return time.Time{}, false
+	}
+	if leaf.NotAfter.Sub(leaf.NotBefore) > r.validity()+2*time.Hour { // issue backdates an hour
+		return time.Time{}, false
+	}
+	exp := leaf.NotAfter
 	return exp, time.Until(exp) > r.RenewBefore
+}
+
+func (r *RelayNodeReconciler) validity() time.Duration {
+	if r.Validity > 0 {
+		return r.Validity
+	}
+	return pki.ClusterRelayValidity
+}
+
+// ensureTrustOnly keeps a sidecar RelayNode's Secret, in pod-certificate
+// mode, to the CAs its relays trust (ca.crt, which the webhook projects
+// beside each pod's own key and certificate): no key. A Secret an older
+// operator (or Secret mode) filled with a key and certificate is replaced:
+// its type, kubernetes.io/tls, needs both and cannot change in place.
+func (r *RelayNodeReconciler) ensureTrustOnly(ctx context.Context, rn *v1alpha1.RelayNode) error {
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: RelayObjectName(rn.Name), Namespace: rn.Namespace}}
+	if err := r.Get(ctx, client.ObjectKeyFromObject(s), s); err == nil && s.Type != corev1.SecretTypeOpaque && metav1.IsControlledBy(s, rn) {
+		if err := r.Delete(ctx, s, client.Preconditions{UID: &s.UID}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("relay Secret with a key, in pod-certificate mode: %w", err)
+		}
+		s = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: RelayObjectName(rn.Name), Namespace: rn.Namespace}}
+	} else if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	_, err := controllerutil.CreateOrUpdate(ctx, r.Client, s, func() error {
+		s.Labels = relayLabels(rn.Name)
+		s.Type = corev1.SecretTypeOpaque
+		s.Data = map[string][]byte{keyCACert: r.CA.TrustPEM()}
+		return controllerutil.SetControllerReference(rn, s, r.Scheme)
+	})
+	if err != nil {
+		return fmt.Errorf("relay trust Secret: %w", err)
+	}
+	return nil
+}
+
+// podCertsNotAfter is a pod-certificate sidecar's status.certificateNotAfter:
+// when a pod certificate the signer issues now expires, kept while more
+// than two thirds of a pod certificate's lifetime ahead so that the status
+// is not rewritten at every reconcile. It says, as for other RelayNodes,
+// that the operator confirmed the name (manifest.HeldNames).
+func podCertsNotAfter(prev *metav1.Time, now time.Time) *metav1.Time {
+	if prev != nil && prev.Sub(now) > podCertLifetime*2/3 && prev.Sub(now) <= podCertLifetime {
+		return prev
+	}
+	return &metav1.Time{Time: now.Add(podCertLifetime).Truncate(time.Second)}
 }
 
 // ensureWorkload creates or updates the relay's ServiceAccount, Role,
@@ -518,8 +607,10 @@ const indexName = "metadata.name"
 
 // SetupWithManager registers the reconciler and its watches.
 func (r *RelayNodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	if r.RenewBefore == 0 {
-		r.RenewBefore = pki.RelayValidity / 3
+	// A renewal window as long as the validity would reissue at every
+	// reconcile.
+	if r.RenewBefore == 0 || r.RenewBefore >= r.validity() {
+		r.RenewBefore = r.validity() / 3
 	}
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.RelayNode{}, indexName,
 		func(o client.Object) []string { return []string{o.GetName()} }); err != nil {
