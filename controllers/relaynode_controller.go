@@ -462,11 +462,21 @@ func relayRules(relay string) []rbacv1.PolicyRule {
 
 // sidecarRules is what a sidecar relay reads with its pod's service
 // account: no Secret (its certificate is a mounted volume).
+//
+// A relay watches only the objects carrying its member label, but RBAC
+// cannot grant list or watch by label (nor by name, but for one object
+// named in a field selector, as its Secret is): it may list every
+// RelayNode, Chain, Tunnel and EndpointSlice of its namespace. What it
+// needs of them is list and watch (its cache), and get of its own
+// RelayNode alone (to say why it is missing); get of the others, which no
+// relay asks, is not granted.
 func sidecarRules() []rbacv1.PolicyRule {
 	read := []string{"get", "list", "watch"}
+	cached := []string{"list", "watch"}
 	return []rbacv1.PolicyRule{
-		{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"relaynodes", "chains", "tunnels"}, Verbs: read},
-		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: read},
+		{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"relaynodes"}, Verbs: read},
+		{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"chains", "tunnels"}, Verbs: cached},
+		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: cached},
 		// The clusterset report its cluster's operator stores (multicluster
 		// mode), which relays serve to other clusters' operators.
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{v1alpha1.ClusterSetReportName}, Verbs: read},

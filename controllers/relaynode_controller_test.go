@@ -68,6 +68,11 @@ func TestRelayNodeBecomesDaemonSetWithCertificateAndRBAC(t *testing.T) {
 		if len(rule.Resources) == 1 && rule.Resources[0] == "secrets" && (len(rule.ResourceNames) != 1 || rule.ResourceNames[0] != name.Name) {
 			t.Errorf("relay may read Secrets %v; it needs only its own", rule.ResourceNames)
 		}
+		// Its cache lists and watches; it gets nothing by name but its
+		// own RelayNode and the objects its rules name.
+		if slices.Contains(rule.Verbs, "get") && len(rule.ResourceNames) == 0 && !slices.Equal(rule.Resources, []string{"relaynodes"}) {
+			t.Errorf("relay may get any of %v by name; it needs list and watch", rule.Resources)
+		}
 	}
 	var rb rbacv1.RoleBinding
 	eventually(t, "RoleBinding", func() error { return k8s.Get(ctx, name, &rb) })
