@@ -117,6 +117,29 @@ func TestPodCertificateSidecarsGetNoKey(t *testing.T) {
 		return k8s.Create(ctx, old)
 	})
 	eventually(t, "the key removed", trustOnly)
+
+	// Out of sidecar mode, the relays run as a DaemonSet and read their
+	// key and certificate from the Secret again.
+	eventually(t, "RelayNode out of sidecar mode", func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(rn), rn); err != nil {
+			return err
+		}
+		rn.Spec.Sidecar = nil
+		return k8s.Update(ctx, rn)
+	})
+	eventually(t, "a Secret with a key and certificate of the relay's namespace", func() error {
+		var s corev1.Secret
+		if err := k8s.Get(ctx, key, &s); err != nil {
+			return err
+		}
+		if _, err := pki.NewIdentity("keyless", s.Data["ca.crt"], s.Data["tls.crt"], s.Data["tls.key"]); err != nil {
+			return err
+		}
+		if gotNS, _, ok, _ := pki.RelayOf(pemLeaf(t, s.Data["tls.crt"])); !ok || gotNS != ns {
+			return fmt.Errorf("certificate of namespace %q", gotNS)
+		}
+		return nil
+	})
 }
 
 func mustCA(t *testing.T) *pki.CA {

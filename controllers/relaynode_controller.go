@@ -148,7 +148,7 @@ func (r *RelayNodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 			return ctrl.Result{}, err
 		}
 		status.CertificateNotAfter = podCertsNotAfter(rn.Status.CertificateNotAfter, time.Now())
-		renewIn = time.Until(status.CertificateNotAfter.Add(-podCertLifetime / 3))
+		renewIn = time.Until(status.CertificateNotAfter.Add(-podCertLifetime * 2 / 3)) // when podCertsNotAfter moves it
 	} else {
 		notAfter, err := r.ensureCertificate(ctx, &rn)
 		if err != nil {
@@ -308,6 +308,9 @@ func relayNameHolder(ctx context.Context, c client.Reader, rn *v1alpha1.RelayNod
 // issuing a new one when it is missing, expiring, for another name or from
 // another CA. It returns the certificate's expiry.
 func (r *RelayNodeReconciler) ensureCertificate(ctx context.Context, rn *v1alpha1.RelayNode) (time.Time, error) {
+	if err := r.deleteSecretOfType(ctx, rn, corev1.SecretTypeTLS); err != nil {
+		return time.Time{}, fmt.Errorf("relay Secret without a key: %w", err)
+	}
 	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: RelayObjectName(rn.Name), Namespace: rn.Namespace}}
 	var notAfter time.Time
 	_, err := controllerutil.CreateOrUpdate(ctx, r.Client, s, func() error {
@@ -369,15 +372,10 @@ func (r *RelayNodeReconciler) validity() time.Duration {
 // operator (or Secret mode) filled with a key and certificate is replaced:
 // its type, kubernetes.io/tls, needs both and cannot change in place.
 func (r *RelayNodeReconciler) ensureTrustOnly(ctx context.Context, rn *v1alpha1.RelayNode) error {
-	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: RelayObjectName(rn.Name), Namespace: rn.Namespace}}
-	if err := r.Get(ctx, client.ObjectKeyFromObject(s), s); err == nil && s.Type != corev1.SecretTypeOpaque && metav1.IsControlledBy(s, rn) {
-		if err := r.Delete(ctx, s, client.Preconditions{UID: &s.UID}); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("relay Secret with a key, in pod-certificate mode: %w", err)
-		}
-		s = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: RelayObjectName(rn.Name), Namespace: rn.Namespace}}
-	} else if err != nil && !apierrors.IsNotFound(err) {
-		return err
+	if err := r.deleteSecretOfType(ctx, rn, corev1.SecretTypeOpaque); err != nil {
+		return fmt.Errorf("relay Secret with a key, in pod-certificate mode: %w", err)
 	}
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: RelayObjectName(rn.Name), Namespace: rn.Namespace}}
 	_, err := controllerutil.CreateOrUpdate(ctx, r.Client, s, func() error {
 		s.Labels = relayLabels(rn.Name)
 		s.Type = corev1.SecretTypeOpaque
@@ -386,6 +384,26 @@ func (r *RelayNodeReconciler) ensureTrustOnly(ctx context.Context, rn *v1alpha1.
 	})
 	if err != nil {
 		return fmt.Errorf("relay trust Secret: %w", err)
+	}
+	return nil
+}
+
+// deleteSecretOfType deletes rn's Secret if it is of another type than
+// want, which an update cannot change: a RelayNode moved into or out of
+// sidecar mode with pod certificates.
+func (r *RelayNodeReconciler) deleteSecretOfType(ctx context.Context, rn *v1alpha1.RelayNode, want corev1.SecretType) error {
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: RelayObjectName(rn.Name), Namespace: rn.Namespace}}
+	switch err := r.Get(ctx, client.ObjectKeyFromObject(s), s); {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return err
+	}
+	if s.Type == want || !metav1.IsControlledBy(s, rn) {
+		return nil
+	}
+	if err := r.Delete(ctx, s, client.Preconditions{UID: &s.UID}); err != nil && !apierrors.IsNotFound(err) {
+		return err
 	}
 	return nil
 }
