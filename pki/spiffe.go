@@ -79,6 +79,6 @@ func checkNamespace(ns string, leaf *x509.Certificate) error {
 	case leaf.NotAfter.Sub(leaf.NotBefore) <= LegacyPodCertLifetime:
 		return nil
 	}
-	return fmt.Errorf("peer certificate for relay %q names no namespace and is valid for %s: in a cluster, relays take only certificates of their namespace (spiffe://%s/ns/%s/relay/%s), which the operator issues, or pod certificates of a day",
-		name, leaf.NotAfter.Sub(leaf.NotBefore).Round(time.Hour), TrustDomain, ns, name)
+	return fmt.Errorf("peer certificate for relay %q names no namespace and is valid for %.1f days: in a cluster, relays take only certificates of their namespace (spiffe://%s/ns/%s/relay/%s), which the operator issues, or pod certificates of a day",
+		name, leaf.NotAfter.Sub(leaf.NotBefore).Hours()/24, TrustDomain, ns, name)
 }

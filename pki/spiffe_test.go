@@ -131,7 +131,7 @@ func TestCertificatesWithoutNamespace(t *testing.T) {
 	}
 
 	inCluster := clusterIdentity(t, ca, "a", "y", ClusterRelayValidity)
-	if s, _ := handshake(t, inCluster, la, "y"); s == nil || !strings.Contains(s.Error(), "names no namespace") {
+	if s, _ := handshake(t, inCluster, la, "y"); s == nil || !strings.Contains(s.Error(), "names no namespace and is valid for 365.0 days") {
 		t.Fatalf("a relay in a cluster accepted a year-long certificate without a namespace: %v", s)
 	}
 	// A day-long certificate without a namespace, as an older operator's
