@@ -55,6 +55,9 @@ type RelayNodeReconciler struct {
 	// RelayNode's Secret holds the CA alone, never a key: a key in it
 	// would be a copy of the relay's identity that outlives every pod.
 	PodCertificates bool
+	// Namespaces the operator is confined to (none: the cluster's); the
+	// API server is asked for RelayNodes in these alone.
+	Namespaces []string
 	// Resources are relay containers' requests and limits unless a
 	// RelayNode sets its own (nil: none).
 	Resources *corev1.ResourceRequirements
@@ -132,7 +135,7 @@ func (r *RelayNodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	// Asked of the API server, as the signer and the webhook ask it: from
 	// the cache, a RelayNode of another namespace not seen yet would let
 	// this one have a key for a name it does not hold.
-	if other, err := relayNameHolder(ctx, r.apiReader(), &rn); err != nil {
+	if other, err := relayNameHolder(ctx, r.apiReader(), &rn, r.Namespaces...); err != nil {
 		return ctrl.Result{}, err
 	} else if other != "" {
 		meta.SetStatusCondition(&status.Conditions, metav1.Condition{
@@ -290,15 +293,25 @@ func (r *RelayNodeReconciler) refusal(ctx context.Context, rn *v1alpha1.RelayNod
 // whole seconds, so two of the same second cannot tell which came first:
 // neither holds the name, or one created just after another had its
 // certificate would take the name and get one too. c may be the cache or
-// the API server.
-func relayNameHolder(ctx context.Context, c client.Reader, rn *v1alpha1.RelayNode) (string, error) {
-	var same v1alpha1.RelayNodeList
-	if err := c.List(ctx, &same, client.MatchingFields{indexName: rn.Name}); err != nil {
-		return "", fmt.Errorf("list RelayNodes named %q: %w", rn.Name, err)
+// the API server; namespaces, when given, are those to look in (an
+// operator confined to them may not list the cluster's).
+func relayNameHolder(ctx context.Context, c client.Reader, rn *v1alpha1.RelayNode, namespaces ...string) (string, error) {
+	var lists []client.ListOption
+	for _, ns := range namespaces {
+		lists = append(lists, client.InNamespace(ns))
 	}
-	for _, o := range same.Items {
-		if o.Namespace != rn.Namespace && !rn.CreationTimestamp.Before(&o.CreationTimestamp) {
-			return o.Namespace, nil
+	if len(lists) == 0 {
+		lists = []client.ListOption{client.InNamespace("")}
+	}
+	for _, in := range lists {
+		var same v1alpha1.RelayNodeList
+		if err := c.List(ctx, &same, in, client.MatchingFields{indexName: rn.Name}); err != nil {
+			return "", fmt.Errorf("list RelayNodes named %q: %w", rn.Name, err)
+		}
+		for _, o := range same.Items {
+			if o.Namespace != rn.Namespace && !rn.CreationTimestamp.Before(&o.CreationTimestamp) {
+				return o.Namespace, nil
+			}
 		}
 	}
 	return "", nil
