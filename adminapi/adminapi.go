@@ -63,6 +63,10 @@ type Status struct {
 	Entries []Entry      `json:"entries,omitempty"`
 	// Problems are the latest of each kind and Tunnel, at most MaxProblems.
 	Problems []Problem `json:"problems,omitempty"`
+	// TargetsDown are the targets of the Tunnels this relay exits whose
+	// last connect (a probe's or a flow's) failed, most recent first, at
+	// most MaxTargetsDown.
+	TargetsDown []measure.Target `json:"targetsDown,omitempty"`
 	// Congestion is the TCP congestion control of the relay's TLS links.
 	Congestion *Congestion `json:"congestion,omitempty"`
 }
@@ -137,6 +141,7 @@ const (
 	ProblemDialTarget = "dial_target" // the exit could not connect to a Tunnel's target
 	ProblemHandshake  = "handshake"   // a peer's handshake was refused (certificate, unknown relay)
 	ProblemDevice     = "device"      // a Tunnel's TUN device could not open at the exit
+	ProblemEgress     = "egress"      // the exit's egress policy refused a target or a route (a host-network relay's node)
 )
 
 // Problem is one kind of failure, for one Tunnel (or none): how often since
@@ -151,6 +156,10 @@ type Problem struct {
 
 // MaxProblems bounds the problems a relay keeps and reports.
 const MaxProblems = 64
+
+// MaxTargetsDown bounds the targets down a relay's status lists (an
+// answer is at most MaxAnswer).
+const MaxTargetsDown = 32
 
 // TraceRequest is the body of a trace request.
 type TraceRequest struct {

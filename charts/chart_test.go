@@ -104,6 +104,7 @@ func TestValuesRejected(t *testing.T) {
 		{"operator.replicas=2,operator.leaderElection=false", "operator.leaderElection"},
 		{"operator.replica=2", "replica"},
 		{"relay.privileged=everyone", "/relay/privileged"},
+		{"relay.nodeEgress=everywhere", "/relay/nodeEgress"},
 		{"operator.priorityClassName=Not_A_Class", "/operator/priorityClassName"},
 		{"alerts.prometheusRule.for=soon", "/alerts/prometheusRule/for"},
 		{"operator.watchNamespaces={edge}", "sidecar.injector.enabled: false"},
@@ -113,6 +114,8 @@ func TestValuesRejected(t *testing.T) {
 		{"multicluster.clusterID=Cluster_A", "/multicluster/clusterID"},
 		{"multicluster.routeMode=fastest", "/multicluster/routeMode"},
 		{"multicluster.enabled=true,multicluster.gateway=edge/hk,operator.watchNamespaces={edge},sidecar.injector.enabled=false", "cluster-wide install"},
+		{"sidecar.injector.networkPolicy.enabled=true", "sidecar.injector.networkPolicy.from"},
+		{"sidecar.injector.clientNames={kube-apiserver}", "sidecar.injector.clientCA.configMap"},
 	} {
 		_, err := run(t, h, "template", "t", chart, "--set", tc.set)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -235,11 +238,13 @@ func TestTemplateAppliesToAPIServer(t *testing.T) {
 		want []string // kinds that must be rendered
 	}{
 		{"defaults", nil, []string{"Deployment", "PodDisruptionBudget", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ServiceAccount", "Service", "CustomResourceDefinition", "MutatingWebhookConfiguration"}},
-		{"everything on", []string{"--set", "metrics.podMonitor.enabled=true,metrics.serviceMonitor.enabled=true,grafana.dashboard.enabled=true,ca.existingSecret=my-ca,operator.replicas=2,relay.image=relay:1,relay.allowedImages={reg.example/hoplink:},relay.privileged=any," +
+		{"everything on", []string{"--set", "metrics.podMonitor.enabled=true,metrics.serviceMonitor.enabled=true,grafana.dashboard.enabled=true,ca.existingSecret=my-ca,operator.replicas=2,relay.image=relay:1,relay.allowedImages={reg.example/hoplink:},relay.privileged=any,relay.nodeEgress=any," +
 			"alerts.prometheusRule.enabled=true,operator.podAnnotations.team=net,operator.podLabels.tier=infra,operator.priorityClassName=system-cluster-critical,operator.extraEnv[0].name=HTTPS_PROXY,operator.extraEnv[0].value=http://proxy:3128"},
 			[]string{"PodMonitor", "ServiceMonitor", "ConfigMap", "Deployment", "PrometheusRule"}},
 		{"no leader election", []string{"--set", "operator.leaderElection=false,operator.replicas=1"}, []string{"Deployment"}},
 		{"namespace-scoped", []string{"--set", "operator.watchNamespaces={hl-namespace-scoped},sidecar.injector.enabled=false"}, []string{"Deployment", "Role", "RoleBinding"}},
+		{"webhook callers", []string{"--set", "sidecar.injector.clientCA.configMap=kube-root-ca.crt,sidecar.injector.clientNames={kube-apiserver-webhook-client}," +
+			"sidecar.injector.networkPolicy.enabled=true,sidecar.injector.networkPolicy.from[0].ipBlock.cidr=172.18.0.0/16"}, []string{"Deployment", "NetworkPolicy", "MutatingWebhookConfiguration"}},
 		{"multicluster", []string{"--set", "multicluster.enabled=true,multicluster.clusterID=east,multicluster.gateway=edge/hk,multicluster.coreDNS.configure=true,multicluster.coreDNS.namespace=hl-multicluster"},
 			[]string{"Deployment", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}},
 	} {

@@ -10,6 +10,7 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/flowcontrol"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -46,6 +48,11 @@ type Options struct {
 	// PrivilegedRelays says where RelayNodes may run host-network and TUN
 	// relays: PrivilegedNamespaceLabel (default) or PrivilegedAny.
 	PrivilegedRelays string
+	// NodeEgress says where host-network relays may reach their node for a
+	// Tunnel (loopback, link-local, the node's addresses and routes):
+	// PrivilegedNamespaceLabel (default: namespaces labelled
+	// v1alpha1.LabelEgressHost=true) or PrivilegedAny.
+	NodeEgress string
 	// WatchNamespaces, when set, confines the operator to these namespaces
 	// (and its own, for its CA and lease): a namespace-scoped install, with
 	// Roles where a cluster-wide one has ClusterRoles. It then signs no pod
@@ -96,6 +103,12 @@ type WebhookOptions struct {
 	// Config is the MutatingWebhookConfiguration whose caBundle the
 	// operator keeps current; empty: none.
 	Config string
+	// ClientCA, when set, is a PEM file of the CAs that sign the API
+	// server's client certificate for webhooks: callers without such a
+	// certificate are refused at the handshake (inject.ClientAuth). With
+	// ClientNames, the certificate must name one of them.
+	ClientCA    string
+	ClientNames []string
 }
 
 // DefaultQPS is the operator's API request rate unless told otherwise.
@@ -186,8 +199,19 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 		} else if err != nil {
 			logOr(o.Log).Warn("webhook", "err", err)
 		}
+		var auth *inject.ClientAuth
+		if o.Webhook.ClientCA != "" {
+			if auth, err = inject.NewClientAuth(o.Webhook.ClientCA, o.Webhook.ClientNames); err != nil {
+				return nil, err
+			}
+		}
 		hooks = webhook.NewServer(webhook.Options{Port: o.Webhook.Port, Host: o.Webhook.Host,
-			TLSOpts: []func(*tls.Config){func(c *tls.Config) { c.GetCertificate = serving.GetCertificate }}})
+			TLSOpts: []func(*tls.Config){func(c *tls.Config) {
+				c.GetCertificate = serving.GetCertificate
+				if auth != nil {
+					auth.Apply(c)
+				}
+			}}})
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		WebhookServer:           hooks,
@@ -217,7 +241,8 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
 		return nil, err
 	}
-	policy := RelayPolicy{Image: o.Image, AllowedImages: o.AllowedRelayImages, Privileged: o.PrivilegedRelays}
+	policy := RelayPolicy{Image: o.Image, AllowedImages: o.AllowedRelayImages, Privileged: o.PrivilegedRelays,
+		NodeEgress: o.NodeEgress, NamespaceLabels: len(o.WatchNamespaces) == 0}
 	if policy.Privileged == "" {
 		policy.Privileged = PrivilegedNamespaceLabel
 	}
@@ -226,7 +251,14 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 	_, err = mgr.GetRESTMapper().RESTMapping(schema.GroupKind{Group: certificatesv1.GroupName, Kind: "PodCertificateRequest"}, "v1")
 	podCerts := err == nil && len(o.WatchNamespaces) == 0
 	if podCerts {
-		if err := (&PodCertificateSigner{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), CA: ca, Policy: &policy}).SetupWithManager(mgr); err != nil {
+		// A client of its own, with its own rate limit and connections:
+		// what floods the rest of the operator (or the webhook) leaves the
+		// signer its requests, and the other way round.
+		own, err := signerClient(cfg, scheme, mgr.GetRESTMapper())
+		if err != nil {
+			return nil, err
+		}
+		if err := (&PodCertificateSigner{Client: own, Reader: own, CA: ca, Policy: &policy}).SetupWithManager(mgr); err != nil {
 			return nil, fmt.Errorf("pod certificate signer: %w", err)
 		}
 	}
@@ -236,14 +268,25 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 		}
 		// Through the manager: asking it for its webhook server is what
 		// adds the server to what it starts (on every replica).
-		mgr.GetWebhookServer().Register(inject.Path, &webhook.Admission{Handler: &inject.Webhook{Reader: mgr.GetAPIReader(),
+		// It reads the cache alone: a review, which anyone who reaches the
+		// port may send, costs no request to the API server. Its informers
+		// start with the manager, not at the first review.
+		for _, o := range []client.Object{&v1alpha1.RelayNode{}, &corev1.Namespace{}} {
+			if _, err := mgr.GetCache().GetInformer(ctx, o); err != nil {
+				return nil, fmt.Errorf("webhook's %T informer: %w", o, err)
+			}
+		}
+		cached := mgr.GetClient()
+		// Each caller address has an allowance of reviews (inject.SourceLimit):
+		// the API server's is its own, whoever else posts.
+		mgr.GetWebhookServer().Register(inject.Path, inject.NewSourceLimit(&webhook.Admission{Handler: &inject.Webhook{Reader: cached, Settle: 2 * time.Second,
 			NameHolder: func(ctx context.Context, rn *v1alpha1.RelayNode) (string, error) {
-				return relayNameHolder(ctx, mgr.GetAPIReader(), rn)
+				return relayNameHolder(ctx, cached, rn)
 			},
 			Policy: func(ctx context.Context, rn *v1alpha1.RelayNode) (string, string, error) {
-				return policy.Refusal(ctx, mgr.GetAPIReader(), rn)
+				return policy.Refusal(ctx, cached, rn)
 			},
-			Config: inject.Config{Image: o.Image, Version: o.Version, Resources: o.RelayResources, PodCertificates: podCerts}}})
+			Config: inject.Config{Image: o.Image, Version: o.Version, Resources: o.RelayResources, PodCertificates: podCerts}}}))
 	}
 	admin := newRelayAdmin(mgr.GetClient(), ca)
 	// What only relays see go wrong, asked of them on the leader.
@@ -288,6 +331,23 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 		}
 	}
 	return mgr, nil
+}
+
+// signerUserAgent names the pod certificate signer's requests.
+const signerUserAgent = "hoplink-operator/pod-certificate-signer"
+
+// signerClient is the PodCertificateSigner's: uncached (a request is
+// decided on what is stored now), with a rate limiter and HTTP
+// connections of its own.
+func signerClient(cfg *rest.Config, scheme *runtime.Scheme, mapper meta.RESTMapper) (client.Client, error) {
+	c := rest.CopyConfig(cfg)
+	c.UserAgent = signerUserAgent
+	c.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(c.QPS, c.Burst)
+	hc, err := rest.HTTPClientFor(c)
+	if err != nil {
+		return nil, err
+	}
+	return client.New(c, client.Options{Scheme: scheme, Mapper: mapper, HTTPClient: hc})
 }
 
 // bufferSysctls asks the API server's version whether relay pods may raise

@@ -5,17 +5,18 @@ package controllers
 // do; a test holds the two together.
 const (
 	// RelayNode Ready.
-	ReasonRelaysReady          = "RelaysReady"
-	ReasonRelaysNotReady       = "RelaysNotReady"
-	ReasonNoNodes              = "NoNodes"
-	ReasonExternal             = "External"
-	ReasonNameConflict         = "NameConflict"
-	ReasonImageNotAllowed      = "ImageNotAllowed"
-	ReasonPrivilegesNotAllowed = "PrivilegesNotAllowed"
-	ReasonSidecarsReady        = "SidecarsReady"
-	ReasonSidecarsNotReady     = "SidecarsNotReady"
-	ReasonNoPods               = "NoPods"
-	ReasonNotInjected          = "NotInjected"
+	ReasonRelaysReady            = "RelaysReady"
+	ReasonRelaysNotReady         = "RelaysNotReady"
+	ReasonNoNodes                = "NoNodes"
+	ReasonExternal               = "External"
+	ReasonNameConflict           = "NameConflict"
+	ReasonImageNotAllowed        = "ImageNotAllowed"
+	ReasonPrivilegesNotAllowed   = "PrivilegesNotAllowed"
+	ReasonControlPlaneNotAllowed = "ControlPlaneNotAllowed"
+	ReasonSidecarsReady          = "SidecarsReady"
+	ReasonSidecarsNotReady       = "SidecarsNotReady"
+	ReasonNoPods                 = "NoPods"
+	ReasonNotInjected            = "NotInjected"
 	// RelayNode RelaysHealthy.
 	ReasonNoProblems    = "NoProblems"
 	ReasonRelayProblems = "RelayProblems"
@@ -44,6 +45,7 @@ const (
 	ReasonTargetRefused    = "TargetRefused"
 	ReasonHandshakeRefused = "HandshakeRefused"
 	ReasonDeviceFailed     = "DeviceFailed"
+	ReasonEgressRefused    = "EgressRefused"
 	// PodCertificateRequest conditions (sidecar certificates).
 	ReasonIssued           = "Issued"
 	ReasonIssueFailed      = "IssueFailed"

@@ -24,8 +24,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 	"sigs.k8s.io/controller-runtime/pkg/source"
@@ -225,7 +227,11 @@ func (r *RelayNodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	}
 
 	r.refusalsTold.Delete(req.NamespacedName) // a later refusal is news again
-	ds, err := r.ensureWorkload(ctx, &rn)
+	refuseEgress, err := r.Policy.refusesNodeEgress(ctx, r.Client, &rn)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	ds, err := r.ensureWorkload(ctx, &rn, refuseEgress)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -435,7 +441,7 @@ func podCertsNotAfter(prev *metav1.Time, now time.Time) *metav1.Time {
 
 // ensureWorkload creates or updates the relay's ServiceAccount, Role,
 // RoleBinding and DaemonSet.
-func (r *RelayNodeReconciler) ensureWorkload(ctx context.Context, rn *v1alpha1.RelayNode) (*appsv1.DaemonSet, error) {
+func (r *RelayNodeReconciler) ensureWorkload(ctx context.Context, rn *v1alpha1.RelayNode, refuseEgress bool) (*appsv1.DaemonSet, error) {
 	name := RelayObjectName(rn.Name)
 	om := func() metav1.ObjectMeta { return metav1.ObjectMeta{Name: name, Namespace: rn.Namespace} }
 	own := func(o client.Object, mutate func()) error { return r.own(ctx, rn, o, mutate) }
@@ -455,18 +461,35 @@ func (r *RelayNodeReconciler) ensureWorkload(ctx context.Context, rn *v1alpha1.R
 		return nil, err
 	}
 	ds := &appsv1.DaemonSet{ObjectMeta: om()}
-	want := r.daemonSetSpec(rn)
+	want := r.daemonSetSpec(rn, refuseEgress)
 	if err := own(ds, func() {
 		// The API server fills defaults into what we send (pull policy,
 		// update strategy, ...): compare only the fields we set, or every
 		// reconcile would rewrite the DaemonSet.
-		if !equality.Semantic.DeepDerivative(want, ds.Spec) {
+		// Arguments are compared whole: to DeepDerivative, arguments
+		// that lost their last one (--refuse-node-egress) are the same.
+		if !equality.Semantic.DeepDerivative(want, ds.Spec) || !sameArgs(want, ds.Spec) {
 			ds.Spec = want
 		}
 	}); err != nil {
 		return nil, err
 	}
 	return ds, nil
+}
+
+// sameArgs: the containers of a and b have the same arguments (the API
+// server defaults none).
+func sameArgs(a, b appsv1.DaemonSetSpec) bool {
+	ac, bc := a.Template.Spec.Containers, b.Template.Spec.Containers
+	if len(ac) != len(bc) {
+		return false
+	}
+	for i := range ac {
+		if !slices.Equal(ac[i].Args, bc[i].Args) {
+			return false
+		}
+	}
+	return true
 }
 
 // own creates or updates o as an object of rn's, labelled as its relay's:
@@ -514,7 +537,9 @@ func sidecarRules() []rbacv1.PolicyRule {
 	}
 }
 
-func (r *RelayNodeReconciler) daemonSetSpec(rn *v1alpha1.RelayNode) appsv1.DaemonSetSpec {
+// daemonSetSpec is rn's DaemonSet; with refuseEgress its relays refuse
+// their node to every Tunnel (RelayPolicy.refusesNodeEgress).
+func (r *RelayNodeReconciler) daemonSetSpec(rn *v1alpha1.RelayNode, refuseEgress bool) appsv1.DaemonSetSpec {
 	labels := relayLabels(rn.Name)
 	hostNet := rn.Spec.HostNetwork == nil || *rn.Spec.HostNetwork
 	image := rn.Spec.Image
@@ -539,6 +564,9 @@ func (r *RelayNodeReconciler) daemonSetSpec(rn *v1alpha1.RelayNode) appsv1.Daemo
 		ReadinessProbe:  httpProbe("/readyz", mport, 5),
 		LivenessProbe:   httpProbe("/healthz", mport, 10),
 		SecurityContext: inject.RelaySecurityContext(rn.Spec.TUN),
+	}
+	if refuseEgress {
+		c.Args = append(c.Args, "--refuse-node-egress")
 	}
 	switch {
 	case rn.Spec.Resources != nil:
@@ -661,6 +689,35 @@ func (r *RelayNodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	b := ctrl.NewControllerManagedBy(mgr)
 	if r.Reports != nil {
 		b = b.WatchesRawSource(source.Channel(r.Reports.relays, &handler.EnqueueRequestForObject{}))
+	}
+	if r.Policy.NamespaceLabels {
+		// A namespace's labels allow its RelayNodes privileges and the
+		// node's network: a change applies at once, not at the next
+		// reconcile (a namespace-scoped operator reads no namespaces).
+		b = b.Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			var in v1alpha1.RelayNodeList
+			if err := mgr.GetClient().List(ctx, &in, client.InNamespace(o.GetName())); err != nil {
+				log.FromContext(ctx).Error(err, "list RelayNodes of a namespace")
+				return nil
+			}
+			out := make([]reconcile.Request, 0, len(in.Items))
+			for _, rn := range in.Items {
+				out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: rn.Namespace, Name: rn.Name}})
+			}
+			return out
+		}), builder.WithPredicates(predicate.Funcs{
+			CreateFunc:  func(event.CreateEvent) bool { return false },
+			DeleteFunc:  func(event.DeleteEvent) bool { return false },
+			GenericFunc: func(event.GenericEvent) bool { return false },
+			UpdateFunc: func(e event.UpdateEvent) bool {
+				for _, l := range []string{LabelPrivilegedRelays, LabelControlPlaneRelays, v1alpha1.LabelEgressHost} {
+					if e.ObjectOld.GetLabels()[l] != e.ObjectNew.GetLabels()[l] {
+						return true
+					}
+				}
+				return false
+			},
+		}))
 	}
 	return b.
 		For(&v1alpha1.RelayNode{}).

@@ -40,7 +40,8 @@ func TestRelayNodeBecomesDaemonSetWithCertificateAndRBAC(t *testing.T) {
 	if !pod.HostNetwork || pod.NodeSelector["hoplink.dev/edge"] != "true" || len(pod.Tolerations) != 1 || pod.ServiceAccountName != name.Name {
 		t.Errorf("pod spec does not follow the RelayNode: %+v", pod)
 	}
-	if c.Image != "hoplink:test" || strings.Join(c.Args, " ") != "relay --kube --name hk --namespace "+ns+" --metrics-addr [$(POD_IP)]:7501 --drain-timeout 30s" {
+	// A host-network relay in a namespace without hoplink.dev/egress-host=true.
+	if c.Image != "hoplink:test" || strings.Join(c.Args, " ") != "relay --kube --name hk --namespace "+ns+" --metrics-addr [$(POD_IP)]:7501 --drain-timeout 30s --refuse-node-egress" {
 		t.Errorf("container: image %s args %v", c.Image, c.Args)
 	}
 	// The kubelet waits for the relay's drain before it kills the pod.

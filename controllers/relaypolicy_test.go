@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -51,6 +52,34 @@ func TestRelayPolicy(t *testing.T) {
 		{"a tun sidecar, namespace not opted in", rn(func(s *v1alpha1.RelayNodeSpec) { s.Sidecar = &v1alpha1.RelaySidecar{}; s.TUN = true }), nil, false, "PrivilegesNotAllowed",
 			[]string{"spec.tun", "the sidecar relay of every pod it is injected into", "root with NET_ADMIN", "kubectl label namespace edge hoplink.dev/privileged-relays=true"}},
 		{"a tun sidecar, namespace opted in", rn(func(s *v1alpha1.RelayNodeSpec) { s.Sidecar = &v1alpha1.RelaySidecar{}; s.TUN = true }), opted, false, "", nil},
+		// Control-plane nodes hold the API server and etcd: even a
+		// namespace allowed privileged relays does not place them there
+		// unless it says so.
+		{"tolerates the control-plane taint", rn(func(s *v1alpha1.RelayNodeSpec) {
+			s.Tolerations = []corev1.Toleration{{Key: "node-role.kubernetes.io/control-plane", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
+		}), opted, false, "ControlPlaneNotAllowed",
+			[]string{`spec.tolerations[0] (key "node-role.kubernetes.io/control-plane")`, "kubectl label namespace edge hoplink.dev/control-plane-relays=true"}},
+		{"tolerates every taint", rn(func(s *v1alpha1.RelayNodeSpec) {
+			pod(s)
+			s.Tolerations = []corev1.Toleration{{Key: "dedicated", Value: "relays"}, {Operator: corev1.TolerationOpExists}}
+		}), nil, false, "ControlPlaneNotAllowed", []string{`spec.tolerations[1] (key "")`}},
+		{"selects the old master label", rn(func(s *v1alpha1.RelayNodeSpec) {
+			s.NodeSelector = map[string]string{"node-role.kubernetes.io/master": ""}
+		}), opted, false, "ControlPlaneNotAllowed", []string{`spec.nodeSelector "node-role.kubernetes.io/master"`}},
+		{"control plane, namespace allowed it", rn(func(s *v1alpha1.RelayNodeSpec) {
+			s.Tolerations = []corev1.Toleration{{Key: "node-role.kubernetes.io/control-plane", Operator: corev1.TolerationOpExists}}
+		}), map[string]string{LabelPrivilegedRelays: "true", LabelControlPlaneRelays: "true"}, false, "", nil},
+		{"control plane, any namespace", rn(func(s *v1alpha1.RelayNodeSpec) {
+			s.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
+		}), nil, true, "", nil},
+		{"other tolerations", rn(func(s *v1alpha1.RelayNodeSpec) {
+			s.Tolerations = []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "relays"}}
+			s.NodeSelector = map[string]string{"hoplink.dev/site": "hk"}
+		}), opted, false, "", nil},
+		{"a sidecar's pods schedule as they say", rn(func(s *v1alpha1.RelayNodeSpec) {
+			s.Sidecar = &v1alpha1.RelaySidecar{}
+			s.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
+		}), nil, false, "", nil},
 		{"external relays run nothing here", rn(func(s *v1alpha1.RelayNodeSpec) { s.External = true; s.Image = "evil:latest" }), nil, false, "", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -215,7 +215,7 @@ func (r *relayReports) tell(ctx context.Context, rn *v1alpha1.RelayNode, reports
 				continue
 			}
 			reason := map[string]string{adminapi.ProblemDialTarget: ReasonTargetRefused, adminapi.ProblemHandshake: ReasonHandshakeRefused,
-				adminapi.ProblemDevice: ReasonDeviceFailed}[p.Kind]
+				adminapi.ProblemDevice: ReasonDeviceFailed, adminapi.ProblemEgress: ReasonEgressRefused}[p.Kind]
 			r.event(ctx, rn, p.Tunnel, reason, "relay %s at %s, %d more time(s): %s", rn.Name, e.endpoint, p.Count-before, p.Last)
 		}
 	}

@@ -25,12 +25,12 @@ func TestRelayResourcesDefault(t *testing.T) {
 	} {
 		rn := &v1alpha1.RelayNode{}
 		rn.Name, rn.Spec.Resources = "hk", tc.spec
-		got := r.daemonSetSpec(rn).Template.Spec.Containers[0].Resources
+		got := r.daemonSetSpec(rn, false).Template.Spec.Containers[0].Resources
 		if !got.Limits.Memory().Equal(*tc.want.Limits.Memory()) || !got.Requests.Cpu().Equal(*tc.want.Requests.Cpu()) {
 			t.Errorf("%s: resources %v, want %v", tc.name, got, tc.want)
 		}
 	}
-	if r2 := (&RelayNodeReconciler{Image: "x"}); len(r2.daemonSetSpec(&v1alpha1.RelayNode{}).Template.Spec.Containers[0].Resources.Limits) != 0 {
+	if r2 := (&RelayNodeReconciler{Image: "x"}); len(r2.daemonSetSpec(&v1alpha1.RelayNode{}, false).Template.Spec.Containers[0].Resources.Limits) != 0 {
 		t.Error("resources without a default or a RelayNode's own")
 	}
 }

@@ -2,11 +2,14 @@ package controllers
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,6 +35,7 @@ import (
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/inject"
+	"github.com/hoplink/hoplink/pki"
 )
 
 // The suite runs a real kube-apiserver and etcd (hack/setup-envtest.sh builds
@@ -92,7 +96,14 @@ func startSuite() error {
 			MutatingWebhooks: []*admissionregistrationv1.MutatingWebhookConfiguration{hook},
 		},
 	}
-	var err error
+	// The API server presents a client certificate to webhooks, as its
+	// admission configuration tells it, and the operator takes no other
+	// caller.
+	admissionConfig, clientCA, err := webhookClientCerts()
+	if err != nil {
+		return err
+	}
+	env.ControlPlane.GetAPIServer().Configure().Set("admission-control-config-file", admissionConfig)
 	if cfg, err = env.Start(); err != nil {
 		return fmt.Errorf("start envtest: %w", err)
 	}
@@ -104,11 +115,14 @@ func startSuite() error {
 	suiteStop = cancel
 	mustCreateNamespace(ctx, testCA.Namespace)
 	wh := &env.WebhookInstallOptions
-	mgr, err := NewManager(ctx, cfg, Options{
+	// The operator's requests go through apiRequests, which tests read.
+	mcfg := rest.CopyConfig(cfg)
+	mcfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return apiRequests.wrap(rt) })
+	mgr, err := NewManager(ctx, mcfg, Options{
 		Image: "hoplink:test", AllowedRelayImages: []string{"allowed.example/hoplink:"}, CASecret: testCA, CreateCA: true,
 		MetricsAddr: "0", ProbeAddr: "0", Version: testVersion,
 		Webhook: WebhookOptions{Port: wh.LocalServingPort, Host: wh.LocalServingHost, Hosts: []string{wh.LocalServingHost},
-			Secret: testWebhookSecret, Config: testWebhookConfig},
+			Secret: testWebhookSecret, Config: testWebhookConfig, ClientCA: clientCA, ClientNames: []string{testAPIServerClient}},
 	})
 	if err != nil {
 		cancel()
@@ -138,6 +152,7 @@ func startSuite() error {
 			return fmt.Errorf("webhook server did not start: %w", err)
 		}
 	}
+	webhookAddr = addr
 	suiteDone = func() {
 		cancel()
 		select {
@@ -148,6 +163,83 @@ func startSuite() error {
 	}
 	return nil
 }
+
+// testAPIServerClient is the name in the API server's client certificate
+// for webhooks, signed by webhookClientCA.
+const testAPIServerClient = "kube-apiserver-webhook-client"
+
+var (
+	// webhookClientCA signs what the API server presents to webhooks.
+	webhookClientCA *pki.CA
+	// webhookAddr is where the operator serves the webhook.
+	webhookAddr string
+	// apiRequests records the operator's requests to the API server.
+	apiRequests requestLog
+)
+
+// webhookClientCerts writes the API server's admission configuration,
+// which gives it a client certificate for every webhook, and the CA file
+// the operator checks it with.
+func webhookClientCerts() (admissionConfig, caFile string, err error) {
+	dir, err := os.MkdirTemp("", "hoplink-admission")
+	if err != nil {
+		return "", "", err
+	}
+	if webhookClientCA, err = pki.NewCA("webhook client CA"); err != nil {
+		return "", "", err
+	}
+	certPEM, keyPEM, err := webhookClientCA.Issue(testAPIServerClient)
+	if err != nil {
+		return "", "", err
+	}
+	kubeconfig := fmt.Sprintf("apiVersion: v1\nkind: Config\nusers:\n- name: \"*\"\n  user:\n    client-certificate-data: %s\n    client-key-data: %s\n",
+		base64.StdEncoding.EncodeToString(certPEM), base64.StdEncoding.EncodeToString(keyPEM))
+	admission := fmt.Sprintf(`apiVersion: apiserver.config.k8s.io/v1
+kind: AdmissionConfiguration
+plugins:
+- name: MutatingAdmissionWebhook
+  configuration:
+    apiVersion: apiserver.config.k8s.io/v1
+    kind: WebhookAdmissionConfiguration
+    kubeConfigFile: %s
+`, filepath.Join(dir, "kubeconfig"))
+	for name, b := range map[string][]byte{"kubeconfig": []byte(kubeconfig), "admission.yaml": []byte(admission), "ca.crt": webhookClientCA.PEM} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			return "", "", err
+		}
+	}
+	return filepath.Join(dir, "admission.yaml"), filepath.Join(dir, "ca.crt"), nil
+}
+
+// requestLog records requests: their method, path and user agent.
+type requestLog struct {
+	mu   sync.Mutex
+	reqs []loggedRequest
+}
+
+type loggedRequest struct{ method, path, query, agent string }
+
+func (l *requestLog) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		l.mu.Lock()
+		if len(l.reqs) < 1<<20 {
+			l.reqs = append(l.reqs, loggedRequest{r.Method, r.URL.Path, r.URL.RawQuery, r.UserAgent()})
+		}
+		l.mu.Unlock()
+		return rt.RoundTrip(r)
+	})
+}
+
+// since returns the requests after the first n, and how many there are.
+func (l *requestLog) since(n int) ([]loggedRequest, int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.reqs[min(n, len(l.reqs)):]), len(l.reqs)
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 func zapLevel() zapcore.Level {
 	if os.Getenv("HOPLINK_TEST_LOG") != "" {

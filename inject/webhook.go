@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"sync/atomic"
+	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -31,8 +33,15 @@ const (
 
 // Webhook injects sidecar relays into the pods that ask for one.
 type Webhook struct {
-	// Reader reads RelayNodes and Namespaces (a cached client is fine).
+	// Reader reads RelayNodes and Namespaces: the operator's cache, so
+	// that no review, asked for by anyone who reaches the port, costs a
+	// request to the API server or waits on the operator's rate limit.
 	Reader client.Reader
+	// Settle is how long a RelayNode the Reader does not have yet is
+	// waited for (one created just before its pods, not yet in the
+	// cache); 0: not waited for. At most maxSettling reviews wait at once:
+	// the others are answered at once.
+	Settle time.Duration
 	// NameHolder returns the namespace of a RelayNode that keeps rn from
 	// holding its name, "" when rn holds it: the operator's NameConflict
 	// rule, whose losers' relays get no certificate. Nil: not asked.
@@ -43,6 +52,39 @@ type Webhook struct {
 	// not asked.
 	Policy func(ctx context.Context, rn *v1alpha1.RelayNode) (reason, message string, err error)
 	Config Config
+
+	settling atomic.Int32
+}
+
+// maxSettling bounds the reviews that wait for a RelayNode at once.
+const maxSettling = 64
+
+// getRelayNode reads a RelayNode, waiting up to Settle for one the cache
+// has not seen yet.
+func (w *Webhook) getRelayNode(ctx context.Context, key types.NamespacedName, rn *v1alpha1.RelayNode) error {
+	err := w.Reader.Get(ctx, key, rn)
+	if !apierrors.IsNotFound(err) || w.Settle <= 0 {
+		return err
+	}
+	if w.settling.Add(1) > maxSettling {
+		w.settling.Add(-1)
+		return err
+	}
+	defer w.settling.Add(-1)
+	ctx, cancel := context.WithTimeout(ctx, w.Settle)
+	defer cancel()
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return err
+		case <-t.C:
+		}
+		if err = w.Reader.Get(ctx, key, rn); !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
 }
 
 var _ admission.Handler = (*Webhook)(nil)
@@ -70,7 +112,7 @@ func (w *Webhook) Handle(ctx context.Context, req admission.Request) admission.R
 			v1alpha1.LabelRelayNode, name))
 	}
 	var rn v1alpha1.RelayNode
-	switch err := w.Reader.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &rn); {
+	switch err := w.getRelayNode(ctx, types.NamespacedName{Namespace: ns, Name: name}, &rn); {
 	case apierrors.IsNotFound(err):
 		return admission.Denied(fmt.Sprintf("pod label %s=%s names no RelayNode in namespace %s: create RelayNode %q with spec.sidecar: {}, or remove the label",
 			v1alpha1.LabelRelayNode, name, ns, name))

@@ -61,6 +61,9 @@ type Target struct {
 	Target string `json:"target"`
 	// Up: the last connect succeeded.
 	Up bool `json:"up"`
+	// Error says why the last connect failed (refused, timed out, refused
+	// by the exit's egress policy).
+	Error string `json:"error,omitempty"`
 	// RTT is the last TCP connect time: one round trip to the target.
 	RTT Duration `json:"rtt,omitempty"`
 	Age Duration `json:"age"`

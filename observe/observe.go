@@ -23,7 +23,8 @@ type Report struct {
 	Time   time.Time `json:"time"`
 	Relays []Relay   `json:"relays"`
 	// Ready: every relay answered and is ready, every chain has a route
-	// whose links are up, and every Tunnel listens on its entry.
+	// whose links are up, every Tunnel listens on its entry, and no exit
+	// found its target refusing at its last connect.
 	Ready bool `json:"ready"`
 	// NotReady says what is not, one line each.
 	NotReady []string `json:"notReady,omitempty"`
@@ -145,6 +146,14 @@ func judge(set *manifest.Set, r *Report) []string {
 		for _, e := range entry.Entries {
 			if e.Tunnel == key && !e.Open {
 				out = append(out, fmt.Sprintf("tunnel %s: not open on %s: %s", key, c.Spec.Entry, e.Error))
+			}
+		}
+		if exit := byName[c.Spec.Exit]; exit != nil {
+			for _, d := range exit.TargetsDown {
+				if d.Tunnel == key {
+					out = append(out, fmt.Sprintf("tunnel %s: its exit %s cannot connect to the target %s (%s ago): %s; flows are reset: "+
+						"check that it listens (a Service's endpoints, the port), or spec.target", key, c.Spec.Exit, d.Target, d.Age.D().Round(time.Second), d.Error))
+				}
 			}
 		}
 	}

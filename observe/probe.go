@@ -174,3 +174,28 @@ func chainNames(set *manifest.Set) []string {
 	}
 	return out
 }
+
+// Failures lists the parts of the probe that failed, each with why: a
+// link, a target, the exit that could not be asked, a route end to end.
+func (p *Probe) Failures() []string {
+	var out []string
+	for _, h := range p.Hops {
+		if h.Err != "" {
+			out = append(out, fmt.Sprintf("link %s -> %s: %s", h.From, h.To, h.Err))
+		}
+	}
+	for _, t := range p.Targets {
+		if !t.Up {
+			out = append(out, fmt.Sprintf("target %s of tunnel %s: %s", t.Target, t.Tunnel, orDash(t.Error)))
+		}
+	}
+	if p.TargetErr != "" {
+		out = append(out, "targets: "+p.TargetErr)
+	}
+	for _, t := range p.Traces {
+		if t.Err != "" {
+			out = append(out, fmt.Sprintf("%s end to end: %s", routeString(t.Route), t.Err))
+		}
+	}
+	return out
+}

@@ -123,7 +123,7 @@ func WriteReport(w io.Writer, r *Report) error {
 		}
 	}
 	if r.Ready {
-		_, err := fmt.Fprintln(w, "\nready: every relay answers, every chain has a route whose links are up, every Tunnel listens")
+		_, err := fmt.Fprintln(w, "\nready: every relay answers, every chain has a route whose links are up, every Tunnel listens and no exit has failed to reach its target")
 		return err
 	}
 	fmt.Fprintln(w, "\nnot ready:")
@@ -143,12 +143,12 @@ func WriteProbe(w io.Writer, p *Probe) error {
 		fmt.Fprintf(tw, "%d\t%s -> %s\t%s\t%s\t%.1f%%\t%s\n", i+1, h.From, h.To, dur(h.RTT), dur(h.Jitter), 100*h.Loss, orDash(h.Err))
 	}
 	fmt.Fprintln(tw)
-	fmt.Fprintln(tw, "TARGET\tTUNNEL\tCONNECT\tUP")
+	fmt.Fprintln(tw, "TARGET\tTUNNEL\tCONNECT\tUP\tERROR")
 	for _, t := range p.Targets {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.Target, t.Tunnel, dur(t.RTT), yesNo(t.Up))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.Target, t.Tunnel, dur(t.RTT), yesNo(t.Up), orDash(t.Error))
 	}
 	if p.TargetErr != "" {
-		fmt.Fprintf(tw, "-\t-\t-\t%s\n", p.TargetErr)
+		fmt.Fprintf(tw, "-\t-\t-\t-\t%s\n", p.TargetErr)
 	}
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "END TO END\tROUND TRIP\tERROR")

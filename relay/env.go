@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -10,10 +11,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hoplink/hoplink/adminapi"
 	"github.com/hoplink/hoplink/manifest"
 	"github.com/hoplink/hoplink/metrics"
+	"github.com/hoplink/hoplink/relay/egress"
 	"github.com/hoplink/hoplink/relay/flow"
 	"github.com/hoplink/hoplink/relay/nexthop"
+	"github.com/hoplink/hoplink/relay/probe"
 	"github.com/hoplink/hoplink/relay/ratelog"
 )
 
@@ -32,6 +36,10 @@ type env struct {
 	draining atomic.Bool
 	// problems keeps what went wrong lately, for the operator.
 	problems problemBook
+	// egress is what exits may not reach (nil: anything).
+	egress *egress.Policy
+	// dials keeps how the last connect to each target went.
+	dials dialBook
 	// openTCP counts the TCP flows in progress, in every role: what a
 	// drain waits for (UDP and packet sessions have no end of their own).
 	openTCP atomic.Int64
@@ -99,6 +107,21 @@ func (e *env) beginTCP(tunnel, role string) (flowCounters, func()) {
 
 func (e *env) flowError(tunnel, reason string) {
 	e.m.FlowErrors.WithLabelValues(e.name, tunnel, reason).Inc()
+}
+
+// dialFailed counts and reports a target an exit could not reach: refused
+// by the egress policy (egress_refused), or not connected (dial_target).
+func (e *env) dialFailed(tunnel, target string, err error) {
+	e.dials.record(probe.TargetSpec{Tunnel: tunnel, Target: target}, err)
+	if egress.IsRefused(err) {
+		e.flowError(tunnel, "egress_refused")
+		e.problems.add(adminapi.ProblemEgress, tunnel, fmt.Sprintf("%s: %v", target, err))
+		e.warn.Warn("target refused by the egress policy", "tunnel", tunnel, "target", target, "err", err)
+		return
+	}
+	e.flowError(tunnel, "dial_target")
+	e.problems.add(adminapi.ProblemDialTarget, tunnel, err.Error())
+	e.warn.Warn("cannot connect to target", "tunnel", tunnel, "target", target, "err", err)
 }
 
 // hopFailed counts and logs a flow that could not reach its next hop.

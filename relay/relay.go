@@ -33,6 +33,7 @@ import (
 	"github.com/hoplink/hoplink/manifest"
 	"github.com/hoplink/hoplink/metrics"
 	"github.com/hoplink/hoplink/pki"
+	"github.com/hoplink/hoplink/relay/egress"
 	"github.com/hoplink/hoplink/relay/nexthop"
 	"github.com/hoplink/hoplink/relay/probe"
 	"github.com/hoplink/hoplink/relay/ratelog"
@@ -81,6 +82,11 @@ type Config struct {
 	// Board, when set, is what the admin API serves other clusters'
 	// operators (adminapi.PathClusterSet); its owner keeps it current.
 	Board *adminapi.Board
+	// Egress, when set, is what exits may not reach for any Tunnel: the
+	// node, for a host-network relay in a cluster (egress.NodePolicy).
+	// Nil: whatever the Tunnels name, as standalone and local relays,
+	// whose operator is their user.
+	Egress *egress.Policy
 }
 
 // Relay is one running relay.
@@ -150,7 +156,7 @@ func New(cfg Config) (*Relay, error) {
 		perSource = min(cfg.MaxFlowsPerSource, perTunnel)
 	}
 	r.env = &env{name: cfg.Name, log: cfg.Log, warn: ratelog.New(cfg.Log), m: cfg.Metrics, set: &r.set, setupTimeout: cfg.SetupTimeout,
-		flows: newQuota(cfg.MaxFlows, perTunnel, perSource), ctx: ctx, wg: &r.wg}
+		flows: newQuota(cfg.MaxFlows, perTunnel, perSource), egress: cfg.Egress, ctx: ctx, wg: &r.wg}
 	r.routes = newRouteBook(r.env, cfg.Route)
 	return r, nil
 }
@@ -173,7 +179,7 @@ func (r *Relay) Start() error {
 	set := r.set.Load()
 	self := set.Relay(r.cfg.Name)
 	e := r.env
-	targets := probe.NewTargets(e.name, e.m)
+	targets := probe.NewTargets(e.name, e.m, e.egress.Dialer())
 	r.measure = &measurer{env: e, targets: targets, routes: r.routes, requests: newLinkRequests()}
 	r.measure.links = probe.NewLinks(probe.LinkOptions{Relay: e.name, Metrics: e.m, Peers: probePeers{r.measure}})
 	cc, _ := r.congestionFor(set)

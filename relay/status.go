@@ -11,6 +11,7 @@ import (
 	"github.com/hoplink/hoplink/adminapi"
 	"github.com/hoplink/hoplink/manifest"
 	"github.com/hoplink/hoplink/measure"
+	"github.com/hoplink/hoplink/relay/probe"
 )
 
 // status is what the relay tells the operator and `hoplink status` of
@@ -47,6 +48,11 @@ func (r *Relay) status() *adminapi.Status {
 		s.Chains = append(s.Chains, cr)
 	}
 	slices.SortFunc(s.Chains, func(a, b adminapi.ChainRoute) int { return strings.Compare(a.Chain, b.Chain) })
+	var probed *probe.Targets
+	if r.measure != nil {
+		probed = r.measure.targets
+	}
+	s.TargetsDown = targetsDown(r.env, probed, set)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, t := range set.EntryTunnels(r.cfg.Name) {

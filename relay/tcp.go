@@ -6,7 +6,6 @@ import (
 	"net"
 	"time"
 
-	"github.com/hoplink/hoplink/adminapi"
 	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/manifest"
 	"github.com/hoplink/hoplink/relay/flow"
@@ -224,19 +223,18 @@ func (f *tcpFlows) joinTarget(in flow.End, tc *net.TCPConn, fc flowCounters, t *
 }
 
 func (f *tcpFlows) dial(ctx context.Context, tunnel, target, role string, start time.Time) (*net.TCPConn, error) {
-	var d net.Dialer
 	dialStart := time.Now()
-	c, err := d.DialContext(ctx, "tcp", target)
+	c, err := f.egress.Dialer().DialContext(ctx, "tcp", target)
 	if err != nil {
-		f.flowError(tunnel, "dial_target")
-		f.problems.add(adminapi.ProblemDialTarget, tunnel, err.Error())
-		f.warn.Warn("cannot connect to target", "tunnel", tunnel, "target", target, "err", err)
+		f.dialFailed(tunnel, target, err)
 		return nil, err
 	}
 	c.(*net.TCPConn).SetWriteBuffer(endBuffer)
 	c.(*net.TCPConn).SetReadBuffer(endBuffer)
 	// A real connect is a measurement of the target too.
-	f.targets.Observe(probe.TargetSpec{Tunnel: tunnel, Target: target}, time.Since(dialStart))
+	spec := probe.TargetSpec{Tunnel: tunnel, Target: target}
+	f.targets.Observe(spec, time.Since(dialStart))
+	f.dials.record(spec, nil)
 	f.m.FlowSetup.WithLabelValues(f.name, tunnel, role).Observe(time.Since(start).Seconds())
 	return c.(*net.TCPConn), nil
 }

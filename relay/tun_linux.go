@@ -10,6 +10,7 @@ import (
 
 	quicgo "github.com/quic-go/quic-go"
 
+	"github.com/hoplink/hoplink/adminapi"
 	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/manifest"
 	"github.com/hoplink/hoplink/relay/flow"
@@ -34,6 +35,11 @@ type tunFlows struct {
 // it, and counts it in the relay's metrics.
 func openDevice(e *env, t *v1alpha1.Tunnel, key string, address netip.Prefix, routes []netip.Prefix, noOffload bool) (*tun.Device, error) {
 	u := t.Spec.TUN
+	// The device's own prefix is a route too (the kernel adds it).
+	if err := e.egress.CheckRoutes(append([]netip.Prefix{address.Masked()}, routes...)); err != nil {
+		e.problems.add(adminapi.ProblemEgress, key, err.Error())
+		return nil, err
+	}
 	return tun.Open(tun.Config{Name: u.Name, Address: address, MTU: int(u.MTU), Routes: routes,
 		Offload: !noOffload, Stats: tunStats(e, key)})
 }
@@ -130,6 +136,10 @@ func (f *tunFlows) entryUDP(c net.Conn, dst netip.AddrPort, t *v1alpha1.Tunnel, 
 	var send func([]byte) error
 	if len(route) == 1 {
 		// The entry is the exit.
+		if err := f.egress.Check(dst.Addr()); err != nil {
+			f.dialFailed(key, dst.String(), err)
+			return
+		}
 		tc, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(dst))
 		if err != nil {
 			f.flowError(key, "dial_target")

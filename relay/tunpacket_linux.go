@@ -23,6 +23,7 @@ import (
 	"github.com/hoplink/hoplink/internal/logs"
 	"github.com/hoplink/hoplink/manifest"
 	"github.com/hoplink/hoplink/relay/admit"
+	"github.com/hoplink/hoplink/relay/egress"
 	"github.com/hoplink/hoplink/relay/flow"
 	"github.com/hoplink/hoplink/relay/hop"
 	"github.com/hoplink/hoplink/relay/nexthop"
@@ -349,6 +350,8 @@ type packetExit struct {
 	rules *admit.Packets
 	dev   *tun.Device
 	done  chan struct{}
+	// egress refuses packets to the node (nil: none refused).
+	egress *egress.Policy
 
 	mu      sync.Mutex
 	sources map[netip.Addr]packetPeer // entry-side address -> session last heard from it
@@ -368,7 +371,7 @@ func (p *packetTunnels) openExit(t *v1alpha1.Tunnel, key string) (*packetExit, e
 	if err != nil {
 		return nil, err
 	}
-	x := &packetExit{t: t, key: key, log: p.log, rules: rules, dev: dev, done: make(chan struct{}), sources: map[netip.Addr]packetPeer{}}
+	x := &packetExit{t: t, key: key, log: p.log, rules: rules, dev: dev, done: make(chan struct{}), sources: map[netip.Addr]packetPeer{}, egress: p.egress}
 	go x.replies()
 	p.log.Info("tun device up", "tunnel", key, "device", dev.Name, "address", rules.ExitAddress(), "sources", rules.Sources(), "offload", dev.Offload)
 	return x, nil
@@ -386,6 +389,13 @@ func (x *packetExit) admit(from packetPeer, pkt []byte) bool {
 	if reason != "" {
 		x.dev.Stats.Dropped(reason)
 		return false
+	}
+	if x.egress != nil {
+		// The routes may hold the node's addresses; the policy has the last word.
+		if _, dst, err := tun.Addresses(pkt); err != nil || x.egress.Check(dst) != nil {
+			x.dev.Stats.Dropped("egress_refused")
+			return false
+		}
 	}
 	x.mu.Lock()
 	if x.sources[src] != from {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/manifest"
+	"github.com/hoplink/hoplink/relay/egress"
 	"github.com/hoplink/hoplink/relay/flow"
 	"github.com/hoplink/hoplink/relay/hop"
 	"github.com/hoplink/hoplink/relay/nexthop"
@@ -337,9 +338,13 @@ func (s *udpSession) connect() {
 		return
 	}
 	if len(route) == 1 {
-		c, err := dialUDP(u.t.Spec.Target)
+		c, err := dialUDP(f.egress, u.t.Spec.Target)
 		if err != nil {
-			f.flowError(u.key, "dial_target")
+			if egress.IsRefused(err) {
+				f.dialFailed(u.key, u.t.Spec.Target, err)
+			} else {
+				f.flowError(u.key, "dial_target")
+			}
 			s.end(hop.CodeDialFailed)
 			return
 		}
@@ -532,10 +537,14 @@ func (f *udpFlows) serveTarget(back udpHop, receive func(func([]byte)), h *hop.H
 	fc, done := f.begin(h.Tunnel, "exit")
 	defer done()
 	start := time.Now()
-	tc, err := dialUDP(h.Target)
+	tc, err := dialUDP(f.egress, h.Target)
 	if err != nil {
-		f.flowError(h.Tunnel, "dial_target")
-		f.log.Warn("cannot reach target", "tunnel", h.Tunnel, "target", h.Target, "err", err)
+		if egress.IsRefused(err) {
+			f.dialFailed(h.Tunnel, h.Target, err)
+		} else {
+			f.flowError(h.Tunnel, "dial_target")
+			f.log.Warn("cannot reach target", "tunnel", h.Tunnel, "target", h.Target, "err", err)
+		}
 		back.End(hop.CodeDialFailed)
 		return
 	}
@@ -694,9 +703,10 @@ func (s *sessionSlots) give(tunnel string) {
 	}
 }
 
-// dialUDP connects a socket to a UDP target.
-func dialUDP(target string) (*net.UDPConn, error) {
-	raddr, err := net.ResolveUDPAddr("udp", target)
+// dialUDP connects a socket to a UDP target that the egress policy p
+// allows (nil: any).
+func dialUDP(p *egress.Policy, target string) (*net.UDPConn, error) {
+	raddr, err := p.ResolveUDP(target)
 	if err != nil {
 		return nil, err
 	}

@@ -17,6 +17,13 @@ const DefaultDrainSeconds = 30
 // relay DaemonSet's pods, and the workload pods that get a sidecar relay.
 const LabelRelayNode = "hoplink.dev/relaynode"
 
+// LabelEgressHost, set to "true" on a namespace, allows its Tunnels the
+// node's network at host-network exits: loopback, link-local and cloud
+// metadata addresses, the node's own addresses, and TUN routes over the
+// node's routes. Without it the operator runs host-network relays with
+// --refuse-node-egress.
+const LabelEgressHost = "hoplink.dev/egress-host"
+
 // LabelMemberPrefix starts the labels that say which relays read an
 // object: the operator writes MemberLabel(relay) on every Chain for each
 // relay its spec names, on the Chain's Tunnels, on the RelayNodes those
@@ -116,9 +123,16 @@ type RelayNodeSpec struct {
 	// +optional
 	HostNetwork *bool `json:"hostNetwork,omitempty"`
 	// NodeSelector picks the nodes that run this relay (one pod per node).
+	// Selecting control-plane nodes (node-role.kubernetes.io/control-plane)
+	// is refused unless the namespace is labelled
+	// hoplink.dev/control-plane-relays=true (reason ControlPlaneNotAllowed).
 	// +optional
 	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
-	// Tolerations of the relay pods.
+	// Tolerations of the relay pods. Tolerating the control-plane taint, or
+	// every taint (no key, operator Exists), is refused unless the
+	// namespace is labelled hoplink.dev/control-plane-relays=true (reason
+	// ControlPlaneNotAllowed): relays there share a node with the API
+	// server and etcd.
 	// +optional
 	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
 	// Resources of the relay container.

@@ -23,6 +23,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/controllers"
 	"github.com/hoplink/hoplink/relay/kube"
 	"github.com/hoplink/hoplink/relay/metricsrv"
@@ -117,6 +118,8 @@ func newOperatorCmd(lf *logFlags) *cobra.Command {
 		webhookPort            int
 		webhookService         string
 		webhookConfig          string
+		webhookClientCA        string
+		webhookClientNames     []string
 		mcsGateway, mcsPorts   string
 		mcsCoreDNS             string
 	)
@@ -137,12 +140,19 @@ func newOperatorCmd(lf *logFlags) *cobra.Command {
 				return fmt.Errorf("--privileged-relays %q: want %s (namespaces labelled %s=true) or %s",
 					o.PrivilegedRelays, controllers.PrivilegedNamespaceLabel, controllers.LabelPrivilegedRelays, controllers.PrivilegedAny)
 			}
+			if o.NodeEgress != controllers.PrivilegedNamespaceLabel && o.NodeEgress != controllers.PrivilegedAny {
+				return fmt.Errorf("--node-egress %q: want %s (namespaces labelled %s=true) or %s",
+					o.NodeEgress, controllers.PrivilegedNamespaceLabel, v1alpha1.LabelEgressHost, controllers.PrivilegedAny)
+			}
 			if len(o.WatchNamespaces) > 0 && o.PrivilegedRelays == controllers.PrivilegedNamespaceLabel {
 				return fmt.Errorf("--watch-namespaces with --privileged-relays=%s: reading namespaces' labels is a cluster-wide permission a namespace-scoped operator does not have; "+
 					"the namespaces you watch are the opt-in: use --privileged-relays=%s", controllers.PrivilegedNamespaceLabel, controllers.PrivilegedAny)
 			}
 			if len(o.WatchNamespaces) > 0 && webhookPort != 0 {
 				return fmt.Errorf("--watch-namespaces with the sidecar webhook: its configuration is cluster-wide; use --webhook-port=0 in a namespace-scoped install")
+			}
+			if len(webhookClientNames) > 0 && webhookClientCA == "" {
+				return fmt.Errorf("--webhook-client-names without --webhook-client-ca: the names are checked in certificates that CA signed")
 			}
 			if err := parseMultiCluster(&o.MultiCluster, mcsGateway, mcsPorts, mcsCoreDNS); err != nil {
 				return err
@@ -163,8 +173,9 @@ func newOperatorCmd(lf *logFlags) *cobra.Command {
 			o.Version = version
 			if webhookPort != 0 {
 				o.Webhook = controllers.WebhookOptions{Port: webhookPort, Config: webhookConfig,
-					Secret: types.NamespacedName{Namespace: ns, Name: webhookService + "-cert"},
-					Hosts:  []string{webhookService + "." + ns + ".svc", webhookService + "." + ns, webhookService}}
+					Secret:   types.NamespacedName{Namespace: ns, Name: webhookService + "-cert"},
+					Hosts:    []string{webhookService + "." + ns + ".svc", webhookService + "." + ns, webhookService},
+					ClientCA: webhookClientCA, ClientNames: webhookClientNames}
 			}
 			ctx := ctrl.SetupSignalHandler()
 			if o.Image == "" {
@@ -195,9 +206,13 @@ func newOperatorCmd(lf *logFlags) *cobra.Command {
 	f.BoolVar(&o.LeaderElection, "leader-elect", false, "elect a leader, so that replicas can stand by")
 	f.Float32Var(&o.QPS, "kube-api-qps", controllers.DefaultQPS, "most requests a second to the API server per resource type (twice as many in a burst)")
 	f.StringVar(&relayResources, "relay-resources", "", `requests and limits of relay containers whose RelayNode sets none, as JSON: {"requests":{"cpu":"100m","memory":"64Mi"},"limits":{"memory":"256Mi"}}`)
+	f.StringVar(&o.NodeEgress, "node-egress", controllers.PrivilegedNamespaceLabel, "where host-network relays may reach their node for a Tunnel (loopback, link-local and metadata addresses, the node's addresses, TUN routes over its routes): "+
+		controllers.PrivilegedNamespaceLabel+" (namespaces labelled "+v1alpha1.LabelEgressHost+"=true; none in a namespace-scoped install) or "+controllers.PrivilegedAny)
 	f.IntVar(&webhookPort, "webhook-port", 9443, "serve the sidecar injection webhook on this port (0: no webhook)")
 	f.StringVar(&webhookService, "webhook-service", "hoplink-webhook", "the Service in --namespace in front of the webhook: its serving certificate names it (and is kept in the Secret <service>-cert)")
 	f.StringVar(&webhookConfig, "webhook-config", "hoplink-sidecar-injector", "the MutatingWebhookConfiguration whose caBundle the operator keeps current (empty: none)")
+	f.StringVar(&webhookClientCA, "webhook-client-ca", "", "take webhook callers only with a client certificate signed by a CA of this PEM `FILE`, as the API server presents when its admission configuration gives it one (empty: any caller)")
+	f.StringSliceVar(&webhookClientNames, "webhook-client-names", nil, "with --webhook-client-ca, the `NAMES` (common name or DNS name) a caller's certificate must carry one of (empty: any the CA signed)")
 	f.StringSliceVar(&o.WatchNamespaces, "watch-namespaces", nil, "serve only these namespaces (and --namespace): a namespace-scoped install with Roles, not ClusterRoles (default every namespace)")
 	f.StringSliceVar(&o.AllowedRelayImages, "allowed-relay-images", nil, "prefixes of images a RelayNode's spec.image may name besides the operator's relay image (default none)")
 	f.StringVar(&o.PrivilegedRelays, "privileged-relays", controllers.PrivilegedNamespaceLabel, "where RelayNodes may run relays on the host network or with TUN devices: "+

@@ -22,6 +22,7 @@ import (
 	"github.com/hoplink/hoplink/metrics"
 	"github.com/hoplink/hoplink/pki"
 	"github.com/hoplink/hoplink/relay"
+	"github.com/hoplink/hoplink/relay/egress"
 	"github.com/hoplink/hoplink/relay/kube"
 	"github.com/hoplink/hoplink/relay/local"
 	"github.com/hoplink/hoplink/relay/metricsrv"
@@ -244,6 +245,7 @@ func newRelayCmd(lf *logFlags) *cobra.Command {
 		kubeMode                   bool
 		kf                         kubeFlags
 		separateDial               bool
+		refuseNodeEgress           bool
 		drainTimeout               time.Duration
 	)
 	cmd := &cobra.Command{
@@ -273,7 +275,7 @@ injected sidecar relays run.`,
 					return fmt.Errorf("--kube reads manifests and certificates from the cluster: drop -f, --ca, --cert and --key")
 				}
 				return runKubeRelay(log, &kf, name, metricsAddr, profiling, drainTimeout, kube.Options{MaxFlows: maxFlows, MaxFlowsPerTunnel: perTunnel,
-					MaxFlowsPerSource: perSource, NoTUNOffload: !tunOffload, CertsDir: certDir, Version: version})
+					MaxFlowsPerSource: perSource, NoTUNOffload: !tunOffload, CertsDir: certDir, Version: version, Egress: nodeEgress(refuseNodeEgress)})
 			}
 			if name == "" {
 				return fmt.Errorf("--name: required: the RelayNode this process runs")
@@ -307,7 +309,7 @@ injected sidecar relays run.`,
 			}
 			reg, m := newRegistry()
 			r, err := relay.New(relay.Config{Name: name, Version: version, Manifests: set, Identity: id, Metrics: m, Log: log, MaxFlows: maxFlows, MaxFlowsPerTunnel: perTunnel,
-				MaxFlowsPerSource: perSource, Route: true, NoTUNOffload: !tunOffload, SeparateDialPort: separateDial})
+				MaxFlowsPerSource: perSource, Route: true, NoTUNOffload: !tunOffload, SeparateDialPort: separateDial, Egress: nodeEgress(refuseNodeEgress)})
 			if err != nil {
 				return err
 			}
@@ -339,8 +341,17 @@ injected sidecar relays run.`,
 	f.IntVar(&perTunnel, "max-flows-per-tunnel", 0, "most flows of one Tunnel (default a quarter of --max-flows)")
 	f.IntVar(&perSource, "max-flows-per-source", 0, "most flows of one Tunnel from one client host at its entry (default a sixteenth of the Tunnel's, at least 64)")
 	f.BoolVar(&tunOffload, "tun-offload", true, "open tun Tunnels' devices with segmentation offload where the kernel has it")
+	f.BoolVar(&refuseNodeEgress, "refuse-node-egress", false, "refuse every Tunnel's targets on this host: loopback, link-local and cloud metadata addresses and the host's own, and TUN routes over its routes (the operator sets it on host-network relays of namespaces not labelled "+egress.AllowLabel+"=true)")
 	drainFlag(f, &drainTimeout)
 	return cmd
+}
+
+// nodeEgress is the egress policy of --refuse-node-egress.
+func nodeEgress(refuse bool) *egress.Policy {
+	if refuse {
+		return egress.NodePolicy()
+	}
+	return nil
 }
 
 func orDefault(v, def string) string {

@@ -49,6 +49,10 @@ type observeFlags struct {
 	// relayWarning is how close to its expiry a relay's certificate is
 	// warned of (observe.CertWarning when zero).
 	relayWarning time.Duration
+	// badManifests is why the manifests did not load whole: status and
+	// probe then ask the relays of what could be read (the relays keep
+	// running what they last accepted).
+	badManifests error
 }
 
 func (o *observeFlags) add(cmd *cobra.Command) {
@@ -133,7 +137,14 @@ func (o *observeFlags) loadFiles() (*manifest.Set, *adminapi.Client, error) {
 	}
 	set, err := manifest.Load(o.files...)
 	if err != nil {
-		return nil, nil, err
+		// A manifest with an error is when relays are asked most: they
+		// keep running the ones they accepted before. Their endpoints are
+		// what status needs.
+		partial, _ := manifest.Read(o.files...)
+		if partial == nil || len(partial.Relays) == 0 {
+			return nil, nil, err
+		}
+		set, o.badManifests = partial, err
 	}
 	caFile := filepath.Join(o.certs, "ca.crt")
 	caPEM, err := os.ReadFile(caFile)
@@ -188,6 +199,10 @@ const clusterRelayWarning = 6 * time.Hour
 // and the CAs and observer certificate of this command.
 func (o *observeFlags) certWarnings(r *observe.Report, now time.Time) []string {
 	var out []string
+	if o.badManifests != nil {
+		out = append(out, fmt.Sprintf("the manifests do not load (relays reloading them keep the ones they run); asked the relays of the documents that could be read: %v",
+			strings.ReplaceAll(o.badManifests.Error(), "\n", "; ")))
+	}
 	warn := func(what string, notAfter time.Time, fix string, within time.Duration) {
 		switch d := notAfter.Sub(now); {
 		case d < 0:
@@ -246,7 +261,7 @@ func writeAs(w io.Writer, format string, v any, table func(io.Writer) error) err
 	return table(w)
 }
 
-// errNotReady makes `status --wait` exit non-zero.
+// errNotReady makes `status` exit non-zero.
 var errNotReady = errors.New("not ready")
 
 func newStatusCmd() *cobra.Command {
@@ -261,8 +276,10 @@ observer's certificate (never a relay's): whether it is ready, its links to its
 next hops (round trip, jitter, loss, transport), the route of each chain it
 enters and the candidates of the last round, and its Tunnels' listeners.
 
---wait polls until every relay answers ready, every chain has a route whose
-links are up and every Tunnel listens (exit 0), or --wait-timeout passes
+It exits 1 when anything is not ready: a relay that does not answer or is
+not ready, a chain without a route whose links are up, a Tunnel that does not
+listen or whose exit cannot connect to its target (each listed with its
+reason). --wait polls until all is ready (exit 0), or --wait-timeout passes
 (exit 1); --watch prints the status every --interval until interrupted.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -326,7 +343,15 @@ links are up and every Tunnel listens (exit 0), or --wait-timeout passes
 					fmt.Fprintln(out)
 				}
 			}
-			return show(gather())
+			r := gather()
+			if err := show(r); err != nil {
+				return err
+			}
+			if !r.Ready {
+				cmd.SilenceUsage = true
+				return fmt.Errorf("%w: %d problems (listed above)", errNotReady, len(r.NotReady))
+			}
+			return nil
 		},
 	}
 	of.add(cmd)
@@ -346,7 +371,8 @@ func newProbeCmd() *cobra.Command {
 route probes its link to the next now; the exit connects to the chain's
 targets; and the entry sends traces along the route and along every candidate
 of its last round, end to end, as a flow would travel. CHAIN is NAME (in
---namespace, default "default") or NAMESPACE/NAME.`,
+--namespace, default "default") or NAMESPACE/NAME. It exits 1 when a part
+failed (a link, a target, a route end to end), saying why for each.`,
 		Args: cobra.ExactArgs(1),
 		ValidArgsFunction: func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
 			if len(args) > 0 {
@@ -366,7 +392,14 @@ of its last round, end to end, as a flow would travel. CHAIN is NAME (in
 			if err != nil {
 				return err
 			}
-			return of.write(cmd.OutOrStdout(), p, func(w io.Writer) error { return observe.WriteProbe(w, p) })
+			if err := of.write(cmd.OutOrStdout(), p, func(w io.Writer) error { return observe.WriteProbe(w, p) }); err != nil {
+				return err
+			}
+			if failed := p.Failures(); len(failed) > 0 {
+				cmd.SilenceUsage = true
+				return fmt.Errorf("%d part(s) of chain %s failed: %s", len(failed), p.Chain, strings.Join(failed, "; "))
+			}
+			return nil
 		},
 	}
 	of.add(cmd)

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,7 +36,7 @@ func TestStatusAndProbe(t *testing.T) {
 	status := func(args ...string) *observe.Report {
 		t.Helper()
 		out, err := run(append([]string{"status", "-o", "json"}, args...)...)
-		if err != nil && !strings.Contains(strings.Join(args, " "), "--wait") {
+		if err != nil && !strings.Contains(out, "not ready") {
 			t.Fatalf("status: %v\n%s", err, out)
 		}
 		var r observe.Report
@@ -232,5 +233,85 @@ func checkKubeStatus(t *testing.T, bin, kubeconfig, ns string, relays int) {
 		if h.Err != "" || h.RTT <= 0 {
 			t.Errorf("probe --kube: hop %+v", h)
 		}
+	}
+}
+
+// TestStatusSaysATargetIsDown: a Tunnel whose target refuses connections
+// makes status not ready, naming the Tunnel, the exit, the target and the
+// error, and exit 1 (clients are accepted, then reset); once the target
+// listens again, status says so without a flow having to pass first. probe
+// exits 1 while the target refuses, saying so. A manifest with an error
+// does not keep status from asking the relays.
+func TestStatusSaysATargetIsDown(t *testing.T) {
+	bin := buildHoplink(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := ln.Addr().String()
+	go serveSinkThenSource(ln)
+	n := startDrainNet(t, bin, target, nil, "{entry: hk, exit: la, route: [hk, la]}")
+	if out, err := exec.Command(bin, "cert", "observer", "--certs", n.certs).CombinedOutput(); err != nil {
+		t.Fatalf("cert observer: %v\n%s", err, out)
+	}
+	status := func() (*observe.Report, error) {
+		out, err := exec.Command(bin, "status", "-o", "json", "-f", n.file, "--certs", n.certs).CombinedOutput()
+		var r observe.Report
+		if i := strings.LastIndex(string(out), "}"); i < 0 || json.Unmarshal(out[:i+1], &r) != nil {
+			t.Fatalf("status: %v\n%s", err, out)
+		}
+		return &r, err
+	}
+	if out, err := exec.Command(bin, "status", "--wait", "--wait-timeout", "30s", "-f", n.file, "--certs", n.certs).CombinedOutput(); err != nil {
+		t.Fatalf("status --wait: %v\n%s", err, out)
+	}
+	ln.Close() // refused until it listens again
+	// The client is reset (at once, or after it connected).
+	if c, err := net.Dial("tcp", n.listen); err == nil {
+		c.Write([]byte("hello"))
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := c.Read(make([]byte, 1)); err == nil {
+			t.Fatal("a flow to a refusing target got an answer")
+		}
+		c.Close()
+	}
+	r, err := status()
+	want := fmt.Sprintf("tunnel default/t: its exit la cannot connect to the target %s", target)
+	if err == nil || r.Ready || !strings.Contains(strings.Join(r.NotReady, "\n"), want) || !strings.Contains(strings.Join(r.NotReady, "\n"), "connection refused") {
+		t.Errorf("status after a refused flow: exit %v, ready %v, %q; want exit 1 and %q", err, r.Ready, r.NotReady, want)
+	}
+	// probe says which part failed and why, and exits 1.
+	out, err := exec.Command(bin, "probe", "c", "-f", n.file, "--certs", n.certs).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "connection refused") || !strings.Contains(string(out), "part(s) of chain default/c failed: target "+target) {
+		t.Errorf("probe with the target down: exit %v\n%s", err, out)
+	}
+	back, err := net.Listen("tcp", target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer back.Close()
+	waitFor(t, "status ready once the target listens", func() error {
+		r, err := status()
+		if err != nil || !r.Ready {
+			return fmt.Errorf("exit %v: %v", err, r.NotReady)
+		}
+		return nil
+	})
+	if out, err := exec.Command(bin, "probe", "c", "-f", n.file, "--certs", n.certs).CombinedOutput(); err != nil {
+		t.Errorf("probe with the target back: exit %v\n%s", err, out)
+	}
+
+	// A typo in the manifests (which the relays would refuse on reload,
+	// keeping what they run): status asks the relays it can read of, and
+	// says what it skipped.
+	good, err := os.ReadFile(n.file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	os.WriteFile(bad, append(good, []byte("---\napiVersion: hoplink.dev/v1alpha1\nkind: Tunnel\nmetadata: {name: typo}\nspec: {chain: c, listen: {port: 1}, targte: \"x:1\"}\n")...), 0o600)
+	out, err = exec.Command(bin, "status", "-f", bad, "--certs", n.certs).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "the manifests do not load") || !strings.Contains(string(out), "targte") || !strings.Contains(string(out), "ready: every relay answers") {
+		t.Errorf("status with a typo in the manifests: exit %v\n%s", err, out)
 	}
 }

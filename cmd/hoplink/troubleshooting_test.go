@@ -315,6 +315,26 @@ spec: {chain: to-la, listen: {address: 127.0.0.1, port: %d}, target: "127.0.0.1:
 			os.Chmod(filepath.Join(h.root, "certs", "hk.key"), 0o644) // only the port is in the way
 			return h.run("", relayArgs(h, "hk")...)
 		},
+		"A Tunnel's target refuses connections": func(t *testing.T) string {
+			// The Tunnel's target, 127.0.0.1:9, has no listener.
+			hk, la := newHost(t, hkPort, relayFiles("hk")), newHost(t, hkPort, relayFiles("la"))
+			_, stopHK := hk.start(relayArgs(hk, "hk")...)
+			laOut, stopLA := la.start(relayArgs(la, "la")...)
+			defer stopHK()
+			for deadline := time.Now().Add(20 * time.Second); !strings.Contains(laOut.String(), "cannot connect to target") && time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+				if c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", webPort)); err == nil {
+					c.Write([]byte("hello"))
+					c.SetReadDeadline(time.Now().Add(2 * time.Second))
+					c.Read(make([]byte, 1))
+					c.Close()
+				}
+			}
+			status, err := exec.Command(bin, "status", "-f", filepath.Join(hk.root, "manifests"), "--certs", caDir, "--timeout", "2s").CombinedOutput()
+			if err == nil {
+				t.Errorf("status exited 0 with the target down:\n%s", status)
+			}
+			return stopLA() + "\n" + string(status)
+		},
 		"Peers cannot reach a relay": func(t *testing.T) string {
 			// la's UDP port takes packets and answers none, as behind a
 			// firewall that drops them; its TCP port is closed.

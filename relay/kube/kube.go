@@ -42,6 +42,7 @@ import (
 	"github.com/hoplink/hoplink/metrics"
 	"github.com/hoplink/hoplink/pki"
 	"github.com/hoplink/hoplink/relay"
+	"github.com/hoplink/hoplink/relay/egress"
 )
 
 // Options say which relay to run and against which API server.
@@ -62,6 +63,9 @@ type Options struct {
 	// API and re-read as the kubelet updates it: a sidecar relay's pod has
 	// the Secret as a volume, and its service account may not read it.
 	CertsDir string
+	// Egress is relay.Config's: the node's addresses refused to exits
+	// (nil: none).
+	Egress *egress.Policy
 }
 
 // Relay is a relay driven by the Kubernetes API.
@@ -376,7 +380,7 @@ func (k *Relay) start(set *manifest.Set, secret *corev1.Secret) error {
 	podNetwork := self.IsSidecar() || self.HostNetwork != nil && !*self.HostNetwork
 	r, err := relay.New(relay.Config{Name: k.o.Name, Manifests: set, Identity: id, Metrics: k.o.Metrics, Log: k.o.Log,
 		MaxFlows: k.o.MaxFlows, MaxFlowsPerTunnel: k.o.MaxFlowsPerTunnel, MaxFlowsPerSource: k.o.MaxFlowsPerSource,
-		NoTUNOffload: k.o.NoTUNOffload, SeparateDialPort: podNetwork, Version: k.o.Version, Board: k.board})
+		NoTUNOffload: k.o.NoTUNOffload, SeparateDialPort: podNetwork, Version: k.o.Version, Board: k.board, Egress: k.o.Egress})
 	if err != nil {
 		return err
 	}

@@ -110,3 +110,15 @@ func (c *coalescer[K, V]) retain(keep func(K) bool) []K {
 	}
 	return gone
 }
+
+// peek returns key's last value and its age without measuring; ok is
+// false before its first measurement.
+func (c *coalescer[K, V]) peek(key K) (v V, age time.Duration, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.slots[key]
+	if s == nil || s.done.IsZero() {
+		return v, 0, false
+	}
+	return s.last, time.Since(s.done), true
+}

@@ -3,6 +3,7 @@ package probe
 import (
 	"context"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/hoplink/hoplink/metrics"
+	"github.com/hoplink/hoplink/relay/egress"
 )
 
 // echoer answers probes after a delay, dropping every dropEvery-th one; it
@@ -173,14 +175,20 @@ func TestTargets(t *testing.T) {
 	closed.Close()
 
 	m := metrics.New(prometheus.NewRegistry())
-	tp := NewTargets("la", m)
+	tp := NewTargets("la", m, nil)
 	up := TargetSpec{Tunnel: "default/web", Target: ln.Addr().String()}
 	down := TargetSpec{Tunnel: "default/gone", Target: closedAddr}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	got := tp.Measure(ctx, []TargetSpec{up, down}, time.Minute)
-	if !got[0].Up || got[0].RTT <= 0 || got[1].Up {
+	if !got[0].Up || got[0].RTT <= 0 || got[1].Up || !strings.Contains(got[1].Error, "connection refused") {
 		t.Fatalf("targets: %+v", got)
+	}
+	// Probes connect as the exit's flows do: what the exit's egress
+	// policy refuses is down, whatever listens there.
+	refusing := NewTargets("la", nil, egress.NodePolicy().Dialer())
+	if r := refusing.Measure(ctx, []TargetSpec{up}, 0)[0]; r.Up || !strings.Contains(r.Error, "egress refused") {
+		t.Errorf("a loopback target through the node's egress policy: %+v", r)
 	}
 	if v := testutil.ToFloat64(m.TargetUp.WithLabelValues("la", "default/gone", closedAddr)); v != 0 {
 		t.Errorf("hoplink_target_up of a closed port = %v", v)

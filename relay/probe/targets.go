@@ -23,12 +23,31 @@ type TargetSpec struct {
 type Targets struct {
 	relay   string
 	metrics *metrics.Metrics
+	dialer  *net.Dialer
 	last    coalescer[TargetSpec, measure.Target]
 }
 
-// NewTargets makes a target prober for the named exit relay.
-func NewTargets(relay string, m *metrics.Metrics) *Targets {
-	return &Targets{relay: relay, metrics: m}
+// NewTargets makes a target prober for the named exit relay, which
+// connects with dialer (nil: any address): the exit's own, so that a
+// probe reaches no target a flow could not.
+func NewTargets(relay string, m *metrics.Metrics, dialer *net.Dialer) *Targets {
+	if dialer == nil {
+		dialer = &net.Dialer{}
+	}
+	return &Targets{relay: relay, metrics: m, dialer: dialer}
+}
+
+// maxTargetError bounds the reason a failed connect keeps.
+const maxTargetError = 256
+
+// Known returns the last measurement of each spec measured before, and
+// whether there was one: what status reports without connecting.
+func (t *Targets) Known(spec TargetSpec) (measure.Target, bool) {
+	r, age, ok := t.last.peek(spec)
+	if ok {
+		r.Tunnel, r.Target, r.Age = spec.Tunnel, spec.Target, measure.Duration(age)
+	}
+	return r, ok
 }
 
 // Observe records the connect time of a real flow to a target that routing
@@ -61,10 +80,15 @@ func (t *Targets) Measure(ctx context.Context, specs []TargetSpec, fresh time.Du
 func (t *Targets) connect(ctx context.Context, spec TargetSpec) measure.Target {
 	r := measure.Target{Tunnel: spec.Tunnel, Target: spec.Target}
 	start := time.Now()
-	var d net.Dialer
-	if c, err := d.DialContext(ctx, "tcp", spec.Target); err == nil {
+	c, err := t.dialer.DialContext(ctx, "tcp", spec.Target)
+	if err == nil {
 		r.Up, r.RTT = true, measure.Duration(time.Since(start))
 		c.Close()
+	} else {
+		r.Error = err.Error()
+		if len(r.Error) > maxTargetError {
+			r.Error = r.Error[:maxTargetError]
+		}
 	}
 	t.export(spec, r)
 	return r
