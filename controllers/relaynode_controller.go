@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -134,17 +135,19 @@ func (r *RelayNodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	status := rn.Status.DeepCopy()
 	status.ObservedGeneration = rn.Generation
 
-	// Asked of the API server, as the signer and the webhook ask it: from
-	// the cache, a RelayNode of another namespace not seen yet would let
-	// this one have a key for a name it does not hold.
-	if other, err := relayNameHolder(ctx, r.apiReader(), &rn, r.Namespaces...); err != nil {
-		return ctrl.Result{}, err
-	} else if other != "" {
+	nameConflict := func(other string) (ctrl.Result, error) {
 		meta.SetStatusCondition(&status.Conditions, metav1.Condition{
 			Type: conditionReady, Status: metav1.ConditionFalse, Reason: ReasonNameConflict, ObservedGeneration: rn.Generation,
 			Message: fmt.Sprintf("RelayNode %q already exists in namespace %q (created before this one, or in the same second); a relay's name is its certificate name, so rename this one", rn.Name, other),
 		})
 		return ctrl.Result{}, patchStatus(ctx, r.Client, &rn, &rn.Status, status)
+	}
+	// From the cache here; ensureCertificate asks the API server again
+	// before it issues a key.
+	if other, err := relayNameHolder(ctx, r.Client, &rn); err != nil {
+		return ctrl.Result{}, err
+	} else if other != "" {
+		return nameConflict(other)
 	}
 
 	var renewIn time.Duration
@@ -155,9 +158,12 @@ func (r *RelayNodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		status.CertificateNotAfter = podCertsNotAfter(rn.Status.CertificateNotAfter, time.Now())
 		renewIn = time.Until(status.CertificateNotAfter.Add(-podCertLifetime * 2 / 3)) // when podCertsNotAfter moves it
 	} else {
-		notAfter, err := r.ensureCertificate(ctx, &rn)
+		notAfter, other, err := r.ensureCertificate(ctx, &rn)
 		if err != nil {
 			return ctrl.Result{}, err
+		}
+		if other != "" {
+			return nameConflict(other)
 		}
 		status.CertificateNotAfter = &metav1.Time{Time: notAfter}
 		renewIn = time.Until(notAfter.Add(-r.RenewBefore))
@@ -325,14 +331,14 @@ func relayNameHolder(ctx context.Context, c client.Reader, rn *v1alpha1.RelayNod
 
 // ensureCertificate keeps a valid certificate for the relay in its Secret,
 // issuing a new one when it is missing, expiring, for another name or from
-// another CA. It returns the certificate's expiry.
-func (r *RelayNodeReconciler) ensureCertificate(ctx context.Context, rn *v1alpha1.RelayNode) (time.Time, error) {
+// another CA. It returns the certificate's expiry, or the namespace of a
+// RelayNode that holds the name, in which case it issued nothing.
+func (r *RelayNodeReconciler) ensureCertificate(ctx context.Context, rn *v1alpha1.RelayNode) (notAfter time.Time, holder string, err error) {
 	if err := r.deleteSecretOfType(ctx, rn, corev1.SecretTypeTLS); err != nil {
-		return time.Time{}, fmt.Errorf("relay Secret without a key: %w", err)
+		return time.Time{}, "", fmt.Errorf("relay Secret without a key: %w", err)
 	}
 	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: RelayObjectName(rn.Name), Namespace: rn.Namespace}}
-	var notAfter time.Time
-	_, err := controllerutil.CreateOrUpdate(ctx, r.Client, s, func() error {
+	_, err = controllerutil.CreateOrUpdate(ctx, r.Client, s, func() error {
 		s.Labels = relayLabels(rn.Name)
 		s.Type = corev1.SecretTypeTLS
 		if err := controllerutil.SetControllerReference(rn, s, r.Scheme); err != nil {
@@ -344,6 +350,17 @@ func (r *RelayNodeReconciler) ensureCertificate(ctx context.Context, rn *v1alpha
 			s.Data[keyCACert] = r.CA.TrustPEM()
 			return nil
 		}
+		// Who holds the name is asked of the API server before a key is
+		// made, as the signer asks it: a cache that has not seen an older
+		// RelayNode of the name yet would give this one a key for it. Only
+		// here, not at every reconcile: issuing is rare, reconciles are not.
+		switch other, err := relayNameHolder(ctx, r.apiReader(), rn, r.Namespaces...); {
+		case err != nil:
+			return err
+		case other != "":
+			holder = other
+			return errNameHeld
+		}
 		certPEM, keyPEM, err := r.CA.IssueIn(rn.Namespace, rn.Name, r.validity())
 		if err != nil {
 			return err
@@ -352,11 +369,17 @@ func (r *RelayNodeReconciler) ensureCertificate(ctx context.Context, rn *v1alpha
 		notAfter, err = certNotAfter(certPEM)
 		return err
 	})
-	if err != nil {
-		return time.Time{}, fmt.Errorf("relay certificate Secret: %w", err)
+	switch {
+	case errors.Is(err, errNameHeld):
+		return time.Time{}, holder, nil
+	case err != nil:
+		return time.Time{}, "", fmt.Errorf("relay certificate Secret: %w", err)
 	}
-	return notAfter, nil
+	return notAfter, "", nil
 }
+
+// errNameHeld stops a Secret's update: another RelayNode holds the name.
+var errNameHeld = errors.New("another RelayNode holds the name")
 
 // certStillGood: the Secret's certificate is for name in namespace ns,
 // from the CA that signs now (after a rotation, every relay gets one of the
