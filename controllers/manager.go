@@ -294,7 +294,7 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 	if err := mgr.Add(reports); err != nil {
 		return nil, err
 	}
-	rn := &RelayNodeReconciler{Client: mgr.GetClient(), Scheme: scheme, CA: ca, Image: o.Image, RenewBefore: o.RenewBefore, Resources: o.RelayResources, Version: o.Version,
+	rn := &RelayNodeReconciler{Client: mgr.GetClient(), Scheme: scheme, CA: ca, Image: o.Image, RenewBefore: o.RenewBefore, PodCertificates: podCerts, Namespaces: o.WatchNamespaces, Resources: o.RelayResources, Version: o.Version,
 		Policy: policy, Reader: mgr.GetAPIReader(), Reports: reports, Recorder: mgr.GetEventRecorder("hoplink-relaynode-controller"),
 		BufferSysctls: bufferSysctls(cfg, logOr(o.Log))}
 	if err := rn.SetupWithManager(mgr); err != nil {

@@ -79,7 +79,7 @@ func (r *PodCertificateSigner) Reconcile(ctx context.Context, req ctrl.Request) 
 	if m := pcr.Spec.MaxExpirationSeconds; m != nil && time.Duration(*m)*time.Second < lifetime {
 		lifetime = time.Duration(*m) * time.Second
 	}
-	certPEM, notBefore, notAfter, err := r.CA.IssueFor(csr.PublicKey, relay, lifetime)
+	certPEM, notBefore, notAfter, err := r.CA.IssueFor(csr.PublicKey, pcr.Namespace, relay, lifetime)
 	if err != nil {
 		meta.SetStatusCondition(&pcr.Status.Conditions, metav1.Condition{Type: certificatesv1.PodCertificateRequestConditionTypeFailed,
 			Status: metav1.ConditionTrue, Reason: ReasonIssueFailed, Message: err.Error(), LastTransitionTime: now})

@@ -127,6 +127,10 @@ func TestPodCertificateSigner(t *testing.T) {
 
 	pcr, key := k.ask(k.run(appPod(ns, "signed-1", "signed")))
 	leaf := issuedFor(t, pcr, key, "signed")
+	// Its namespace too, which peers check.
+	if gotNS, relay, ok, err := pki.RelayOf(leaf); err != nil || !ok || gotNS != ns || relay != "signed" {
+		t.Errorf("pod certificate URIs %v: want %s (err %v)", leaf.URIs, pki.RelayURI(ns, "signed"), err)
+	}
 	if !leaf.NotAfter.Equal(pcr.Status.NotAfter.Time) || !pcr.Status.BeginRefreshAt.After(leaf.NotBefore) {
 		t.Errorf("status times %v..%v refresh %v do not match the certificate %v..%v", pcr.Status.NotBefore, pcr.Status.NotAfter, pcr.Status.BeginRefreshAt, leaf.NotBefore, leaf.NotAfter)
 	}

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -46,8 +47,20 @@ type RelayNodeReconciler struct {
 	CA     *pki.CA
 	// Image runs relay pods unless a RelayNode names its own.
 	Image string
-	// RenewBefore renews a relay certificate this long before it expires.
+	// RenewBefore renews a relay certificate this long before it expires
+	// (default: a third of Validity).
 	RenewBefore time.Duration
+	// Validity of the relay certificates it writes into Secrets (default
+	// pki.ClusterRelayValidity).
+	Validity time.Duration
+	// PodCertificates: the cluster serves PodCertificateRequests and the
+	// signer issues sidecar relays' pods their certificates, so a sidecar
+	// RelayNode's Secret holds the CA alone, never a key: a key in it
+	// would be a copy of the relay's identity that outlives every pod.
+	PodCertificates bool
+	// Namespaces the operator is confined to (none: the cluster's); the
+	// API server is asked for RelayNodes in these alone.
+	Namespaces []string
 	// Resources are relay containers' requests and limits unless a
 	// RelayNode sets its own (nil: none).
 	Resources *corev1.ResourceRequirements
@@ -122,22 +135,39 @@ func (r *RelayNodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	status := rn.Status.DeepCopy()
 	status.ObservedGeneration = rn.Generation
 
-	if other, err := relayNameHolder(ctx, r.Client, &rn); err != nil {
-		return ctrl.Result{}, err
-	} else if other != "" {
+	nameConflict := func(other string) (ctrl.Result, error) {
 		meta.SetStatusCondition(&status.Conditions, metav1.Condition{
 			Type: conditionReady, Status: metav1.ConditionFalse, Reason: ReasonNameConflict, ObservedGeneration: rn.Generation,
 			Message: fmt.Sprintf("RelayNode %q already exists in namespace %q (created before this one, or in the same second); a relay's name is its certificate name, so rename this one", rn.Name, other),
 		})
 		return ctrl.Result{}, patchStatus(ctx, r.Client, &rn, &rn.Status, status)
 	}
-
-	notAfter, err := r.ensureCertificate(ctx, &rn)
-	if err != nil {
+	// From the cache here; ensureCertificate asks the API server again
+	// before it issues a key.
+	if other, err := relayNameHolder(ctx, r.Client, &rn); err != nil {
 		return ctrl.Result{}, err
+	} else if other != "" {
+		return nameConflict(other)
 	}
-	status.CertificateNotAfter = &metav1.Time{Time: notAfter}
-	renewIn := time.Until(notAfter.Add(-r.RenewBefore))
+
+	var renewIn time.Duration
+	if rn.Spec.IsSidecar() && r.PodCertificates {
+		if err := r.ensureTrustOnly(ctx, &rn); err != nil {
+			return ctrl.Result{}, err
+		}
+		status.CertificateNotAfter = podCertsNotAfter(rn.Status.CertificateNotAfter, time.Now())
+		renewIn = time.Until(status.CertificateNotAfter.Add(-podCertLifetime * 2 / 3)) // when podCertsNotAfter moves it
+	} else {
+		notAfter, other, err := r.ensureCertificate(ctx, &rn)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if other != "" {
+			return nameConflict(other)
+		}
+		status.CertificateNotAfter = &metav1.Time{Time: notAfter}
+		renewIn = time.Until(notAfter.Add(-r.RenewBefore))
+	}
 
 	if rn.Spec.External {
 		if err := r.deleteWorkload(ctx, &rn); err != nil {
@@ -147,7 +177,8 @@ func (r *RelayNodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		status.Endpoints = slices.Clone(rn.Spec.Endpoints)
 		meta.SetStatusCondition(&status.Conditions, metav1.Condition{
 			Type: conditionReady, Status: metav1.ConditionTrue, Reason: ReasonExternal, ObservedGeneration: rn.Generation,
-			Message: fmt.Sprintf("runs outside this cluster; copy Secret %s to it; peers dial %v", RelayObjectName(rn.Name), rn.Spec.Endpoints),
+			Message: fmt.Sprintf("runs outside this cluster; copy Secret %s to it, again after each renewal (its certificate holds for %s, renewed %s before status.certificateNotAfter); peers dial %v",
+				RelayObjectName(rn.Name), days(r.validity()), days(r.RenewBefore), rn.Spec.Endpoints),
 		})
 		return ctrl.Result{RequeueAfter: renewIn}, patchStatus(ctx, r.Client, &rn, &rn.Status, status)
 	}
@@ -239,13 +270,26 @@ func (r *RelayNodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 // policyRecheck is how soon a refused RelayNode is looked at again.
 const policyRecheck = 30 * time.Second
 
+// days says d in days, or hours under two days.
+func days(d time.Duration) string {
+	if d < 48*time.Hour {
+		return fmt.Sprintf("%dh", int(d.Hours()))
+	}
+	return fmt.Sprintf("%.1f days", d.Hours()/24)
+}
+
+// apiReader reads from the API server (the cache when none is given, in
+// tests).
+func (r *RelayNodeReconciler) apiReader() client.Reader {
+	if r.Reader != nil {
+		return r.Reader
+	}
+	return r.Client
+}
+
 // refusal checks a RelayNode against the operator's policy.
 func (r *RelayNodeReconciler) refusal(ctx context.Context, rn *v1alpha1.RelayNode) (*refusal, error) {
-	reader := r.Reader
-	if reader == nil {
-		reader = r.Client
-	}
-	reason, message, err := r.Policy.Refusal(ctx, reader, rn)
+	reason, message, err := r.Policy.Refusal(ctx, r.apiReader(), rn)
 	if err != nil || reason == "" {
 		return nil, err
 	}
@@ -261,15 +305,25 @@ func (r *RelayNodeReconciler) refusal(ctx context.Context, rn *v1alpha1.RelayNod
 // whole seconds, so two of the same second cannot tell which came first:
 // neither holds the name, or one created just after another had its
 // certificate would take the name and get one too. c may be the cache or
-// the API server.
-func relayNameHolder(ctx context.Context, c client.Reader, rn *v1alpha1.RelayNode) (string, error) {
-	var same v1alpha1.RelayNodeList
-	if err := c.List(ctx, &same, client.MatchingFields{indexName: rn.Name}); err != nil {
-		return "", fmt.Errorf("list RelayNodes named %q: %w", rn.Name, err)
+// the API server; namespaces, when given, are those to look in (an
+// operator confined to them may not list the cluster's).
+func relayNameHolder(ctx context.Context, c client.Reader, rn *v1alpha1.RelayNode, namespaces ...string) (string, error) {
+	var lists []client.ListOption
+	for _, ns := range namespaces {
+		lists = append(lists, client.InNamespace(ns))
 	}
-	for _, o := range same.Items {
-		if o.Namespace != rn.Namespace && !rn.CreationTimestamp.Before(&o.CreationTimestamp) {
-			return o.Namespace, nil
+	if len(lists) == 0 {
+		lists = []client.ListOption{client.InNamespace("")}
+	}
+	for _, in := range lists {
+		var same v1alpha1.RelayNodeList
+		if err := c.List(ctx, &same, in, client.MatchingFields{indexName: rn.Name}); err != nil {
+			return "", fmt.Errorf("list RelayNodes named %q: %w", rn.Name, err)
+		}
+		for _, o := range same.Items {
+			if o.Namespace != rn.Namespace && !rn.CreationTimestamp.Before(&o.CreationTimestamp) {
+				return o.Namespace, nil
+			}
 		}
 	}
 	return "", nil
@@ -277,23 +331,37 @@ func relayNameHolder(ctx context.Context, c client.Reader, rn *v1alpha1.RelayNod
 
 // ensureCertificate keeps a valid certificate for the relay in its Secret,
 // issuing a new one when it is missing, expiring, for another name or from
-// another CA. It returns the certificate's expiry.
-func (r *RelayNodeReconciler) ensureCertificate(ctx context.Context, rn *v1alpha1.RelayNode) (time.Time, error) {
+// another CA. It returns the certificate's expiry, or the namespace of a
+// RelayNode that holds the name, in which case it issued nothing.
+func (r *RelayNodeReconciler) ensureCertificate(ctx context.Context, rn *v1alpha1.RelayNode) (notAfter time.Time, holder string, err error) {
+	if err := r.deleteSecretOfType(ctx, rn, corev1.SecretTypeTLS); err != nil {
+		return time.Time{}, "", fmt.Errorf("relay Secret without a key: %w", err)
+	}
 	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: RelayObjectName(rn.Name), Namespace: rn.Namespace}}
-	var notAfter time.Time
-	_, err := controllerutil.CreateOrUpdate(ctx, r.Client, s, func() error {
+	_, err = controllerutil.CreateOrUpdate(ctx, r.Client, s, func() error {
 		s.Labels = relayLabels(rn.Name)
 		s.Type = corev1.SecretTypeTLS
 		if err := controllerutil.SetControllerReference(rn, s, r.Scheme); err != nil {
 			return err
 		}
-		if exp, ok := r.certStillGood(rn.Name, s.Data); ok {
+		if exp, ok := r.certStillGood(rn.Namespace, rn.Name, s.Data); ok {
 			notAfter = exp
 			// A new trust bundle reaches the relay without a new certificate.
 			s.Data[keyCACert] = r.CA.TrustPEM()
 			return nil
 		}
-		certPEM, keyPEM, err := r.CA.Issue(rn.Name)
+		// Who holds the name is asked of the API server before a key is
+		// made, as the signer asks it: a cache that has not seen an older
+		// RelayNode of the name yet would give this one a key for it. Only
+		// here, not at every reconcile: issuing is rare, reconciles are not.
+		switch other, err := relayNameHolder(ctx, r.apiReader(), rn, r.Namespaces...); {
+		case err != nil:
+			return err
+		case other != "":
+			holder = other
+			return errNameHeld
+		}
+		certPEM, keyPEM, err := r.CA.IssueIn(rn.Namespace, rn.Name, r.validity())
 		if err != nil {
 			return err
 		}
@@ -301,22 +369,97 @@ func (r *RelayNodeReconciler) ensureCertificate(ctx context.Context, rn *v1alpha
 		notAfter, err = certNotAfter(certPEM)
 		return err
 	})
-	if err != nil {
-		return time.Time{}, fmt.Errorf("relay certificate Secret: %w", err)
+	switch {
+	case errors.Is(err, errNameHeld):
+		return time.Time{}, holder, nil
+	case err != nil:
+		return time.Time{}, "", fmt.Errorf("relay certificate Secret: %w", err)
 	}
-	return notAfter, nil
+	return notAfter, "", nil
 }
 
-// certStillGood: the Secret's certificate is for name, from the CA that
-// signs now (after a rotation, every relay gets one of the new CA), and
-// far from its expiry.
-func (r *RelayNodeReconciler) certStillGood(name string, data map[string][]byte) (time.Time, bool) {
+// errNameHeld stops a Secret's update: another RelayNode holds the name.
+var errNameHeld = errors.New("another RelayNode holds the name")
+
+// certStillGood: the Secret's certificate is for name in namespace ns,
+// from the CA that signs now (after a rotation, every relay gets one of the
+// new CA), no longer-lived than Validity (an older operator's year-long
+// one is replaced at once), and far from its expiry.
+func (r *RelayNodeReconciler) certStillGood(ns, name string, data map[string][]byte) (time.Time, bool) {
 	id, err := pki.NewIdentity(name, r.CA.PEM, data[keyCert], data[keyKey])
 	if err != nil {
 		return time.Time{}, false
 	}
-	exp := id.Cert.Leaf.NotAfter
+	leaf := id.Cert.Leaf
+	if certNS, relay, ok, err := pki.RelayOf(leaf); err != nil || !ok || certNS != ns || relay != name {
+		return time.Time{}, false
+	}
+	if leaf.NotAfter.Sub(leaf.NotBefore) > r.validity()+2*time.Hour { // issue backdates an hour
+		return time.Time{}, false
+	}
+	exp := leaf.NotAfter
 	return exp, time.Until(exp) > r.RenewBefore
+}
+
+func (r *RelayNodeReconciler) validity() time.Duration {
+	if r.Validity > 0 {
+		return r.Validity
+	}
+	return pki.ClusterRelayValidity
+}
+
+// ensureTrustOnly keeps a sidecar RelayNode's Secret, in pod-certificate
+// mode, to the CAs its relays trust (ca.crt, which the webhook projects
+// beside each pod's own key and certificate): no key. A Secret an older
+// operator (or Secret mode) filled with a key and certificate is replaced:
+// its type, kubernetes.io/tls, needs both and cannot change in place.
+func (r *RelayNodeReconciler) ensureTrustOnly(ctx context.Context, rn *v1alpha1.RelayNode) error {
+	if err := r.deleteSecretOfType(ctx, rn, corev1.SecretTypeOpaque); err != nil {
+		return fmt.Errorf("relay Secret with a key, in pod-certificate mode: %w", err)
+	}
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: RelayObjectName(rn.Name), Namespace: rn.Namespace}}
+	_, err := controllerutil.CreateOrUpdate(ctx, r.Client, s, func() error {
+		s.Labels = relayLabels(rn.Name)
+		s.Type = corev1.SecretTypeOpaque
+		s.Data = map[string][]byte{keyCACert: r.CA.TrustPEM()}
+		return controllerutil.SetControllerReference(rn, s, r.Scheme)
+	})
+	if err != nil {
+		return fmt.Errorf("relay trust Secret: %w", err)
+	}
+	return nil
+}
+
+// deleteSecretOfType deletes rn's Secret if it is of another type than
+// want, which an update cannot change: a RelayNode moved into or out of
+// sidecar mode with pod certificates.
+func (r *RelayNodeReconciler) deleteSecretOfType(ctx context.Context, rn *v1alpha1.RelayNode, want corev1.SecretType) error {
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: RelayObjectName(rn.Name), Namespace: rn.Namespace}}
+	switch err := r.Get(ctx, client.ObjectKeyFromObject(s), s); {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return err
+	}
+	if s.Type == want || !metav1.IsControlledBy(s, rn) {
+		return nil
+	}
+	if err := r.Delete(ctx, s, client.Preconditions{UID: &s.UID}); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	return nil
+}
+
+// podCertsNotAfter is a pod-certificate sidecar's status.certificateNotAfter:
+// when a pod certificate the signer issues now expires, kept while more
+// than two thirds of a pod certificate's lifetime ahead so that the status
+// is not rewritten at every reconcile. It says, as for other RelayNodes,
+// that the operator confirmed the name (manifest.HeldNames).
+func podCertsNotAfter(prev *metav1.Time, now time.Time) *metav1.Time {
+	if prev != nil && prev.Sub(now) > podCertLifetime*2/3 && prev.Sub(now) <= podCertLifetime {
+		return prev
+	}
+	return &metav1.Time{Time: now.Add(podCertLifetime).Truncate(time.Second)}
 }
 
 // ensureWorkload creates or updates the relay's ServiceAccount, Role,
@@ -396,11 +539,21 @@ func relayRules(relay string) []rbacv1.PolicyRule {
 
 // sidecarRules is what a sidecar relay reads with its pod's service
 // account: no Secret (its certificate is a mounted volume).
+//
+// A relay watches only the objects carrying its member label, but RBAC
+// cannot grant list or watch by label (nor by name, but for one object
+// named in a field selector, as its Secret is): it may list every
+// RelayNode, Chain, Tunnel and EndpointSlice of its namespace. What it
+// needs of them is list and watch (its cache), and get of its own
+// RelayNode alone (to say why it is missing); get of the others, which no
+// relay asks, is not granted.
 func sidecarRules() []rbacv1.PolicyRule {
 	read := []string{"get", "list", "watch"}
+	cached := []string{"list", "watch"}
 	return []rbacv1.PolicyRule{
-		{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"relaynodes", "chains", "tunnels"}, Verbs: read},
-		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: read},
+		{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"relaynodes"}, Verbs: read},
+		{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"chains", "tunnels"}, Verbs: cached},
+		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: cached},
 		// The clusterset report its cluster's operator stores (multicluster
 		// mode), which relays serve to other clusters' operators.
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{v1alpha1.ClusterSetReportName}, Verbs: read},
@@ -546,8 +699,10 @@ const indexName = "metadata.name"
 
 // SetupWithManager registers the reconciler and its watches.
 func (r *RelayNodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	if r.RenewBefore == 0 {
-		r.RenewBefore = pki.RelayValidity / 3
+	// A renewal window as long as the validity would reissue at every
+	// reconcile.
+	if r.RenewBefore == 0 || r.RenewBefore >= r.validity() {
+		r.RenewBefore = r.validity() / 3
 	}
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.RelayNode{}, indexName,
 		func(o client.Object) []string { return []string{o.GetName()} }); err != nil {

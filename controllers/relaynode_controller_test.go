@@ -69,6 +69,11 @@ func TestRelayNodeBecomesDaemonSetWithCertificateAndRBAC(t *testing.T) {
 		if len(rule.Resources) == 1 && rule.Resources[0] == "secrets" && (len(rule.ResourceNames) != 1 || rule.ResourceNames[0] != name.Name) {
 			t.Errorf("relay may read Secrets %v; it needs only its own", rule.ResourceNames)
 		}
+		// Its cache lists and watches; it gets nothing by name but its
+		// own RelayNode and the objects its rules name.
+		if slices.Contains(rule.Verbs, "get") && len(rule.ResourceNames) == 0 && !slices.Equal(rule.Resources, []string{"relaynodes"}) {
+			t.Errorf("relay may get any of %v by name; it needs list and watch", rule.Resources)
+		}
 	}
 	var rb rbacv1.RoleBinding
 	eventually(t, "RoleBinding", func() error { return k8s.Get(ctx, name, &rb) })
@@ -201,19 +206,28 @@ func TestCertificateRenewalWindow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, k, _ := ca.Issue("hk")
-	data := map[string][]byte{"tls.crt": c, "tls.key": k, "ca.crt": ca.PEM}
+	pair := func(c, k []byte, err error) map[string][]byte {
+		if err != nil {
+			t.Fatal(err)
+		}
+		return map[string][]byte{"tls.crt": c, "tls.key": k, "ca.crt": ca.PEM}
+	}
+	data := pair(ca.IssueIn("edge", "hk", pki.ClusterRelayValidity))
 	for _, tc := range []struct {
 		renewBefore time.Duration
-		relay       string
+		ns, relay   string
+		data        map[string][]byte
 		kept        bool
 		otherwise   string
 	}{
-		{pki.RelayValidity / 3, "hk", true, "a fresh certificate was judged due for renewal"},
-		{pki.RelayValidity, "hk", false, "a certificate inside the renewal window was kept"},
-		{time.Hour, "la", false, "a certificate for another relay name was kept"},
+		{pki.ClusterRelayValidity / 3, "edge", "hk", data, true, "a fresh certificate was judged due for renewal"},
+		{pki.ClusterRelayValidity, "edge", "hk", data, false, "a certificate inside the renewal window was kept"},
+		{time.Hour, "edge", "la", data, false, "a certificate for another relay name was kept"},
+		{time.Hour, "other", "hk", data, false, "a certificate of another namespace was kept"},
+		{time.Hour, "edge", "hk", pair(ca.Issue("hk")), false, "a certificate without a namespace (an older operator's) was kept"},
+		{time.Hour, "edge", "hk", pair(ca.IssueIn("edge", "hk", pki.RelayValidity)), false, "a year-long certificate was kept"},
 	} {
-		if _, ok := (&RelayNodeReconciler{CA: ca, RenewBefore: tc.renewBefore}).certStillGood(tc.relay, data); ok != tc.kept {
+		if _, ok := (&RelayNodeReconciler{CA: ca, RenewBefore: tc.renewBefore}).certStillGood(tc.ns, tc.relay, tc.data); ok != tc.kept {
 			t.Error(tc.otherwise)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"io/fs"
 	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"time"
@@ -22,8 +23,15 @@ import (
 
 // Validity of generated certificates.
 const (
-	CAValidity    = 10 * 365 * 24 * time.Hour
+	CAValidity = 10 * 365 * 24 * time.Hour
+	// RelayValidity is that of certificates `hoplink cert` makes for
+	// standalone relays, renewed by hand or from a timer.
 	RelayValidity = 365 * 24 * time.Hour
+	// ClusterRelayValidity is that of the certificates the operator
+	// writes into relays' Secrets: it renews them a third before expiry,
+	// and relays apply them without a restart, so a copied key is good
+	// for days, not a year.
+	ClusterRelayValidity = 7 * 24 * time.Hour
 )
 
 // CA signs relay certificates.
@@ -98,7 +106,7 @@ func (ca *CA) IssueObserver(validity time.Duration) (tls.Certificate, error) {
 }
 
 func (ca *CA) issueClient(name string, validity time.Duration) (tls.Certificate, error) {
-	certPEM, keyPEM, err := ca.issue(name, validity, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth})
+	certPEM, keyPEM, err := ca.issue(name, validity, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, nil)
 	if err != nil {
 		return tls.Certificate{}, err
 	}
@@ -109,22 +117,37 @@ func (ca *CA) issueClient(name string, validity time.Duration) (tls.Certificate,
 	return pair, err
 }
 
-// Issue makes a certificate for the relay of that name, valid as both TLS
-// server and client, since every relay is both.
+// Issue makes a certificate for the standalone relay of that name, valid
+// as both TLS server and client, since every relay is both. It names no
+// namespace.
 func (ca *CA) Issue(relay string) (certPEM, keyPEM []byte, err error) {
-	return ca.issue(relay, RelayValidity, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth})
+	return ca.issue(relay, RelayValidity, relayUsage, nil)
 }
+
+// IssueIn makes a certificate for the relay of that name in namespace, as
+// the operator does: it carries RelayURI(namespace, relay) too.
+func (ca *CA) IssueIn(namespace, relay string, validity time.Duration) (certPEM, keyPEM []byte, err error) {
+	return ca.issue(relay, validity, relayUsage, []*url.URL{RelayURI(namespace, relay)})
+}
+
+var relayUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
 
 // IssueFor makes a relay certificate for a key the CA never sees (a pod's
 // key, from a PodCertificateRequest), valid for lifetime from a minute ago
-// (clocks differ a little).
-func (ca *CA) IssueFor(pub crypto.PublicKey, relay string, lifetime time.Duration) (certPEM []byte, notBefore, notAfter time.Time, err error) {
+// (clocks differ a little). A namespace, when given, is carried as
+// RelayURI(namespace, relay).
+func (ca *CA) IssueFor(pub crypto.PublicKey, namespace, relay string, lifetime time.Duration) (certPEM []byte, notBefore, notAfter time.Time, err error) {
 	notBefore = time.Now().Add(-time.Minute).Truncate(time.Second)
 	notAfter = notBefore.Add(lifetime)
+	var uris []*url.URL
+	if namespace != "" {
+		uris = []*url.URL{RelayURI(namespace, relay)}
+	}
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(),
 		Subject:      pkix.Name{CommonName: relay, Organization: []string{"hoplink"}},
 		DNSNames:     []string{relay},
+		URIs:         uris,
 		NotBefore:    notBefore,
 		NotAfter:     notAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
@@ -143,10 +166,10 @@ func (ca *CA) IssueServer(hosts []string, validity time.Duration) (certPEM, keyP
 	if len(hosts) == 0 {
 		return nil, nil, errors.New("a server certificate needs at least one host")
 	}
-	return ca.issue(hosts[0], validity, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, hosts[1:]...)
+	return ca.issue(hosts[0], validity, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, nil, hosts[1:]...)
 }
 
-func (ca *CA) issue(name string, validity time.Duration, usage []x509.ExtKeyUsage, more ...string) (certPEM, keyPEM []byte, err error) {
+func (ca *CA) issue(name string, validity time.Duration, usage []x509.ExtKeyUsage, uris []*url.URL, more ...string) (certPEM, keyPEM []byte, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, err
@@ -158,6 +181,7 @@ func (ca *CA) issue(name string, validity time.Duration, usage []x509.ExtKeyUsag
 		NotAfter:     time.Now().Add(validity),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  usage,
+		URIs:         uris,
 	}
 	for _, h := range append([]string{name}, more...) {
 		if ip := net.ParseIP(h); ip != nil {

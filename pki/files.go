@@ -34,7 +34,7 @@ func (ca *CA) WriteRelay(dir, name string) error {
 // WriteObserver issues and writes the observer's client certificate
 // (ObserverCert, ObserverKey) into dir.
 func (ca *CA) WriteObserver(dir string) error {
-	c, k, err := ca.issue(ObserverName, ObserverValidity, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth})
+	c, k, err := ca.issue(ObserverName, ObserverValidity, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, nil)
 	if err != nil {
 		return err
 	}

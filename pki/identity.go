@@ -17,7 +17,12 @@ import (
 // Identity is what a relay presents and trusts.
 type Identity struct {
 	Name string
-	Cert tls.Certificate // as loaded; handshakes use the latest Renew or Update
+	// Namespace, when set (a relay in a cluster), is the namespace its
+	// peers' certificates must name (RelayURI): its peers are the
+	// RelayNodes of its own namespace. Empty for standalone relays, whose
+	// manifests name no namespace. Set it before the first handshake.
+	Namespace string
+	Cert      tls.Certificate // as loaded; handshakes use the latest Renew or Update
 
 	current atomic.Pointer[tls.Certificate]
 	roots   atomic.Pointer[x509.CertPool]

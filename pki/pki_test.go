@@ -213,7 +213,7 @@ func TestLoadIdentitySaysWhatToDo(t *testing.T) {
 		t.Errorf("no hk.crt elsewhere: %v", err)
 	}
 	// Expired a minute ago.
-	cert, key, err := ca.issue("hk", -time.Minute, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth})
+	cert, key, err := ca.issue("hk", -time.Minute, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -79,14 +79,12 @@ func (id *Identity) verifyPeer(raw [][]byte) error {
 	}); err != nil {
 		return fmt.Errorf("peer certificate %q: %w", certs[0].Subject.CommonName, err)
 	}
-	if len(certs[0].DNSNames) != 1 {
-		return fmt.Errorf("peer certificate names %d relays, want 1", len(certs[0].DNSNames))
-	}
-	return nil
+	return checkNamespace(id.Namespace, certs[0])
 }
 
 // ClientConfig is the TLS config for dialing the named peer: the peer must
-// present a certificate from the CA for exactly that name.
+// present a certificate from the CA for exactly that name, and of this
+// relay's namespace (checkNamespace).
 func (id *Identity) ClientConfig(peer string) *tls.Config {
 	return &tls.Config{
 		MinVersion:           tls.VersionTLS13,
@@ -94,6 +92,13 @@ func (id *Identity) ClientConfig(peer string) *tls.Config {
 		RootCAs:              id.Roots(),
 		ServerName:           peer,
 		NextProtos:           []string{ALPN},
+		// After crypto/tls verified the chain and the name.
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 {
+				return errors.New("peer presented no certificate")
+			}
+			return checkNamespace(id.Namespace, cs.PeerCertificates[0])
+		},
 	}
 }
 

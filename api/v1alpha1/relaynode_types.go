@@ -223,8 +223,10 @@ type RelayNodeStatus struct {
 	// +optional
 	Endpoints []string `json:"endpoints,omitempty"`
 	// CertificateNotAfter is when the relay's current certificate expires;
-	// the operator renews it well before. The operator issues one only to
-	// a RelayNode that holds its name, so relays trust a RelayNode of their
+	// the operator renews it well before. For a sidecar RelayNode whose
+	// pods have certificates of their own (pod certificates), when one
+	// the signer issues now expires. The operator sets it only on a
+	// RelayNode that holds its name, so relays trust a RelayNode of their
 	// namespace as a peer only once this is set and while Ready is not
 	// NameConflict.
 	// +optional

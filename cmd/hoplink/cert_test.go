@@ -35,7 +35,7 @@ func TestCertShowAndRenew(t *testing.T) {
 		t.Fatal(err)
 	}
 	pub := pair.Leaf.PublicKey
-	expired, _, _, err := ca.IssueFor(pub, "hk", 30*time.Second) // from a minute ago
+	expired, _, _, err := ca.IssueFor(pub, "", "hk", 30*time.Second) // from a minute ago
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func TestCertShowAndRenew(t *testing.T) {
 	other, _ := pki.NewCA("other")
 	laKey, _ := os.ReadFile(f("la.key"))
 	laPair, _ := tls.LoadX509KeyPair(f("la.crt"), f("la.key"))
-	foreign, _, _, _ := other.IssueFor(laPair.Leaf.PublicKey, "la", pki.RelayValidity)
+	foreign, _, _, _ := other.IssueFor(laPair.Leaf.PublicKey, "", "la", pki.RelayValidity)
 	os.WriteFile(f("la.crt"), foreign, 0o644)
 
 	out, err := execute("cert", "show", "--certs", dir)

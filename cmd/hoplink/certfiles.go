@@ -219,7 +219,7 @@ func renewCert(ca *pki.CA, dir string, f certFile, newKey bool) (time.Time, erro
 	}
 	// Only the certificate changes, in one rename: a running relay picks
 	// it up whole at its next look at the files, without a restart.
-	c, _, na, err := ca.IssueFor(signer.Public(), f.Name, pki.RelayValidity)
+	c, _, na, err := ca.IssueFor(signer.Public(), "", f.Name, pki.RelayValidity)
 	if err != nil {
 		return time.Time{}, err
 	}

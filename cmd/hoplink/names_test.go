@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/internal/testutil"
+	"github.com/hoplink/hoplink/pki"
 )
 
 // TestRelaysTrustOnlyNamesTheirNamespaceHolds: namespace b holds relay name
@@ -32,13 +34,16 @@ import (
 //
 //   - before the operator has looked at a's y (it is stopped), when nothing
 //     says who holds the name;
-//   - and once the operator marks a's y NameConflict, even though its
-//     status still carries a certificate expiry, as a RelayNode that lost
-//     its name to one of the same second would.
+//   - when a's y is given the status of a RelayNode that holds its name:
+//     b's certificate names namespace b (the finding: a key of one
+//     namespace taken as the next holder of its name in another).
 //
-// In between, a's y is given the status of a RelayNode that holds its name:
-// la then carries b's relay's flows to the target, so the attack's path is
-// real and only the name check stops it.
+// The same relay with a certificate for y of namespace a (the control) then
+// carries la's flows, so the attack's path is real. Deleting a's y ends its
+// open flow and refuses new ones within 10 s. A new a's y confirmed carries
+// flows again; once the operator marks it NameConflict, even though its
+// status still carries a certificate expiry, as a RelayNode that lost its
+// name to one of the same second would, la refuses it.
 func TestRelaysTrustOnlyNamesTheirNamespaceHolds(t *testing.T) {
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		t.Fatal("KUBEBUILDER_ASSETS is not set: run `make test`, or export KUBEBUILDER_ASSETS=$(hack/setup-envtest.sh)")
@@ -139,7 +144,7 @@ spec: {chain: c, listen: {address: 127.0.0.1, port: %[3]d}, target: %[4]q}
 	if err := os.WriteFile(filepath.Join(dir, "squat.yaml"), []byte(manifests), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	c.run(t, bin, "relay-y-of-b", "relay", "-f", filepath.Join(dir, "squat.yaml"), "--name", "y", "--certs", certs)
+	yOfB := c.run(t, bin, "relay-y-of-b", "relay", "-f", filepath.Join(dir, "squat.yaml"), "--name", "y", "--certs", certs)
 	tunnel := fmt.Sprintf("127.0.0.1:%d", tunnelPort)
 	waitFor(t, "b's relay y listens for a's Tunnel", func() error {
 		conn, err := net.DialTimeout("tcp", tunnel, time.Second)
@@ -178,16 +183,88 @@ spec: {chain: c, listen: {address: 127.0.0.1, port: %[3]d}, target: %[4]q}
 		t.Error(err)
 	}
 
-	// Control: a's y as the operator leaves a RelayNode that holds its name.
-	if err := c.k8s.Get(ctx, client.ObjectKeyFromObject(aY), aY); err != nil {
+	// a's y as the operator leaves a RelayNode that holds its name: la
+	// still refuses b's relay, whose certificate is of namespace b.
+	confirm := func() {
+		t.Helper()
+		if err := c.k8s.Get(ctx, client.ObjectKeyFromObject(aY), aY); err != nil {
+			t.Fatal(err)
+		}
+		aY.Status.CertificateNotAfter = &metav1.Time{Time: time.Now().Add(time.Hour)}
+		meta.SetStatusCondition(&aY.Status.Conditions, metav1.Condition{Type: "Ready", Status: metav1.ConditionFalse, Reason: "NoNodes", Message: "no node runs this relay yet"})
+		if err := c.k8s.Status().Update(ctx, aY); err != nil {
+			t.Fatal(err)
+		}
+	}
+	confirm()
+	refused("a's y confirmed, and y's certificate of namespace b")
+	if err := laLog(`peer certificate is relay \"y\" of namespace \"b\"; this relay's peers are those of namespace \"a\"`); err != nil {
+		t.Error(err)
+	}
+
+	// Control: the same relay with a certificate for y of namespace a,
+	// as a's y would be issued, carries flows.
+	var caSecret corev1.Secret
+	if err := c.k8s.Get(ctx, types.NamespacedName{Namespace: "hoplink-system", Name: "hoplink-ca"}, &caSecret); err != nil {
 		t.Fatal(err)
 	}
-	aY.Status.CertificateNotAfter = &metav1.Time{Time: time.Now().Add(time.Hour)}
-	meta.SetStatusCondition(&aY.Status.Conditions, metav1.Condition{Type: "Ready", Status: metav1.ConditionFalse, Reason: "NoNodes", Message: "no node runs this relay yet"})
-	if err := c.k8s.Status().Update(ctx, aY); err != nil {
+	ca, err := pki.ParseCA(caSecret.Data[corev1.TLSCertKey], caSecret.Data[corev1.TLSPrivateKeyKey])
+	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "la carries the flow once a's y is confirmed (the control)", flow)
+	aCert, aKey, err := ca.IssueIn("a", "y", pki.ClusterRelayValidity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	aCerts := filepath.Join(dir, "certs-a")
+	os.MkdirAll(aCerts, 0o700)
+	for file, data := range map[string][]byte{"ca.crt": bSecret.Data["ca.crt"], "y.crt": aCert, "y.key": aKey} {
+		if err := os.WriteFile(filepath.Join(aCerts, file), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	yOfB.Process.Signal(syscall.SIGTERM)
+	waitProc(yOfB)
+	c.run(t, bin, "relay-y-of-a", "relay", "-f", filepath.Join(dir, "squat.yaml"), "--name", "y", "--certs", aCerts)
+	waitFor(t, "la carries the flow of a's y (the control)", flow)
+
+	// Deleting a's y takes it out of la's peers: an open flow ends and new
+	// ones are refused within 10 s.
+	open, err := net.DialTimeout("tcp", tunnel, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Close()
+	if _, err := open.Write(make([]byte, 1024)); err != nil {
+		t.Fatal(err)
+	}
+	open.SetReadDeadline(time.Now().Add(time.Second))
+	if _, err := open.Read(make([]byte, 1)); !isTimeout(err) {
+		t.Fatalf("the open flow ended before the RelayNode was deleted: %v", err)
+	}
+	if err := c.k8s.Delete(ctx, aY); err != nil {
+		t.Fatal(err)
+	}
+	deleted := time.Now()
+	open.SetReadDeadline(deleted.Add(10 * time.Second))
+	if _, err := io.Copy(io.Discard, open); isTimeout(err) {
+		t.Fatal("the flow of a's y was still open 10 s after its RelayNode was deleted")
+	}
+	t.Logf("the open flow ended %v after the RelayNode was deleted", time.Since(deleted).Round(10*time.Millisecond))
+	if err := flow(); err == nil {
+		t.Fatal("la carried a new flow of y after a's y was deleted")
+	}
+	if time.Since(deleted) > 10*time.Second {
+		t.Fatalf("refused only %v after the deletion", time.Since(deleted))
+	}
+
+	// a's y again, as before: made while no operator runs, labelled and
+	// given a confirmed status; la carries the flows of a's certificate.
+	aY = relayNode("a", "y", yPort)
+	create(t, c.k8s, aY)
+	labelMembers(t, c.k8s, client.ObjectKeyFromObject(aY), &v1alpha1.RelayNode{}, "la", "y")
+	confirm()
+	waitFor(t, "la carries the flow once a's new y is confirmed", flow)
 
 	// The operator, back, marks a's y: it does not hold its name.
 	c.operatorLogged(t, bin, "operator-again")
@@ -200,9 +277,9 @@ spec: {chain: c, listen: {address: 127.0.0.1, port: %[3]d}, target: %[4]q}
 		}
 		return nil
 	})
-	waitFor(t, "la refuses b's y once a's y is NameConflict", func() error {
+	waitFor(t, "la refuses y once a's y is NameConflict", func() error {
 		if flow() == nil {
-			return errors.New("la carried a flow of b's relay y to a's target")
+			return errors.New("la carried a flow of y to a's target")
 		}
 		return nil
 	})
@@ -210,6 +287,11 @@ spec: {chain: c, listen: {address: 127.0.0.1, port: %[3]d}, target: %[4]q}
 	if err := laLog(`RelayNode \"y\": status: Ready is NameConflict`); err != nil {
 		t.Error(err)
 	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // labelMembers gives the object at key the member labels of relays, as the

@@ -46,6 +46,9 @@ type observeFlags struct {
 	// to do about a relay's certificate near its expiry.
 	inUse    []certInUse
 	relayFix func(relay string) string
+	// relayWarning is how close to its expiry a relay's certificate is
+	// warned of (observe.CertWarning when zero).
+	relayWarning time.Duration
 	// badManifests is why the manifests did not load whole: status and
 	// probe then ask the relays of what could be read (the relays keep
 	// running what they last accepted).
@@ -118,6 +121,10 @@ func (o *observeFlags) loadKube(ctx context.Context) (*manifest.Set, []observe.O
 	o.relayFix = func(string) string {
 		return "the operator renews it when a third of its validity is left: see the RelayNode's conditions and the operator's log"
 	}
+	// Relays in a cluster hold certificates of days (Secrets) or a day
+	// (pod certificates), renewed 56 and 8 hours before they expire: one
+	// with less left than clusterRelayWarning was not renewed.
+	o.relayWarning = clusterRelayWarning
 	return set, objs, adminapi.NewClient(roots, func() (*tls.Certificate, error) { return &cert, nil }), nil
 }
 
@@ -183,6 +190,10 @@ func casInUse(bundle []byte, where, fix string) []certInUse {
 	}
 }
 
+// clusterRelayWarning is how close to its expiry `status --kube` warns of a
+// relay's certificate.
+const clusterRelayWarning = 6 * time.Hour
+
 // certWarnings are the certificates in use that expire within
 // observe.CertWarning of now (or have): each relay's, as it reports it,
 // and the CAs and observer certificate of this command.
@@ -192,21 +203,25 @@ func (o *observeFlags) certWarnings(r *observe.Report, now time.Time) []string {
 		out = append(out, fmt.Sprintf("the manifests do not load (relays reloading them keep the ones they run); asked the relays of the documents that could be read: %v",
 			strings.ReplaceAll(o.badManifests.Error(), "\n", "; ")))
 	}
-	warn := func(what string, notAfter time.Time, fix string) {
+	warn := func(what string, notAfter time.Time, fix string, within time.Duration) {
 		switch d := notAfter.Sub(now); {
 		case d < 0:
 			out = append(out, fmt.Sprintf("%s expired on %s: %s", what, notAfter.UTC().Format(time.DateOnly), fix))
-		case d < observe.CertWarning:
+		case d < within:
 			out = append(out, fmt.Sprintf("%s expires on %s (in %s): %s", what, notAfter.UTC().Format(time.DateOnly), left(notAfter, now), fix))
 		}
 	}
 	for _, rl := range r.Relays {
 		if s := rl.Status; s != nil && !s.CertificateExpires.IsZero() {
-			warn("relay "+rl.Name+"'s certificate", s.CertificateExpires, o.relayFix(rl.Name))
+			within := o.relayWarning
+			if within == 0 {
+				within = observe.CertWarning
+			}
+			warn("relay "+rl.Name+"'s certificate", s.CertificateExpires, o.relayFix(rl.Name), within)
 		}
 	}
 	for _, c := range o.inUse {
-		warn(c.what, c.notAfter, c.fix)
+		warn(c.what, c.notAfter, c.fix, observe.CertWarning)
 	}
 	return out
 }

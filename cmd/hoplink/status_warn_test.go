@@ -83,3 +83,21 @@ func TestStatusWarnsOfExpiringCertificates(t *testing.T) {
 		t.Errorf("%d warnings, want 4 (la's certificate has 200 days):\n%s", len(r.Warnings), out.String())
 	}
 }
+
+// In a cluster relays' certificates hold for days (Secrets) or a day (pod
+// certificates) and are renewed hours ahead: status --kube warns only of
+// one that was not, where it warned of every relay's with a month's
+// threshold.
+func TestStatusKubeWarnsOnlyOfUnrenewedRelayCertificates(t *testing.T) {
+	now := time.Now()
+	of := observeFlags{relayWarning: clusterRelayWarning, relayFix: func(string) string { return "see the operator" }}
+	r := &observe.Report{Time: now, Relays: []observe.Relay{
+		{Name: "week", Status: &adminapi.Status{CertificateExpires: now.Add(5 * 24 * time.Hour)}},
+		{Name: "pod", Status: &adminapi.Status{CertificateExpires: now.Add(9 * time.Hour)}},
+		{Name: "late", Status: &adminapi.Status{CertificateExpires: now.Add(3 * time.Hour)}},
+	}}
+	got := of.certWarnings(r, now)
+	if len(got) != 1 || !strings.Contains(got[0], "relay late's certificate expires") {
+		t.Errorf("warnings %q, want one, of relay late", got)
+	}
+}

@@ -375,6 +375,9 @@ func (k *Relay) start(set *manifest.Set, secret *corev1.Secret) error {
 	if err != nil {
 		return fmt.Errorf("certificate Secret %s: %w", secret.Name, err)
 	}
+	// Its peers are the RelayNodes of its namespace (the View reads no
+	// other), and their certificates must say so.
+	id.Namespace = k.o.Namespace
 	// A relay in the pod network sits behind its node's SNAT.
 	self := set.Relay(k.o.Name).Spec
 	podNetwork := self.IsSidecar() || self.HostNetwork != nil && !*self.HostNetwork

@@ -123,7 +123,7 @@ func TestRecheckClosesOnExpiry(t *testing.T) {
 	der, _ := x509.MarshalPKCS8PrivateKey(key)
 	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
 	// Issued a minute back: valid for two more seconds.
-	certPEM, _, notAfter, err := ca.IssueFor(key.Public(), "b", time.Minute+2*time.Second)
+	certPEM, _, notAfter, err := ca.IssueFor(key.Public(), "", "b", time.Minute+2*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
