@@ -20,6 +20,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -497,6 +499,69 @@ func TestNotesNameTheNamespaceLabel(t *testing.T) {
 		label, refused := strings.Contains(notes, label), strings.Contains(notes, "PrivilegesNotAllowed")
 		if label != tc.want || refused != tc.want {
 			t.Errorf("%v: NOTES name the label %v, the refusal %v; want %v:\n%s", tc.set, label, refused, tc.want, notes)
+		}
+	}
+}
+
+// The operator's pod meets the restricted Pod Security Standard where it
+// is the operator's to say: non-root, no privilege escalation, no
+// capabilities, and the runtime's default seccomp profile (without one the
+// container runs unconfined wherever the kubelet does not default it).
+// Both the chart's and config/manager's. (Relays' containers: inject.RelaySecurityContext, tested in inject and controllers.)
+func TestOperatorPodIsRestricted(t *testing.T) {
+	out, err := run(t, helm(t), "template", "rel", chart, "--namespace", "hl-sys")
+	if err != nil {
+		t.Fatalf("helm template: %v", err)
+	}
+	raw, err := os.ReadFile(filepath.Join("..", "config", "manager", "manager.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for src, doc := range map[string][]byte{"chart": out, "config/manager": raw} {
+		n := 0
+		for _, o := range decode(t, doc) {
+			if o.GetKind() != "Deployment" {
+				continue
+			}
+			n++
+			var d appsv1.Deployment
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &d); err != nil {
+				t.Fatal(err)
+			}
+			pod := d.Spec.Template.Spec
+			for _, c := range append(pod.InitContainers, pod.Containers...) {
+				var problems []string
+				sc := c.SecurityContext
+				if sc == nil {
+					sc = &corev1.SecurityContext{}
+				}
+				seccomp := sc.SeccompProfile
+				if seccomp == nil && pod.SecurityContext != nil {
+					seccomp = pod.SecurityContext.SeccompProfile
+				}
+				if seccomp == nil || seccomp.Type != corev1.SeccompProfileTypeRuntimeDefault {
+					problems = append(problems, "no RuntimeDefault seccomp profile")
+				}
+				nonRoot := sc.RunAsNonRoot
+				if nonRoot == nil && pod.SecurityContext != nil {
+					nonRoot = pod.SecurityContext.RunAsNonRoot
+				}
+				if nonRoot == nil || !*nonRoot {
+					problems = append(problems, "may run as root")
+				}
+				if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+					problems = append(problems, "may escalate privileges")
+				}
+				if sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") || len(sc.Capabilities.Add) > 0 {
+					problems = append(problems, "keeps capabilities")
+				}
+				if len(problems) > 0 {
+					t.Errorf("%s: %s container %s: %s", src, d.Name, c.Name, strings.Join(problems, ", "))
+				}
+			}
+		}
+		if n == 0 {
+			t.Errorf("%s: no Deployment", src)
 		}
 	}
 }
