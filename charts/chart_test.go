@@ -565,3 +565,56 @@ func TestOperatorPodIsRestricted(t *testing.T) {
 		}
 	}
 }
+
+// image.digest pins the operator's image, which relay pods run too (the
+// operator's own image is their default): REPOSITORY@DIGEST in the
+// Deployment, a malformed digest refused, and the install notes say when
+// the image is not registry-qualified or not pinned.
+func TestImagePinnedByDigest(t *testing.T) {
+	h := helm(t)
+	digest := "sha256:" + strings.Repeat("0123456789abcdef", 4)
+	image := func(set ...string) string {
+		t.Helper()
+		out, err := run(t, append([]string{h, "template", "rel", chart, "--show-only", "templates/deployment.yaml"}, set...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range decode(t, out) {
+			if o.GetKind() == "Deployment" {
+				cs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+				return cs[0].(map[string]any)["image"].(string)
+			}
+		}
+		t.Fatal("no Deployment")
+		return ""
+	}
+	if got := image("--set", "image.repository=registry.example.com/hl/hoplink,image.tag=1.2.3,image.digest="+digest); got != "registry.example.com/hl/hoplink@"+digest {
+		t.Errorf("pinned image %q", got)
+	}
+	if got := image("--set", "image.tag=dev"); got != "hoplink:dev" {
+		t.Errorf("unpinned image %q: kind clusters load hoplink:TAG", got)
+	}
+	if _, err := run(t, h, "template", "rel", chart, "--set", "image.digest=sha256:abc"); err == nil || !strings.Contains(err.Error(), "/image/digest") {
+		t.Errorf("a malformed digest: %v", err)
+	}
+	notes := func(set string) string {
+		out, err := run(t, h, "install", "--dry-run=client", "rel", chart, "-n", "hoplink-system", "--set", set)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, n, _ := strings.Cut(string(out), "\nNOTES:\n")
+		return n
+	}
+	for set, want := range map[string]string{
+		"image.tag=dev": "not registry-qualified and not pinned by digest",
+		"image.repository=registry.example.com/hl/hoplink":                        "is not pinned by digest",
+		"image.repository=myorg/hoplink,image.digest=" + digest:                   "is not registry-qualified:",
+		"image.repository=localhost:5000/hoplink,image.digest=" + digest:          "",
+		"image.repository=registry.example.com/hl/hoplink,image.digest=" + digest: "",
+	} {
+		n := notes(set)
+		if want == "" && strings.Contains(n, "The image") || want != "" && !strings.Contains(n, want) {
+			t.Errorf("--set %s: notes say\n%s\nwant %q", set, n, want)
+		}
+	}
+}
