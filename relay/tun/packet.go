@@ -61,9 +61,10 @@ var ErrPacket = errors.New("tun: malformed packet")
 const GSOECN = 0x80
 
 // minGSOSize is the smallest segment size a peer may ask the kernel to cut
-// at: below it a 64 KiB packet becomes thousands of segments, and no TCP
-// path needs it (Linux sends no segment under 48 bytes of payload).
-const minGSOSize = 48
+// at: a 64 KiB packet cut at 1 byte is 65,535 segments. Linux's own MSS
+// goes no lower than 68 bytes less the TCP header (36 with timestamps,
+// against a window that tiny), so no sender of ours needs less.
+const minGSOSize = 32
 
 // RebuildVnetHdr returns the virtio-net header the kernel gets for a packet
 // from a peer. The kernel trusts the header it is handed (where to write a
