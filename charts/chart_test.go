@@ -20,6 +20,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -497,6 +499,122 @@ func TestNotesNameTheNamespaceLabel(t *testing.T) {
 		label, refused := strings.Contains(notes, label), strings.Contains(notes, "PrivilegesNotAllowed")
 		if label != tc.want || refused != tc.want {
 			t.Errorf("%v: NOTES name the label %v, the refusal %v; want %v:\n%s", tc.set, label, refused, tc.want, notes)
+		}
+	}
+}
+
+// The operator's pod meets the restricted Pod Security Standard where it
+// is the operator's to say: non-root, no privilege escalation, no
+// capabilities, and the runtime's default seccomp profile (without one the
+// container runs unconfined wherever the kubelet does not default it).
+// Both the chart's and config/manager's. (Relays' containers: inject.RelaySecurityContext, tested in inject and controllers.)
+func TestOperatorPodIsRestricted(t *testing.T) {
+	out, err := run(t, helm(t), "template", "rel", chart, "--namespace", "hl-sys")
+	if err != nil {
+		t.Fatalf("helm template: %v", err)
+	}
+	raw, err := os.ReadFile(filepath.Join("..", "config", "manager", "manager.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for src, doc := range map[string][]byte{"chart": out, "config/manager": raw} {
+		n := 0
+		for _, o := range decode(t, doc) {
+			if o.GetKind() != "Deployment" {
+				continue
+			}
+			n++
+			var d appsv1.Deployment
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &d); err != nil {
+				t.Fatal(err)
+			}
+			pod := d.Spec.Template.Spec
+			for _, c := range append(pod.InitContainers, pod.Containers...) {
+				var problems []string
+				sc := c.SecurityContext
+				if sc == nil {
+					sc = &corev1.SecurityContext{}
+				}
+				seccomp := sc.SeccompProfile
+				if seccomp == nil && pod.SecurityContext != nil {
+					seccomp = pod.SecurityContext.SeccompProfile
+				}
+				if seccomp == nil || seccomp.Type != corev1.SeccompProfileTypeRuntimeDefault {
+					problems = append(problems, "no RuntimeDefault seccomp profile")
+				}
+				nonRoot := sc.RunAsNonRoot
+				if nonRoot == nil && pod.SecurityContext != nil {
+					nonRoot = pod.SecurityContext.RunAsNonRoot
+				}
+				if nonRoot == nil || !*nonRoot {
+					problems = append(problems, "may run as root")
+				}
+				if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+					problems = append(problems, "may escalate privileges")
+				}
+				if sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") || len(sc.Capabilities.Add) > 0 {
+					problems = append(problems, "keeps capabilities")
+				}
+				if len(problems) > 0 {
+					t.Errorf("%s: %s container %s: %s", src, d.Name, c.Name, strings.Join(problems, ", "))
+				}
+			}
+		}
+		if n == 0 {
+			t.Errorf("%s: no Deployment", src)
+		}
+	}
+}
+
+// image.digest pins the operator's image, which relay pods run too (the
+// operator's own image is their default): REPOSITORY@DIGEST in the
+// Deployment, a malformed digest refused, and the install notes say when
+// the image is not registry-qualified or not pinned.
+func TestImagePinnedByDigest(t *testing.T) {
+	h := helm(t)
+	digest := "sha256:" + strings.Repeat("0123456789abcdef", 4)
+	image := func(set ...string) string {
+		t.Helper()
+		out, err := run(t, append([]string{h, "template", "rel", chart, "--show-only", "templates/deployment.yaml"}, set...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range decode(t, out) {
+			if o.GetKind() == "Deployment" {
+				cs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+				return cs[0].(map[string]any)["image"].(string)
+			}
+		}
+		t.Fatal("no Deployment")
+		return ""
+	}
+	if got := image("--set", "image.repository=registry.example.com/hl/hoplink,image.tag=1.2.3,image.digest="+digest); got != "registry.example.com/hl/hoplink@"+digest {
+		t.Errorf("pinned image %q", got)
+	}
+	if got := image("--set", "image.tag=dev"); got != "hoplink:dev" {
+		t.Errorf("unpinned image %q: kind clusters load hoplink:TAG", got)
+	}
+	if _, err := run(t, h, "template", "rel", chart, "--set", "image.digest=sha256:abc"); err == nil || !strings.Contains(err.Error(), "/image/digest") {
+		t.Errorf("a malformed digest: %v", err)
+	}
+	notes := func(set string) string {
+		out, err := run(t, h, "install", "--dry-run=client", "rel", chart, "-n", "hoplink-system", "--set", set)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, n, _ := strings.Cut(string(out), "\nNOTES:\n")
+		return n
+	}
+	for set, want := range map[string]string{
+		"image.tag=dev": "not registry-qualified and not pinned by digest",
+		"image.repository=registry.example.com/hl/hoplink":                        "is not pinned by digest",
+		"image.repository=myorg/hoplink,image.digest=" + digest:                   "is not registry-qualified:",
+		"image.repository=localhost:5000/hoplink,image.digest=" + digest:          "",
+		"image.repository=registry.example.com/hl/hoplink,image.digest=" + digest: "",
+	} {
+		n := notes(set)
+		if want == "" && strings.Contains(n, "The image") || want != "" && !strings.Contains(n, want) {
+			t.Errorf("--set %s: notes say\n%s\nwant %q", set, n, want)
 		}
 	}
 }

@@ -7,9 +7,11 @@ import (
 	"log/slog"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -134,6 +136,38 @@ func watched(o Options) map[string]cache.Config {
 	return m
 }
 
+// cacheOptions keeps the operator's cache to hoplink's own objects. Its
+// ClusterRole must still list and watch these kinds in every namespace
+// (RBAC selects no labels, and relays may run in any namespace), but what
+// it holds in memory, and what a reconciler can read from it by mistake,
+// is only what it made: relay pods and the relays' DaemonSets,
+// ServiceAccounts, Roles, RoleBindings (all labelled with their
+// RelayNode), the Secrets and Services it wrote. In multicluster mode
+// Services and EndpointSlices are everyone's: exports name any Service.
+func cacheOptions(o Options) cache.Options {
+	hasRelay, _ := labels.NewRequirement(LabelRelayNode, selection.Exists, nil)
+	relays := cache.ByObject{Label: labels.NewSelector().Add(*hasRelay)}
+	mine := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{labelManagedBy: managerName})}
+	// Sidecar relays' replicas: the slices of their Services, which carry
+	// the label.
+	slices, services := relays, mine
+	if o.MultiCluster.On() {
+		slices, services = cache.ByObject{}, cache.ByObject{}
+	}
+	return cache.Options{DefaultNamespaces: watched(o), ByObject: map[client.Object]cache.ByObject{
+		&corev1.Pod{}:            relays,
+		&appsv1.DaemonSet{}:      relays,
+		&corev1.ServiceAccount{}: relays,
+		&rbacv1.Role{}:           relays,
+		&rbacv1.RoleBinding{}:    relays,
+		&corev1.Secret{}:         mine,
+		&corev1.Service{}:        services,
+		// Only the requests addressed to this operator's signer.
+		&certificatesv1.PodCertificateRequest{}: {Field: fields.OneTermEqualSelector("spec.signerName", inject.SignerName)},
+		&discoveryv1.EndpointSlice{}:            slices,
+	}}
+}
+
 // Scheme knows the Kubernetes kinds the operator touches and hoplink's own.
 func Scheme() *runtime.Scheme {
 	s := runtime.NewScheme()
@@ -164,7 +198,6 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 	if err != nil {
 		return nil, err
 	}
-	hasRelay, _ := labels.NewRequirement(LabelRelayNode, selection.Exists, nil)
 	ca, err := LoadOrCreateCA(ctx, direct, o.CASecret, o.CreateCA)
 	if err != nil {
 		return nil, err
@@ -179,13 +212,6 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 		if err := o.MultiCluster.Check(); err != nil {
 			return nil, err
 		}
-	}
-	// Sidecar relays' replicas: the slices of their Services, which carry
-	// the label; in multicluster mode every slice, since exported Services'
-	// endpoints matter too.
-	slicesCached := cache.ByObject{Label: labels.NewSelector().Add(*hasRelay)}
-	if o.MultiCluster.On() {
-		slicesCached = cache.ByObject{}
 	}
 	var serving *inject.ServingCert
 	var hooks webhook.Server
@@ -222,15 +248,7 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 		LeaderElection:          o.LeaderElection,
 		LeaderElectionID:        "operator.hoplink.dev",
 		LeaderElectionNamespace: o.LeaderElectionNamespace,
-		Cache: cache.Options{DefaultNamespaces: watched(o), ByObject: map[client.Object]cache.ByObject{
-			// Not every Pod and Secret of the cluster: only relay pods and the
-			// Secrets the operator wrote.
-			&corev1.Pod{}:    {Label: labels.NewSelector().Add(*hasRelay)},
-			&corev1.Secret{}: {Label: labels.SelectorFromSet(labels.Set{labelManagedBy: managerName})},
-			// Only the requests addressed to this operator's signer.
-			&certificatesv1.PodCertificateRequest{}: {Field: fields.OneTermEqualSelector("spec.signerName", inject.SignerName)},
-			&discoveryv1.EndpointSlice{}:            slicesCached,
-		}},
+		Cache:                   cacheOptions(o),
 	})
 	if err != nil {
 		return nil, err

@@ -50,6 +50,7 @@ func TestLocalValidationMatchesCRDs(t *testing.T) {
 		{"udp options on tcp", "kind: Tunnel\nmetadata: {name: x}\nspec: {chain: c, listen: {port: 8080}, target: \"10.0.0.1:80\", udp: {maxSessions: 10}}", "spec.udp"},
 		{"proxy v1 on udp", "kind: Tunnel\nmetadata: {name: x}\nspec: {chain: c, protocol: udp, listen: {port: 8080}, target: \"10.0.0.1:53\", proxyProtocol: v1}", "spec.proxyProtocol"},
 		{"proxy version unknown", "kind: Tunnel\nmetadata: {name: x}\nspec: {chain: c, listen: {port: 8080}, target: \"10.0.0.1:80\", proxyProtocol: v3}", "spec.proxyProtocol"},
+		{"allowed source not a CIDR", "kind: Tunnel\nmetadata: {name: x}\nspec: {chain: c, listen: {port: 8080, allowedSources: [10.0.0.0/8, 10.1.2.3]}, target: \"10.0.0.1:80\"}", "spec.listen.allowedSources"},
 		{"tun without a device", "kind: Tunnel\nmetadata: {name: x}\nspec: {chain: c, protocol: tun}", "spec.tun"},
 		{"relay port zero", "kind: RelayNode\nmetadata: {name: x}\nspec: {listen: {port: 0}}", "spec.listen.port"},
 	}

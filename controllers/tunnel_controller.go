@@ -115,10 +115,11 @@ func (r *TunnelReconciler) reconcile(ctx context.Context, t *v1alpha1.Tunnel, st
 		return metav1.Condition{}, err
 	}
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: t.Name, Namespace: t.Namespace}}
+	conflict := metav1.Condition{Status: metav1.ConditionFalse, Reason: ReasonServiceConflict,
+		Message: fmt.Sprintf("Service %q exists and is not this Tunnel's; rename the Tunnel or that Service", t.Name)}
 	if err := r.Get(ctx, client.ObjectKeyFromObject(svc), svc); err == nil && !metav1.IsControlledBy(svc, t) {
 		status.Address = ""
-		return metav1.Condition{Status: metav1.ConditionFalse, Reason: ReasonServiceConflict,
-			Message: fmt.Sprintf("Service %q exists and is not this Tunnel's; rename the Tunnel or that Service", t.Name)}, nil
+		return conflict, nil
 	}
 	proto := corev1.ProtocolTCP
 	if t.Spec.Protocol == v1alpha1.ProtocolUDP {
@@ -132,7 +133,12 @@ func (r *TunnelReconciler) reconcile(ctx context.Context, t *v1alpha1.Tunnel, st
 			Port: t.Spec.Listen.Port, TargetPort: intstr.FromInt32(t.Spec.Listen.Port),
 		}}
 		return controllerutil.SetControllerReference(t, svc, r.Scheme)
-	}); err != nil {
+	}); apierrors.IsAlreadyExists(err) {
+		// The cache holds only Services the operator made: one it did not
+		// make is seen when creating ours fails.
+		status.Address = ""
+		return conflict, nil
+	} else if err != nil {
 		status.Address = ""
 		return metav1.Condition{Status: metav1.ConditionFalse, Reason: ReasonServiceFailed,
 			Message: fmt.Sprintf("cannot create or update Service %q: %v", t.Name, err)}, fmt.Errorf("Service %s: %w", t.Name, err)

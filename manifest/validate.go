@@ -225,6 +225,9 @@ func validatePortForward(t *v1alpha1.Tunnel, bad func(field, format string, args
 				bad("spec.listen.address", "%q is not an IP address; leave it empty to bind every address", l.Address)
 			}
 		}
+		if _, err := AllowedSources(l); err != nil {
+			bad("spec.listen.allowedSources", "%v", err)
+		}
 	}
 	if t.Spec.Target == "" {
 		bad("spec.target", "required: the host:port the exit relay dials")
@@ -542,4 +545,28 @@ func orNone(names []string) string {
 		return "none"
 	}
 	return strings.Join(names, ", ")
+}
+
+// maxAllowedSources bounds spec.listen.allowedSources, as the CRD does.
+const maxAllowedSources = 64
+
+// AllowedSources returns the networks a Tunnel's entry takes clients from
+// (spec.listen.allowedSources, masked to their prefix), or nil for every
+// source.
+func AllowedSources(l *v1alpha1.TunnelListen) ([]netip.Prefix, error) {
+	if l == nil || len(l.AllowedSources) == 0 {
+		return nil, nil
+	}
+	if len(l.AllowedSources) > maxAllowedSources {
+		return nil, fmt.Errorf("%d networks; at most %d", len(l.AllowedSources), maxAllowedSources)
+	}
+	out := make([]netip.Prefix, 0, len(l.AllowedSources))
+	for _, c := range l.AllowedSources {
+		p, err := netip.ParsePrefix(c)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a CIDR such as 10.0.0.0/8 or 2001:db8::/32", c)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
 }

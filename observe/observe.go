@@ -36,6 +36,20 @@ type Report struct {
 	// Warnings are what needs doing soon, though everything works now:
 	// certificates that expire within CertWarning, one line each.
 	Warnings []string `json:"warnings,omitempty"`
+	// RelaysNotAsked says why the report is the API's alone (status --kube
+	// without an observer certificate): Relays is then empty, and Ready
+	// means every object's Ready condition is True.
+	RelaysNotAsked string `json:"relaysNotAsked,omitempty"`
+}
+
+// FromAPI is a report of what the API says alone, for whoever may read
+// hoplink's objects but holds no observer certificate: the operator asks
+// every relay it runs every 10 s and writes what they said into their
+// conditions, so this is its view, that old at most.
+func FromAPI(objs []Object, why string) *Report {
+	r := &Report{Time: time.Now().UTC(), RelaysNotAsked: why}
+	r.WithAPI(objs)
+	return r
 }
 
 // CertWarning is how close to its expiry a certificate in use is warned of.

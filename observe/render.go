@@ -14,6 +14,9 @@ import (
 // WriteReport renders r as tables: relays, links, chains (with their
 // candidates), Tunnels, then what is not ready.
 func WriteReport(w io.Writer, r *Report) error {
+	if r.RelaysNotAsked != "" {
+		return writeAPIReport(w, r)
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "RELAY\tREADY\tVERSION\tPEERS UP\tCERT EXPIRES\tENDPOINT")
 	for _, rl := range r.Relays {
@@ -262,3 +265,25 @@ func suggestSendBuffer(rtt time.Duration) int64 {
 }
 
 func mib(b int64) string { return fmt.Sprintf("%g MiB", float64(b)/(1<<20)) }
+
+// writeAPIReport renders a report of the API's view alone (FromAPI).
+func writeAPIReport(w io.Writer, r *Report) error {
+	fmt.Fprintf(w, "relays not asked: %s\n\n", r.RelaysNotAsked)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "OBJECT\tREADY\tREASON\tMESSAGE")
+	for _, o := range r.API {
+		fmt.Fprintf(tw, "%s %s\t%s\t%s\t%s\n", o.Kind, o.Name, o.Ready, orDash(o.Reason), orDash(o.Message))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if r.Ready {
+		_, err := fmt.Fprintln(w, "\nready, as the API says: every object's Ready condition is True")
+		return err
+	}
+	fmt.Fprintln(w, "\nnot ready:")
+	for _, n := range r.NotReady {
+		fmt.Fprintf(w, "  %s\n", n)
+	}
+	return nil
+}

@@ -126,3 +126,31 @@ func TestProxyProtocol(t *testing.T) {
 		}
 	}
 }
+
+// A client cannot choose the address the target is told: a PROXY header it
+// sends through the Tunnel is data after the exit's own, which names the
+// address the entry saw. (Entries parse no PROXY headers: nothing in front
+// of an entry is trusted to say who the client is.)
+func TestClientCannotSetItsProxyAddress(t *testing.T) {
+	pt := tcpProxyTarget(t)
+	port := testutil.FreePort(t)
+	network(t, 2, []string{"r0", "r1"}, testutil.TunnelSpec{Name: "p", Protocol: "tcp", Target: pt.addr, Port: port, Extra: ", proxyProtocol: v1"})
+	c := testutil.DialTunnel(t, port)
+	defer c.Close()
+	forged := fmt.Sprintf("PROXY TCP4 203.0.113.9 127.0.0.1 4242 %d\r\n", port)
+	go func() { io.WriteString(c, forged+"hello"); c.CloseWrite() }()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	got, err := io.ReadAll(c)
+	if err != nil || string(got) != forged+"hello" {
+		t.Fatalf("echo %q (%v): the client's bytes did not reach the target as data", got, err)
+	}
+	want := fmt.Sprintf("v1 %s 127.0.0.1:%d", c.LocalAddr(), port)
+	select {
+	case h := <-pt.seen:
+		if h != want {
+			t.Fatalf("the target was told %q, want %q", h, want)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the target saw no header")
+	}
+}

@@ -47,6 +47,7 @@ func (f *tcpFlows) listen(t *v1alpha1.Tunnel, addr string) (stop func(), err err
 
 func (f *tcpFlows) serve(ln *net.TCPListener, t *v1alpha1.Tunnel) {
 	key := manifest.Key(t.Namespace, t.Name)
+	allowed := allowedSources(t)
 	var backoff time.Duration
 	for {
 		c, err := ln.AcceptTCP()
@@ -64,6 +65,12 @@ func (f *tcpFlows) serve(ln *net.TCPListener, t *v1alpha1.Tunnel) {
 		c.SetWriteBuffer(endBuffer)
 		c.SetReadBuffer(endBuffer)
 		host := c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr()
+		if !allowed(host) {
+			f.flowError(key, sourceNotAllowed)
+			c.SetLinger(0) // a reset: nothing of the Tunnel answers
+			c.Close()
+			continue
+		}
 		if !f.acquire(key, host) {
 			c.SetLinger(0)
 			c.Close()

@@ -54,6 +54,7 @@ func (f *udpFlows) listen(t *v1alpha1.Tunnel, addr string) (stop func(), err err
 		f: f, t: t, key: manifest.Key(t.Namespace, t.Name), ln: pc.(*net.UDPConn),
 		idle:     time.Duration(t.Spec.UDP.IdleTimeoutSeconds) * time.Second,
 		max:      int(t.Spec.UDP.MaxSessions),
+		allowed:  allowedSources(t),
 		sessions: map[netip.AddrPort]*udpSession{},
 		perHost:  map[netip.Prefix]int{},
 		stop:     make(chan struct{}),
@@ -70,6 +71,8 @@ type udpEntry struct {
 	ln   *net.UDPConn
 	idle time.Duration
 	max  int
+	// allowed says whether a client host may start a session.
+	allowed func(netip.Addr) bool
 
 	drops sync.Map // reason -> prometheus.Counter
 
@@ -193,6 +196,11 @@ func (u *udpEntry) session(from netip.AddrPort) *udpSession {
 		return nil
 	}
 	host := from.Addr().Unmap()
+	if !u.allowed(host) {
+		u.mu.Unlock()
+		u.dropped(sourceNotAllowed)
+		return nil
+	}
 	src := srcaddr.Key(host)
 	if u.perHost[src] >= perHostSessions(u.max) {
 		u.mu.Unlock()

@@ -105,6 +105,18 @@ type TunnelListen struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=65535
 	Port int32 `json:"port"`
+	// AllowedSources are the client networks (CIDRs, such as 10.0.0.0/8 or
+	// 2001:db8::/32) the entry takes connections (tcp) and datagrams (udp)
+	// from; a connection from elsewhere is closed at once, a datagram
+	// dropped, and both counted. Empty takes every source. Clients are
+	// seen as the relay sees them: behind a NAT or a Service that
+	// rewrites sources, that is the rewritten address.
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=43
+	// +kubebuilder:validation:XValidation:rule="self.all(c, isCIDR(c))",message="spec.listen.allowedSources: each entry must be a CIDR such as 10.0.0.0/8 or 2001:db8::/32"
+	// +listType=set
+	// +optional
+	AllowedSources []string `json:"allowedSources,omitempty"`
 }
 
 // TCPOptions tune TCP flows.

@@ -17,6 +17,7 @@ import (
 // forwardSpec is what 'hoplink forward' was asked for.
 type forwardSpec struct {
 	listen, target string
+	allowSources   []string
 	entry, exit    string
 	via            []string
 	protocol       string
@@ -37,12 +38,20 @@ RelayNodes, Chain and Tunnel it runs (on stdout; logs go to stderr):
 'hoplink local -f FILE' runs the same from a file, and the same manifests,
 with each relay's listen address and endpoints set to its host's, run the
 relays on separate hosts ('hoplink relay'). Relays listen on 127.0.0.1 from
---relay-port up, one port each.`,
+--relay-port up, one port each.
+
+--listen PORT listens on 127.0.0.1 only: anyone who reaches the port uses
+the chain, so other hosts are let in by name, with an address
+(--listen 0.0.0.0:PORT or [::]:PORT for every one), and --allow-source
+narrows who may connect.`,
 		Example: `  # 127.0.0.1:8080 -> entry -> exit -> example.net:80
   hoplink forward --listen 127.0.0.1:8080 --target example.net:80
 
   # through two relays between, UDP; print the manifests only
-  hoplink forward --listen 5353 --target 10.0.0.53:53 --protocol udp --via a --via b --dry-run`,
+  hoplink forward --listen 5353 --target 10.0.0.53:53 --protocol udp --via a --via b --dry-run
+
+  # every address of this host, for clients of one network only
+  hoplink forward --listen 0.0.0.0:8080 --allow-source 192.168.1.0/24 --target 10.0.0.80:80`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			doc, err := fs.manifests()
@@ -65,7 +74,8 @@ relays on separate hosts ('hoplink relay'). Relays listen on 127.0.0.1 from
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&fs.listen, "listen", "", "where the entry relay listens: `[ADDR:]PORT` (no address: every address)")
+	f.StringVar(&fs.listen, "listen", "", "where the entry relay listens: `[ADDR:]PORT` (no address: 127.0.0.1; 0.0.0.0 or [::] for every address)")
+	f.StringSliceVar(&fs.allowSources, "allow-source", nil, "take clients from this network only, a `CIDR` (repeatable; none: every source); spec.listen.allowedSources")
 	f.StringVar(&fs.target, "target", "", "what the exit relay dials: `HOST:PORT`")
 	f.StringSliceVar(&fs.via, "via", nil, "a relay between entry and exit, by `NAME` (repeatable, in order)")
 	f.StringVar(&fs.entry, "entry", "entry", "the entry relay's `NAME`")
@@ -114,7 +124,15 @@ func (fs *forwardSpec) manifests() (string, error) {
 	if fs.relayPort < 1 || fs.relayPort+len(route)-1 > 65535 {
 		return "", fmt.Errorf("--relay-port %d: the %d relays take ports %d-%d; use 1-%d", fs.relayPort, len(route), fs.relayPort, fs.relayPort+len(route)-1, 65536-len(route))
 	}
-	if lp := fs.relayPort; port >= lp && port < lp+len(route) && (addr == "" || addr == "127.0.0.1") {
+	var sources []string
+	for _, c := range fs.allowSources {
+		p, err := netip.ParsePrefix(c)
+		if err != nil {
+			return "", fmt.Errorf("--allow-source %q: want a CIDR, e.g. 192.168.1.0/24 or 2001:db8::/32", c)
+		}
+		sources = append(sources, fmt.Sprintf("%q", p.Masked()))
+	}
+	if lp := fs.relayPort; port >= lp && port < lp+len(route) && (addr == "" || addr == "127.0.0.1" || addr == "0.0.0.0" || addr == "::") {
 		return "", fmt.Errorf("--listen %q: port %d is a relay's (--relay-port %d takes %d-%d); pick another port, or another --relay-port", fs.listen, port, lp, lp, lp+len(route)-1)
 	}
 
@@ -129,18 +147,25 @@ func (fs *forwardSpec) manifests() (string, error) {
 		fmt.Fprintf(&b, "  via: [%s]\n", strings.Join(fs.via, ", "))
 	}
 	fmt.Fprintf(&b, "  mode: static\n  route: [%s]\n", strings.Join(route, ", "))
-	listen := fmt.Sprintf("{port: %d}", port)
-	if addr != "" {
-		listen = fmt.Sprintf("{address: %q, port: %d}", addr, port)
+	// An unspecified address is written out as the empty one: every
+	// address, which is what the field's documentation calls it.
+	listen := fmt.Sprintf("{port: %d", port)
+	if a, err := netip.ParseAddr(addr); err == nil && !a.IsUnspecified() {
+		listen = fmt.Sprintf("{address: %q, port: %d", addr, port)
 	}
+	if len(sources) > 0 {
+		listen += fmt.Sprintf(", allowedSources: [%s]", strings.Join(sources, ", "))
+	}
+	listen += "}"
 	fmt.Fprintf(&b, "---\napiVersion: hoplink.dev/v1alpha1\nkind: Tunnel\nmetadata: {name: forward}\nspec:\n  chain: forward\n  protocol: %s\n  listen: %s\n  target: %q\n",
 		fs.protocol, listen, fs.target)
 	return b.String(), nil
 }
 
-// splitListen reads --listen: PORT, ADDR:PORT or [IPv6]:PORT.
+// splitListen reads --listen: PORT (on loopback), ADDR:PORT, [IPv6]:PORT
+// or :PORT (every address, as Go's listeners read it).
 func splitListen(s string) (string, int, error) {
-	host, p := "", s
+	host, p := "127.0.0.1", s
 	if strings.Contains(s, ":") {
 		var err error
 		if host, p, err = net.SplitHostPort(s); err != nil {
@@ -154,7 +179,7 @@ func splitListen(s string) (string, int, error) {
 	if host != "" {
 		a, err := netip.ParseAddr(host)
 		if err != nil {
-			return "", 0, fmt.Errorf("--listen %q: %q is not an IP address; give one of this host's, or only the port to listen on every address", s, host)
+			return "", 0, fmt.Errorf("--listen %q: %q is not an IP address; give one of this host's, 0.0.0.0 for every address, or only the port for 127.0.0.1", s, host)
 		}
 		host = a.String()
 	}

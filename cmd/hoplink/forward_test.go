@@ -134,6 +134,8 @@ func TestForwardFlagErrors(t *testing.T) {
 		{[]string{"--listen", "8080", "--target", "x:1", "--via", "exit"}, `--exit "exit": the chain has a relay of that name already (entry, exit)`},
 		{[]string{"--listen", "8080", "--target", "x:1", "--via", "Hong_Kong"}, `--via "Hong_Kong": a lowercase RFC 1123 label`},
 		{[]string{"--listen", "8080", "--target", "x:1", "--protocol", "sctp"}, `--protocol "sctp": use tcp or udp`},
+		{[]string{"--listen", "8080", "--target", "x:1", "--allow-source", "10.0.0.300/8"}, `--allow-source "10.0.0.300/8": want a CIDR`},
+		{[]string{"--listen", "0.0.0.0:7401", "--target", "x:1"}, `port 7401 is a relay's`},
 		{[]string{"--listen", "8080", "--target", "x:1", "--relay-port", "65535"}, `--relay-port 65535: the 2 relays take ports 65535-65536`},
 	} {
 		_, err := execute(append([]string{"forward", "--dry-run"}, tc.args...)...)
@@ -152,5 +154,36 @@ func TestForwardFlagErrors(t *testing.T) {
 	tn := set.Tunnels[0]
 	if tn.Spec.Protocol != "udp" || tn.Spec.Listen.Address != "::1" || tn.Spec.Target != "[::1]:53" || strings.Join(set.Chains[0].Spec.Route, ",") != "entry,a,b,exit" {
 		t.Errorf("--dry-run printed:\n%s", out)
+	}
+}
+
+// --listen PORT opens the port on loopback alone: every address takes one
+// written out (0.0.0.0, [::] or :PORT), and --allow-source narrows who may
+// connect (spec.listen.allowedSources).
+func TestForwardListensOnLoopbackUnlessTold(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		address string
+		sources string
+	}{
+		{[]string{"--listen", "8080"}, "127.0.0.1", ""},
+		{[]string{"--listen", "192.0.2.7:8080"}, "192.0.2.7", ""},
+		{[]string{"--listen", "0.0.0.0:8080"}, "", ""},
+		{[]string{"--listen", "[::]:8080"}, "", ""},
+		{[]string{"--listen", ":8080"}, "", ""},
+		{[]string{"--listen", "0.0.0.0:8080", "--allow-source", "192.168.1.9/24", "--allow-source", "2001:db8::/32"}, "", "192.168.1.0/24,2001:db8::/32"},
+	} {
+		out, err := execute(append([]string{"forward", "--dry-run", "--target", "x:1"}, tc.args...)...)
+		if err != nil {
+			t.Fatalf("%v: %v", tc.args, err)
+		}
+		set, err := manifest.Parse("forward.yaml", []byte(out))
+		if err != nil {
+			t.Fatalf("%v: %v\n%s", tc.args, err, out)
+		}
+		l := set.Tunnels[0].Spec.Listen
+		if l.Address != tc.address || strings.Join(l.AllowedSources, ",") != tc.sources || l.Port != 8080 {
+			t.Errorf("%v: listen %+v; want address %q, allowed sources %q", tc.args, *l, tc.address, tc.sources)
+		}
 	}
 }

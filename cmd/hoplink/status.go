@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -41,6 +42,10 @@ type observeFlags struct {
 	kf       kubeFlags
 	caSecret string
 	api      client.Client // set by load with --kube
+	// apiOnly: with --kube, ask no relay; notAsked says why none is
+	// asked (set by load: --api-only, or no rights to the CA Secret).
+	apiOnly  bool
+	notAsked string
 
 	// Set by load: the CAs and certificate this command uses, and what
 	// to do about a relay's certificate near its expiry.
@@ -60,6 +65,7 @@ func (o *observeFlags) add(cmd *cobra.Command) {
 	f.BoolVar(&o.kube, "kube", false, "read a cluster: the objects of --namespace from the API, and the relays through their admin API with a certificate issued in memory from --ca-secret")
 	o.kf.register(f)
 	f.StringVar(&o.caSecret, "ca-secret", "hoplink-system/hoplink-ca", "with --kube, the Secret (NAMESPACE/NAME) holding the relay CA")
+	f.BoolVar(&o.apiOnly, "api-only", false, "with --kube, show what the API says (the operator's view, at most 10 s old) and ask no relay: needs no rights to --ca-secret, which --kube otherwise reads (and falls back to this when forbidden)")
 	f.StringSliceVarP(&o.files, "file", "f", nil, "manifest file or directory (repeatable): the relays to ask and their endpoints")
 	f.StringVar(&o.certs, "certs", "", "`DIR` with ca.crt and the observer's certificate (observer.crt, observer.key), as 'hoplink cert observer' writes them, or 'hoplink local' (which logs the command)")
 	f.StringVarP(&o.output, "output", "o", "table", "output format: table, json or yaml")
@@ -105,7 +111,17 @@ func (o *observeFlags) loadKube(ctx context.Context) (*manifest.Set, []observe.O
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	// The CA's key issues the observer's certificate: only who may read it
+	// asks the relays. Anyone else gets the API's view, which needs no key.
+	if o.apiOnly {
+		o.notAsked = "--api-only: this is what the operator last heard from them (every 10 s)"
+		return set, objs, nil, nil
+	}
 	ca, err := controllers.LoadOrCreateCA(ctx, c, types.NamespacedName{Namespace: ns, Name: name}, false)
+	if apierrors.IsForbidden(err) {
+		o.notAsked = fmt.Sprintf("no rights to read --ca-secret %s, whose key issues the observer's certificate: this is what the operator last heard from them (every 10 s)", o.caSecret)
+		return set, objs, nil, nil
+	}
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("--ca-secret: %w", err)
 	}
@@ -303,9 +319,16 @@ reason). --wait polls until all is ready (exit 0), or --wait-timeout passes
 						return &observe.Report{Time: time.Now().UTC(), NotReady: []string{err.Error()}}
 					}
 				}
-				r := observe.Gather(ctx, set, client)
+				var r *observe.Report
+				if client == nil {
+					r = observe.FromAPI(objs, of.notAsked)
+				} else {
+					r = observe.Gather(ctx, set, client)
+					if of.kube {
+						r.WithAPI(objs)
+					}
+				}
 				if of.kube {
-					r.WithAPI(objs)
 					r.Imports, _ = observe.ImportsFromCluster(ctx, of.api, of.kf.ns("default"))
 				}
 				r.Warnings = of.certWarnings(r, time.Now())
@@ -394,6 +417,9 @@ failed (a link, a target, a route end to end), saying why for each.`,
 			set, _, client, err := of.load(cmd.Context())
 			if err != nil {
 				return err
+			}
+			if client == nil {
+				return fmt.Errorf("probe measures through the relays, which take an observer's certificate; relays not asked: %s", of.notAsked)
 			}
 			// Probes and traces take up to a round each; give them room.
 			ctx, cancel := context.WithTimeout(cmd.Context(), of.timeout+10*time.Second)

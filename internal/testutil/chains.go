@@ -13,6 +13,7 @@ type TunnelSpec struct {
 	Name, Protocol, Target string
 	Port                   int
 	Extra                  string // more of its spec, as ", udp: {mode: stream}"
+	ListenExtra            string // more of its spec.listen, as ", allowedSources: [10.0.0.0/8]"
 }
 
 // LoopbackChain is the manifests of a test network on loopback: relays
@@ -55,8 +56,8 @@ func (c LoopbackChain) Manifests(t testing.TB) string {
 	fmt.Fprintf(&b, "---\napiVersion: hoplink.dev/v1alpha1\nkind: Chain\nmetadata: {name: c}\nspec: {entry: %s, exit: %s, %sroute: [%s], transport: %s}\n",
 		c.Route[0], c.Route[len(c.Route)-1], via, strings.Join(c.Route, ", "), transport)
 	for _, tn := range c.Tunnels {
-		fmt.Fprintf(&b, "---\napiVersion: hoplink.dev/v1alpha1\nkind: Tunnel\nmetadata: {name: %s}\nspec: {chain: c, protocol: %s, listen: {address: 127.0.0.1, port: %d}, target: %q %s}\n",
-			tn.Name, tn.Protocol, tn.Port, tn.Target, tn.Extra)
+		fmt.Fprintf(&b, "---\napiVersion: hoplink.dev/v1alpha1\nkind: Tunnel\nmetadata: {name: %s}\nspec: {chain: c, protocol: %s, listen: {address: 127.0.0.1, port: %d%s}, target: %q %s}\n",
+			tn.Name, tn.Protocol, tn.Port, tn.ListenExtra, tn.Target, tn.Extra)
 	}
 	return b.String()
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/hoplink/hoplink/internal/linkemu"
@@ -126,5 +127,46 @@ func TestReadFailuresForgiveSporadicErrors(t *testing.T) {
 	}
 	if !new(ReadFailures).Gone(os.ErrClosed) {
 		t.Error("a closed file is not gone")
+	}
+}
+
+// A header from a peer that the packet cannot satisfy is dropped and
+// counted, not handed to the kernel; a sound one goes through.
+func TestWriteDropsPeerVnetHdrThePacketContradicts(t *testing.T) {
+	node := testutil.Namespace(t, "td")
+	var d *Device
+	if err := node.Do(func() (err error) {
+		d, err = Open(Config{Name: "hl0", Address: netip.MustParsePrefix("10.200.0.1/24"), MTU: 1420,
+			Routes: []netip.Prefix{netip.MustParsePrefix("10.77.0.0/16")}, Offload: true})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if !d.Offload {
+		t.Skip("the kernel refused offload")
+	}
+	var mu sync.Mutex
+	drops := map[string]int{}
+	wrote := 0
+	d.Stats = &Stats{
+		Drop: func(r string) { mu.Lock(); drops[r]++; mu.Unlock() },
+		Out:  func(p, _ int) { mu.Lock(); wrote += p; mu.Unlock() },
+	}
+	pkt := superPacket(false, make([]byte, 3000), 0x18)
+	enc := func(h VnetHdr) []byte { return h.Encode(make([]byte, VnetHdrLen)) }
+	for _, h := range []VnetHdr{
+		{Flags: VnetFlagNeedsCsum, GSOType: GSOUDPL4, HdrLen: 28, GSOSize: 1400, CsumStart: 20, CsumOffset: 6},
+		{Flags: VnetFlagNeedsCsum, GSOType: GSOTCPv6, HdrLen: 52, GSOSize: 1400, CsumStart: 20, CsumOffset: 16},
+		{Flags: VnetFlagNeedsCsum, GSOType: GSOTCPv4, HdrLen: 52, GSOSize: 1, CsumStart: 20, CsumOffset: 16},
+	} {
+		d.Write(enc(h), pkt)
+	}
+	// Offsets that lie are rebuilt; the packet itself is sound.
+	d.Write(enc(VnetHdr{Flags: VnetFlagNeedsCsum, GSOType: GSOTCPv4, HdrLen: 4000, GSOSize: 1400, CsumStart: 3000, CsumOffset: 900}), pkt)
+	mu.Lock()
+	defer mu.Unlock()
+	if drops[DropBadVnetHdr] != 3 || wrote != 1 || len(drops) != 1 {
+		t.Fatalf("drops %v, %d written; want 3 %s and the sound packet written", drops, wrote, DropBadVnetHdr)
 	}
 }

@@ -104,9 +104,13 @@ func (d *Device) writev(iovs [][]byte) error {
 	return werr
 }
 
+// DropBadVnetHdr counts packets whose virtio-net header asks the kernel for
+// what the packet cannot be (RebuildVnetHdr).
+const DropBadVnetHdr = "bad_vnet_hdr"
+
 // Write hands a packet with its virtio-net header to the kernel. A device
-// with offload takes a super-packet as it is; one without gets it cut to
-// size, with complete checksums.
+// with offload takes a super-packet whole, under a header rebuilt from the
+// packet; one without gets it cut to size, with complete checksums.
 func (d *Device) Write(hdr, pkt []byte) {
 	h, err := ParseVnetHdr(hdr)
 	if err != nil {
@@ -116,7 +120,14 @@ func (d *Device) Write(hdr, pkt []byte) {
 	d.io.mu.Lock()
 	defer d.io.mu.Unlock()
 	if d.Offload {
-		d.WritePacket(hdr, pkt)
+		// The header came from a peer: the kernel gets one rebuilt from
+		// the packet, or none.
+		if h, err = RebuildVnetHdr(h, pkt); err != nil {
+			d.Stats.Dropped(DropBadVnetHdr)
+			return
+		}
+		var b [VnetHdrLen]byte
+		d.WritePacket(h.Encode(b[:]), pkt)
 		return
 	}
 	segs, err := Complete(h, pkt, nil)

@@ -57,6 +57,79 @@ func (h VnetHdr) Encode(b []byte) []byte {
 // ErrPacket means a packet that cannot be what its header says.
 var ErrPacket = errors.New("tun: malformed packet")
 
+// GSOECN marks a TCP super-packet whose first segment carries CWR.
+const GSOECN = 0x80
+
+// minGSOSize is the smallest segment size a peer may ask the kernel to cut
+// at: a 64 KiB packet cut at 1 byte is 65,535 segments. Linux's own MSS
+// goes no lower than 68 bytes less the TCP header (36 with timestamps,
+// against a window that tiny), so no sender of ours needs less.
+const minGSOSize = 32
+
+// RebuildVnetHdr returns the virtio-net header the kernel gets for a packet
+// from a peer. The kernel trusts the header it is handed (where to write a
+// checksum, how to cut, how long the headers are), so a peer's header is
+// never passed on: only its requests (cut into segments of GSOSize,
+// complete the checksum) are kept, and every offset is worked out from the
+// packet. A request the packet cannot satisfy is ErrPacket: a GSO type
+// other than TCP for the packet's IP version, a fragment, lengths in the IP
+// header that differ from the packet's, a segment size out of bounds.
+func RebuildVnetHdr(h VnetHdr, pkt []byte) (VnetHdr, error) {
+	gso, ecn := h.GSOType&^GSOECN, h.GSOType&GSOECN
+	needsCsum := h.Flags&VnetFlagNeedsCsum != 0
+	if gso == GSONone && ecn == 0 && !needsCsum {
+		return VnetHdr{}, nil // a plain packet: nothing for the kernel to do
+	}
+	if gso != GSONone && gso != GSOTCPv4 && gso != GSOTCPv6 || gso == GSONone && ecn != 0 {
+		return VnetHdr{}, ErrPacket // the device offers TCP segmentation only
+	}
+	ip, err := parseIP(pkt)
+	if err != nil || !lengthsAgree(ip, pkt) {
+		return VnetHdr{}, ErrPacket
+	}
+	csumOff := 16 // TCP
+	switch ip.proto {
+	case protoTCP:
+		if len(pkt) < ip.ipHdrLen+20 {
+			return VnetHdr{}, ErrPacket
+		}
+	case protoUDP:
+		if gso != GSONone || len(pkt) < ip.ipHdrLen+8 {
+			return VnetHdr{}, ErrPacket
+		}
+		csumOff = 6
+	default:
+		return VnetHdr{}, ErrPacket
+	}
+	out := VnetHdr{Flags: VnetFlagNeedsCsum, CsumStart: uint16(ip.ipHdrLen), CsumOffset: uint16(csumOff)}
+	if gso == GSONone {
+		return out, nil
+	}
+	if ip.v6 != (gso == GSOTCPv6) {
+		return VnetHdr{}, ErrPacket
+	}
+	hdrLen := ip.ipHdrLen + int(pkt[ip.ipHdrLen+12]>>4)*4
+	if hdrLen < ip.ipHdrLen+20 || len(pkt) <= hdrLen {
+		return VnetHdr{}, ErrPacket // no payload to cut
+	}
+	if h.GSOSize < minGSOSize || hdrLen+int(h.GSOSize) > 65535 {
+		return VnetHdr{}, ErrPacket
+	}
+	out.GSOType, out.HdrLen, out.GSOSize = h.GSOType, uint16(hdrLen), h.GSOSize
+	return out, nil
+}
+
+// lengthsAgree says whether an IP packet's header gives its length as the
+// packet's own and marks no fragment: the kernel trims a packet to its
+// header's length after reading the offsets it was handed.
+func lengthsAgree(ip ipInfo, pkt []byte) bool {
+	if ip.v6 {
+		return int(binary.BigEndian.Uint16(pkt[4:])) == len(pkt)-40
+	}
+	frag := binary.BigEndian.Uint16(pkt[6:]) & 0x3fff // MF and the offset
+	return int(binary.BigEndian.Uint16(pkt[2:])) == len(pkt) && frag == 0
+}
+
 // ipInfo is what segmentation needs of an IP packet carrying TCP or UDP.
 type ipInfo struct {
 	v6       bool

@@ -215,3 +215,106 @@ func FuzzEchoReply(f *testing.F) {
 		}
 	})
 }
+
+// A peer's virtio-net header never reaches the kernel: what it asks for is
+// checked against the packet, and every offset comes from the packet.
+func TestRebuildVnetHdr(t *testing.T) {
+	v4 := superPacket(false, make([]byte, 3000), 0x18)
+	v6 := superPacket(true, make([]byte, 3000), 0x18)
+	good := VnetHdr{Flags: VnetFlagNeedsCsum, GSOType: GSOTCPv4, HdrLen: 52, GSOSize: 1400, CsumStart: 20, CsumOffset: 16}
+	h, err := RebuildVnetHdr(good, v4)
+	if err != nil || h != good {
+		t.Fatalf("the kernel's own header for a v4 super-packet: %+v, %v", h, err)
+	}
+	// Lying offsets are replaced by the packet's.
+	lie := VnetHdr{Flags: VnetFlagNeedsCsum | 0x04, GSOType: GSOTCPv6, HdrLen: 65000, GSOSize: 1200, CsumStart: 2, CsumOffset: 0}
+	want := VnetHdr{Flags: VnetFlagNeedsCsum, GSOType: GSOTCPv6, HdrLen: 72, GSOSize: 1200, CsumStart: 40, CsumOffset: 16}
+	if h, err := RebuildVnetHdr(lie, v6); err != nil || h != want {
+		t.Fatalf("v6 with lying offsets: %+v, %v; want %+v", h, err, want)
+	}
+	if h, err := RebuildVnetHdr(VnetHdr{CsumStart: 9999, HdrLen: 9999}, v4); err != nil || h != (VnetHdr{}) {
+		t.Fatalf("a plain packet kept offsets: %+v, %v", h, err)
+	}
+	if h, err := RebuildVnetHdr(VnetHdr{Flags: VnetFlagNeedsCsum, CsumStart: 0, CsumOffset: 10}, v4); err != nil || h.CsumStart != 20 || h.CsumOffset != 16 {
+		t.Fatalf("a partial checksum aimed at the IP header: %+v, %v", h, err)
+	}
+	udp := append([]byte(nil), v4[:20+8]...)
+	udp[9] = protoUDP
+	binary.BigEndian.PutUint16(udp[2:], 28)
+	if h, err := RebuildVnetHdr(VnetHdr{Flags: VnetFlagNeedsCsum}, udp); err != nil || h.CsumStart != 20 || h.CsumOffset != 6 {
+		t.Fatalf("UDP partial checksum: %+v, %v", h, err)
+	}
+	frag := append([]byte(nil), v4...)
+	frag[6] = 0x20 // MF
+	short := append([]byte(nil), v4...)
+	binary.BigEndian.PutUint16(short[2:], 100)
+	bad := map[string]struct {
+		h   VnetHdr
+		pkt []byte
+	}{
+		"UDP segmentation of TCP":      {VnetHdr{GSOType: GSOUDPL4, GSOSize: 1400}, v4},
+		"UDP GSO type":                 {VnetHdr{GSOType: 3, GSOSize: 1400}, v4},
+		"unknown GSO type":             {VnetHdr{GSOType: 0x42, GSOSize: 1400}, v4},
+		"TCPv6 on an IPv4 packet":      {VnetHdr{GSOType: GSOTCPv6, GSOSize: 1400}, v4},
+		"TCPv4 on an IPv6 packet":      {VnetHdr{GSOType: GSOTCPv4, GSOSize: 1400}, v6},
+		"segment size zero":            {VnetHdr{GSOType: GSOTCPv4}, v4},
+		"segment size one":             {VnetHdr{GSOType: GSOTCPv4, GSOSize: 1}, v4},
+		"segment size past 64 KiB":     {VnetHdr{GSOType: GSOTCPv4, GSOSize: 65500}, v4},
+		"ECN without GSO":              {VnetHdr{GSOType: GSOECN}, v4},
+		"GSO of a UDP packet":          {VnetHdr{GSOType: GSOTCPv4, GSOSize: 1400}, udp},
+		"GSO of a fragment":            {VnetHdr{GSOType: GSOTCPv4, GSOSize: 1400}, frag},
+		"IP length shorter":            {VnetHdr{GSOType: GSOTCPv4, GSOSize: 1400}, short},
+		"checksum of a fragment":       {VnetHdr{Flags: VnetFlagNeedsCsum}, frag},
+		"checksum past the end":        {VnetHdr{Flags: VnetFlagNeedsCsum}, udp[:24]},
+		"GSO without payload":          {VnetHdr{GSOType: GSOTCPv4, GSOSize: 1400}, superPacket(false, nil, 0x10)},
+		"checksum of neither TCP, UDP": {VnetHdr{Flags: VnetFlagNeedsCsum}, append(append([]byte(nil), udp[:9]...), append([]byte{1}, udp[10:]...)...)},
+	}
+	for name, c := range bad {
+		if h, err := RebuildVnetHdr(c.h, c.pkt); err == nil {
+			t.Errorf("%s: accepted as %+v", name, h)
+		}
+	}
+}
+
+func FuzzRebuildVnetHdr(f *testing.F) {
+	f.Add([]byte{1, 1, 52, 0, 0x78, 0x05, 20, 0, 16, 0}, superPacket(false, make([]byte, 3000), 0x18))
+	f.Add([]byte{1, 4, 0, 0, 0xb0, 0x04, 0, 0, 0, 0}, superPacket(true, make([]byte, 2000), 0x18))
+	f.Add([]byte{1, 0, 0, 0, 0, 0, 0, 0, 0, 0}, superPacket(true, []byte("x"), 0x18))
+	f.Fuzz(func(t *testing.T, hdr, pkt []byte) {
+		in, err := ParseVnetHdr(hdr)
+		if err != nil {
+			return
+		}
+		h, err := RebuildVnetHdr(in, pkt)
+		if err != nil {
+			return
+		}
+		if again, err := RebuildVnetHdr(h, pkt); err != nil || again != h {
+			t.Fatalf("a rebuilt header %+v rebuilds as %+v, %v", h, again, err)
+		}
+		if h.Flags&^VnetFlagNeedsCsum != 0 {
+			t.Fatalf("flags %#x passed on", h.Flags)
+		}
+		if h.Flags == 0 {
+			if h != (VnetHdr{}) {
+				t.Fatalf("offsets without a checksum to complete: %+v", h)
+			}
+			return
+		}
+		if int(h.CsumStart)+int(h.CsumOffset)+2 > len(pkt) || h.CsumOffset != 6 && h.CsumOffset != 16 {
+			t.Fatalf("checksum at %d+%d in a %d-byte packet", h.CsumStart, h.CsumOffset, len(pkt))
+		}
+		if h.GSOType == GSONone {
+			return
+		}
+		if int(h.HdrLen) >= len(pkt) || h.HdrLen < h.CsumStart+20 || h.GSOSize < minGSOSize {
+			t.Fatalf("header length %d, segment size %d in a %d-byte packet", h.HdrLen, h.GSOSize, len(pkt))
+		}
+		// What the kernel is asked to cut, this package can cut too.
+		plain := h
+		plain.GSOType &^= GSOECN
+		if _, err := Complete(plain, pkt, nil); err != nil {
+			t.Fatalf("a rebuilt header %+v that Complete refuses: %v", h, err)
+		}
+	})
+}
