@@ -341,7 +341,7 @@ spec: {chain: to-la, listen: {address: 127.0.0.1, port: %d}, target: "127.0.0.1:
 			hold(t, "udp", laPort)
 			h := newHost(t, hkPort, relayFiles("hk"))
 			out, stop := h.start(relayArgs(h, "hk")...)
-			for deadline := time.Now().Add(20 * time.Second); !strings.Contains(out.String(), "context deadline exceeded") && time.Now().Before(deadline); {
+			for deadline := time.Now().Add(20 * time.Second); !strings.Contains(out.String(), "no answer to the QUIC handshake") && time.Now().Before(deadline); {
 				time.Sleep(100 * time.Millisecond)
 			}
 			status, _ := exec.Command(bin, "status", "-f", filepath.Join(h.root, "manifests"), "--certs", caDir, "--timeout", "2s").CombinedOutput()

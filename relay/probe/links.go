@@ -176,6 +176,7 @@ func (l *Links) round(ctx context.Context, peer string) measure.Link {
 	var samples []time.Duration
 	sent := 0
 	var smoothed time.Duration
+	var probed Sender
 	l.mu.Lock()
 	for seq, p := range l.waiting {
 		if p.peer == peer && p.late { // superseded by this round
@@ -184,6 +185,7 @@ func (l *Links) round(ctx context.Context, peer string) measure.Link {
 	}
 	l.mu.Unlock()
 	if c := l.o.Peers.Sender(peer); c != nil {
+		probed = c
 		got := make(chan time.Duration, l.o.Probes)
 		var seqs []uint64
 		for i := range l.o.Probes {
@@ -228,7 +230,9 @@ func (l *Links) round(ctx context.Context, peer string) measure.Link {
 		smoothed = c.SmoothedRTT()
 	}
 
-	if sent > 0 {
+	// A round over a connection that was replaced meanwhile (the peer came
+	// back) says nothing of the new one.
+	if sent > 0 && (len(samples) > 0 || l.o.Peers.Sender(peer) == probed) {
 		l.o.Peers.Answered(peer, len(samples) > 0)
 	}
 	l.mu.Lock()

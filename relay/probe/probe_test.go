@@ -301,3 +301,43 @@ func TestLateEchoesCount(t *testing.T) {
 		t.Errorf("%d probes wait for answers after 5 unanswered rounds; want the last round's at most", n)
 	}
 }
+
+// swapPeers is a link layer whose connection to "la" a test replaces.
+type swapPeers struct {
+	mu       sync.Mutex
+	s        Sender
+	answered []bool
+}
+
+func (p *swapPeers) Sender(string) Sender { p.mu.Lock(); defer p.mu.Unlock(); return p.s }
+func (p *swapPeers) Answered(_ string, ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.answered = append(p.answered, ok)
+}
+
+// TestRoundOverAReplacedConnection: a round whose probes went unanswered
+// over a connection replaced meanwhile (the peer came back) tells the
+// link layer nothing, which would count the new connection's peer down;
+// over the same connection it tells that the peer did not answer.
+func TestRoundOverAReplacedConnection(t *testing.T) {
+	p := &swapPeers{s: &echoer{dropEvery: 1}} // answers nothing
+	l := NewLinks(LinkOptions{Relay: "hk", Peers: p})
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	time.AfterFunc(100*time.Millisecond, func() { p.mu.Lock(); p.s = &echoer{dropEvery: 1}; p.mu.Unlock() })
+	l.Measure(ctx, []string{"la"}, 0)
+	p.mu.Lock()
+	if len(p.answered) != 0 {
+		t.Errorf("a round over a replaced connection said %v", p.answered)
+	}
+	p.mu.Unlock()
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel2()
+	l.Measure(ctx2, []string{"la"}, 0)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.answered) != 1 || p.answered[0] {
+		t.Errorf("a silent round over the same connection said %v, want [false]", p.answered)
+	}
+}

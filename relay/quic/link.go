@@ -355,7 +355,7 @@ func (l *Link) dial() (*Conn, error) {
 		qc, err := l.e.dialTr.Dial(ctx, addr, l.e.opts.Identity.ClientConfig(l.peer), dialConfig())
 		cancel()
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", a, err))
+			errs = append(errs, fmt.Errorf("%s: %w", a, unanswered(err)))
 			continue
 		}
 		return newConn(qc, l.peer, true), nil
@@ -364,4 +364,18 @@ func (l *Link) dial() (*Conn, error) {
 		return nil, fmt.Errorf("relay %q has no endpoints", l.peer)
 	}
 	return nil, errors.Join(errs...)
+}
+
+// errUnanswered is a handshake nothing answered: the dial's deadline and
+// QUIC's handshake idle timeout are the same 5 s, and which one ends it
+// first is the scheduler's choice, not news for the reader of the log.
+var errUnanswered = fmt.Errorf("no answer to the QUIC handshake within %v", handshakeTimeout)
+
+func unanswered(err error) error {
+	var idle *quicgo.IdleTimeoutError
+	var hs *quicgo.HandshakeTimeoutError
+	if errors.Is(err, context.DeadlineExceeded) || errors.As(err, &idle) || errors.As(err, &hs) {
+		return errUnanswered
+	}
+	return err
 }
