@@ -125,8 +125,13 @@ func WriteReport(w io.Writer, r *Report) error {
 			fmt.Fprintf(w, "  %s\n", n)
 		}
 	}
+	return verdict(w, r, "ready: every relay answers, every chain has a route whose links are up, every Tunnel listens and no exit has failed to reach its target")
+}
+
+// verdict ends a report: the ready line, or what is not ready.
+func verdict(w io.Writer, r *Report, ready string) error {
 	if r.Ready {
-		_, err := fmt.Fprintln(w, "\nready: every relay answers, every chain has a route whose links are up, every Tunnel listens and no exit has failed to reach its target")
+		_, err := fmt.Fprintln(w, "\n"+ready)
 		return err
 	}
 	fmt.Fprintln(w, "\nnot ready:")
@@ -277,13 +282,5 @@ func writeAPIReport(w io.Writer, r *Report) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if r.Ready {
-		_, err := fmt.Fprintln(w, "\nready, as the API says: every object's Ready condition is True")
-		return err
-	}
-	fmt.Fprintln(w, "\nnot ready:")
-	for _, n := range r.NotReady {
-		fmt.Fprintf(w, "  %s\n", n)
-	}
-	return nil
+	return verdict(w, r, "ready, as the API says: every object's Ready condition is True")
 }
