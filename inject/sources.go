@@ -1,13 +1,14 @@
 package inject
 
 import (
-	"net"
 	"net/http"
 	"net/netip"
 	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/hoplink/hoplink/srcaddr"
 )
 
 // SourceLimit holds each caller address of the webhook to a rate of
@@ -113,22 +114,12 @@ func (s *SourceLimit) limiter(key netip.Prefix, now time.Time) *rate.Limiter {
 	return src.lim
 }
 
-// callerOf is the source an http.Request's RemoteAddr counts under: an
-// IPv4 address or an IPv6 /64 (one host usually holds a whole /64).
+// callerOf is the source an http.Request's RemoteAddr counts under (the
+// zero Prefix when it is not an address).
 func callerOf(remote string) netip.Prefix {
-	host, _, err := net.SplitHostPort(remote)
-	if err != nil {
-		host = remote
-	}
-	a, err := netip.ParseAddr(host)
+	ap, err := netip.ParseAddrPort(remote)
 	if err != nil {
 		return netip.Prefix{}
 	}
-	a = a.Unmap().WithZone("")
-	bits := 32
-	if a.Is6() {
-		bits = 64
-	}
-	p, _ := a.Prefix(bits)
-	return p
+	return srcaddr.Key(ap.Addr())
 }

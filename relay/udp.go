@@ -22,7 +22,7 @@ import (
 	"github.com/hoplink/hoplink/relay/hop"
 	"github.com/hoplink/hoplink/relay/nexthop"
 	rquic "github.com/hoplink/hoplink/relay/quic"
-	"github.com/hoplink/hoplink/relay/srcaddr"
+	"github.com/hoplink/hoplink/srcaddr"
 	"github.com/hoplink/hoplink/relay/udpio"
 )
 

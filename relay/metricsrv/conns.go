@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hoplink/hoplink/relay/srcaddr"
+	"github.com/hoplink/hoplink/srcaddr"
 )
 
 // connTable is a listener that keeps at most max connections open. Past

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/hoplink/hoplink/pki"
-	"github.com/hoplink/hoplink/relay/srcaddr"
+	"github.com/hoplink/hoplink/srcaddr"
 )
 
 // connListener hands the admin server the connections that chose its

@@ -17,7 +17,7 @@ import (
 
 	"github.com/hoplink/hoplink/metrics"
 	"github.com/hoplink/hoplink/pki"
-	"github.com/hoplink/hoplink/relay/srcaddr"
+	"github.com/hoplink/hoplink/srcaddr"
 )
 
 // Which handshake gives way to a new one: table of the handshakes in

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/hoplink/hoplink/pki"
-	"github.com/hoplink/hoplink/relay/srcaddr"
+	"github.com/hoplink/hoplink/srcaddr"
 )
 
 func (e *Endpoint) accept() {

@@ -16,7 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/hoplink/hoplink/relay/srcaddr"
+	"github.com/hoplink/hoplink/srcaddr"
 )
 
 // Pools are the pools of connections an endpoint dials, one per peer (or
