@@ -22,8 +22,8 @@ import (
 	"github.com/hoplink/hoplink/relay/hop"
 	"github.com/hoplink/hoplink/relay/nexthop"
 	rquic "github.com/hoplink/hoplink/relay/quic"
-	"github.com/hoplink/hoplink/srcaddr"
 	"github.com/hoplink/hoplink/relay/udpio"
+	"github.com/hoplink/hoplink/srcaddr"
 )
 
 // udpFlows carries UDP sessions in every role. A session is one client
