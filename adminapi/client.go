@@ -6,10 +6,12 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -139,7 +141,7 @@ func (c *Client) call(ctx context.Context, relay, method, endpoint, path string,
 	}
 	resp, err := c.http(relay).Do(req)
 	if err != nil {
-		return err
+		return unreached(endpoint, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, MaxAnswer+1))
@@ -164,4 +166,18 @@ func (c *Client) call(ctx context.Context, relay, method, endpoint, path string,
 	}
 	printable.Strings(v)
 	return nil
+}
+
+// unreached says that a relay's admin API did not answer at endpoint, and
+// why, without the request's URL: the path and query are ours, not the
+// reader's, and the endpoint is what the reader can check.
+func unreached(endpoint string, err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	if strings.Contains(err.Error(), endpoint) {
+		return err // a dial error names it already
+	}
+	return fmt.Errorf("%s: %w", endpoint, err)
 }

@@ -114,7 +114,7 @@ func ProbeChain(ctx context.Context, set *manifest.Set, p Prober, chain, ns stri
 			}
 			t, err := p.Links(ctx, h.From, ep, key, 0)
 			if err != nil {
-				h.Err = err.Error()
+				h.Err = fmt.Sprintf("relay %s did not answer: %v", h.From, err)
 				return
 			}
 			for _, l := range t.Links {
@@ -139,10 +139,12 @@ func ProbeChain(ctx context.Context, set *manifest.Set, p Prober, chain, ns stri
 			targetErr = err
 			return
 		}
-		var t *measure.Table
-		if t, targetErr = p.Links(ctx, exit, ep, key, 0); targetErr == nil {
-			out.Targets = t.Targets
+		t, err := p.Links(ctx, exit, ep, key, 0)
+		if err != nil {
+			targetErr = fmt.Errorf("the exit %s did not answer: %w", exit, err)
+			return
 		}
+		out.Targets = t.Targets
 	}()
 	wg.Add(1)
 	go func() {

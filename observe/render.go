@@ -148,11 +148,12 @@ func WriteProbe(w io.Writer, p *Probe) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "HOP\tLINK\tRTT\tJITTER\tLOSS\tERROR")
 	for i, h := range p.Hops {
-		loss := fmt.Sprintf("%.1f%%", 100*min(h.Loss, 1))
+		loss, jitter := fmt.Sprintf("%.1f%%", 100*min(h.Loss, 1)), dur(h.Jitter)
 		if h.Err != "" {
-			loss = "-" // a link that did not answer has no loss to show
+			// A link that did not answer has no loss or jitter to show.
+			loss, jitter = "-", "-"
 		}
-		fmt.Fprintf(tw, "%d\t%s -> %s\t%s\t%s\t%s\t%s\n", i+1, h.From, h.To, dur(h.RTT), dur(h.Jitter), loss, orDash(h.Err))
+		fmt.Fprintf(tw, "%d\t%s -> %s\t%s\t%s\t%s\t%s\n", i+1, h.From, h.To, dur(h.RTT), jitter, loss, orDash(h.Err))
 	}
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "TARGET\tTUNNEL\tCONNECT\tUP\tERROR")

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
+	"github.com/hoplink/hoplink/internal/errlist"
 	"github.com/hoplink/hoplink/manifest"
 	"github.com/hoplink/hoplink/measure"
 	"github.com/hoplink/hoplink/relay/admit"
@@ -102,6 +103,12 @@ func (m *measurer) traceRoute(ctx context.Context, c *v1alpha1.Chain, rt []strin
 		res.Err = ref.Error()
 		return res
 	}
+	// A trace cut by the round's deadline fails with the stream's reset
+	// (its number differs each time): said as what it means, once.
+	noAnswer := errors.New("no answer through the route")
+	if dl, ok := ctx.Deadline(); ok {
+		noAnswer = fmt.Errorf("no answer through the route within %s", time.Until(dl).Round(time.Millisecond))
+	}
 	rtts := make([]time.Duration, tracesPerRoute)
 	errs := make([]error, tracesPerRoute)
 	var wg sync.WaitGroup
@@ -115,6 +122,9 @@ func (m *measurer) traceRoute(ctx context.Context, c *v1alpha1.Chain, rt []strin
 			case <-ctx.Done():
 			}
 			rtts[i], errs[i] = m.traceOnce(ctx, c, rt)
+			if errs[i] != nil && ctx.Err() != nil {
+				errs[i] = noAnswer
+			}
 		}()
 	}
 	wg.Wait()
@@ -125,7 +135,7 @@ func (m *measurer) traceRoute(ctx context.Context, c *v1alpha1.Chain, rt []strin
 		}
 	}
 	if len(ok) == 0 {
-		res.Err = errors.Join(errs...).Error()
+		res.Err = errlist.Distinct(errs).Error()
 		return res
 	}
 	slices.Sort(ok)
@@ -148,12 +158,12 @@ func (m *measurer) traceOnce(ctx context.Context, c *v1alpha1.Chain, rt []string
 	var b [1]byte
 	if _, err := io.ReadFull(out, b[:]); err != nil {
 		out.Abort()
-		return 0, fmt.Errorf("trace of %v: %w", rt, err)
+		return 0, err
 	}
 	d := time.Since(start)
 	if b[0] != traceAnswer {
 		out.Abort()
-		return 0, fmt.Errorf("trace of %v: unexpected answer %d", rt, b[0])
+		return 0, fmt.Errorf("unexpected answer %d from the exit", b[0])
 	}
 	io.Copy(io.Discard, io.LimitReader(out, 1)) // the exit's EOF
 	out.Close()

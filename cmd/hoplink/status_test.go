@@ -202,6 +202,33 @@ func TestStatusAndProbe(t *testing.T) {
 	if !strings.Contains(dot, "\"m1\" [color=red") || !strings.Contains(dot, "\"hk\" -> \"m1\" [color=red, fontcolor=red, label=\"down\"") {
 		t.Errorf("status --graph with m1 killed:\n%s", dot)
 	}
+	// The exit killed too: probe names each failed part once, says what
+	// failed in the reader's words (not a stream's reset or a URL), and
+	// exits 1.
+	n.procs["la"].Process.Signal(syscall.SIGKILL)
+	waitFor(t, "probe says the exit la is down", func() error {
+		out, err := run("probe", "c")
+		if err == nil {
+			return fmt.Errorf("probe exits 0 with la killed:\n%s", out)
+		}
+		for _, want := range []string{"the exit la did not answer: dial tcp", "no answer through the route within ", " (3 times)"} {
+			if !strings.Contains(out, want) {
+				return fmt.Errorf("probe does not say %q:\n%s", want, out)
+			}
+		}
+		table, _, _ := strings.Cut(out, "hoplink: ")
+		for _, bad := range []string{`\n`, "stream ", "canceled", "https://"} {
+			if strings.Contains(out, bad) {
+				return fmt.Errorf("probe says %q:\n%s", bad, out)
+			}
+		}
+		for _, l := range strings.Split(table, "\n") {
+			if strings.TrimSpace(l) != "" && strings.Count(table, l) > 1 {
+				return fmt.Errorf("probe repeats %q:\n%s", l, out)
+			}
+		}
+		return nil
+	})
 }
 
 // checkKubeStatus runs `hoplink status --kube` and `probe --kube` against

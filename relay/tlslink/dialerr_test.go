@@ -85,27 +85,3 @@ func TestPeerDownIsOneLineAWindow(t *testing.T) {
 		t.Fatalf("after the window, want one line with the count:\n%s", strings.Join(lines, "\n"))
 	}
 }
-
-func TestJoinDistinct(t *testing.T) {
-	for _, tc := range []struct {
-		in   []string
-		want string
-	}{
-		{[]string{"a"}, "a"},
-		{[]string{"a", "b"}, "a\nb"},
-		{[]string{"a", "a", "a", "a"}, "a (4 times)"},
-		{[]string{"a", "b", "a"}, "a (2 times); b"},
-	} {
-		var errs []error
-		for _, s := range tc.in {
-			errs = append(errs, errString(s))
-		}
-		if got := joinDistinct(errs).Error(); got != tc.want {
-			t.Errorf("%q: %q, want %q", tc.in, got, tc.want)
-		}
-	}
-}
-
-type errString string
-
-func (e errString) Error() string { return string(e) }

@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hoplink/hoplink/internal/errlist"
 	"github.com/hoplink/hoplink/srcaddr"
 )
 
@@ -277,35 +278,9 @@ func (p *Pool) add(n int) error {
 		}
 	}
 	if len(failed) == n {
-		return joinDistinct(failed)
+		return errlist.Distinct(failed)
 	}
 	return nil
-}
-
-// joinDistinct joins errs, each text once with how many times it came:
-// spares dialled at once to a peer that is down fail alike, and the line
-// that says so is to say it once ("... refused (4 times)").
-func joinDistinct(errs []error) error {
-	var order []string
-	count := map[string]int{}
-	for _, err := range errs {
-		s := err.Error()
-		if count[s] == 0 {
-			order = append(order, s)
-		}
-		count[s]++
-	}
-	if len(order) == len(errs) {
-		return errors.Join(errs...)
-	}
-	parts := make([]string, len(order))
-	for i, s := range order {
-		parts[i] = s
-		if n := count[s]; n > 1 {
-			parts[i] = fmt.Sprintf("%s (%d times)", s, n)
-		}
-	}
-	return errors.New(strings.Join(parts, "; "))
 }
 
 func (p *Pool) drain() {
