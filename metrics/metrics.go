@@ -105,7 +105,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"relay", "tunnel", "role"}),
 		FlowErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hoplink_flow_errors_total",
-			Help: "Flows that ended in error, by reason (dial_target, egress_refused: a target the exit's egress policy refuses, next_hop, no_route, flow_limit, tunnel_limit, source_limit, draining, idle, evicted, stalled: a stuck write, a TCP flow's reset to let a new flow of its QUIC connection through; client_reset, prev_hop_reset, next_hop_reset, target_reset: a TCP flow reset, by the end whose failure came first: a relay that dies mid-flow is a next_hop_reset before it on the route and a prev_hop_reset after it).",
+			Help: "Flows that ended in error, by reason (dial_target, egress_refused: a target the exit's egress policy refuses, next_hop, no_route, flow_limit, tunnel_limit, source_limit, draining, idle, evicted, stalled: a stuck write, a TCP flow's reset to let a new flow of its QUIC connection through; client_reset, prev_hop_reset, next_hop_reset, target_reset: a TCP flow reset, or a UDP session broken, by the end whose failure came first: a relay that dies mid-flow is a next_hop_reset before it on the route and a prev_hop_reset after it).",
 		}, []string{"relay", "tunnel", "reason"}),
 		Rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hoplink_rejected_streams_total",
@@ -141,7 +141,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"relay", "tunnel", "role"}),
 		UDPDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hoplink_udp_dropped_packets_total",
-			Help: "UDP packets a relay dropped, by reason (session_limit, source_limit, queue_full, send_failed, write_failed; with an empty tunnel label, datagrams from peers: no_session for a session the relay does not know, bad_datagram, probe_limit for link probes past the echo rate).",
+			Help: "UDP packets a relay dropped, by reason (session_limit, source_limit, queue_full, send_failed, write_failed, setup_failed: held for a session that could not be set up; with an empty tunnel label, datagrams from peers: no_session for a session the relay does not know, bad_datagram, probe_limit for link probes past the echo rate).",
 		}, []string{"relay", "tunnel", "reason"}),
 		UDPFramed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hoplink_udp_framed_sessions_total",

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -96,8 +97,9 @@ type udpSession struct {
 	local *net.UDPConn // the target, when the entry is also the exit
 	proxy []byte       // the PROXY header each datagram to local starts with
 
-	once sync.Once
-	done func()
+	once  sync.Once
+	ended atomic.Bool // this relay ended it: its hop's end is no error
+	done  func()
 }
 
 func (u *udpEntry) close() {
@@ -399,8 +401,33 @@ func (s *udpSession) connect() {
 	s.out.BoundWrites(stallAfter)
 	s.markReady()
 	// The stream carries (oversize) replies; its end is the session's end.
-	s.out.ReadFrames(s.reply)
-	s.end(hop.CodeReset)
+	err = s.out.ReadFrames(s.reply)
+	if s.ended.Load() {
+		return
+	}
+	if hopBroken(err) {
+		f.flowError(u.key, sideNextHop)
+		s.end(hop.CodeReset)
+		return
+	}
+	s.end(hop.CodeIdle) // the exit ended it: an end, passed on as one
+}
+
+// hopBroken says whether a UDP session's hop ended in error rather than
+// as sessions end: reset by the relay beside this one (it lost its own
+// next hop or died), its connection lost, a TLS hop cut. An idle end, a
+// shutdown notice and a TLS close_notify are ends; a session refused at
+// setup is counted where it was refused.
+func hopBroken(err error) bool {
+	var se *quicgo.StreamError
+	switch {
+	case err == nil || errors.Is(err, io.EOF):
+		return false
+	case errors.As(err, &se):
+		return se.ErrorCode != hop.CodeIdle && se.ErrorCode != hop.CodeShutdown &&
+			se.ErrorCode != hop.CodeRejected && se.ErrorCode != hop.CodeDialFailed
+	}
+	return true
 }
 
 // markReady drains packets that queued while connecting, then lets the
@@ -432,7 +459,17 @@ func (s *udpSession) markReady() {
 // every hop after it.
 func (s *udpSession) end(code quicgo.StreamErrorCode) {
 	s.once.Do(func() {
+		s.ended.Store(true)
 		u := s.u
+		// Packets still queued were waiting for a session that will
+		// never carry them (no route, the next hop or target refused).
+		for n := len(s.queue); n > 0; n-- {
+			select {
+			case <-s.queue:
+				u.dropped("setup_failed")
+			default:
+			}
+		}
 		u.mu.Lock()
 		u.forgetLocked(s)
 		u.mu.Unlock()
@@ -502,15 +539,33 @@ func (f *udpFlows) middle(c *rquic.Conn, s *quicgo.Stream, h *hop.Header) {
 	back.Receive(relay(onward.Send, fc.up))
 	defer onward.Stop()
 	defer back.Stop()
-	ended := make(chan struct{}, 2)
+	// The side that ended first, and how: a broken one is counted under it.
+	type end struct {
+		side string
+		err  error
+	}
+	ended := make(chan end, 2)
 	// Frames are queued onward and flushed when no more are waiting, so a
 	// burst leaves in full-size packets as it came.
 	flush := func(s *rquic.Session) func() { return func() { s.Flush() } }
-	go func() { back.ReadFrames(relay(onward.Queue, fc.up), flush(onward)); ended <- struct{}{} }()
-	go func() { onward.ReadFrames(relay(back.Queue, fc.down), flush(back)); ended <- struct{}{} }()
-	<-ended // either side's end ends the session on both
-	flow.Reset(s, hop.CodeReset)
-	flow.Reset(ns, hop.CodeReset)
+	go func() { ended <- end{sidePrevHop, back.ReadFrames(relay(onward.Queue, fc.up), flush(onward))} }()
+	go func() { ended <- end{sideNextHop, onward.ReadFrames(relay(back.Queue, fc.down), flush(back))} }()
+	// Either side's end ends the session on both, passed on as it came: a
+	// relay's code as sent, a lost connection as a reset.
+	first := <-ended
+	code := quicgo.StreamErrorCode(hop.CodeIdle)
+	var se *quicgo.StreamError
+	if errors.As(first.err, &se) {
+		code = se.ErrorCode
+	}
+	if hopBroken(first.err) {
+		f.flowError(h.Tunnel, first.side)
+		if se == nil {
+			code = hop.CodeReset
+		}
+	}
+	flow.Reset(s, code)
+	flow.Reset(ns, code)
 	<-ended
 }
 
@@ -591,8 +646,13 @@ func (f *udpFlows) serveTarget(back udpHop, receive func(func([]byte)), h *hop.H
 	// replies below, whose deadline it sets under wake.
 	streamDone := make(chan struct{})
 	var wake sync.Mutex
+	var endedHere atomic.Bool // the exit ended it: its hop's end is no error
+	var broken atomic.Bool    // the previous hop broke it
 	go func() {
-		back.ReadFrames(toTarget)
+		if err := back.ReadFrames(toTarget); !endedHere.Load() && hopBroken(err) {
+			f.flowError(h.Tunnel, sidePrevHop)
+			broken.Store(true)
+		}
 		wake.Lock()
 		close(streamDone)
 		tc.SetReadDeadline(time.Now())
@@ -620,7 +680,11 @@ func (f *udpFlows) serveTarget(back udpHop, receive func(func([]byte)), h *hop.H
 		select {
 		case <-streamDone:
 			tc.Close()
-			back.End(hop.CodeReset)
+			if broken.Load() {
+				back.End(hop.CodeReset)
+			} else {
+				back.End(hop.CodeIdle) // an end, answered as one
+			}
 			return
 		default:
 		}
@@ -633,6 +697,7 @@ func (f *udpFlows) serveTarget(back udpHop, receive func(func([]byte)), h *hop.H
 		}
 	}
 	tc.Close()
+	endedHere.Store(true)
 	back.End(hop.CodeIdle)
 	<-streamDone
 }

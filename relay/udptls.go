@@ -89,4 +89,13 @@ func (t *tlsHop) ReadFrames(deliver func([]byte)) error {
 	}
 }
 
-func (t *tlsHop) End(quicgo.StreamErrorCode) { t.end.Abort() }
+// End closes the hop: an idle end or a shutdown with close_notify, which
+// the far side reads as the session's end; anything else with a reset.
+func (t *tlsHop) End(code quicgo.StreamErrorCode) {
+	if code == hop.CodeIdle || code == hop.CodeShutdown {
+		t.end.CloseWrite()
+		t.end.Close()
+		return
+	}
+	t.end.Abort()
+}
