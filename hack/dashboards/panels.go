@@ -118,6 +118,16 @@ func panels() []panel {
 		q(`histogram_quantile(0.99, sum by (le, tunnel) (rate(hoplink_flow_setup_seconds_bucket{role="entry", relay=~"$relay", tunnel=~"$tunnel"}[$__rate_interval])))`, "{{tunnel}} p99")))
 	l.add(12, timeseries("Target connect time", "s", "The exit's TCP connect to a routed chain's target.",
 		q(`hoplink_target_rtt_seconds{relay=~"$relay", tunnel=~"$tunnel"}`, "{{tunnel}} {{target}}")))
+	// A target every flow fails to reach still leaves the relays ready:
+	// this is where a dead target shows.
+	l.add(8, timeseries("Targets up", "short", "Whether each exit relay's last connect to a Tunnel's target succeeded (1) or failed (0).",
+		q(`min by (tunnel, target) (hoplink_target_up{relay=~"$relay", tunnel=~"$tunnel"})`, "{{tunnel}} {{target}}")))
+	l.add(8, timeseries("UDP sessions", "short", "UDP sessions open now at each Tunnel's entry.",
+		q(`sum by (tunnel) (hoplink_udp_sessions{role="entry", relay=~"$relay", tunnel=~"$tunnel"})`, "{{tunnel}}")))
+	// What the chart's HoplinkDatagramsDropped alert fires on, by the
+	// same labels, so that the alert has a panel to look at.
+	l.add(8, timeseries("UDP datagrams dropped", "pps", "Datagrams relays dropped, by relay, Tunnel and reason (an empty Tunnel: datagrams from peers).",
+		q(`sum by (relay, tunnel, reason) (rate(hoplink_udp_dropped_packets_total{relay=~"$relay", tunnel=~"$tunnel"}[$__rate_interval]))`, "{{relay}} {{tunnel}} {{reason}}")))
 
 	l.row("Relays")
 	l.add(8, timeseries("Relays ready and peers up", "short", "Whether each relay runs and is ready, and how many connections it has to its next hops.",
@@ -125,6 +135,10 @@ func panels() []panel {
 		q(`sum by (relay) (hoplink_peer_up{relay=~"$relay"})`, "{{relay}} peers up")))
 	l.add(8, timeseries("Flow errors", "ops", "Flows that failed, by reason.",
 		q(`sum by (relay, reason) (rate(hoplink_flow_errors_total{relay=~"$relay", tunnel=~"$tunnel"}[$__rate_interval]))`, "{{relay}} {{reason}}")))
+	// A relay that rejects nothing shows 0, not "no data", so that an
+	// empty panel never reads as a broken query.
+	l.add(8, timeseries("Streams rejected", "ops", "Streams from peers a relay reset without forwarding, by reason (0: none).",
+		q(`sum by (relay, reason) (rate(hoplink_rejected_streams_total{relay=~"$relay"}[$__rate_interval])) or on (relay) max by (relay) (0 * hoplink_relay_ready{relay=~"$relay"})`, "{{relay}} {{reason}}")))
 	l.add(8, timeseries("Handshakes", "ops", "Relay-to-relay handshakes, by direction and result.",
 		q(`sum by (relay, direction, result) (rate(hoplink_peer_handshakes_total{relay=~"$relay"}[$__rate_interval]))`, "{{relay}} {{direction}} {{result}}")))
 	l.add(8, timeseries("Relay memory", "bytes", "Resident memory of each relay process, by relay name (a local mode process runs them all: it shows as one of them).",
