@@ -71,6 +71,13 @@ func timeseries(title, unit, desc string, t ...target) panel {
 // process metric, it names the series by relay, not by address.
 const relayOfInstance = `(0 * topk by (instance) (1, hoplink_relay_ready{relay=~"$relay"}))`
 
+// currentRoutes keeps, of every relay's hoplink_chain_route_info, the
+// entry's: the entry decides a routed chain's route, while a relay an old
+// route crossed keeps exporting the route it last learned until a flow tells
+// it otherwise. The entry is the route label's first relay.
+const currentRoutes = `max by (chain, route) (hoplink_chain_route_info{relay=~"$relay", chain=~"$chain"} and on (chain, relay) ` +
+	`label_replace(max by (chain, route) (hoplink_chain_route_info{relay=~"$relay", chain=~"$chain"}), "relay", "$1", "route", "([^,]+).*"))`
+
 func q(expr, legend string) target { return target{Expr: expr, LegendFormat: legend} }
 
 func panels() []panel {
@@ -97,8 +104,8 @@ func panels() []panel {
 		"Estimated: summed link round trips of the current route. Measured: end to end through it. Route changes are annotations.",
 		q(`hoplink_chain_latency_seconds{chain=~"$chain"}`, "{{chain}} {{kind}}")))
 	l.add(8, panel{Type: "table", Title: "Current routes",
-		Description: "The route each relay knows a chain's new flows to take.",
-		Targets:     []target{{Expr: `max by (chain, route) (hoplink_chain_route_info{relay=~"$relay", chain=~"$chain"})`, Format: "table", Instant: true}}})
+		Description: "The route a chain's new flows take, as its entry relay (the route's first) says; $relay narrows to chains that enter at it.",
+		Targets:     []target{{Expr: currentRoutes, Format: "table", Instant: true}}})
 	l.add(12, timeseries("Route changes", "short", "Route changes per chain over the last 10 minutes.",
 		q(`sum by (chain) (increase(hoplink_chain_route_changes_total{chain=~"$chain"}[10m]))`, "{{chain}}")))
 	l.add(12, timeseries("Routing rounds", "ops", "Measurement rounds per second, by result.",
