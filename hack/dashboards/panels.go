@@ -90,6 +90,9 @@ func panels() []panel {
 	l.add(12, panel{Type: "heatmap", Title: "Link round trip, distribution",
 		Description: "How the round trips of all links spread over time.",
 		Targets:     []target{q(`hoplink_link_rtt_seconds{from=~"$relay"}`, "{{from}} → {{to}}")},
+		// The unit in both places: the y axis reads the option, what
+		// reads the field (tooltips, the docs picture) the field's.
+		FieldConfig: map[string]any{"defaults": map[string]any{"unit": "s"}, "overrides": []any{}},
 		Options: map[string]any{"calculate": true, "yAxis": map[string]any{"unit": "s"},
 			"color": map[string]any{"scheme": "Oranges", "mode": "scheme"}}})
 	l.add(8, timeseries("Link jitter", "s", "Mean variation between successive probe round trips.",
