@@ -22,9 +22,12 @@ type panel struct {
 	Targets     []target          `json:"targets,omitempty"`
 	FieldConfig map[string]any    `json:"fieldConfig,omitempty"`
 	Options     map[string]any    `json:"options,omitempty"`
-	Collapsed   *bool             `json:"collapsed,omitempty"`
-	Panels      []panel           `json:"panels,omitempty"`
-	ID          int               `json:"id"`
+	// Transformations turn query results into the frames a panel reads
+	// (the network map's nodes and edges).
+	Transformations []map[string]any `json:"transformations,omitempty"`
+	Collapsed       *bool            `json:"collapsed,omitempty"`
+	Panels          []panel          `json:"panels,omitempty"`
+	ID              int              `json:"id"`
 }
 
 // layout places panels in rows of 24 columns.
@@ -82,6 +85,9 @@ func q(expr, legend string) target { return target{Expr: expr, LegendFormat: leg
 
 func panels() []panel {
 	l := &layout{}
+
+	l.row("Network")
+	l.add(24, networkMap())
 
 	l.row("Links")
 	l.add(12, timeseries("Link round trip", "s",
@@ -219,5 +225,83 @@ func dashboard() map[string]any {
 		"annotations":   map[string]any{"list": annotations()},
 		"templating":    map[string]any{"list": variables()},
 		"panels":        panels(),
+	}
+}
+
+// The network map: a node graph of relays and the links they probe. Grafana
+// reads two frames, nodes (id, title, mainstat, color) and edges (id,
+// source, target, mainstat, secondarystat, color); a frame with a source
+// field is the edges. Labels carry the string fields, set in PromQL; one
+// instant table query per number, joined by edge id.
+
+// setLabel sets a label to a fixed value.
+func setLabel(expr, label, value string) string {
+	return `label_replace(` + expr + `, "` + label + `", "` + value + `", "", "")`
+}
+
+// copyLabel copies one label into another.
+func copyLabel(expr, dst, src string) string {
+	return `label_replace(` + expr + `, "` + dst + `", "$1", "` + src + `", "(.*)")`
+}
+
+// relayHealth is 1 for a relay that is ready, 0 for one that is not; a
+// relay Prometheus cannot scrape (killed, or outside the $relay filter) is
+// what the relays that probe it see: down once no probe answers.
+const relayHealth = `(max by (id) (label_replace(hoplink_relay_ready{relay=~"$relay"}, "id", "$1", "relay", "(.*)"))` +
+	` or max by (id) (label_replace(hoplink_link_up{from=~"$relay"}, "id", "$1", "to", "(.*)")))`
+
+const (
+	linkUp   = `max by (from, to) (hoplink_link_up{from=~"$relay"})`
+	linkLoss = `max by (from, to) (hoplink_link_loss_ratio{from=~"$relay"})`
+	// lossy is the loss from which a link that answers shows orange.
+	lossy = "0.05"
+)
+
+func node(cond, state, color string) string {
+	return setLabel(setLabel(copyLabel(relayHealth+" "+cond, "title", "id"), "mainstat", state), "color", color)
+}
+
+func edge(expr, state, color string) string {
+	e := `label_join(` + expr + `, "id", " → ", "from", "to")`
+	return setLabel(setLabel(copyLabel(copyLabel(e, "source", "from"), "target", "to"), "detail__state", state), "color", color)
+}
+
+// edgeStat is a link metric by edge id, to join to the edges.
+func edgeStat(metric string) string {
+	return `max by (id) (label_join(` + metric + `{from=~"$relay"}, "id", " → ", "from", "to"))`
+}
+
+func networkMap() panel {
+	table := func(expr string) target { return target{Expr: expr, Format: "table", Instant: true} }
+	byName := func(name string, props ...map[string]any) map[string]any {
+		return map[string]any{"matcher": map[string]any{"id": "byName", "options": name}, "properties": props}
+	}
+	prop := func(id string, v any) map[string]any { return map[string]any{"id": id, "value": v} }
+	return panel{Type: "nodegraph", Title: "Network map",
+		Description: "Relays and the links they probe. A relay is green when ready, red when not or when no probe reaches it; a link shows its round trip and loss, green when up, orange from 5% loss, red when down.",
+		Targets: []target{
+			table(node("== 1", "up", "green") + " or " + node("== 0", "down", "red")),
+			table(edge(`(`+linkUp+` == 1 unless on (from, to) `+linkLoss+` >= `+lossy+`)`, "up", "green") +
+				" or " + edge(`(`+linkUp+` == 1 and on (from, to) `+linkLoss+` >= `+lossy+`)`, "lossy", "orange") +
+				" or " + edge(`(`+linkUp+` == 0)`, "down", "red")),
+			table(edgeStat("hoplink_link_rtt_seconds")),
+			// In percent: the node graph prints an edge's number with
+			// its unit's name, not through the unit.
+			table("100 * " + edgeStat("hoplink_link_loss_ratio")),
+		},
+		Transformations: []map[string]any{
+			// The edges and their numbers only: the nodes have an id too.
+			{"id": "joinByField", "options": map[string]any{"byField": "id", "mode": "outer"},
+				"filter": map[string]any{"id": "byRefId", "options": "B|C|D"}},
+			{"id": "organize", "options": map[string]any{
+				"excludeByName": map[string]bool{"Time": true, "Time 1": true, "Time 2": true, "Time 3": true, "from": true, "to": true},
+				"renameByName": map[string]string{"Value #A": "detail__ready", "Value #B": "detail__up",
+					"Value #C": "mainstat", "Value #D": "secondarystat"},
+			}},
+		},
+		FieldConfig: map[string]any{"defaults": map[string]any{}, "overrides": []any{
+			byName("mainstat", prop("unit", "s"), prop("decimals", 3)),
+			byName("secondarystat", prop("unit", "%"), prop("decimals", 1)),
+		}},
 	}
 }
