@@ -110,6 +110,8 @@ func TestDashboardQueriesReturnData(t *testing.T) {
 	slow := linkemu.Params{Delay: 20 * time.Millisecond}
 	toLA.SetFrom(hk, slow, slow)
 	tunnelPorts := []int{testutil.FreePort(t), testutil.FreePort(t), testutil.FreePort(t)}
+	udpEcho := udpEchoServer(t)
+	udpPort := testutil.FreePort(t)
 	manifests := fmt.Sprintf(`
 apiVersion: hoplink.dev/v1alpha1
 kind: RelayNode
@@ -150,7 +152,12 @@ apiVersion: hoplink.dev/v1alpha1
 kind: Tunnel
 metadata: {name: refused}
 spec: {chain: static, protocol: tcp, listen: {address: 127.0.0.1, port: %[6]d}, target: "127.0.0.1:1"}
-`, ports[0], ports[1], ports[2], tunnelPorts[0], tunnelPorts[1], tunnelPorts[2], echo, toLA.Addr())
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: Tunnel
+metadata: {name: echo-udp}
+spec: {chain: static, protocol: udp, listen: {address: 127.0.0.1, port: %[9]d}, target: %[10]q, udp: {maxSessions: 1}}
+`, ports[0], ports[1], ports[2], tunnelPorts[0], tunnelPorts[1], tunnelPorts[2], echo, toLA.Addr(), udpPort, udpEcho)
 	if err := os.WriteFile(filepath.Join(dir, "net.yaml"), []byte(manifests), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -189,6 +196,21 @@ spec: {chain: static, protocol: tcp, listen: {address: 127.0.0.1, port: %[6]d}, 
 			time.Sleep(200 * time.Millisecond)
 		}
 	}()
+	// Two UDP clients through a Tunnel of one session: one session open,
+	// the other's datagrams dropped (session_limit).
+	for range 2 {
+		c, err := net.Dial("udp", fmt.Sprintf("127.0.0.1:%d", udpPort))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		go func() {
+			for ctx.Err() == nil {
+				c.Write([]byte("ping"))
+				time.Sleep(200 * time.Millisecond)
+			}
+		}()
+	}
 
 	waitFor(t, 30*time.Second, "prometheus to see the first route", func() error {
 		if n, err := promQuery(promAddr, `hoplink_chain_route_info{route="hk,seattle,la",chain="default/fastest"}`); err != nil || n == 0 {
@@ -337,4 +359,24 @@ func exchange(addr string) {
 	c.Write([]byte("ping\n"))
 	buf := make([]byte, 5)
 	io.ReadFull(c, buf)
+}
+
+// udpEchoServer answers every datagram with itself until the test ends.
+func udpEchoServer(t *testing.T) string {
+	c, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			n, from, err := c.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			c.WriteTo(buf[:n], from)
+		}
+	}()
+	return c.LocalAddr().String()
 }

@@ -22,9 +22,12 @@ type panel struct {
 	Targets     []target          `json:"targets,omitempty"`
 	FieldConfig map[string]any    `json:"fieldConfig,omitempty"`
 	Options     map[string]any    `json:"options,omitempty"`
-	Collapsed   *bool             `json:"collapsed,omitempty"`
-	Panels      []panel           `json:"panels,omitempty"`
-	ID          int               `json:"id"`
+	// Transformations turn query results into the frames a panel reads
+	// (the network map's nodes and edges).
+	Transformations []map[string]any `json:"transformations,omitempty"`
+	Collapsed       *bool            `json:"collapsed,omitempty"`
+	Panels          []panel          `json:"panels,omitempty"`
+	ID              int              `json:"id"`
 }
 
 // layout places panels in rows of 24 columns.
@@ -71,10 +74,20 @@ func timeseries(title, unit, desc string, t ...target) panel {
 // process metric, it names the series by relay, not by address.
 const relayOfInstance = `(0 * topk by (instance) (1, hoplink_relay_ready{relay=~"$relay"}))`
 
+// currentRoutes keeps, of every relay's hoplink_chain_route_info, the
+// entry's: the entry decides a routed chain's route, while a relay an old
+// route crossed keeps exporting the route it last learned until a flow tells
+// it otherwise. The entry is the route label's first relay.
+const currentRoutes = `max by (chain, route) (hoplink_chain_route_info{relay=~"$relay", chain=~"$chain"} and on (chain, relay) ` +
+	`label_replace(max by (chain, route) (hoplink_chain_route_info{relay=~"$relay", chain=~"$chain"}), "relay", "$1", "route", "([^,]+).*"))`
+
 func q(expr, legend string) target { return target{Expr: expr, LegendFormat: legend} }
 
 func panels() []panel {
 	l := &layout{}
+
+	l.row("Network")
+	l.add(24, networkMap())
 
 	l.row("Links")
 	l.add(12, timeseries("Link round trip", "s",
@@ -83,6 +96,9 @@ func panels() []panel {
 	l.add(12, panel{Type: "heatmap", Title: "Link round trip, distribution",
 		Description: "How the round trips of all links spread over time.",
 		Targets:     []target{q(`hoplink_link_rtt_seconds{from=~"$relay"}`, "{{from}} → {{to}}")},
+		// The unit in both places: the y axis reads the option, what
+		// reads the field (tooltips, the docs picture) the field's.
+		FieldConfig: map[string]any{"defaults": map[string]any{"unit": "s"}, "overrides": []any{}},
 		Options: map[string]any{"calculate": true, "yAxis": map[string]any{"unit": "s"},
 			"color": map[string]any{"scheme": "Oranges", "mode": "scheme"}}})
 	l.add(8, timeseries("Link jitter", "s", "Mean variation between successive probe round trips.",
@@ -97,8 +113,8 @@ func panels() []panel {
 		"Estimated: summed link round trips of the current route. Measured: end to end through it. Route changes are annotations.",
 		q(`hoplink_chain_latency_seconds{chain=~"$chain"}`, "{{chain}} {{kind}}")))
 	l.add(8, panel{Type: "table", Title: "Current routes",
-		Description: "The route each relay knows a chain's new flows to take.",
-		Targets:     []target{{Expr: `max by (chain, route) (hoplink_chain_route_info{relay=~"$relay", chain=~"$chain"})`, Format: "table", Instant: true}}})
+		Description: "The route a chain's new flows take, as its entry relay (the route's first) says; $relay narrows to chains that enter at it.",
+		Targets:     []target{{Expr: currentRoutes, Format: "table", Instant: true}}})
 	l.add(12, timeseries("Route changes", "short", "Route changes per chain over the last 10 minutes.",
 		q(`sum by (chain) (increase(hoplink_chain_route_changes_total{chain=~"$chain"}[10m]))`, "{{chain}}")))
 	l.add(12, timeseries("Routing rounds", "ops", "Measurement rounds per second, by result.",
@@ -118,6 +134,16 @@ func panels() []panel {
 		q(`histogram_quantile(0.99, sum by (le, tunnel) (rate(hoplink_flow_setup_seconds_bucket{role="entry", relay=~"$relay", tunnel=~"$tunnel"}[$__rate_interval])))`, "{{tunnel}} p99")))
 	l.add(12, timeseries("Target connect time", "s", "The exit's TCP connect to a routed chain's target.",
 		q(`hoplink_target_rtt_seconds{relay=~"$relay", tunnel=~"$tunnel"}`, "{{tunnel}} {{target}}")))
+	// A target every flow fails to reach still leaves the relays ready:
+	// this is where a dead target shows.
+	l.add(8, timeseries("Targets up", "short", "Whether each exit relay's last connect to a Tunnel's target succeeded (1) or failed (0).",
+		q(`min by (tunnel, target) (hoplink_target_up{relay=~"$relay", tunnel=~"$tunnel"})`, "{{tunnel}} {{target}}")))
+	l.add(8, timeseries("UDP sessions", "short", "UDP sessions open now at each Tunnel's entry.",
+		q(`sum by (tunnel) (hoplink_udp_sessions{role="entry", relay=~"$relay", tunnel=~"$tunnel"})`, "{{tunnel}}")))
+	// What the chart's HoplinkDatagramsDropped alert fires on, by the
+	// same labels, so that the alert has a panel to look at.
+	l.add(8, timeseries("UDP datagrams dropped", "pps", "Datagrams relays dropped, by relay, Tunnel and reason (an empty Tunnel: datagrams from peers).",
+		q(`sum by (relay, tunnel, reason) (rate(hoplink_udp_dropped_packets_total{relay=~"$relay", tunnel=~"$tunnel"}[$__rate_interval]))`, "{{relay}} {{tunnel}} {{reason}}")))
 
 	l.row("Relays")
 	l.add(8, timeseries("Relays ready and peers up", "short", "Whether each relay runs and is ready, and how many connections it has to its next hops.",
@@ -125,6 +151,10 @@ func panels() []panel {
 		q(`sum by (relay) (hoplink_peer_up{relay=~"$relay"})`, "{{relay}} peers up")))
 	l.add(8, timeseries("Flow errors", "ops", "Flows that failed, by reason.",
 		q(`sum by (relay, reason) (rate(hoplink_flow_errors_total{relay=~"$relay", tunnel=~"$tunnel"}[$__rate_interval]))`, "{{relay}} {{reason}}")))
+	// A relay that rejects nothing shows 0, not "no data", so that an
+	// empty panel never reads as a broken query.
+	l.add(8, timeseries("Streams rejected", "ops", "Streams from peers a relay reset without forwarding, by reason (0: none).",
+		q(`sum by (relay, reason) (rate(hoplink_rejected_streams_total{relay=~"$relay"}[$__rate_interval])) or on (relay) max by (relay) (0 * hoplink_relay_ready{relay=~"$relay"})`, "{{relay}} {{reason}}")))
 	l.add(8, timeseries("Handshakes", "ops", "Relay-to-relay handshakes, by direction and result.",
 		q(`sum by (relay, direction, result) (rate(hoplink_peer_handshakes_total{relay=~"$relay"}[$__rate_interval]))`, "{{relay}} {{direction}} {{result}}")))
 	l.add(8, timeseries("Relay memory", "bytes", "Resident memory of each relay process, by relay name (a local mode process runs them all: it shows as one of them).",
@@ -195,5 +225,83 @@ func dashboard() map[string]any {
 		"annotations":   map[string]any{"list": annotations()},
 		"templating":    map[string]any{"list": variables()},
 		"panels":        panels(),
+	}
+}
+
+// The network map: a node graph of relays and the links they probe. Grafana
+// reads two frames, nodes (id, title, mainstat, color) and edges (id,
+// source, target, mainstat, secondarystat, color); a frame with a source
+// field is the edges. Labels carry the string fields, set in PromQL; one
+// instant table query per number, joined by edge id.
+
+// setLabel sets a label to a fixed value.
+func setLabel(expr, label, value string) string {
+	return `label_replace(` + expr + `, "` + label + `", "` + value + `", "", "")`
+}
+
+// copyLabel copies one label into another.
+func copyLabel(expr, dst, src string) string {
+	return `label_replace(` + expr + `, "` + dst + `", "$1", "` + src + `", "(.*)")`
+}
+
+// relayHealth is 1 for a relay that is ready, 0 for one that is not; a
+// relay Prometheus cannot scrape (killed, or outside the $relay filter) is
+// what the relays that probe it see: down once no probe answers.
+const relayHealth = `(max by (id) (label_replace(hoplink_relay_ready{relay=~"$relay"}, "id", "$1", "relay", "(.*)"))` +
+	` or max by (id) (label_replace(hoplink_link_up{from=~"$relay"}, "id", "$1", "to", "(.*)")))`
+
+const (
+	linkUp   = `max by (from, to) (hoplink_link_up{from=~"$relay"})`
+	linkLoss = `max by (from, to) (hoplink_link_loss_ratio{from=~"$relay"})`
+	// lossy is the loss from which a link that answers shows orange.
+	lossy = "0.05"
+)
+
+func node(cond, state, color string) string {
+	return setLabel(setLabel(copyLabel(relayHealth+" "+cond, "title", "id"), "mainstat", state), "color", color)
+}
+
+func edge(expr, state, color string) string {
+	e := `label_join(` + expr + `, "id", " → ", "from", "to")`
+	return setLabel(setLabel(copyLabel(copyLabel(e, "source", "from"), "target", "to"), "detail__state", state), "color", color)
+}
+
+// edgeStat is a link metric by edge id, to join to the edges.
+func edgeStat(metric string) string {
+	return `max by (id) (label_join(` + metric + `{from=~"$relay"}, "id", " → ", "from", "to"))`
+}
+
+func networkMap() panel {
+	table := func(expr string) target { return target{Expr: expr, Format: "table", Instant: true} }
+	byName := func(name string, props ...map[string]any) map[string]any {
+		return map[string]any{"matcher": map[string]any{"id": "byName", "options": name}, "properties": props}
+	}
+	prop := func(id string, v any) map[string]any { return map[string]any{"id": id, "value": v} }
+	return panel{Type: "nodegraph", Title: "Network map",
+		Description: "Relays and the links they probe. A relay is green when ready, red when not or when no probe reaches it; a link shows its round trip and loss, green when up, orange from 5% loss, red when down.",
+		Targets: []target{
+			table(node("== 1", "up", "green") + " or " + node("== 0", "down", "red")),
+			table(edge(`(`+linkUp+` == 1 unless on (from, to) `+linkLoss+` >= `+lossy+`)`, "up", "green") +
+				" or " + edge(`(`+linkUp+` == 1 and on (from, to) `+linkLoss+` >= `+lossy+`)`, "lossy", "orange") +
+				" or " + edge(`(`+linkUp+` == 0)`, "down", "red")),
+			table(edgeStat("hoplink_link_rtt_seconds")),
+			// In percent: the node graph prints an edge's number with
+			// its unit's name, not through the unit.
+			table("100 * " + edgeStat("hoplink_link_loss_ratio")),
+		},
+		Transformations: []map[string]any{
+			// The edges and their numbers only: the nodes have an id too.
+			{"id": "joinByField", "options": map[string]any{"byField": "id", "mode": "outer"},
+				"filter": map[string]any{"id": "byRefId", "options": "B|C|D"}},
+			{"id": "organize", "options": map[string]any{
+				"excludeByName": map[string]bool{"Time": true, "Time 1": true, "Time 2": true, "Time 3": true, "from": true, "to": true},
+				"renameByName": map[string]string{"Value #A": "detail__ready", "Value #B": "detail__up",
+					"Value #C": "mainstat", "Value #D": "secondarystat"},
+			}},
+		},
+		FieldConfig: map[string]any{"defaults": map[string]any{}, "overrides": []any{
+			byName("mainstat", prop("unit", "s"), prop("decimals", 3)),
+			byName("secondarystat", prop("unit", "%"), prop("decimals", 1)),
+		}},
 	}
 }
