@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -282,7 +283,8 @@ var errNotReady = errors.New("not ready")
 
 func newStatusCmd() *cobra.Command {
 	var of observeFlags
-	var watch, wait, graph bool
+	var watch, wait bool
+	var graph string
 	var interval, waitFor time.Duration
 	cmd := &cobra.Command{
 		Use:   "status (-f FILE_OR_DIR --certs DIR | --kube)",
@@ -297,13 +299,17 @@ not ready, a chain without a route whose links are up, a Tunnel that does not
 listen or whose exit cannot connect to its target (each listed with its
 reason). --wait polls until all is ready (exit 0), or --wait-timeout passes
 (exit 1); --watch prints the status every --interval until interrupted.
---graph prints the same as a map, in Graphviz's DOT:
+--graph prints the same as a map: Graphviz's DOT text, or with --graph=svg or
+--graph=png the picture itself (laid out by the Graphviz built into hoplink):
 
-  hoplink status -f DIR --certs DIR --graph | dot -Tsvg > network.svg`,
+  hoplink status -f DIR --certs DIR --graph=svg > network.svg`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if graph && of.output != "table" {
-				return fmt.Errorf("--graph writes a DOT graph: leave out -o %s", of.output)
+			if graph != "" && of.output != "table" {
+				return fmt.Errorf("--graph writes a map, not a report: leave out -o %s", of.output)
+			}
+			if graph != "" && !slices.Contains(observe.GraphFormats, graph) {
+				return fmt.Errorf("--graph=%s: no such map format; choose one of %s", graph, strings.Join(observe.GraphFormats, ", "))
 			}
 			set, objs, client, err := of.load(cmd.Context())
 			if err != nil {
@@ -336,8 +342,8 @@ reason). --wait polls until all is ready (exit 0), or --wait-timeout passes
 			}
 			out := cmd.OutOrStdout()
 			show := func(r *observe.Report) error {
-				if graph {
-					return observe.WriteGraph(out, r)
+				if graph != "" {
+					return observe.RenderGraph(cmd.Context(), out, r, graph)
 				}
 				return of.write(out, r, func(w io.Writer) error { return observe.WriteReport(w, r) })
 			}
@@ -391,7 +397,8 @@ reason). --wait polls until all is ready (exit 0), or --wait-timeout passes
 	cmd.Flags().DurationVar(&interval, "interval", 2*time.Second, "with --watch, how often")
 	cmd.Flags().BoolVar(&wait, "wait", false, "wait until everything is ready (exit 0) or --wait-timeout passes (exit 1), for scripts")
 	cmd.Flags().DurationVar(&waitFor, "wait-timeout", 2*time.Minute, "with --wait, how long")
-	cmd.Flags().BoolVar(&graph, "graph", false, "print a map of the network as a Graphviz DOT graph (relays, their links with round trip, loss and state, the chains' routes in bold): render it with dot -Tsvg")
+	cmd.Flags().StringVar(&graph, "graph", "", "print a map of the network (relays, their links with round trip, loss and state, the chains' routes in bold) as `FORMAT`: dot (alone, --graph), svg or png")
+	cmd.Flags().Lookup("graph").NoOptDefVal = "dot"
 	return cmd
 }
 
