@@ -26,7 +26,6 @@ import (
 	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/controllers"
 	"github.com/hoplink/hoplink/relay/kube"
-	"github.com/hoplink/hoplink/relay/metricsrv"
 )
 
 // kubeFlags say how to reach the API server and which namespace to use.
@@ -92,11 +91,11 @@ func runKubeRelay(log *slog.Logger, kf *kubeFlags, name, metricsAddr string, pro
 		case <-ctx.Done():
 		}
 	}()
-	var srv *metricsrv.Server
-	if metricsAddr != "" {
-		if srv, err = metricsrv.Serve(metricsAddr, reg, k.Ready, profiling, log); err != nil {
-			return fmt.Errorf("--metrics-addr: %w", err)
-		}
+	srv, err := serveMetrics(metricsAddr, reg, k.Ready, profiling, log)
+	if err != nil {
+		return err
+	}
+	if srv != nil {
 		defer srv.Close()
 	}
 	err = k.Run(ctx)
@@ -167,7 +166,7 @@ func newOperatorCmd(lf *logFlags) *cobra.Command {
 			if caSecret != "" {
 				o.CASecret.Name = caSecret
 			}
-			o.MetricsAddr, o.ProbeAddr, o.RenewBefore = metricsAddr, probeAddr, renewBefore
+			o.MetricsAddr, o.ProbeAddr, o.PprofAddr, o.RenewBefore = offAsZero(metricsAddr), offAsZero(probeAddr), offAsZero(o.PprofAddr), renewBefore
 			o.LeaderElectionNamespace = ns
 			o.Log = log
 			o.Version = version
@@ -195,9 +194,9 @@ func newOperatorCmd(lf *logFlags) *cobra.Command {
 	kf.register(f)
 	f.StringVar(&o.Image, "relay-image", os.Getenv("HOPLINK_RELAY_IMAGE"), "image of relay pods (default $HOPLINK_RELAY_IMAGE, else the operator pod's own image)")
 	f.StringVar(&caSecret, "ca-secret", "", "Secret in --namespace holding the relay CA (tls.crt, tls.key); default: hoplink-ca, created if missing")
-	f.StringVar(&metricsAddr, "metrics-addr", ":8080", "serve the operator's /metrics at `ADDR` (0: not served)")
-	f.StringVar(&probeAddr, "health-probe-addr", ":8081", "serve /healthz and /readyz at `ADDR`")
-	f.StringVar(&o.PprofAddr, "pprof-addr", "", "serve /debug/pprof at `ADDR` (empty: not served)")
+	f.StringVar(&metricsAddr, "metrics-addr", ":8080", "serve the operator's /metrics at `ADDR` ("+notServedHelp+")")
+	f.StringVar(&probeAddr, "health-probe-addr", ":8081", "serve /healthz and /readyz at `ADDR` ("+notServedHelp+")")
+	f.StringVar(&o.PprofAddr, "pprof-addr", "", "serve /debug/pprof at `ADDR` ("+notServedHelp+")")
 	// The names controller-runtime's scaffolding gives these, which the
 	// operator took before its flags matched the relays'.
 	deprecatedAlias(f, "metrics-bind-address", "metrics-addr")

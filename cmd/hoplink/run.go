@@ -61,13 +61,10 @@ func serveUntilSignal(log *slog.Logger, metricsAddr string, profiling bool, reg 
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
-	var srv *metricsrv.Server
-	if metricsAddr != "" {
-		var err error
-		if srv, err = metricsrv.Serve(metricsAddr, reg, ready, profiling, log); err != nil {
-			stop()
-			return fmt.Errorf("--metrics-addr: %w", err)
-		}
+	srv, err := serveMetrics(metricsAddr, reg, ready, profiling, log)
+	if err != nil {
+		stop()
+		return err
 	}
 	<-sigs
 	return shutDown(sigs, log, drain, grace, func() {
@@ -75,6 +72,19 @@ func serveUntilSignal(log *slog.Logger, metricsAddr string, profiling bool, reg 
 			srv.Close()
 		}
 	}, stop, closeTimeout)
+}
+
+// serveMetrics serves --metrics-addr, or nothing (a nil server) when it
+// says not served.
+func serveMetrics(addr string, reg *prometheus.Registry, ready func() bool, profiling bool, log *slog.Logger) (*metricsrv.Server, error) {
+	if !served(addr) {
+		return nil, nil
+	}
+	srv, err := metricsrv.Serve(addr, reg, ready, profiling, log)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-addr: %w", err)
+	}
+	return srv, nil
 }
 
 // closeTimeout bounds the close that follows a drain. On a host busy
