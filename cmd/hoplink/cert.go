@@ -23,7 +23,7 @@ func newCertCmd() *cobra.Command {
 	}
 	var dir string
 	ca := &cobra.Command{
-		Use:   "ca --certs DIR",
+		Use:   "ca [--certs DIR]",
 		Short: "Create a CA: DIR/ca.crt and DIR/ca.key",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -40,7 +40,7 @@ func newCertCmd() *cobra.Command {
 	}
 	var files []string
 	issue := &cobra.Command{
-		Use:   "issue --certs DIR (NAME... | -f FILE_OR_DIR [NAME...])",
+		Use:   "issue [--certs DIR] (NAME... | -f FILE_OR_DIR [NAME...])",
 		Short: "Issue certificates for relays: DIR/NAME.crt and DIR/NAME.key, signed by DIR/ca.*",
 		Long: `Issues a certificate for each relay NAME, signed by the CA in DIR. With -f,
 the names are checked against the RelayNodes of the manifests, and without
@@ -67,7 +67,7 @@ names every RelayNode of them gets one.`,
 	var output string
 	var renewBefore time.Duration
 	show := &cobra.Command{
-		Use:   "show --certs DIR [NAME...]",
+		Use:   "show [--certs DIR] [NAME...]",
 		Short: "Show the certificates of DIR: whose each is, how long it is valid, and when 'cert renew' renews it",
 		Long: `Lists DIR/NAME.crt for each NAME, or every certificate of DIR: the CA, relays
 and the observer, with the dates each is valid between, the days left, when
@@ -93,7 +93,7 @@ DIR/ca.crt, as during a CA rotation).`,
 	show.Flags().StringVarP(&output, "output", "o", "table", "output format: table, json or yaml")
 	var force, newKey bool
 	renew := &cobra.Command{
-		Use:   "renew --certs DIR [NAME...]",
+		Use:   "renew [--certs DIR] [NAME...]",
 		Short: "Renew the certificates of DIR that are due: relays' and the observer's, signed by DIR/ca.*",
 		Long: `Issues again, for as long as 'cert issue' and 'cert observer' do (a year, the
 observer 90 days), each certificate of DIR (or DIR/NAME.crt for each NAME) that
@@ -143,7 +143,7 @@ docs/architecture.md.`,
 		c.Flags().DurationVar(&renewBefore, "renew-before", 0, "renew certificates this long before expiry (default: a third of their validity)")
 	}
 	observer := &cobra.Command{
-		Use:   "observer --certs DIR",
+		Use:   "observer [--certs DIR]",
 		Short: "Issue the certificate 'hoplink status' and 'probe' read relays with: DIR/observer.crt and DIR/observer.key",
 		Long: `Issues a client certificate for the observer, signed by DIR/ca.*: relays let it
 read their status and measure chains over their admin API, nothing else. It is

@@ -182,3 +182,43 @@ func lineDiff(want, got string) string {
 	}
 	return b.String()
 }
+
+// A flag the usage line writes outside brackets reads as one to give; a
+// flag with a default is not, so its usage line brackets it.
+func TestUsageLinesBracketFlagsWithDefaults(t *testing.T) {
+	for _, c := range commands() {
+		if !ours(c) {
+			continue
+		}
+		depth := 0
+		var word strings.Builder
+		check := func() {
+			w := word.String()
+			word.Reset()
+			var f *pflag.Flag
+			switch {
+			case strings.HasPrefix(w, "--"):
+				f = c.Flags().Lookup(strings.TrimPrefix(w, "--"))
+			case strings.HasPrefix(w, "-") && len(w) == 2:
+				f = c.Flags().ShorthandLookup(w[1:])
+			}
+			if f != nil && f.DefValue != "" && f.DefValue != "[]" && f.DefValue != "false" {
+				t.Errorf("%s: the usage line %q writes %s as required, but it defaults to %q: write [%s ...]", c.CommandPath(), c.Use, w, f.DefValue, w)
+			}
+		}
+		for _, r := range c.Use {
+			switch {
+			case r == '[':
+				check()
+				depth++
+			case r == ']':
+				depth--
+			case r == ' ' || r == '(' || r == ')' || r == '|':
+				check()
+			case depth == 0:
+				word.WriteRune(r)
+			}
+		}
+		check()
+	}
+}
