@@ -90,7 +90,7 @@ DIR/ca.crt, as during a CA rotation).`,
 			return writeAs(cmd.OutOrStdout(), output, files, func(w io.Writer) error { return writeCertTable(w, files, now) })
 		},
 	}
-	show.Flags().StringVarP(&output, "output", "o", "table", "output format: table, json or yaml")
+	show.Flags().StringVarP(&output, "output", "o", "table", "output `FORMAT`: table, json or yaml")
 	var force, newKey bool
 	renew := &cobra.Command{
 		Use:   "renew [--certs DIR] [NAME...]",
@@ -161,7 +161,7 @@ no relay's certificate and cannot carry flows.`,
 			return nil
 		},
 	}
-	issue.Flags().StringSliceVarP(&files, "file", "f", nil, "manifest file or directory (repeatable): the RelayNodes to issue for")
+	issue.Flags().StringSliceVarP(&files, "file", "f", nil, "a manifest `FILE_OR_DIR` (repeatable): the RelayNodes to issue for")
 	for _, c := range []*cobra.Command{ca, issue, observer, show, renew} {
 		c.Flags().StringVar(&dir, "certs", "certs", "`DIR` of the certificate files, as 'hoplink relay --certs' reads them")
 		deprecatedAlias(c.Flags(), "dir", "certs")

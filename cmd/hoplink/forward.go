@@ -80,7 +80,7 @@ narrows who may connect.`,
 	f.StringSliceVar(&fs.via, "via", nil, "a relay between entry and exit, by `NAME` (repeatable, in order)")
 	f.StringVar(&fs.entry, "entry", "entry", "the entry relay's `NAME`")
 	f.StringVar(&fs.exit, "exit", "exit", "the exit relay's `NAME`")
-	f.StringVar(&fs.protocol, "protocol", "tcp", "tcp or udp")
+	f.StringVar(&fs.protocol, "protocol", "tcp", "the Tunnel's `PROTOCOL`: tcp or udp")
 	f.IntVar(&fs.relayPort, "relay-port", 7401, "the entry relay's `PORT` (QUIC and TLS); each next relay takes the next one")
 	f.BoolVar(&dryRun, "dry-run", false, "print the manifests and exit")
 	o.flags(f)

@@ -40,9 +40,9 @@ func ours(c *cobra.Command) bool {
 	return true
 }
 
-// valueName is a placeholder: capitals, with ":" and "[]" for its parts
-// (HOST:PORT, [ADDR:]PORT).
-var valueName = regexp.MustCompile(`^[A-Z\[][A-Z0-9_:\[\]]*$`)
+// valueName is a placeholder: capitals, with ":", "/", "-" and "[]" for
+// its parts (HOST:PORT, [ADDR:]PORT, NAMESPACE/NAME, FIRST-LAST).
+var valueName = regexp.MustCompile(`^[A-Z\[][A-Z0-9_:/\-\[\]]*$`)
 
 // pflag takes the first `quoted` word of a flag's usage as the name of
 // its value, so a command quoted there showed as the value's name
@@ -69,6 +69,27 @@ func TestFlagHelpNamesValues(t *testing.T) {
 				t.Errorf("%s: %s shows backticks as they are: %q", c.CommandPath(), what, s)
 			}
 		}
+	}
+}
+
+// A text flag's help names what its value is (FILE, DIR, ADDR, FORMAT),
+// never its Go type: "--kubeconfig string" beside "--ca FILE" told the
+// reader nothing.
+func TestTextFlagsHavePlaceholders(t *testing.T) {
+	for _, c := range commands() {
+		if !ours(c) {
+			continue
+		}
+		check := func(f *pflag.Flag) {
+			if typ := f.Value.Type(); typ != "string" && typ != "stringSlice" {
+				return
+			}
+			if name, _ := pflag.UnquoteUsage(f); name == "string" || name == "strings" {
+				t.Errorf("%s --%s: help shows %q for its value; quote a placeholder in its usage, such as `FILE`", c.CommandPath(), f.Name, name)
+			}
+		}
+		c.LocalFlags().VisitAll(check)
+		c.InheritedFlags().VisitAll(check)
 	}
 }
 

@@ -157,8 +157,8 @@ func newRootLogs(lf *logFlags) *cobra.Command {
 		Version: version,
 	}
 	root.SetVersionTemplate(versionLine())
-	root.PersistentFlags().StringVar(&lf.level, "log-level", "info", "debug, info, warn or error")
-	root.PersistentFlags().StringVar(&lf.format, "log-format", "text", "text or json")
+	root.PersistentFlags().StringVar(&lf.level, "log-level", "info", "the least `LEVEL` logged: debug, info, warn or error")
+	root.PersistentFlags().StringVar(&lf.format, "log-format", "text", "the logs' `FORMAT`: text or json")
 	root.AddCommand(newLocalCmd(lf), newForwardCmd(lf), newRelayCmd(lf), newOperatorCmd(lf), newCertCmd(), newStatusCmd(), newProbeCmd(), newVersionCmd())
 	addCompletions(root)
 	return root

@@ -238,7 +238,7 @@ func newLocalCmd(lf *logFlags) *cobra.Command {
 			return o.run(log, set, files, "")
 		},
 	}
-	cmd.Flags().StringSliceVarP(&files, "file", "f", nil, "manifest file or directory (repeatable)")
+	cmd.Flags().StringSliceVarP(&files, "file", "f", nil, "a manifest `FILE_OR_DIR` (repeatable)")
 	o.flags(cmd.Flags())
 	cmd.Flags().BoolVar(&o.tunOffload, "tun-offload", true, "open tun Tunnels' devices with segmentation offload where the kernel has it")
 	return cmd
@@ -350,7 +350,7 @@ injected sidecar relays run.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringSliceVarP(&files, "file", "f", nil, "manifest file or directory (repeatable)")
+	f.StringSliceVarP(&files, "file", "f", nil, "a manifest `FILE_OR_DIR` (repeatable)")
 	f.StringVar(&name, "name", "", "the `NAME` of the RelayNode this process runs")
 	deprecatedAlias(f, "relaynode", "name")
 	f.BoolVar(&kubeMode, "kube", false, "read manifests and certificates from the Kubernetes API")

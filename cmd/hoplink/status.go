@@ -64,11 +64,11 @@ func (o *observeFlags) add(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.BoolVar(&o.kube, "kube", false, "read a cluster: the objects of --namespace from the API, and the relays through their admin API with a certificate issued in memory from --ca-secret")
 	o.kf.register(f)
-	f.StringVar(&o.caSecret, "ca-secret", "hoplink-system/hoplink-ca", "with --kube, the Secret (NAMESPACE/NAME) holding the relay CA")
+	f.StringVar(&o.caSecret, "ca-secret", "hoplink-system/hoplink-ca", "with --kube, the Secret `NAMESPACE/NAME` holding the relay CA")
 	f.BoolVar(&o.apiOnly, "api-only", false, "with --kube, show what the API says (the operator's view, at most 10 s old) and ask no relay: needs no rights to --ca-secret, which --kube otherwise reads (and falls back to this when forbidden)")
-	f.StringSliceVarP(&o.files, "file", "f", nil, "manifest file or directory (repeatable): the relays to ask and their endpoints")
+	f.StringSliceVarP(&o.files, "file", "f", nil, "a manifest `FILE_OR_DIR` (repeatable): the relays to ask and their endpoints")
 	f.StringVar(&o.certs, "certs", "", "`DIR` with ca.crt and the observer's certificate (observer.crt, observer.key), as 'hoplink cert observer' writes them, or 'hoplink local' (which logs the command)")
-	f.StringVarP(&o.output, "output", "o", "table", "output format: table, json or yaml")
+	f.StringVarP(&o.output, "output", "o", "table", "output `FORMAT`: table, json or yaml")
 	f.DurationVar(&o.timeout, "timeout", 5*time.Second, "how long to wait for each relay's answer")
 }
 
