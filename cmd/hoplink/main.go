@@ -124,20 +124,30 @@ func (w stdLog) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (f *logFlags) loggerTo(out io.Writer) (*slog.Logger, error) {
+// check refuses log flags no logger can be made of. Every command runs it
+// (the root's PersistentPreRunE), also those that log nothing, so a typo
+// is not taken silently by one command and refused by the next.
+func (f *logFlags) check() (slog.Level, error) {
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(f.level)); err != nil {
-		return nil, fmt.Errorf("--log-level %q: use debug, info, warn or error", f.level)
+		return lvl, fmt.Errorf("--log-level %q: use debug, info, warn or error", f.level)
+	}
+	switch strings.ToLower(f.format) {
+	case "text", "json":
+		return lvl, nil
+	}
+	return lvl, fmt.Errorf("--log-format %q: use text or json", f.format)
+}
+
+func (f *logFlags) loggerTo(out io.Writer) (*slog.Logger, error) {
+	lvl, err := f.check()
+	if err != nil {
+		return nil, err
 	}
 	opts := &slog.HandlerOptions{Level: lvl}
-	var h slog.Handler
-	switch strings.ToLower(f.format) {
-	case "text":
-		h = slog.NewTextHandler(out, opts)
-	case "json":
+	var h slog.Handler = slog.NewTextHandler(out, opts)
+	if strings.ToLower(f.format) == "json" {
 		h = slog.NewJSONHandler(out, opts)
-	default:
-		return nil, fmt.Errorf("--log-format %q: use text or json", f.format)
 	}
 	// A condition that repeats (a peer down, flows with no route) is a line
 	// and then one per window with a count; no line holds a line break.
@@ -155,6 +165,10 @@ func newRootLogs(lf *logFlags) *cobra.Command {
 		SilenceErrors: true,
 		// --version, as well as the version command: what most tools take.
 		Version: version,
+		PersistentPreRunE: func(*cobra.Command, []string) error {
+			_, err := lf.check()
+			return err
+		},
 	}
 	root.SetVersionTemplate(versionLine())
 	root.PersistentFlags().StringVar(&lf.level, "log-level", "info", "the least `LEVEL` logged: debug, info, warn or error")
