@@ -72,7 +72,7 @@ narrows who may connect.`,
 			if err != nil {
 				return err
 			}
-			return fs.relayPortError(o.run(log, set, nil, doc))
+			return fs.relayPortError(o.run(log, lf.outputGone(), set, nil, doc))
 		},
 	}
 	f := cmd.Flags()

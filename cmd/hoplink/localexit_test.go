@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -116,5 +117,47 @@ func TestAddressFlagsSayHowTheyAreOff(t *testing.T) {
 	}
 	if got := offAsZero(""); got != "0" {
 		t.Errorf("the operator's empty address goes to controller-runtime as %q, which serves its default port", got)
+	}
+}
+
+// 'hoplink local' removes the directory it made for the observer's files
+// however it is stopped: by SIGINT or SIGTERM, and by Ctrl-C under
+// 'make demo | tee', where tee dies with it and the next log line found no
+// reader (SIGPIPE killed the process before its cleanup).
+func TestLocalRemovesItsDirectory(t *testing.T) {
+	bin := buildHoplink(t)
+	net := localNetwork(t)
+	for _, tc := range []struct {
+		name     string
+		sig      os.Signal
+		noReader bool
+	}{
+		{"SIGINT", os.Interrupt, false},
+		{"SIGTERM", syscall.SIGTERM, false},
+		{"SIGINT, stderr without a reader", os.Interrupt, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tmp := t.TempDir()
+			cmd, rest, r := startLocal(t, bin, net, tmp, "--drain-timeout", "1s")
+			made, _ := filepath.Glob(filepath.Join(tmp, "hoplink-local-*"))
+			if len(made) != 1 {
+				t.Fatalf("made %v in its TMPDIR, want one hoplink-local-* directory", made)
+			}
+			if tc.noReader {
+				r.Close()
+			} else {
+				go io.Copy(io.Discard, rest)
+			}
+			cmd.Process.Signal(tc.sig)
+			err := waitExit(t, cmd)
+			if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+				t.Errorf("killed by %v", ws.Signal())
+			} else if err != nil && !tc.noReader {
+				t.Errorf("exit: %v", err)
+			}
+			if left, _ := filepath.Glob(filepath.Join(tmp, "hoplink-local-*")); len(left) > 0 {
+				t.Errorf("%v outlived the process", left)
+			}
+		})
 	}
 }

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -10,6 +11,8 @@ import (
 	"os"
 	"runtime/debug"
 	"strings"
+	"sync"
+	"syscall"
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
@@ -102,10 +105,37 @@ type logFlags struct {
 	format string
 
 	limiter *logs.Limiter // of the logger last made, to flush at exit
+	stderr  *watchedOutput
+}
+
+// outputGone is closed when a log line finds no reader on stderr.
+func (f *logFlags) outputGone() <-chan struct{} {
+	if f.stderr == nil {
+		return nil
+	}
+	return f.stderr.gone
+}
+
+// watchedOutput is a writer that says when its reader went away (EPIPE):
+// 'hoplink local | tee' whose tee died to Ctrl-C. Then the process is to
+// shut down as on a signal, cleaning up, rather than log into nothing.
+type watchedOutput struct {
+	w    io.Writer
+	once sync.Once
+	gone chan struct{}
+}
+
+func (o *watchedOutput) Write(p []byte) (int, error) {
+	n, err := o.w.Write(p)
+	if errors.Is(err, syscall.EPIPE) {
+		o.once.Do(func() { close(o.gone) })
+	}
+	return n, err
 }
 
 func (f *logFlags) logger() (*slog.Logger, error) {
-	l, err := f.loggerTo(os.Stderr)
+	f.stderr = &watchedOutput{w: os.Stderr, gone: make(chan struct{})}
+	l, err := f.loggerTo(f.stderr)
 	if err == nil {
 		// Libraries that print through the standard logger (quic-go's
 		// socket buffer warning) come out as this process's warnings, in

@@ -52,21 +52,35 @@ func loadManifests(paths []string, log *slog.Logger) (*manifest.Set, error) {
 	return set, nil
 }
 
-// serveUntilSignal runs until SIGINT or SIGTERM; then drain (when not nil)
-// takes the process out of service for up to grace or until a second
-// signal, and stop ends the rest. The admin server answers until the end,
-// so /readyz says not ready while the process drains.
-func serveUntilSignal(log *slog.Logger, metricsAddr string, profiling bool, reg *prometheus.Registry, ready func() bool,
-	drain func(context.Context) int, grace time.Duration, stop func() error) error {
+// catchExit takes SIGINT and SIGTERM on the channel it returns, from now
+// on: what the process made (local mode's directory) is removed by its
+// defers only if no signal ends it first. A write to stdout or stderr
+// without a reader fails instead of killing the process by SIGPIPE, for
+// the same reason: with 'make demo | tee', Ctrl-C ends tee too, and the
+// next log line would.
+func catchExit() (chan os.Signal, func()) {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	defer signal.Stop(sigs)
+	signal.Ignore(syscall.SIGPIPE)
+	return sigs, func() { signal.Stop(sigs) }
+}
+
+// serveUntilSignal runs until SIGINT or SIGTERM on sigs, or until gone
+// closes (the log's reader went away); then drain (when not nil) takes the
+// process out of service for up to grace or until a second signal, and
+// stop ends the rest. The admin server answers until the end, so /readyz
+// says not ready while the process drains.
+func serveUntilSignal(sigs <-chan os.Signal, gone <-chan struct{}, log *slog.Logger, metricsAddr string, profiling bool, reg *prometheus.Registry, ready func() bool,
+	drain func(context.Context) int, grace time.Duration, stop func() error) error {
 	srv, err := serveMetrics(metricsAddr, reg, ready, profiling, log)
 	if err != nil {
 		stop()
 		return err
 	}
-	<-sigs
+	select {
+	case <-sigs:
+	case <-gone:
+	}
 	return shutDown(sigs, log, drain, grace, func() {
 		if srv != nil {
 			srv.Close()
@@ -156,7 +170,9 @@ func (o *localRun) flags(f *pflag.FlagSet) {
 // run starts every relay of set in this process and serves until a signal.
 // files are the manifests as the user named them; without any (forward),
 // doc is written beside the observer's files for 'status -f'.
-func (o *localRun) run(log *slog.Logger, set *manifest.Set, files []string, doc string) error {
+func (o *localRun) run(log *slog.Logger, gone <-chan struct{}, set *manifest.Set, files []string, doc string) error {
+	sigs, release := catchExit()
+	defer release()
 	reg, m := newRegistry()
 	n, err := local.Start(set, relay.Config{Metrics: m, Log: log, NoTUNOffload: !o.tunOffload, Version: version})
 	if err != nil {
@@ -198,7 +214,7 @@ func (o *localRun) run(log *slog.Logger, set *manifest.Set, files []string, doc 
 		log.Info("local network ready", "relays", len(n.Relays), "tunnels", len(set.Tunnels))
 	}
 	log.Info("inspect it with", "command", inspectCommand(files, dir))
-	return portHint(serveUntilSignal(log, o.metricsAddr, o.profiling, reg, n.Ready, n.Drain, o.drainTimeout, n.Close))
+	return portHint(serveUntilSignal(sigs, gone, log, o.metricsAddr, o.profiling, reg, n.Ready, n.Drain, o.drainTimeout, n.Close))
 }
 
 // inspectCommand is the 'hoplink status' that shows a local network, run
@@ -235,7 +251,7 @@ func newLocalCmd(lf *logFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return o.run(log, set, files, "")
+			return o.run(log, lf.outputGone(), set, files, "")
 		},
 	}
 	cmd.Flags().StringSliceVarP(&files, "file", "f", nil, "a manifest `FILE_OR_DIR` (repeatable)")
@@ -331,6 +347,8 @@ injected sidecar relays run.`,
 			if err != nil {
 				return err
 			}
+			sigs, release := catchExit()
+			defer release()
 			reg, m := newRegistry()
 			r, err := relay.New(relay.Config{Name: name, Version: version, Manifests: set, Identity: id, Metrics: m, Log: log, MaxFlows: maxFlows, MaxFlowsPerTunnel: perTunnel,
 				MaxFlowsPerSource: perSource, Route: true, NoTUNOffload: !tunOffload, SeparateDialPort: separateDial, Egress: nodeEgress(refuseNodeEgress)})
@@ -346,7 +364,7 @@ injected sidecar relays run.`,
 			stop := make(chan struct{})
 			defer close(stop)
 			go watched.watch(stop)
-			return portHint(serveUntilSignal(log, metricsAddr, profiling, reg, r.Ready, r.Drain, drainTimeout, r.Close))
+			return portHint(serveUntilSignal(sigs, lf.outputGone(), log, metricsAddr, profiling, reg, r.Ready, r.Drain, drainTimeout, r.Close))
 		},
 	}
 	f := cmd.Flags()
