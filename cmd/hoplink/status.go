@@ -406,7 +406,7 @@ targets; and the entry sends traces along the route and along every candidate
 of its last round, end to end, as a flow would travel. CHAIN is NAME (in
 --namespace, default "default") or NAMESPACE/NAME. It exits 1 when a part
 failed (a link, a target, a route end to end), saying why for each.`,
-		Args: cobra.ExactArgs(1),
+		Args: func(cmd *cobra.Command, args []string) error { return probeArgs(cmd, args, of.files) },
 		ValidArgsFunction: func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
 			if len(args) > 0 {
 				return nil, cobra.ShellCompDirectiveNoFileComp
@@ -440,4 +440,26 @@ failed (a link, a target, a route end to end), saying why for each.`,
 	}
 	of.add(cmd)
 	return cmd
+}
+
+// probeArgs wants one CHAIN, and when it has not one, lists those of the
+// -f manifests to choose from: cobra's "accepts 1 arg(s)" left the user
+// to find them.
+func probeArgs(cmd *cobra.Command, args, files []string) error {
+	if len(args) == 1 {
+		return nil
+	}
+	what := "name the CHAIN to probe"
+	if len(args) > 1 {
+		what = fmt.Sprintf("probe takes one CHAIN, not %d (%s)", len(args), strings.Join(args, ", "))
+	}
+	if len(files) == 0 {
+		return fmt.Errorf("%s: hoplink probe CHAIN -f FILE_OR_DIR --certs DIR (or --kube; 'kubectl get chains -A' lists a cluster's)", what)
+	}
+	set, _ := manifest.Read(files...)
+	if set == nil || len(set.Chains) == 0 {
+		return fmt.Errorf("%s: the manifests of -f %s have no Chain to probe", what, strings.Join(files, ","))
+	}
+	names := chainNames(set, cmd)
+	return fmt.Errorf("%s, one of the manifests': %s (e.g. hoplink probe %s -f FILE_OR_DIR --certs DIR)", what, strings.Join(names, ", "), names[0])
 }
