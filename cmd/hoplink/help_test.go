@@ -243,3 +243,39 @@ func TestUsageLinesBracketFlagsWithDefaults(t *testing.T) {
 		check()
 	}
 }
+
+// Every command a user runs has an example, and each example's command
+// line names a command and flags that exist, with as many arguments as
+// the command takes.
+func TestEveryCommandHasExamplesThatParse(t *testing.T) {
+	for _, c := range commands() {
+		if !ours(c) || !c.Runnable() && c.Parent() == nil {
+			continue
+		}
+		if c.Example == "" {
+			t.Errorf("%s: no Example", c.CommandPath())
+			continue
+		}
+		for _, line := range strings.Split(c.Example, "\n") {
+			line = strings.TrimSpace(line)
+			if !strings.HasPrefix(line, "hoplink ") {
+				continue
+			}
+			root := newRoot()
+			cmd, rest, err := root.Find(strings.Fields(line)[1:])
+			if err != nil {
+				t.Errorf("%s: example %q: %v", c.CommandPath(), line, err)
+				continue
+			}
+			if err := cmd.ParseFlags(rest); err != nil {
+				t.Errorf("%s: example %q: %v", c.CommandPath(), line, err)
+				continue
+			}
+			if cmd.Args != nil {
+				if err := cmd.Args(cmd, cmd.Flags().Args()); err != nil {
+					t.Errorf("%s: example %q: %v", c.CommandPath(), line, err)
+				}
+			}
+		}
+	}
+}

@@ -125,7 +125,9 @@ func newOperatorCmd(lf *logFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "operator",
 		Short: "Reconcile RelayNodes, Chains and Tunnels into relay DaemonSets, certificates and Services",
-		Args:  cobra.NoArgs,
+		Example: `  # outside a pod, against the current kubeconfig context
+  hoplink operator --relay-image hoplink:v0.9.0 --webhook-port 0`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := lf.logger()
 			if err != nil {

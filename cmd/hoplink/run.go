@@ -241,7 +241,9 @@ func newLocalCmd(lf *logFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "local -f FILE_OR_DIR",
 		Short: "Run every relay of the manifests in this process, with an in-memory CA",
-		Args:  cobra.NoArgs,
+		Example: `  # the three-relay example network, its metrics on loopback (what make demo runs)
+  hoplink local -f examples/local --metrics-addr 127.0.0.1:9464`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := lf.logger()
 			if err != nil {
@@ -291,6 +293,11 @@ func newRelayCmd(lf *logFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "relay (-f FILE_OR_DIR --name NAME --certs DIR | --kube --name NAME)",
 		Short: "Run one relay of the manifests, or of a cluster",
+		Example: `  # the relay hk of a manifest directory, with the files 'hoplink cert issue' wrote
+  hoplink relay -f /etc/hoplink/manifests --name hk --certs /etc/hoplink/certs --metrics-addr 127.0.0.1:9464
+
+  # a relay of a cluster, as the operator runs it in a pod
+  hoplink relay --kube --name hk -n edge`,
 		Long: `Run the relay NAME of the manifests as its own process, so relays can live on
 different hosts with the same files. Certificates come from --certs DIR
 (DIR/ca.crt, DIR/NAME.crt, DIR/NAME.key, as 'hoplink cert' writes them) or

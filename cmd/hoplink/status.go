@@ -287,6 +287,11 @@ func newStatusCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status (-f FILE_OR_DIR --certs DIR | --kube)",
 		Short: "Show the relays, their links, each chain's route and candidates, and each Tunnel, as the relays see them now",
+		Example: `  # standalone relays
+  hoplink status -f manifests/ --certs certs
+
+  # a cluster's, until all is ready, for a script
+  hoplink status --kube -n edge --wait --wait-timeout 5m`,
 		Long: `Asks every relay of the manifests for its status over its admin API, with the
 observer's certificate (never a relay's): whether it is ready, its links to its
 next hops (round trip, jitter, loss, transport), the route of each chain it
@@ -400,6 +405,8 @@ func newProbeCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "probe CHAIN (-f FILE_OR_DIR --certs DIR | --kube)",
 		Short: "Measure a chain now, hop by hop: each link of its route, the exit to its targets, and the route and every candidate end to end",
+		Example: `  hoplink probe fastest -f examples/local --certs certs
+  hoplink probe edge/to-east --kube -o json`,
 		Long: `Like traceroute through the real relays: each relay of the chain's current
 route probes its link to the next now; the exit connects to the chain's
 targets; and the entry sends traces along the route and along every candidate
