@@ -618,3 +618,58 @@ func TestImagePinnedByDigest(t *testing.T) {
 		}
 	}
 }
+
+// What the alerts tell on-call to do is what the docs say: the command
+// that renews a standalone relay's certificate (not 'cert issue' and a
+// SIGHUP: renewed files apply without one), and for a metric's reasons
+// the doc whose metrics table lists them.
+func TestAlertTextsMatchDocs(t *testing.T) {
+	out, err := run(t, helm(t), "template", "rel", chart, "--set", "alerts.prometheusRule.enabled=true", "--show-only", "templates/alerts.yaml")
+	if err != nil {
+		t.Fatalf("helm template: %v", err)
+	}
+	objs := decode(t, out)
+	groups, _, _ := unstructured.NestedSlice(objs[0].Object, "spec", "groups")
+	docs := regexp.MustCompile(`docs/[a-z-]+\.md`)
+	metric := regexp.MustCompile(`hoplink_[a-z_]+`)
+	texts := map[string]string{}
+	for _, g := range groups {
+		rs, _, _ := unstructured.NestedSlice(g.(map[string]any), "rules")
+		for _, r := range rs {
+			name, _, _ := unstructured.NestedString(r.(map[string]any), "alert")
+			summary, _, _ := unstructured.NestedString(r.(map[string]any), "annotations", "summary")
+			desc, _, _ := unstructured.NestedString(r.(map[string]any), "annotations", "description")
+			texts[name] = summary + " " + desc
+			for _, d := range docs.FindAllString(desc, -1) {
+				b, err := os.ReadFile(filepath.Join("..", d))
+				if err != nil {
+					t.Errorf("%s names %s: %v", name, d, err)
+					continue
+				}
+				// A metric named beside the doc is one its table lists.
+				for _, m := range metric.FindAllString(desc, -1) {
+					if !strings.Contains(string(b), "| `"+m+"` |") {
+						t.Errorf("%s sends readers to %s for %s, whose metrics table does not list it", name, d, m)
+					}
+				}
+			}
+		}
+	}
+	arch, err := os.ReadFile("../docs/architecture.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	renew := regexp.MustCompile("`(hoplink cert [a-z]+) --certs DIR` issues again").FindSubmatch(arch)
+	if renew == nil {
+		t.Fatal("docs/architecture.md no longer says which command renews standalone certificates")
+	}
+	cert := texts["HoplinkCertificateExpiring"]
+	if !strings.Contains(cert, string(renew[1])) {
+		t.Errorf("HoplinkCertificateExpiring does not name %s, which the docs renew with: %q", renew[1], cert)
+	}
+	for _, wrong := range []string{"cert issue", "SIGHUP"} {
+		if strings.Contains(cert, wrong) {
+			t.Errorf("HoplinkCertificateExpiring says %s; the docs renew with %s, applied without a signal: %q", wrong, renew[1], cert)
+		}
+	}
+}

@@ -32,6 +32,11 @@ const (
 	// and relays apply them without a restart, so a copied key is good
 	// for days, not a year.
 	ClusterRelayValidity = 7 * 24 * time.Hour
+	// Backdate is how long before its issue a certificate is valid from,
+	// whether issued anew or renewed for the key it had: hosts' clocks
+	// differ, and a peer whose clock is behind the CA's refuses a
+	// certificate that is not yet valid by its own.
+	Backdate = time.Hour
 )
 
 // CA signs relay certificates.
@@ -75,7 +80,7 @@ func NewCA(commonName string) (*CA, error) {
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial(),
 		Subject:               pkix.Name{CommonName: commonName, Organization: []string{"hoplink"}},
-		NotBefore:             time.Now().Add(-time.Hour),
+		NotBefore:             time.Now().Add(-Backdate),
 		NotAfter:              time.Now().Add(CAValidity),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
 		BasicConstraintsValid: true,
@@ -174,11 +179,32 @@ func (ca *CA) issue(name string, validity time.Duration, usage []x509.ExtKeyUsag
 	if err != nil {
 		return nil, nil, err
 	}
+	if certPEM, err = ca.sign(key.Public(), name, validity, usage, uris, more...); err != nil {
+		return nil, nil, err
+	}
+	kder, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, nil, err
+	}
+	return certPEM, pemBlock("PRIVATE KEY", kder), nil
+}
+
+// Reissue makes the certificate of the standalone relay of that name again
+// for the key it holds, valid as long as Issue makes one: 'cert renew'
+// keeps relays' keys.
+func (ca *CA) Reissue(pub crypto.PublicKey, relay string) (certPEM []byte, err error) {
+	return ca.sign(pub, relay, RelayValidity, relayUsage, nil)
+}
+
+// sign makes a certificate for pub, valid from Backdate ago for validity
+// from now.
+func (ca *CA) sign(pub crypto.PublicKey, name string, validity time.Duration, usage []x509.ExtKeyUsage, uris []*url.URL, more ...string) ([]byte, error) {
+	now := time.Now()
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(),
 		Subject:      pkix.Name{CommonName: name, Organization: []string{"hoplink"}},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(validity),
+		NotBefore:    now.Add(-Backdate),
+		NotAfter:     now.Add(validity),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  usage,
 		URIs:         uris,
@@ -190,15 +216,11 @@ func (ca *CA) issue(name string, validity time.Duration, usage []x509.ExtKeyUsag
 			tmpl.DNSNames = append(tmpl.DNSNames, h)
 		}
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, key.Public(), ca.Key)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, pub, ca.Key)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	kder, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		return nil, nil, err
-	}
-	return pemBlock("CERTIFICATE", der), pemBlock("PRIVATE KEY", kder), nil
+	return pemBlock("CERTIFICATE", der), nil
 }
 
 // KeyPEM encodes the CA's private key.

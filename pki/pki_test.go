@@ -1,6 +1,8 @@
 package pki
 
 import (
+	"crypto"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
 	"os"
@@ -248,5 +250,41 @@ func TestLoadIdentitySaysWhatToDo(t *testing.T) {
 	}
 	if h := validityHint(good, "hk", time.Now()); h != "" {
 		t.Errorf("a valid certificate: %q", h)
+	}
+}
+
+// A relay's certificate is valid from Backdate before its issue, whether
+// issued with a new key or renewed for the key it has, and for as long.
+func TestIssueAndReissueBackdateAlike(t *testing.T) {
+	ca, err := NewCA("test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now()
+	certPEM, keyPEM, err := ca.Issue("hk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := ca.Reissue(pair.PrivateKey.(crypto.Signer).Public(), "hk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := time.Now()
+	for what, p := range map[string][]byte{"issued": certPEM, "reissued": again} {
+		b, _ := pem.Decode(p)
+		c, err := x509.ParseCertificate(b.Bytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.NotBefore.Before(before.Add(-Backdate).Truncate(time.Second)) || c.NotBefore.After(after.Add(-Backdate)) {
+			t.Errorf("%s: valid from %v, want %v before its issue (%v)", what, c.NotBefore, Backdate, before)
+		}
+		if span := c.NotAfter.Sub(c.NotBefore); span != RelayValidity+Backdate {
+			t.Errorf("%s: valid for %v, want %v", what, span, RelayValidity+Backdate)
+		}
 	}
 }

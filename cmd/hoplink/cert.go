@@ -20,12 +20,17 @@ func newCertCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "cert",
 		Short: "Make, show and renew the CA and the certificates of standalone relays",
+		Example: `  hoplink cert ca --certs certs
+  hoplink cert issue --certs certs -f manifests/
+  hoplink cert observer --certs certs
+  hoplink cert show --certs certs`,
 	}
 	var dir string
 	ca := &cobra.Command{
-		Use:   "ca --certs DIR",
-		Short: "Create a CA: DIR/ca.crt and DIR/ca.key",
-		Args:  cobra.NoArgs,
+		Use:     "ca [--certs DIR]",
+		Short:   "Create a CA: DIR/ca.crt and DIR/ca.key",
+		Example: `  hoplink cert ca --certs certs`,
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := pki.NewCA("hoplink CA")
 			if err != nil {
@@ -40,8 +45,13 @@ func newCertCmd() *cobra.Command {
 	}
 	var files []string
 	issue := &cobra.Command{
-		Use:   "issue --certs DIR (NAME... | -f FILE_OR_DIR [NAME...])",
+		Use:   "issue [--certs DIR] (NAME... | -f FILE_OR_DIR [NAME...])",
 		Short: "Issue certificates for relays: DIR/NAME.crt and DIR/NAME.key, signed by DIR/ca.*",
+		Example: `  # every RelayNode of the manifests
+  hoplink cert issue --certs certs -f manifests/
+
+  # two relays, by name
+  hoplink cert issue --certs certs hk la`,
 		Long: `Issues a certificate for each relay NAME, signed by the CA in DIR. With -f,
 the names are checked against the RelayNodes of the manifests, and without
 names every RelayNode of them gets one.`,
@@ -67,8 +77,10 @@ names every RelayNode of them gets one.`,
 	var output string
 	var renewBefore time.Duration
 	show := &cobra.Command{
-		Use:   "show --certs DIR [NAME...]",
+		Use:   "show [--certs DIR] [NAME...]",
 		Short: "Show the certificates of DIR: whose each is, how long it is valid, and when 'cert renew' renews it",
+		Example: `  hoplink cert show --certs certs
+  hoplink cert show --certs certs hk -o json`,
 		Long: `Lists DIR/NAME.crt for each NAME, or every certificate of DIR: the CA, relays
 and the observer, with the dates each is valid between, the days left, when
 'hoplink cert renew' renews it (--renew-before ahead of its expiry, a third of
@@ -90,11 +102,16 @@ DIR/ca.crt, as during a CA rotation).`,
 			return writeAs(cmd.OutOrStdout(), output, files, func(w io.Writer) error { return writeCertTable(w, files, now) })
 		},
 	}
-	show.Flags().StringVarP(&output, "output", "o", "table", "output format: table, json or yaml")
+	show.Flags().StringVarP(&output, "output", "o", "table", "output `FORMAT`: table, json or yaml")
 	var force, newKey bool
 	renew := &cobra.Command{
-		Use:   "renew --certs DIR [NAME...]",
+		Use:   "renew [--certs DIR] [NAME...]",
 		Short: "Renew the certificates of DIR that are due: relays' and the observer's, signed by DIR/ca.*",
+		Example: `  # those due, from a daily timer
+  hoplink cert renew --certs certs
+
+  # one relay now, with a new key
+  hoplink cert renew --certs certs hk --force --new-key`,
 		Long: `Issues again, for as long as 'cert issue' and 'cert observer' do (a year, the
 observer 90 days), each certificate of DIR (or DIR/NAME.crt for each NAME) that
 is due: within --renew-before of its expiry (a third of its
@@ -143,8 +160,9 @@ docs/architecture.md.`,
 		c.Flags().DurationVar(&renewBefore, "renew-before", 0, "renew certificates this long before expiry (default: a third of their validity)")
 	}
 	observer := &cobra.Command{
-		Use:   "observer --certs DIR",
-		Short: "Issue the certificate 'hoplink status' and 'probe' read relays with: DIR/observer.crt and DIR/observer.key",
+		Use:     "observer [--certs DIR]",
+		Short:   "Issue the certificate 'hoplink status' and 'probe' read relays with: DIR/observer.crt and DIR/observer.key",
+		Example: `  hoplink cert observer --certs certs`,
 		Long: `Issues a client certificate for the observer, signed by DIR/ca.*: relays let it
 read their status and measure chains over their admin API, nothing else. It is
 no relay's certificate and cannot carry flows.`,
@@ -161,7 +179,7 @@ no relay's certificate and cannot carry flows.`,
 			return nil
 		},
 	}
-	issue.Flags().StringSliceVarP(&files, "file", "f", nil, "manifest file or directory (repeatable): the RelayNodes to issue for")
+	issue.Flags().StringSliceVarP(&files, "file", "f", nil, "a manifest `FILE_OR_DIR` (repeatable): the RelayNodes to issue for")
 	for _, c := range []*cobra.Command{ca, issue, observer, show, renew} {
 		c.Flags().StringVar(&dir, "certs", "certs", "`DIR` of the certificate files, as 'hoplink relay --certs' reads them")
 		deprecatedAlias(c.Flags(), "dir", "certs")

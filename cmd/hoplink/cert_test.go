@@ -127,3 +127,32 @@ func lineOf(out, prefix string) string {
 	}
 	return ""
 }
+
+// 'cert renew' makes a certificate valid as 'cert issue' does: from
+// pki.Backdate before, for as long (it backdated a minute, issue an hour).
+func TestRenewedCertificatesSpanAsIssuedOnes(t *testing.T) {
+	dir := t.TempDir()
+	for _, args := range [][]string{{"cert", "ca"}, {"cert", "issue", "hk"}} {
+		if out, err := execute(append(args, "--certs", dir)...); err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, out)
+		}
+	}
+	span := func() (time.Time, time.Duration) {
+		c, err := readCert(filepath.Join(dir, "hk.crt"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.NotBefore, c.NotAfter.Sub(c.NotBefore)
+	}
+	_, issued := span()
+	if out, err := execute("cert", "renew", "--certs", dir, "--force", "hk"); err != nil {
+		t.Fatalf("cert renew: %v\n%s", err, out)
+	}
+	from, renewed := span()
+	if renewed != issued {
+		t.Errorf("cert renew made hk.crt valid for %v; cert issue, for %v", renewed, issued)
+	}
+	if ago := time.Since(from); ago < pki.Backdate || ago > pki.Backdate+time.Minute {
+		t.Errorf("cert renew made hk.crt valid from %v ago, want %v", ago.Round(time.Second), pki.Backdate)
+	}
+}

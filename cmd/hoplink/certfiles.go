@@ -219,11 +219,14 @@ func renewCert(ca *pki.CA, dir string, f certFile, newKey bool) (time.Time, erro
 	}
 	// Only the certificate changes, in one rename: a running relay picks
 	// it up whole at its next look at the files, without a restart.
-	c, _, na, err := ca.IssueFor(signer.Public(), "", f.Name, pki.RelayValidity)
+	c, err := ca.Reissue(signer.Public(), f.Name)
 	if err != nil {
 		return time.Time{}, err
 	}
-	return na, replaceFile(certPath, c, 0o644)
+	if err := replaceFile(certPath, c, 0o644); err != nil {
+		return time.Time{}, err
+	}
+	return notAfter(c)
 }
 
 func notAfter(certPEM []byte) (time.Time, error) {

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -70,7 +72,7 @@ narrows who may connect.`,
 			if err != nil {
 				return err
 			}
-			return o.run(log, set, nil, doc)
+			return fs.relayPortError(o.run(log, lf.outputGone(), set, nil, doc))
 		},
 	}
 	f := cmd.Flags()
@@ -80,7 +82,7 @@ narrows who may connect.`,
 	f.StringSliceVar(&fs.via, "via", nil, "a relay between entry and exit, by `NAME` (repeatable, in order)")
 	f.StringVar(&fs.entry, "entry", "entry", "the entry relay's `NAME`")
 	f.StringVar(&fs.exit, "exit", "exit", "the exit relay's `NAME`")
-	f.StringVar(&fs.protocol, "protocol", "tcp", "tcp or udp")
+	f.StringVar(&fs.protocol, "protocol", "tcp", "the Tunnel's `PROTOCOL`: tcp or udp")
 	f.IntVar(&fs.relayPort, "relay-port", 7401, "the entry relay's `PORT` (QUIC and TLS); each next relay takes the next one")
 	f.BoolVar(&dryRun, "dry-run", false, "print the manifests and exit")
 	o.flags(f)
@@ -160,6 +162,30 @@ func (fs *forwardSpec) manifests() (string, error) {
 	fmt.Fprintf(&b, "---\napiVersion: hoplink.dev/v1alpha1\nkind: Tunnel\nmetadata: {name: forward}\nspec:\n  chain: forward\n  protocol: %s\n  listen: %s\n  target: %q\n",
 		fs.protocol, listen, fs.target)
 	return b.String(), nil
+}
+
+// relayPortError names --relay-port in the error of a relay whose port is
+// taken: the user gave that flag, not the RelayNode's spec.listen the
+// error of local mode names.
+func (fs *forwardSpec) relayPortError(err error) error {
+	if !errors.Is(err, syscall.EADDRINUSE) {
+		return err
+	}
+	route := append(append([]string{fs.entry}, fs.via...), fs.exit)
+	for i, n := range route {
+		if !strings.Contains(err.Error(), fmt.Sprintf("RelayNode %q: spec.listen", n)) {
+			continue
+		}
+		cause := err
+		var op *net.OpError
+		if errors.As(err, &op) {
+			cause = op
+		}
+		last := fs.relayPort + len(route) - 1
+		return fmt.Errorf("--relay-port %d: relay %q takes port %d of %d-%d, and another process holds it (%v; 'ss -tulpn' shows which): stop it, or give a --relay-port from which %d ports are free",
+			fs.relayPort, n, fs.relayPort+i, fs.relayPort, last, cause, len(route))
+	}
+	return err
 }
 
 // splitListen reads --listen: PORT (on loopback), ADDR:PORT, [IPv6]:PORT

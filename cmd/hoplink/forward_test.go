@@ -187,3 +187,31 @@ func TestForwardListensOnLoopbackUnlessTold(t *testing.T) {
 		}
 	}
 }
+
+// A relay port that another process holds is told as the flag the user
+// gave, --relay-port, with the way out; not as the spec.listen of a
+// RelayNode the user never wrote.
+func TestForwardNamesRelayPortWhenTaken(t *testing.T) {
+	port := freeRun(t, 2) + 1
+	tcp, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tcp.Close()
+	if udp, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+		defer udp.Close()
+	}
+	// The exit takes the port after the entry's: the port held is the exit's.
+	_, err = execute("forward", "--listen", freePort(t), "--target", "127.0.0.1:9", "--relay-port", fmt.Sprint(port-1), "--metrics-addr", "0")
+	if err == nil {
+		t.Fatal("forward ran with its exit relay's port taken")
+	}
+	for _, want := range []string{fmt.Sprintf("--relay-port %d", port-1), fmt.Sprintf(`relay "exit" takes port %d`, port), "give a --relay-port from which 2 ports are free"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), "spec.listen") {
+		t.Errorf("error %q names a manifest field the user never wrote", err)
+	}
+}

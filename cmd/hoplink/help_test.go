@@ -40,9 +40,9 @@ func ours(c *cobra.Command) bool {
 	return true
 }
 
-// valueName is a placeholder: capitals, with ":" and "[]" for its parts
-// (HOST:PORT, [ADDR:]PORT).
-var valueName = regexp.MustCompile(`^[A-Z\[][A-Z0-9_:\[\]]*$`)
+// valueName is a placeholder: capitals, with ":", "/", "-" and "[]" for
+// its parts (HOST:PORT, [ADDR:]PORT, NAMESPACE/NAME, FIRST-LAST).
+var valueName = regexp.MustCompile(`^[A-Z\[][A-Z0-9_:/\-\[\]]*$`)
 
 // pflag takes the first `quoted` word of a flag's usage as the name of
 // its value, so a command quoted there showed as the value's name
@@ -69,6 +69,27 @@ func TestFlagHelpNamesValues(t *testing.T) {
 				t.Errorf("%s: %s shows backticks as they are: %q", c.CommandPath(), what, s)
 			}
 		}
+	}
+}
+
+// A text flag's help names what its value is (FILE, DIR, ADDR, FORMAT),
+// never its Go type: "--kubeconfig string" beside "--ca FILE" told the
+// reader nothing.
+func TestTextFlagsHavePlaceholders(t *testing.T) {
+	for _, c := range commands() {
+		if !ours(c) {
+			continue
+		}
+		check := func(f *pflag.Flag) {
+			if typ := f.Value.Type(); typ != "string" && typ != "stringSlice" {
+				return
+			}
+			if name, _ := pflag.UnquoteUsage(f); name == "string" || name == "strings" {
+				t.Errorf("%s --%s: help shows %q for its value; quote a placeholder in its usage, such as `FILE`", c.CommandPath(), f.Name, name)
+			}
+		}
+		c.LocalFlags().VisitAll(check)
+		c.InheritedFlags().VisitAll(check)
 	}
 }
 
@@ -181,4 +202,80 @@ func lineDiff(want, got string) string {
 		}
 	}
 	return b.String()
+}
+
+// A flag the usage line writes outside brackets reads as one to give; a
+// flag with a default is not, so its usage line brackets it.
+func TestUsageLinesBracketFlagsWithDefaults(t *testing.T) {
+	for _, c := range commands() {
+		if !ours(c) {
+			continue
+		}
+		depth := 0
+		var word strings.Builder
+		check := func() {
+			w := word.String()
+			word.Reset()
+			var f *pflag.Flag
+			switch {
+			case strings.HasPrefix(w, "--"):
+				f = c.Flags().Lookup(strings.TrimPrefix(w, "--"))
+			case strings.HasPrefix(w, "-") && len(w) == 2:
+				f = c.Flags().ShorthandLookup(w[1:])
+			}
+			if f != nil && f.DefValue != "" && f.DefValue != "[]" && f.DefValue != "false" {
+				t.Errorf("%s: the usage line %q writes %s as required, but it defaults to %q: write [%s ...]", c.CommandPath(), c.Use, w, f.DefValue, w)
+			}
+		}
+		for _, r := range c.Use {
+			switch {
+			case r == '[':
+				check()
+				depth++
+			case r == ']':
+				depth--
+			case r == ' ' || r == '(' || r == ')' || r == '|':
+				check()
+			case depth == 0:
+				word.WriteRune(r)
+			}
+		}
+		check()
+	}
+}
+
+// Every command a user runs has an example, and each example's command
+// line names a command and flags that exist, with as many arguments as
+// the command takes.
+func TestEveryCommandHasExamplesThatParse(t *testing.T) {
+	for _, c := range commands() {
+		if !ours(c) || !c.Runnable() && c.Parent() == nil {
+			continue
+		}
+		if c.Example == "" {
+			t.Errorf("%s: no Example", c.CommandPath())
+			continue
+		}
+		for _, line := range strings.Split(c.Example, "\n") {
+			line = strings.TrimSpace(line)
+			if !strings.HasPrefix(line, "hoplink ") {
+				continue
+			}
+			root := newRoot()
+			cmd, rest, err := root.Find(strings.Fields(line)[1:])
+			if err != nil {
+				t.Errorf("%s: example %q: %v", c.CommandPath(), line, err)
+				continue
+			}
+			if err := cmd.ParseFlags(rest); err != nil {
+				t.Errorf("%s: example %q: %v", c.CommandPath(), line, err)
+				continue
+			}
+			if cmd.Args != nil {
+				if err := cmd.Args(cmd, cmd.Flags().Args()); err != nil {
+					t.Errorf("%s: example %q: %v", c.CommandPath(), line, err)
+				}
+			}
+		}
+	}
 }

@@ -26,7 +26,6 @@ import (
 	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/controllers"
 	"github.com/hoplink/hoplink/relay/kube"
-	"github.com/hoplink/hoplink/relay/metricsrv"
 )
 
 // kubeFlags say how to reach the API server and which namespace to use.
@@ -36,8 +35,8 @@ type kubeFlags struct {
 }
 
 func (k *kubeFlags) register(f *pflag.FlagSet) {
-	f.StringVar(&k.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or the pod's service account)")
-	f.StringVarP(&k.namespace, "namespace", "n", "", "namespace (default: $POD_NAMESPACE, else default)")
+	f.StringVar(&k.kubeconfig, "kubeconfig", "", "kubeconfig `FILE` (default: $KUBECONFIG, ~/.kube/config, or the pod's service account)")
+	f.StringVarP(&k.namespace, "namespace", "n", "", "the `NAMESPACE` (default: $POD_NAMESPACE, else default)")
 }
 
 func (k *kubeFlags) config() (*rest.Config, error) {
@@ -92,11 +91,11 @@ func runKubeRelay(log *slog.Logger, kf *kubeFlags, name, metricsAddr string, pro
 		case <-ctx.Done():
 		}
 	}()
-	var srv *metricsrv.Server
-	if metricsAddr != "" {
-		if srv, err = metricsrv.Serve(metricsAddr, reg, k.Ready, profiling, log); err != nil {
-			return fmt.Errorf("--metrics-addr: %w", err)
-		}
+	srv, err := serveMetrics(metricsAddr, reg, k.Ready, profiling, log)
+	if err != nil {
+		return err
+	}
+	if srv != nil {
 		defer srv.Close()
 	}
 	err = k.Run(ctx)
@@ -126,7 +125,9 @@ func newOperatorCmd(lf *logFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "operator",
 		Short: "Reconcile RelayNodes, Chains and Tunnels into relay DaemonSets, certificates and Services",
-		Args:  cobra.NoArgs,
+		Example: `  # outside a pod, against the current kubeconfig context
+  hoplink operator --relay-image hoplink:v0.9.0 --webhook-port 0`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := lf.logger()
 			if err != nil {
@@ -167,7 +168,7 @@ func newOperatorCmd(lf *logFlags) *cobra.Command {
 			if caSecret != "" {
 				o.CASecret.Name = caSecret
 			}
-			o.MetricsAddr, o.ProbeAddr, o.RenewBefore = metricsAddr, probeAddr, renewBefore
+			o.MetricsAddr, o.ProbeAddr, o.PprofAddr, o.RenewBefore = offAsZero(metricsAddr), offAsZero(probeAddr), offAsZero(o.PprofAddr), renewBefore
 			o.LeaderElectionNamespace = ns
 			o.Log = log
 			o.Version = version
@@ -193,11 +194,11 @@ func newOperatorCmd(lf *logFlags) *cobra.Command {
 	}
 	f := cmd.Flags()
 	kf.register(f)
-	f.StringVar(&o.Image, "relay-image", os.Getenv("HOPLINK_RELAY_IMAGE"), "image of relay pods (default $HOPLINK_RELAY_IMAGE, else the operator pod's own image)")
-	f.StringVar(&caSecret, "ca-secret", "", "Secret in --namespace holding the relay CA (tls.crt, tls.key); default: hoplink-ca, created if missing")
-	f.StringVar(&metricsAddr, "metrics-addr", ":8080", "serve the operator's /metrics at `ADDR` (0: not served)")
-	f.StringVar(&probeAddr, "health-probe-addr", ":8081", "serve /healthz and /readyz at `ADDR`")
-	f.StringVar(&o.PprofAddr, "pprof-addr", "", "serve /debug/pprof at `ADDR` (empty: not served)")
+	f.StringVar(&o.Image, "relay-image", os.Getenv("HOPLINK_RELAY_IMAGE"), "`IMAGE` of relay pods (default $HOPLINK_RELAY_IMAGE, else the operator pod's own image)")
+	f.StringVar(&caSecret, "ca-secret", "", "`NAME` of the Secret in --namespace holding the relay CA (tls.crt, tls.key); default: hoplink-ca, created if missing")
+	f.StringVar(&metricsAddr, "metrics-addr", ":8080", "serve the operator's /metrics at `ADDR` ("+notServedHelp+")")
+	f.StringVar(&probeAddr, "health-probe-addr", ":8081", "serve /healthz and /readyz at `ADDR` ("+notServedHelp+")")
+	f.StringVar(&o.PprofAddr, "pprof-addr", "", "serve /debug/pprof at `ADDR` ("+notServedHelp+")")
 	// The names controller-runtime's scaffolding gives these, which the
 	// operator took before its flags matched the relays'.
 	deprecatedAlias(f, "metrics-bind-address", "metrics-addr")
@@ -205,25 +206,25 @@ func newOperatorCmd(lf *logFlags) *cobra.Command {
 	deprecatedAlias(f, "pprof-bind-address", "pprof-addr")
 	f.BoolVar(&o.LeaderElection, "leader-elect", false, "elect a leader, so that replicas can stand by")
 	f.Float32Var(&o.QPS, "kube-api-qps", controllers.DefaultQPS, "most requests a second to the API server per resource type (twice as many in a burst)")
-	f.StringVar(&relayResources, "relay-resources", "", `requests and limits of relay containers whose RelayNode sets none, as JSON: {"requests":{"cpu":"100m","memory":"64Mi"},"limits":{"memory":"256Mi"}}`)
-	f.StringVar(&o.NodeEgress, "node-egress", controllers.PrivilegedNamespaceLabel, "where host-network relays may reach their node for a Tunnel (loopback, link-local and metadata addresses, the node's addresses, TUN routes over its routes): "+
+	f.StringVar(&relayResources, "relay-resources", "", "requests and limits of relay containers whose RelayNode sets none, as `JSON`: "+`{"requests":{"cpu":"100m","memory":"64Mi"},"limits":{"memory":"256Mi"}}`)
+	f.StringVar(&o.NodeEgress, "node-egress", controllers.PrivilegedNamespaceLabel, "`WHERE` host-network relays may reach their node for a Tunnel (loopback, link-local and metadata addresses, the node's addresses, TUN routes over its routes): "+
 		controllers.PrivilegedNamespaceLabel+" (namespaces labelled "+v1alpha1.LabelEgressHost+"=true; none in a namespace-scoped install) or "+controllers.PrivilegedAny)
-	f.IntVar(&webhookPort, "webhook-port", 9443, "serve the sidecar injection webhook on this port (0: no webhook)")
-	f.StringVar(&webhookService, "webhook-service", "hoplink-webhook", "the Service in --namespace in front of the webhook: its serving certificate names it (and is kept in the Secret <service>-cert)")
-	f.StringVar(&webhookConfig, "webhook-config", "hoplink-sidecar-injector", "the MutatingWebhookConfiguration whose caBundle the operator keeps current (empty: none)")
+	f.IntVar(&webhookPort, "webhook-port", 9443, "serve the sidecar injection webhook on this `PORT` (0: no webhook)")
+	f.StringVar(&webhookService, "webhook-service", "hoplink-webhook", "`NAME` of the Service in --namespace in front of the webhook: its serving certificate names it (and is kept in the Secret NAME-cert)")
+	f.StringVar(&webhookConfig, "webhook-config", "hoplink-sidecar-injector", "`NAME` of the MutatingWebhookConfiguration whose caBundle the operator keeps current (empty: none)")
 	f.StringVar(&webhookClientCA, "webhook-client-ca", "", "take webhook callers only with a client certificate signed by a CA of this PEM `FILE`, as the API server presents when its admission configuration gives it one (empty: any caller)")
 	f.StringSliceVar(&webhookClientNames, "webhook-client-names", nil, "with --webhook-client-ca, the `NAMES` (common name or DNS name) a caller's certificate must carry one of (empty: any the CA signed)")
-	f.StringSliceVar(&o.WatchNamespaces, "watch-namespaces", nil, "serve only these namespaces (and --namespace): a namespace-scoped install with Roles, not ClusterRoles (default every namespace)")
-	f.StringSliceVar(&o.AllowedRelayImages, "allowed-relay-images", nil, "prefixes of images a RelayNode's spec.image may name besides the operator's relay image (default none)")
-	f.StringVar(&o.PrivilegedRelays, "privileged-relays", controllers.PrivilegedNamespaceLabel, "where RelayNodes may run relays on the host network or with TUN devices: "+
+	f.StringSliceVar(&o.WatchNamespaces, "watch-namespaces", nil, "serve only these `NAMESPACES` (and --namespace): a namespace-scoped install with Roles, not ClusterRoles (default every namespace)")
+	f.StringSliceVar(&o.AllowedRelayImages, "allowed-relay-images", nil, "`PREFIXES` of images a RelayNode's spec.image may name besides the operator's relay image (default none)")
+	f.StringVar(&o.PrivilegedRelays, "privileged-relays", controllers.PrivilegedNamespaceLabel, "`WHERE` RelayNodes may run relays on the host network or with TUN devices: "+
 		controllers.PrivilegedNamespaceLabel+" (namespaces labelled "+controllers.LabelPrivilegedRelays+"=true) or "+controllers.PrivilegedAny)
 	f.DurationVar(&renewBefore, "renew-before", 0, "renew relay certificates this long before expiry (default: a third of their validity)")
-	f.StringVar(&mcsGateway, "mcs-gateway", "", "turn on the Multi-Cluster Services API: NAMESPACE/NAME of the RelayNode where this cluster's calls to imported services enter the relays, and other clusters' leave them (empty: off)")
-	f.StringVar(&o.MultiCluster.ClusterID, "cluster-id", "", "this cluster's ID in its clusterset, a DNS label (the About API's ClusterProperty cluster.clusterset.k8s.io wins where it exists)")
-	f.StringVar(&o.MultiCluster.ClusterSet, "clusterset", "", "the clusterset's name (the ClusterProperty clusterset.k8s.io wins where it exists)")
-	f.StringVar(&o.MultiCluster.Mode, "mcs-route-mode", "sum", "how the Chains to other clusters route: sum or pipe")
-	f.StringVar(&mcsCoreDNS, "mcs-coredns", "", "keep the clusterset.local zone in the Corefile of CoreDNS's ConfigMap and Deployment NAMESPACE/NAME (kubeadm's: kube-system/coredns; empty: leave CoreDNS alone)")
-	f.StringVar(&mcsPorts, "mcs-ports", fmt.Sprintf("%d-%d", controllers.DefaultImportPortFirst, controllers.DefaultImportPortLast), "listen ports FIRST-LAST the gateway gives imported services' Tunnels")
+	f.StringVar(&mcsGateway, "mcs-gateway", "", "turn on the Multi-Cluster Services API: `NAMESPACE/NAME` of the RelayNode where this cluster's calls to imported services enter the relays, and other clusters' leave them (empty: off)")
+	f.StringVar(&o.MultiCluster.ClusterID, "cluster-id", "", "this cluster's `ID` in its clusterset, a DNS label (the About API's ClusterProperty cluster.clusterset.k8s.io wins where it exists)")
+	f.StringVar(&o.MultiCluster.ClusterSet, "clusterset", "", "the clusterset's `NAME` (the ClusterProperty clusterset.k8s.io wins where it exists)")
+	f.StringVar(&o.MultiCluster.Mode, "mcs-route-mode", "sum", "`MODE` the Chains to other clusters route in: sum or pipe")
+	f.StringVar(&mcsCoreDNS, "mcs-coredns", "", "keep the clusterset.local zone in the Corefile of CoreDNS's ConfigMap and Deployment `NAMESPACE/NAME` (kubeadm's: kube-system/coredns; empty: leave CoreDNS alone)")
+	f.StringVar(&mcsPorts, "mcs-ports", fmt.Sprintf("%d-%d", controllers.DefaultImportPortFirst, controllers.DefaultImportPortLast), "listen ports `FIRST-LAST` the gateway gives imported services' Tunnels")
 	return cmd
 }
 

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -10,6 +11,8 @@ import (
 	"os"
 	"runtime/debug"
 	"strings"
+	"sync"
+	"syscall"
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
@@ -102,10 +105,37 @@ type logFlags struct {
 	format string
 
 	limiter *logs.Limiter // of the logger last made, to flush at exit
+	stderr  *watchedOutput
+}
+
+// outputGone is closed when a log line finds no reader on stderr.
+func (f *logFlags) outputGone() <-chan struct{} {
+	if f.stderr == nil {
+		return nil
+	}
+	return f.stderr.gone
+}
+
+// watchedOutput is a writer that says when its reader went away (EPIPE):
+// 'hoplink local | tee' whose tee died to Ctrl-C. Then the process is to
+// shut down as on a signal, cleaning up, rather than log into nothing.
+type watchedOutput struct {
+	w    io.Writer
+	once sync.Once
+	gone chan struct{}
+}
+
+func (o *watchedOutput) Write(p []byte) (int, error) {
+	n, err := o.w.Write(p)
+	if errors.Is(err, syscall.EPIPE) {
+		o.once.Do(func() { close(o.gone) })
+	}
+	return n, err
 }
 
 func (f *logFlags) logger() (*slog.Logger, error) {
-	l, err := f.loggerTo(os.Stderr)
+	f.stderr = &watchedOutput{w: os.Stderr, gone: make(chan struct{})}
+	l, err := f.loggerTo(f.stderr)
 	if err == nil {
 		// Libraries that print through the standard logger (quic-go's
 		// socket buffer warning) come out as this process's warnings, in
@@ -124,20 +154,30 @@ func (w stdLog) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (f *logFlags) loggerTo(out io.Writer) (*slog.Logger, error) {
+// check refuses log flags no logger can be made of. Every command runs it
+// (the root's PersistentPreRunE), also those that log nothing, so a typo
+// is not taken silently by one command and refused by the next.
+func (f *logFlags) check() (slog.Level, error) {
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(f.level)); err != nil {
-		return nil, fmt.Errorf("--log-level %q: use debug, info, warn or error", f.level)
+		return lvl, fmt.Errorf("--log-level %q: use debug, info, warn or error", f.level)
+	}
+	switch strings.ToLower(f.format) {
+	case "text", "json":
+		return lvl, nil
+	}
+	return lvl, fmt.Errorf("--log-format %q: use text or json", f.format)
+}
+
+func (f *logFlags) loggerTo(out io.Writer) (*slog.Logger, error) {
+	lvl, err := f.check()
+	if err != nil {
+		return nil, err
 	}
 	opts := &slog.HandlerOptions{Level: lvl}
-	var h slog.Handler
-	switch strings.ToLower(f.format) {
-	case "text":
-		h = slog.NewTextHandler(out, opts)
-	case "json":
+	var h slog.Handler = slog.NewTextHandler(out, opts)
+	if strings.ToLower(f.format) == "json" {
 		h = slog.NewJSONHandler(out, opts)
-	default:
-		return nil, fmt.Errorf("--log-format %q: use text or json", f.format)
 	}
 	// A condition that repeats (a peer down, flows with no route) is a line
 	// and then one per window with a count; no line holds a line break.
@@ -155,10 +195,14 @@ func newRootLogs(lf *logFlags) *cobra.Command {
 		SilenceErrors: true,
 		// --version, as well as the version command: what most tools take.
 		Version: version,
+		PersistentPreRunE: func(*cobra.Command, []string) error {
+			_, err := lf.check()
+			return err
+		},
 	}
 	root.SetVersionTemplate(versionLine())
-	root.PersistentFlags().StringVar(&lf.level, "log-level", "info", "debug, info, warn or error")
-	root.PersistentFlags().StringVar(&lf.format, "log-format", "text", "text or json")
+	root.PersistentFlags().StringVar(&lf.level, "log-level", "info", "the least `LEVEL` logged: debug, info, warn or error")
+	root.PersistentFlags().StringVar(&lf.format, "log-format", "text", "the logs' `FORMAT`: text or json")
 	root.AddCommand(newLocalCmd(lf), newForwardCmd(lf), newRelayCmd(lf), newOperatorCmd(lf), newCertCmd(), newStatusCmd(), newProbeCmd(), newVersionCmd())
 	addCompletions(root)
 	return root

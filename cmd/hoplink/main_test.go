@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"log"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime/debug"
@@ -126,5 +127,28 @@ func TestRelaySaysItLeavesLinkEmulationAlone(t *testing.T) {
 		if want := `msg="annotation left alone here: only 'hoplink local' emulates links; these have real round trips" relaynode=` + rn + ` annotation=hoplink.dev/local-rtt`; !strings.Contains(string(out), want) {
 			t.Errorf("no line %s in\n%s", want, out)
 		}
+	}
+}
+
+// Every command checks the log flags, those that log nothing too:
+// 'cert show' and 'version' took --log-format jsn without a word.
+func TestEveryCommandChecksLogFlags(t *testing.T) {
+	certs := t.TempDir()
+	for _, args := range [][]string{
+		{"version"},
+		{"cert", "show", "--certs", certs},
+		{"cert", "ca", "--certs", certs},
+		{"status", "-f", "../../examples/local", "--certs", certs},
+		{"probe", "fastest", "-f", "../../examples/local", "--certs", certs},
+	} {
+		for flag, want := range map[string]string{"--log-format=jsn": `--log-format "jsn": use text or json`, "--log-level=loud": `--log-level "loud"`} {
+			_, err := execute(append(args, flag)...)
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("%v %s: %v, want %q", args, flag, err, want)
+			}
+		}
+	}
+	if _, err := os.Stat(filepath.Join(certs, "ca.key")); err == nil {
+		t.Error("cert ca made a CA before it refused its flags")
 	}
 }

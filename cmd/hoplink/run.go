@@ -52,29 +52,53 @@ func loadManifests(paths []string, log *slog.Logger) (*manifest.Set, error) {
 	return set, nil
 }
 
-// serveUntilSignal runs until SIGINT or SIGTERM; then drain (when not nil)
-// takes the process out of service for up to grace or until a second
-// signal, and stop ends the rest. The admin server answers until the end,
-// so /readyz says not ready while the process drains.
-func serveUntilSignal(log *slog.Logger, metricsAddr string, profiling bool, reg *prometheus.Registry, ready func() bool,
-	drain func(context.Context) int, grace time.Duration, stop func() error) error {
+// catchExit takes SIGINT and SIGTERM on the channel it returns, from now
+// on: what the process made (local mode's directory) is removed by its
+// defers only if no signal ends it first. A write to stdout or stderr
+// without a reader fails instead of killing the process by SIGPIPE, for
+// the same reason: with 'make demo | tee', Ctrl-C ends tee too, and the
+// next log line would.
+func catchExit() (chan os.Signal, func()) {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	defer signal.Stop(sigs)
-	var srv *metricsrv.Server
-	if metricsAddr != "" {
-		var err error
-		if srv, err = metricsrv.Serve(metricsAddr, reg, ready, profiling, log); err != nil {
-			stop()
-			return fmt.Errorf("--metrics-addr: %w", err)
-		}
+	signal.Ignore(syscall.SIGPIPE)
+	return sigs, func() { signal.Stop(sigs) }
+}
+
+// serveUntilSignal runs until SIGINT or SIGTERM on sigs, or until gone
+// closes (the log's reader went away); then drain (when not nil) takes the
+// process out of service for up to grace or until a second signal, and
+// stop ends the rest. The admin server answers until the end, so /readyz
+// says not ready while the process drains.
+func serveUntilSignal(sigs <-chan os.Signal, gone <-chan struct{}, log *slog.Logger, metricsAddr string, profiling bool, reg *prometheus.Registry, ready func() bool,
+	drain func(context.Context) int, grace time.Duration, stop func() error) error {
+	srv, err := serveMetrics(metricsAddr, reg, ready, profiling, log)
+	if err != nil {
+		stop()
+		return err
 	}
-	<-sigs
+	select {
+	case <-sigs:
+	case <-gone:
+	}
 	return shutDown(sigs, log, drain, grace, func() {
 		if srv != nil {
 			srv.Close()
 		}
 	}, stop, closeTimeout)
+}
+
+// serveMetrics serves --metrics-addr, or nothing (a nil server) when it
+// says not served.
+func serveMetrics(addr string, reg *prometheus.Registry, ready func() bool, profiling bool, log *slog.Logger) (*metricsrv.Server, error) {
+	if !served(addr) {
+		return nil, nil
+	}
+	srv, err := metricsrv.Serve(addr, reg, ready, profiling, log)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-addr: %w", err)
+	}
+	return srv, nil
 }
 
 // closeTimeout bounds the close that follows a drain. On a host busy
@@ -146,7 +170,9 @@ func (o *localRun) flags(f *pflag.FlagSet) {
 // run starts every relay of set in this process and serves until a signal.
 // files are the manifests as the user named them; without any (forward),
 // doc is written beside the observer's files for 'status -f'.
-func (o *localRun) run(log *slog.Logger, set *manifest.Set, files []string, doc string) error {
+func (o *localRun) run(log *slog.Logger, gone <-chan struct{}, set *manifest.Set, files []string, doc string) error {
+	sigs, release := catchExit()
+	defer release()
 	reg, m := newRegistry()
 	n, err := local.Start(set, relay.Config{Metrics: m, Log: log, NoTUNOffload: !o.tunOffload, Version: version})
 	if err != nil {
@@ -188,7 +214,7 @@ func (o *localRun) run(log *slog.Logger, set *manifest.Set, files []string, doc 
 		log.Info("local network ready", "relays", len(n.Relays), "tunnels", len(set.Tunnels))
 	}
 	log.Info("inspect it with", "command", inspectCommand(files, dir))
-	return portHint(serveUntilSignal(log, o.metricsAddr, o.profiling, reg, n.Ready, n.Drain, o.drainTimeout, n.Close))
+	return portHint(serveUntilSignal(sigs, gone, log, o.metricsAddr, o.profiling, reg, n.Ready, n.Drain, o.drainTimeout, n.Close))
 }
 
 // inspectCommand is the 'hoplink status' that shows a local network, run
@@ -215,7 +241,9 @@ func newLocalCmd(lf *logFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "local -f FILE_OR_DIR",
 		Short: "Run every relay of the manifests in this process, with an in-memory CA",
-		Args:  cobra.NoArgs,
+		Example: `  # the three-relay example network, its metrics on loopback (what make demo runs)
+  hoplink local -f examples/local --metrics-addr 127.0.0.1:9464`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := lf.logger()
 			if err != nil {
@@ -225,10 +253,10 @@ func newLocalCmd(lf *logFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return o.run(log, set, files, "")
+			return o.run(log, lf.outputGone(), set, files, "")
 		},
 	}
-	cmd.Flags().StringSliceVarP(&files, "file", "f", nil, "manifest file or directory (repeatable)")
+	cmd.Flags().StringSliceVarP(&files, "file", "f", nil, "a manifest `FILE_OR_DIR` (repeatable)")
 	o.flags(cmd.Flags())
 	cmd.Flags().BoolVar(&o.tunOffload, "tun-offload", true, "open tun Tunnels' devices with segmentation offload where the kernel has it")
 	return cmd
@@ -265,6 +293,11 @@ func newRelayCmd(lf *logFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "relay (-f FILE_OR_DIR --name NAME --certs DIR | --kube --name NAME)",
 		Short: "Run one relay of the manifests, or of a cluster",
+		Example: `  # the relay hk of a manifest directory, with the files 'hoplink cert issue' wrote
+  hoplink relay -f /etc/hoplink/manifests --name hk --certs /etc/hoplink/certs --metrics-addr 127.0.0.1:9464
+
+  # a relay of a cluster, as the operator runs it in a pod
+  hoplink relay --kube --name hk -n edge`,
 		Long: `Run the relay NAME of the manifests as its own process, so relays can live on
 different hosts with the same files. Certificates come from --certs DIR
 (DIR/ca.crt, DIR/NAME.crt, DIR/NAME.key, as 'hoplink cert' writes them) or
@@ -321,6 +354,8 @@ injected sidecar relays run.`,
 			if err != nil {
 				return err
 			}
+			sigs, release := catchExit()
+			defer release()
 			reg, m := newRegistry()
 			r, err := relay.New(relay.Config{Name: name, Version: version, Manifests: set, Identity: id, Metrics: m, Log: log, MaxFlows: maxFlows, MaxFlowsPerTunnel: perTunnel,
 				MaxFlowsPerSource: perSource, Route: true, NoTUNOffload: !tunOffload, SeparateDialPort: separateDial, Egress: nodeEgress(refuseNodeEgress)})
@@ -336,11 +371,11 @@ injected sidecar relays run.`,
 			stop := make(chan struct{})
 			defer close(stop)
 			go watched.watch(stop)
-			return portHint(serveUntilSignal(log, metricsAddr, profiling, reg, r.Ready, r.Drain, drainTimeout, r.Close))
+			return portHint(serveUntilSignal(sigs, lf.outputGone(), log, metricsAddr, profiling, reg, r.Ready, r.Drain, drainTimeout, r.Close))
 		},
 	}
 	f := cmd.Flags()
-	f.StringSliceVarP(&files, "file", "f", nil, "manifest file or directory (repeatable)")
+	f.StringSliceVarP(&files, "file", "f", nil, "a manifest `FILE_OR_DIR` (repeatable)")
 	f.StringVar(&name, "name", "", "the `NAME` of the RelayNode this process runs")
 	deprecatedAlias(f, "relaynode", "name")
 	f.BoolVar(&kubeMode, "kube", false, "read manifests and certificates from the Kubernetes API")

@@ -65,11 +65,11 @@ func (o *observeFlags) add(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.BoolVar(&o.kube, "kube", false, "read a cluster: the objects of --namespace from the API, and the relays through their admin API with a certificate issued in memory from --ca-secret")
 	o.kf.register(f)
-	f.StringVar(&o.caSecret, "ca-secret", "hoplink-system/hoplink-ca", "with --kube, the Secret (NAMESPACE/NAME) holding the relay CA")
+	f.StringVar(&o.caSecret, "ca-secret", "hoplink-system/hoplink-ca", "with --kube, the Secret `NAMESPACE/NAME` holding the relay CA")
 	f.BoolVar(&o.apiOnly, "api-only", false, "with --kube, show what the API says (the operator's view, at most 10 s old) and ask no relay: needs no rights to --ca-secret, which --kube otherwise reads (and falls back to this when forbidden)")
-	f.StringSliceVarP(&o.files, "file", "f", nil, "manifest file or directory (repeatable): the relays to ask and their endpoints")
+	f.StringSliceVarP(&o.files, "file", "f", nil, "a manifest `FILE_OR_DIR` (repeatable): the relays to ask and their endpoints")
 	f.StringVar(&o.certs, "certs", "", "`DIR` with ca.crt and the observer's certificate (observer.crt, observer.key), as 'hoplink cert observer' writes them, or 'hoplink local' (which logs the command)")
-	f.StringVarP(&o.output, "output", "o", "table", "output format: table, json or yaml")
+	f.StringVarP(&o.output, "output", "o", "table", "output `FORMAT`: table, json or yaml")
 	f.DurationVar(&o.timeout, "timeout", 5*time.Second, "how long to wait for each relay's answer")
 }
 
@@ -289,6 +289,14 @@ func newStatusCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status (-f FILE_OR_DIR --certs DIR | --kube)",
 		Short: "Show the relays, their links, each chain's route and candidates, and each Tunnel, as the relays see them now",
+		Example: `  # standalone relays
+  hoplink status -f manifests/ --certs certs
+
+  # a cluster's, until all is ready, for a script
+  hoplink status --kube -n edge --wait --wait-timeout 5m
+
+  # a map of the network, drawn
+  hoplink status -f manifests/ --certs certs --graph=svg > network.svg`,
 		Long: `Asks every relay of the manifests for its status over its admin API, with the
 observer's certificate (never a relay's): whether it is ready, its links to its
 next hops (round trip, jitter, loss, transport), the route of each chain it
@@ -407,13 +415,15 @@ func newProbeCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "probe CHAIN (-f FILE_OR_DIR --certs DIR | --kube)",
 		Short: "Measure a chain now, hop by hop: each link of its route, the exit to its targets, and the route and every candidate end to end",
+		Example: `  hoplink probe fastest -f examples/local --certs certs
+  hoplink probe edge/to-east --kube -o json`,
 		Long: `Like traceroute through the real relays: each relay of the chain's current
 route probes its link to the next now; the exit connects to the chain's
 targets; and the entry sends traces along the route and along every candidate
 of its last round, end to end, as a flow would travel. CHAIN is NAME (in
 --namespace, default "default") or NAMESPACE/NAME. It exits 1 when a part
 failed (a link, a target, a route end to end), saying why for each.`,
-		Args: cobra.ExactArgs(1),
+		Args: func(cmd *cobra.Command, args []string) error { return probeArgs(cmd, args, of.files) },
 		ValidArgsFunction: func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
 			if len(args) > 0 {
 				return nil, cobra.ShellCompDirectiveNoFileComp
@@ -447,4 +457,26 @@ failed (a link, a target, a route end to end), saying why for each.`,
 	}
 	of.add(cmd)
 	return cmd
+}
+
+// probeArgs wants one CHAIN, and when it has not one, lists those of the
+// -f manifests to choose from: cobra's "accepts 1 arg(s)" left the user
+// to find them.
+func probeArgs(cmd *cobra.Command, args, files []string) error {
+	if len(args) == 1 {
+		return nil
+	}
+	what := "name the CHAIN to probe"
+	if len(args) > 1 {
+		what = fmt.Sprintf("probe takes one CHAIN, not %d (%s)", len(args), strings.Join(args, ", "))
+	}
+	if len(files) == 0 {
+		return fmt.Errorf("%s: hoplink probe CHAIN -f FILE_OR_DIR --certs DIR (or --kube; 'kubectl get chains -A' lists a cluster's)", what)
+	}
+	set, _ := manifest.Read(files...)
+	if set == nil || len(set.Chains) == 0 {
+		return fmt.Errorf("%s: the manifests of -f %s have no Chain to probe", what, strings.Join(files, ","))
+	}
+	names := chainNames(set, cmd)
+	return fmt.Errorf("%s, one of the manifests': %s (e.g. hoplink probe %s -f FILE_OR_DIR --certs DIR)", what, strings.Join(names, ", "), names[0])
 }

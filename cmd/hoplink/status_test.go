@@ -387,3 +387,26 @@ func TestStatusSaysATargetIsDown(t *testing.T) {
 		t.Errorf("status with a typo in the manifests: exit %v\n%s", err, out)
 	}
 }
+
+// probe without a CHAIN, or with two, lists the chains of the -f
+// manifests to choose from and how to give one; it said "accepts 1
+// arg(s), received 0".
+func TestProbeArgumentErrorsListTheChains(t *testing.T) {
+	for _, args := range [][]string{
+		{"probe", "-f", "../../examples/local", "--certs", t.TempDir()},
+		{"probe", "fastest", "to-east", "-f", "../../examples/local", "--certs", t.TempDir()},
+	} {
+		_, err := execute(args...)
+		if err == nil {
+			t.Fatalf("%v: no error", args)
+		}
+		for _, want := range []string{"CHAIN", "to-east", "fastest", "hoplink probe "} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%v: %q does not say %q", args, err, want)
+			}
+		}
+	}
+	if _, err := execute("probe"); err == nil || !strings.Contains(err.Error(), "-f FILE_OR_DIR") {
+		t.Errorf("probe without -f: %v, want how to name the manifests", err)
+	}
+}

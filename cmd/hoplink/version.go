@@ -41,9 +41,10 @@ func versionLine() string {
 
 func newVersionCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:   "version",
-		Short: "Print the version of hoplink and of its QUIC library",
-		Args:  cobra.NoArgs,
+		Use:     "version",
+		Short:   "Print the version of hoplink and of its QUIC library",
+		Example: `  hoplink version`,
+		Args:    cobra.NoArgs,
 		Run: func(cmd *cobra.Command, _ []string) {
 			fmt.Fprint(cmd.OutOrStdout(), versionLine())
 		},
