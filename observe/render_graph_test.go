@@ -3,6 +3,7 @@ package observe
 import (
 	"bytes"
 	"context"
+	"io"
 	"strings"
 	"testing"
 
@@ -10,7 +11,7 @@ import (
 	"github.com/hoplink/hoplink/measure"
 )
 
-// TestRenderGraph: the map drawn by the Graphviz built in, as SVG and PNG,
+// TestRenderGraph: the map drawn by the Graphviz built in, as SVG,
 // has every relay; a format it does not draw is refused with the choices.
 func TestRenderGraph(t *testing.T) {
 	r := &Report{Relays: []Relay{
@@ -26,11 +27,7 @@ func TestRenderGraph(t *testing.T) {
 			t.Errorf("the SVG has no %q:\n%s", want, svg.String())
 		}
 	}
-	var png bytes.Buffer
-	if err := RenderGraph(context.Background(), &png, r, "png"); err != nil || !bytes.HasPrefix(png.Bytes(), []byte("\x89PNG")) {
-		t.Errorf("png: %v, %d bytes", err, png.Len())
-	}
-	if err := RenderGraph(context.Background(), &png, r, "gif"); err == nil || !strings.Contains(err.Error(), "[dot svg png]") {
-		t.Errorf("gif: %v", err)
+	if err := RenderGraph(context.Background(), io.Discard, r, "png"); err == nil || !strings.Contains(err.Error(), "[dot svg]") {
+		t.Errorf("png: %v", err)
 	}
 }

@@ -307,8 +307,8 @@ not ready, a chain without a route whose links are up, a Tunnel that does not
 listen or whose exit cannot connect to its target (each listed with its
 reason). --wait polls until all is ready (exit 0), or --wait-timeout passes
 (exit 1); --watch prints the status every --interval until interrupted.
---graph prints the same as a map: Graphviz's DOT text, or with --graph=svg or
---graph=png the picture itself (laid out by the Graphviz built into hoplink):
+--graph prints the same as a map: Graphviz's DOT text, or with --graph=svg the
+picture itself (laid out by the Graphviz built into hoplink):
 
   hoplink status -f DIR --certs DIR --graph=svg > network.svg`,
 		Args: cobra.NoArgs,
@@ -405,7 +405,7 @@ reason). --wait polls until all is ready (exit 0), or --wait-timeout passes
 	cmd.Flags().DurationVar(&interval, "interval", 2*time.Second, "with --watch, how often")
 	cmd.Flags().BoolVar(&wait, "wait", false, "wait until everything is ready (exit 0) or --wait-timeout passes (exit 1), for scripts")
 	cmd.Flags().DurationVar(&waitFor, "wait-timeout", 2*time.Minute, "with --wait, how long")
-	cmd.Flags().StringVar(&graph, "graph", "", "print a map of the network (relays, their links with round trip, loss and state, the chains' routes in bold) as `FORMAT`: dot (alone, --graph), svg or png")
+	cmd.Flags().StringVar(&graph, "graph", "", "print a map of the network (relays, their links with round trip, loss and state, the chains' routes in bold) as `FORMAT`: dot (alone, --graph) or svg")
 	cmd.Flags().Lookup("graph").NoOptDefVal = "dot"
 	return cmd
 }

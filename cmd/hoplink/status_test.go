@@ -111,7 +111,7 @@ func TestStatusAndProbe(t *testing.T) {
 		t.Errorf("status --graph: the route %v not drawn bold:\n%s", route, dot)
 	}
 
-	// And drawn: SVG and PNG by the Graphviz built in.
+	// And drawn: SVG by the Graphviz built in.
 	svg, err := run("status", "--graph=svg")
 	if err != nil || !strings.Contains(svg, "<svg") {
 		t.Fatalf("status --graph=svg: %v\n%.300s", err, svg)
@@ -121,11 +121,8 @@ func TestStatusAndProbe(t *testing.T) {
 			t.Errorf("status --graph=svg draws no relay %s", r)
 		}
 	}
-	if png, err := run("status", "--graph=png"); err != nil || !strings.HasPrefix(png, "\x89PNG") {
-		t.Errorf("status --graph=png: %v, %d bytes starting %q", err, len(png), png[:min(len(png), 8)])
-	}
-	if out, err := run("status", "--graph=jpg"); err == nil || !strings.Contains(out, "choose one of dot, svg, png") {
-		t.Errorf("status --graph=jpg: %v\n%s", err, out)
+	if out, err := run("status", "--graph=png"); err == nil || !strings.Contains(out, "choose one of dot, svg") {
+		t.Errorf("status --graph=png: %v\n%s", err, out)
 	}
 
 	out, err := run("probe", "c", "-o", "json")
