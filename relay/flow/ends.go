@@ -432,6 +432,9 @@ func (t *TLSEnd) Broken() bool {
 	return tc != nil && wasReset(tc)
 }
 
+// TCP is the TCP connection under the TLS connection, or nil.
+func (t *TLSEnd) TCP() *net.TCPConn { return tcpOf(t.c) }
+
 // CloseWrite sends TLS close_notify: the peer reads EOF, and can still send.
 func (t *TLSEnd) CloseWrite() error { return t.c.CloseWrite() }
 

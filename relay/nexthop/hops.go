@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -176,10 +177,7 @@ func (hs *Hops) openTLS(ctx context.Context, h *hop.Header, spareOnly bool, ende
 	if c == nil {
 		return nil, nil
 	}
-	tc := tcpOf(c)
-	if tc != nil {
-		hs.live.add(next, tc)
-	}
+	var tc *net.TCPConn
 	out := flow.TLS(c, func() {
 		if tc != nil {
 			hs.live.remove(next, tc)
@@ -187,6 +185,9 @@ func (hs *Hops) openTLS(ctx context.Context, h *hop.Header, spareOnly bool, ende
 		hs.p.tls.Done(c)
 		ended()
 	})
+	if tc = out.TCP(); tc != nil {
+		hs.live.add(next, tc)
+	}
 	if err := writeHeader(out, h); err != nil {
 		out.Abort()
 		return nil, &Error{Reason: NextHop, Next: next, Err: err}

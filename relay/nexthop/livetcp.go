@@ -1,7 +1,6 @@
 package nexthop
 
 import (
-	"crypto/tls"
 	"net"
 	"slices"
 	"sync"
@@ -56,15 +55,4 @@ func (l *liveTCP) counts(peer string) (sent, retransmitted uint64) {
 		retransmitted += uint64(r)
 	}
 	return sent, retransmitted
-}
-
-// tcpOf is the TCP connection under a TLS link connection, or nil.
-func tcpOf(c *tls.Conn) *net.TCPConn {
-	switch x := c.NetConn().(type) {
-	case *net.TCPConn:
-		return x
-	case interface{ TCP() *net.TCPConn }:
-		return x.TCP()
-	}
-	return nil
 }
