@@ -19,7 +19,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
-	quicgo "github.com/quic-go/quic-go"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/manifest"
@@ -250,7 +249,7 @@ func (e *stuckEnd) Write(b []byte) (int, error) { return len(b), nil }
 func (e *stuckEnd) Wait() error                 { return nil }
 func (e *stuckEnd) CloseWrite() error           { return nil }
 func (e *stuckEnd) Abort()                      { e.once.Do(func() { close(e.aborted) }) }
-func (e *stuckEnd) Fail(quicgo.StreamErrorCode) { e.Abort() }
+func (e *stuckEnd) Fail(hop.Code)               { e.Abort() }
 func (e *stuckEnd) Close()                      {}
 
 // TestTraceAtTheExitHasADeadline: a peer that opens a trace to the exit and

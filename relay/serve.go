@@ -108,8 +108,7 @@ func (d *dispatcher) serveQUIC(c *rquic.Conn, s *quicgo.Stream) {
 	s.SetReadDeadline(time.Now().Add(headerTimeout))
 	h, err := hop.Read(s)
 	d.headerRead(c)
-	var peerReset *quicgo.StreamError
-	if errors.As(err, &peerReset) {
+	if _, _, reset := flow.ResetCode(err); reset {
 		// The flow ended before its header arrived (a client that gave up
 		// at once): nothing hostile, nothing to count.
 		flow.Reset(s, hop.CodeReset)
@@ -168,7 +167,7 @@ func (d *dispatcher) serveQUIC(c *rquic.Conn, s *quicgo.Stream) {
 // refusal is the code a flow refused its token is reset with: shutdown
 // while the relay drains (the peer learns the relay takes no new flows),
 // else rejected (a limit).
-func (d *dispatcher) refusal() quicgo.StreamErrorCode {
+func (d *dispatcher) refusal() hop.Code {
 	if d.draining.Load() {
 		return hop.CodeShutdown
 	}

@@ -8,8 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	quicgo "github.com/quic-go/quic-go"
-
 	"github.com/hoplink/hoplink/adminapi"
 	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/manifest"
@@ -110,7 +108,7 @@ func (e *stackEnd) Write(b []byte) (int, error) { return e.c.Write(b) }
 func (e *stackEnd) Wait() error                 { return nil }
 func (e *stackEnd) CloseWrite() error           { return e.c.CloseWrite() }
 func (e *stackEnd) Abort()                      { e.c.Abort() }
-func (e *stackEnd) Fail(quicgo.StreamErrorCode) { e.c.Abort() }
+func (e *stackEnd) Fail(hop.Code)               { e.c.Abort() }
 func (e *stackEnd) Close()                      { e.c.Close() }
 func (e *stackEnd) Broken() bool                { return e.c.Broken() }
 

@@ -419,13 +419,11 @@ func (s *udpSession) connect() {
 // shutdown notice and a TLS close_notify are ends; a session refused at
 // setup is counted where it was refused.
 func hopBroken(err error) bool {
-	var se *quicgo.StreamError
-	switch {
-	case err == nil || errors.Is(err, io.EOF):
+	if err == nil || errors.Is(err, io.EOF) {
 		return false
-	case errors.As(err, &se):
-		return se.ErrorCode != hop.CodeIdle && se.ErrorCode != hop.CodeShutdown &&
-			se.ErrorCode != hop.CodeRejected && se.ErrorCode != hop.CodeDialFailed
+	}
+	if code, _, ok := flow.ResetCode(err); ok {
+		return code != hop.CodeIdle && code != hop.CodeShutdown && code != hop.CodeRejected && code != hop.CodeDialFailed
 	}
 	return true
 }
@@ -457,7 +455,7 @@ func (s *udpSession) markReady() {
 
 // end closes the session once, at this relay and, through its stream, at
 // every hop after it.
-func (s *udpSession) end(code quicgo.StreamErrorCode) {
+func (s *udpSession) end(code hop.Code) {
 	s.once.Do(func() {
 		s.ended.Store(true)
 		u := s.u
@@ -553,14 +551,13 @@ func (f *udpFlows) middle(c *rquic.Conn, s *quicgo.Stream, h *hop.Header) {
 	// Either side's end ends the session on both, passed on as it came: a
 	// relay's code as sent, a lost connection as a reset.
 	first := <-ended
-	code := quicgo.StreamErrorCode(hop.CodeIdle)
-	var se *quicgo.StreamError
-	if errors.As(first.err, &se) {
-		code = se.ErrorCode
+	code, _, reset := flow.ResetCode(first.err)
+	if !reset {
+		code = hop.CodeIdle
 	}
 	if hopBroken(first.err) {
 		f.flowError(h.Tunnel, first.side)
-		if se == nil {
+		if !reset {
 			code = hop.CodeReset
 		}
 	}

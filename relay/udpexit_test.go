@@ -109,8 +109,8 @@ func TestUDPExitHoldsATunnelToItsMaxSessions(t *testing.T) {
 		return time.Since(start)
 	}
 	end := func(s *quicgo.Stream) {
-		s.CancelRead(hop.CodeReset)
-		s.CancelWrite(hop.CodeReset)
+		s.CancelRead(quicgo.StreamErrorCode(hop.CodeReset))
+		s.CancelWrite(quicgo.StreamErrorCode(hop.CodeReset))
 	}
 	// A session's end frees its place at once, not at the exit's next
 	// look at its target socket (each second).

@@ -21,7 +21,7 @@ type udpHop interface {
 	Send(p []byte) error
 	Flush() error
 	ReadFrames(deliver func([]byte)) error
-	End(code quicgo.StreamErrorCode)
+	End(code hop.Code)
 	// BoundWrites makes a write of frames fail after d (hop.Frames.Stall).
 	BoundWrites(d time.Duration)
 }
@@ -39,7 +39,7 @@ type quicHop struct{ *rquic.Session }
 func (q quicHop) ReadFrames(deliver func([]byte)) error { return q.Session.ReadFrames(deliver, nil) }
 
 // End stops routing the session's datagrams and resets its stream.
-func (q quicHop) End(code quicgo.StreamErrorCode) {
+func (q quicHop) End(code hop.Code) {
 	q.Stop()
 	flow.Reset(q.Stream, code)
 }
@@ -91,7 +91,7 @@ func (t *tlsHop) ReadFrames(deliver func([]byte)) error {
 
 // End closes the hop: an idle end or a shutdown with close_notify, which
 // the far side reads as the session's end; anything else with a reset.
-func (t *tlsHop) End(code quicgo.StreamErrorCode) {
+func (t *tlsHop) End(code hop.Code) {
 	if code == hop.CodeIdle || code == hop.CodeShutdown {
 		t.end.CloseWrite()
 		t.end.Close()

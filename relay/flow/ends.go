@@ -33,7 +33,7 @@ type End interface {
 	// Abort resets both directions, so the reset reaches the far end.
 	Abort()
 	// Fail resets with a reason the previous hop can read (QUIC only).
-	Fail(code quicgo.StreamErrorCode)
+	Fail(code hop.Code)
 	// Close releases the end after both directions finished cleanly.
 	Close()
 }
@@ -97,7 +97,7 @@ func (t *TCPEnd) Read(b []byte) (int, error)  { return t.c.Read(b) }
 func (t *TCPEnd) Write(b []byte) (int, error) { return t.c.Write(b) }
 func (t *TCPEnd) CloseWrite() error           { return closeWrite(t.c) }
 func (t *TCPEnd) Close()                      { t.c.Close() }
-func (t *TCPEnd) Fail(quicgo.StreamErrorCode) { t.Abort() }
+func (t *TCPEnd) Fail(hop.Code)               { t.Abort() }
 
 // Broken says whether the peer reset the connection.
 func (t *TCPEnd) Broken() bool { return wasReset(t.c) }
@@ -275,7 +275,7 @@ func (e *StreamEnd) Write(b []byte) (int, error) {
 func (e *StreamEnd) CloseWrite() error { e.fin.Store(true); return e.s.Close() }
 func (e *StreamEnd) Close()            { e.release() }
 func (e *StreamEnd) Abort()            { e.Fail(hop.CodeReset) }
-func (e *StreamEnd) Fail(code quicgo.StreamErrorCode) {
+func (e *StreamEnd) Fail(code hop.Code) {
 	Reset(e.s, code)
 	e.release()
 }
@@ -299,10 +299,20 @@ func (e *StreamEnd) Wait() error {
 	return err
 }
 
+// ResetCode says whether err is a hop's reset, and its code: sent by the
+// relay beside this one (remote), or by this relay's own Reset or Fail.
+func ResetCode(err error) (code hop.Code, remote, ok bool) {
+	var se *quicgo.StreamError
+	if !errors.As(err, &se) {
+		return 0, false, false
+	}
+	return hop.Code(se.ErrorCode), se.Remote, true
+}
+
 // Reset ends both directions of a stream with code, which the peer reads.
-func Reset(s *quicgo.Stream, code quicgo.StreamErrorCode) {
-	s.CancelRead(code)
-	s.CancelWrite(code)
+func Reset(s *quicgo.Stream, code hop.Code) {
+	s.CancelRead(quicgo.StreamErrorCode(code))
+	s.CancelWrite(quicgo.StreamErrorCode(code))
 }
 
 // TLSEnd is a flow's TLS connection to or from a peer relay.
@@ -424,7 +434,7 @@ func (t *TLSEnd) buffered() bool {
 	return v > 0
 }
 
-func (t *TLSEnd) Fail(quicgo.StreamErrorCode) { t.Abort() }
+func (t *TLSEnd) Fail(hop.Code) { t.Abort() }
 
 // Broken says whether the peer reset the TCP connection under c.
 func (t *TLSEnd) Broken() bool {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	quicgo "github.com/quic-go/quic-go"
+	"github.com/hoplink/hoplink/relay/hop"
 
 	"github.com/hoplink/hoplink/pki"
 )
@@ -24,12 +24,12 @@ func (s *sink) Write(b []byte) (int, error) {
 	s.writes = append(s.writes, len(b))
 	return s.got.Write(b)
 }
-func (s *sink) Read([]byte) (int, error)    { return 0, io.EOF }
-func (s *sink) Wait() error                 { return nil }
-func (s *sink) CloseWrite() error           { s.closed = true; return nil }
-func (s *sink) Abort()                      {}
-func (s *sink) Fail(quicgo.StreamErrorCode) {}
-func (s *sink) Close()                      {}
+func (s *sink) Read([]byte) (int, error) { return 0, io.EOF }
+func (s *sink) Wait() error              { return nil }
+func (s *sink) CloseWrite() error        { s.closed = true; return nil }
+func (s *sink) Abort()                   {}
+func (s *sink) Fail(hop.Code)            {}
+func (s *sink) Close()                   {}
 
 // tlsPair returns a TLS connection between two identities over loopback TCP,
 // its handshake done, with socket buffers large enough to hold size bytes.

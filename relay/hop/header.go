@@ -331,13 +331,17 @@ func validTarget(s string) bool {
 	return true
 }
 
-// Stream error codes a relay sends when it resets a flow's stream. They tell
-// the previous hop (and, in logs, the user) why the flow ended.
+// Code is why a relay ended a flow's hop. It travels as the QUIC stream
+// reset's error code, and tells the relay beside it (and, in logs, the
+// user) why the flow ended.
+type Code uint64
+
+// The codes a relay sends.
 const (
-	CodeReset      = 1 // the client or the target reset its connection
-	CodeRejected   = 2 // the header failed a check: unknown tunnel, bad route or target
-	CodeDialFailed = 3 // the exit relay could not connect to the target
-	CodeNextHop    = 4 // the next relay could not be reached
-	CodeShutdown   = 5 // the relay is shutting down
-	CodeIdle       = 6 // a UDP session timed out
+	CodeReset      Code = 1 // the client or the target reset its connection
+	CodeRejected        = 2 // the header failed a check: unknown tunnel, bad route or target
+	CodeDialFailed      = 3 // the exit relay could not connect to the target
+	CodeNextHop         = 4 // the next relay could not be reached
+	CodeShutdown        = 5 // the relay is shutting down
+	CodeIdle            = 6 // a UDP session timed out
 )
