@@ -71,7 +71,7 @@ func TestLinkRequestsAreBoundedAtEveryHop(t *testing.T) {
 		var tb measure.Table
 		err := readFramed(s, measure.MaxTableSize, &tb)
 		var se *quicgo.StreamError
-		if !errors.As(err, &se) || se.ErrorCode != hop.CodeRejected {
+		if !errors.As(err, &se) || hop.Code(se.ErrorCode) != hop.CodeRejected {
 			t.Fatalf("a request past the share: %v, want a reset with code %d", err, hop.CodeRejected)
 		}
 		if v := promtest.ToFloat64(n.m.Rejected.WithLabelValues("r1", "links_limit")); v != limited {

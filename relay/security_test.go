@@ -120,7 +120,7 @@ func TestForgedHeaders(t *testing.T) {
 			s.SetReadDeadline(time.Now().Add(15 * time.Second))
 			_, err = io.ReadAll(s)
 			var se *quicgo.StreamError
-			if !errors.As(err, &se) || se.ErrorCode != hop.CodeRejected {
+			if !errors.As(err, &se) || hop.Code(se.ErrorCode) != hop.CodeRejected {
 				t.Fatalf("stream ended with %v, want a reset with code %d", err, hop.CodeRejected)
 			}
 			if v := promtest.ToFloat64(m.Rejected.WithLabelValues("r2", tc.reason)); v < 1 {

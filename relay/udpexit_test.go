@@ -82,7 +82,7 @@ func TestUDPExitHoldsATunnelToItsMaxSessions(t *testing.T) {
 	start := time.Now()
 	err = echoed(open(false, "fifth"), "fifth")
 	var se *quicgo.StreamError
-	if !errors.As(err, &se) || se.ErrorCode != hop.CodeRejected {
+	if !errors.As(err, &se) || hop.Code(se.ErrorCode) != hop.CodeRejected {
 		t.Fatalf("a fifth session over QUIC: %v, want a reset with code %d", err, hop.CodeRejected)
 	}
 	if waited := time.Since(start); waited < sessionWait/2 {

@@ -339,9 +339,9 @@ type Code uint64
 // The codes a relay sends.
 const (
 	CodeReset      Code = 1 // the client or the target reset its connection
-	CodeRejected        = 2 // the header failed a check: unknown tunnel, bad route or target
-	CodeDialFailed      = 3 // the exit relay could not connect to the target
-	CodeNextHop         = 4 // the next relay could not be reached
-	CodeShutdown        = 5 // the relay is shutting down
-	CodeIdle            = 6 // a UDP session timed out
+	CodeRejected   Code = 2 // the header failed a check: unknown tunnel, bad route or target
+	CodeDialFailed Code = 3 // the exit relay could not connect to the target
+	CodeNextHop    Code = 4 // the next relay could not be reached
+	CodeShutdown   Code = 5 // the relay is shutting down
+	CodeIdle       Code = 6 // a UDP session timed out
 )

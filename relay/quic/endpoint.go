@@ -265,8 +265,8 @@ func (e *Endpoint) accept() {
 // serves it.
 func (e *Endpoint) serve(c *Conn, s *quicgo.Stream) {
 	if e.opts.Upper == nil {
-		s.CancelRead(hop.CodeRejected)
-		s.CancelWrite(hop.CodeRejected)
+		s.CancelRead(quicgo.StreamErrorCode(hop.CodeRejected))
+		s.CancelWrite(quicgo.StreamErrorCode(hop.CodeRejected))
 		return
 	}
 	e.opts.Upper.Serve(c, s)
