@@ -6,13 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/netip"
 	"slices"
 	"sync"
 	"time"
-
-	quicgo "github.com/quic-go/quic-go"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/manifest"
@@ -169,39 +166,41 @@ func newLinkRequests() *quota {
 
 // serveLinks answers an admitted link request, or passes it on toward the
 // relay it is for, within linksTimeout and peer's share of requests.
-func (m *measurer) serveLinks(peer string, remote net.Addr, s *quicgo.Stream, h *hop.Header, c *v1alpha1.Chain) {
+func (m *measurer) serveLinks(from *nexthop.Hop, h *hop.Header, c *v1alpha1.Chain) {
+	peer, s := from.Peer, from.Stream()
 	// The share is per peer (a quota keyed by peer in place of a Tunnel).
 	if why := m.requests.take(peer, netip.Addr{}); why != "" {
 		limit := "the peer's share"
 		if why == flowLimit {
 			limit = "the relay's bound"
 		}
-		m.rejected(peer, remote, "links_limit", fmt.Errorf("link requests in progress reached %s", limit), h.Tunnel)
-		flow.Reset(s, hop.CodeRejected)
+		m.rejected(peer, from.Remote, "links_limit", fmt.Errorf("link requests in progress reached %s", limit), h.Tunnel)
+		from.Refuse(hop.CodeRejected)
 		return
 	}
 	defer m.requests.give(peer, netip.Addr{})
 	deadline := time.Now().Add(linksTimeout)
 	if len(h.Route) > 1 {
 		ctx, cancel := context.WithDeadline(m.ctx, deadline)
-		out, _, err := m.hops.Open(ctx, nexthop.Onward(h), v1alpha1.TransportQUIC)
+		next, err := m.hops.Open(ctx, nexthop.Onward(h), nexthop.OpenOptions{Transport: v1alpha1.TransportQUIC})
 		cancel()
 		if err != nil {
-			flow.Reset(s, hop.CodeNextHop)
+			from.Refuse(hop.CodeNextHop)
 			return
 		}
-		in := flow.Stream(s)
+		out := next.Stream()
+		in := s
 		// Past the deadline both sides are reset, which ends the join.
 		expire := time.AfterFunc(time.Until(deadline), func() { in.Abort(); out.Abort() })
 		defer expire.Stop()
 		flow.Join(in, out, noCount{}, noCount{}, 0)
 		return
 	}
-	s.SetReadDeadline(deadline)
+	from.SetDeadline(deadline)
 	var body linksBody
 	if err := readFramed(s, maxLinksBody, &body); err != nil {
-		m.rejected(peer, remote, "bad_header", fmt.Errorf("link request body: %w", err), h.Tunnel)
-		flow.Reset(s, hop.CodeRejected)
+		m.rejected(peer, from.Remote, "bad_header", fmt.Errorf("link request body: %w", err), h.Tunnel)
+		from.Refuse(hop.CodeRejected)
 		return
 	}
 	if len(body.Route) > 0 && manifest.ValidRoute(c, body.Route) == nil {
@@ -211,11 +210,11 @@ func (m *measurer) serveLinks(peer string, remote net.Addr, s *quicgo.Stream, h 
 	ctx, cancel := context.WithTimeout(m.ctx, routectl.ProbeWait(interval))
 	table := m.table(ctx, c, interval/4)
 	cancel()
-	s.SetWriteDeadline(deadline)
 	if err := writeFramed(s, measure.MaxTableSize, table); err != nil {
-		flow.Reset(s, hop.CodeReset)
+		from.Refuse(hop.CodeReset)
 		return
 	}
+	s.CloseWrite()
 	s.Close()
 }
 
@@ -232,23 +231,24 @@ func (m *measurer) Links(ctx context.Context, req routectl.LinksRequest) (*measu
 	path := append(slices.Clone(req.Through), req.Relay)
 	// A relay without a live connection is not waited for: the round asks
 	// it through another relay instead, while the link keeps redialing.
-	s, err := m.hops.OpenLive(ctx, &hop.Header{Kind: hop.KindLinks, Tunnel: manifest.Key(req.Chain.Namespace, req.Chain.Name), Route: path})
+	next, err := m.hops.Open(ctx, &hop.Header{Kind: hop.KindLinks, Tunnel: manifest.Key(req.Chain.Namespace, req.Chain.Name), Route: path}, nexthop.OpenOptions{Live: true})
 	if err != nil {
 		return nil, err
 	}
-	stop := context.AfterFunc(ctx, func() { flow.Reset(s, hop.CodeReset) })
+	s := next.Stream()
+	stop := context.AfterFunc(ctx, s.Abort)
 	defer stop()
 	err = writeFramed(s, maxLinksBody, linksBody{Route: req.Current})
 	if err == nil {
-		err = s.Close()
+		err = s.CloseWrite()
 	}
 	if err != nil {
-		flow.Reset(s, hop.CodeReset)
+		s.Abort()
 		return nil, err
 	}
 	var t measure.Table
 	if err := readFramed(s, measure.MaxTableSize, &t); err != nil {
-		flow.Reset(s, hop.CodeReset)
+		s.Abort()
 		return nil, fmt.Errorf("link table of %s: %w", req.Relay, err)
 	}
 	if t.Relay != req.Relay {

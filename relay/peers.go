@@ -6,7 +6,6 @@ import (
 	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/manifest"
 	"github.com/hoplink/hoplink/relay/nexthop"
-	rquic "github.com/hoplink/hoplink/relay/quic"
 )
 
 // peersOf is what this relay's link layer knows of the relays of set,
@@ -41,9 +40,9 @@ func peersOf(set *manifest.Set, self string) []nexthop.Peer {
 	return out
 }
 
-// maxConns is how many QUIC connections peer may hold to relay self (see
-// rquic.Options.Peers). One relay process dials a control link and a
-// link per Tunnel with flows, at most rquic.MaxTunnelLinks of them, so it
+// maxConns is how many QUIC connections peer may hold to relay self (the
+// link layer admits that many). One relay process dials a control link and a
+// link per Tunnel with flows, at most nexthop.MaxTunnelLinks of them, so it
 // needs one plus the Tunnels whose flows the manifests let it send to self,
 // so capped. Several processes may run under one name (a DaemonSet's
 // pods, a sidecar's replicas), as many as the manifests know of; and one
@@ -54,7 +53,7 @@ func maxConns(set *manifest.Set, self, peer string) int {
 	if rn == nil {
 		return 1 // not a relay of the manifests: refused anyway
 	}
-	perProcess := 1 + min(hopTunnels(set, peer, self), rquic.MaxTunnelLinks)
+	perProcess := 1 + min(hopTunnels(set, peer, self), nexthop.MaxTunnelLinks)
 	return perProcess * (processes(rn) + 1)
 }
 

@@ -235,7 +235,7 @@ func TestPeerRestart(t *testing.T) {
 
 // TestHalfHeadersAreBounded: an authenticated peer opens thousands of
 // streams and sends half a header on each. A relay keeps at most
-// maxPendingHeaders of a peer's streams waiting (no flow token is taken
+// nexthop.MaxPendingHeaders of a peer's streams waiting (no flow token is taken
 // before the header), resets the rest at once, and goes on serving.
 func TestHalfHeadersAreBounded(t *testing.T) {
 	target := testutil.EchoServer(t)

@@ -17,6 +17,7 @@ import (
 	"github.com/hoplink/hoplink/metrics"
 	"github.com/hoplink/hoplink/pki"
 	"github.com/hoplink/hoplink/relay/hop"
+	"github.com/hoplink/hoplink/relay/nexthop"
 )
 
 // A peer's connection that fills its budget of streams waiting for their
@@ -80,7 +81,7 @@ spec: {chain: c, protocol: tcp, listen: {address: 127.0.0.1, port: %d}, target: 
 	}
 	halves := dial()
 	const over = 16
-	for range maxPendingHeaders + over {
+	for range nexthop.MaxPendingHeaders + over {
 		s, err := halves.OpenStreamSync(ctx)
 		if err != nil {
 			t.Fatal(err)

@@ -110,13 +110,14 @@ func (f *tcpFlows) entry(in flow.End, t *v1alpha1.Tunnel, key, target string) {
 	if a, ok := in.(*flow.TCPEnd); ok {
 		h.Client, h.Listener = proxyAddrs(t, a.Conn().RemoteAddr(), a.Conn().LocalAddr())
 	}
-	out, via, err := f.hops.Open(ctx, h, chain.Spec.Transport)
+	next, err := f.hops.Open(ctx, h, nexthop.OpenOptions{Transport: chain.Spec.Transport})
 	cancel()
 	if err != nil {
 		f.hopFailed(key, err)
 		in.Abort()
 		return
 	}
+	out, via := next.Stream(), next.Choice
 	f.m.FlowSetup.WithLabelValues(f.name, key, "entry").Observe(time.Since(start).Seconds())
 	f.join(key, sideClient, sideNextHop, flow.Join(in, out, via.Count(fc.up, flow.Up), via.Count(fc.down, flow.Down), tcpIdle(t)))
 	via.Done()
@@ -206,13 +207,16 @@ func (f *tcpFlows) middle(in flow.End, h *hop.Header, t *v1alpha1.Tunnel, chain 
 		defer g.Dec()
 	}
 	ctx, cancel := f.setupContext()
-	out, via, err := f.hops.Open(ctx, nexthop.Onward(h), chain.Spec.Transport)
+	// A session that came here is framed on a byte stream (TLS): it goes
+	// on over TLS.
+	next, err := f.hops.Open(ctx, nexthop.Onward(h), nexthop.OpenOptions{Transport: chain.Spec.Transport, Came: v1alpha1.TransportTLS})
 	cancel()
 	if err != nil {
 		f.hopFailed(h.Tunnel, err)
 		in.Fail(hop.CodeNextHop)
 		return
 	}
+	out, via := next.Stream(), next.Choice
 	f.join(h.Tunnel, sidePrevHop, sideNextHop, flow.Join(in, out, via.Count(fc.up, flow.Up), via.Count(fc.down, flow.Down), tcpIdle(t)))
 	via.Done()
 }

@@ -35,7 +35,7 @@ const tracesPerRoute = 3
 // traceTimeout bounds a trace at every hop: one slower than this measures
 // nothing worth having, and it must not hold a flow token while a peer
 // that never closes it waits.
-var traceTimeout = headerTimeout
+var traceTimeout = nexthop.HeaderTimeout
 
 // serveTrace carries an admitted trace one hop further, or answers it at
 // the exit, within traceTimeout.
@@ -69,16 +69,16 @@ func (m *measurer) serveTrace(in flow.End, h *hop.Header, c *v1alpha1.Chain) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(m.ctx, traceTimeout)
-	next, _, err := m.hops.Open(ctx, nexthop.Onward(h), c.Spec.Transport)
+	next, err := m.hops.Open(ctx, nexthop.Onward(h), nexthop.OpenOptions{Transport: c.Spec.Transport})
 	cancel()
 	if err != nil {
 		in.Fail(hop.CodeNextHop)
 		return
 	}
 	mu.Lock()
-	out = next
+	out = next.Stream()
 	mu.Unlock()
-	flow.Join(in, next, noCount{}, noCount{}, 0) // traceTimeout bounds it
+	flow.Join(in, next.Stream(), noCount{}, noCount{}, 0) // traceTimeout bounds it
 }
 
 // Trace measures routes of a chain this relay enters, end to end: for
@@ -145,10 +145,11 @@ func (m *measurer) traceRoute(ctx context.Context, c *v1alpha1.Chain, rt []strin
 
 func (m *measurer) traceOnce(ctx context.Context, c *v1alpha1.Chain, rt []string) (time.Duration, error) {
 	start := time.Now()
-	out, _, err := m.hops.Open(ctx, &hop.Header{Kind: hop.KindTrace, Tunnel: manifest.Key(c.Namespace, c.Name), Route: rt[1:]}, c.Spec.Transport)
+	next, err := m.hops.Open(ctx, &hop.Header{Kind: hop.KindTrace, Tunnel: manifest.Key(c.Namespace, c.Name), Route: rt[1:]}, nexthop.OpenOptions{Transport: c.Spec.Transport})
 	if err != nil {
 		return 0, err
 	}
+	out := next.Stream()
 	stop := context.AfterFunc(ctx, out.Abort)
 	defer stop()
 	if err := out.CloseWrite(); err != nil {

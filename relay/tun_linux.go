@@ -14,7 +14,7 @@ import (
 	"github.com/hoplink/hoplink/relay/flow"
 	"github.com/hoplink/hoplink/relay/hop"
 	"github.com/hoplink/hoplink/relay/netstack"
-	rquic "github.com/hoplink/hoplink/relay/quic"
+	"github.com/hoplink/hoplink/relay/nexthop"
 	"github.com/hoplink/hoplink/relay/tun"
 )
 
@@ -147,12 +147,14 @@ func (f *tunFlows) entryUDP(c net.Conn, dst netip.AddrPort, t *v1alpha1.Tunnel, 
 		send = func(p []byte) error { _, err := tc.Write(p); return err }
 		go copyPackets(tc, c, fc.down)
 	} else {
-		conn, st, err := f.udp.hops.Session(ctx, &hop.Header{Kind: hop.KindUDP, Tunnel: key, Route: route[1:], Target: dst.String()})
+		next, err := f.udp.hops.Open(ctx, &hop.Header{Kind: hop.KindUDP, Tunnel: key, Route: route[1:], Target: dst.String()},
+			// A flow's datagrams, as the QUIC session they always were.
+			nexthop.OpenOptions{Came: v1alpha1.TransportQUIC})
 		if err != nil {
 			f.hopFailed(key, err)
 			return
 		}
-		out := rquic.NewSession(conn, st)
+		out := next.Session(nexthop.SessionOptions{})
 		send = out.Send
 		reply := func(p []byte) {
 			if _, err := c.Write(p); err == nil {
@@ -160,8 +162,7 @@ func (f *tunFlows) entryUDP(c net.Conn, dst netip.AddrPort, t *v1alpha1.Tunnel, 
 			}
 		}
 		out.Receive(reply)
-		defer out.Stop()
-		defer flow.Reset(st, hop.CodeReset)
+		defer out.End(hop.CodeReset)
 		go func() {
 			out.ReadFrames(reply, nil) // oversize replies; the stream's end ends the flow
 			c.Close()

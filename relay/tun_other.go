@@ -7,13 +7,9 @@ import (
 	"net/netip"
 	"sync"
 
-	quicgo "github.com/quic-go/quic-go"
-
 	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/manifest"
-	"github.com/hoplink/hoplink/relay/flow"
 	"github.com/hoplink/hoplink/relay/nexthop"
-	rquic "github.com/hoplink/hoplink/relay/quic"
 )
 
 var errNoTUN = errors.New("protocol tun needs a Linux relay")
@@ -44,8 +40,7 @@ type packetExit struct{}
 func (p *packetTunnels) openEntry(*v1alpha1.Tunnel, string, netip.Prefix, []netip.Prefix) (func(), error) {
 	return nil, errNoTUN
 }
-func (p *packetTunnels) exitFor(string) (*packetExit, error)                { return nil, errNoTUN }
-func (p *packetTunnels) serveQUIC(*rquic.Conn, *quicgo.Stream, *packetExit) {}
-func (p *packetTunnels) serveTLS(flow.End, *packetExit)                     {}
-func (p *packetTunnels) sync(*manifest.Set)                                 {}
-func (p *packetTunnels) close()                                             {}
+func (p *packetTunnels) exitFor(string) (*packetExit, error) { return nil, errNoTUN }
+func (p *packetTunnels) serve(*nexthop.Hop, *packetExit)     {}
+func (p *packetTunnels) sync(*manifest.Set)                  {}
+func (p *packetTunnels) close()                              {}

@@ -15,7 +15,6 @@ import (
 	"sync"
 	"time"
 
-	quicgo "github.com/quic-go/quic-go"
 	"k8s.io/apimachinery/pkg/api/equality"
 
 	"github.com/hoplink/hoplink/adminapi"
@@ -27,7 +26,6 @@ import (
 	"github.com/hoplink/hoplink/relay/flow"
 	"github.com/hoplink/hoplink/relay/hop"
 	"github.com/hoplink/hoplink/relay/nexthop"
-	rquic "github.com/hoplink/hoplink/relay/quic"
 	"github.com/hoplink/hoplink/relay/tun"
 )
 
@@ -63,7 +61,7 @@ type packetPeer interface {
 // quicPeer sends over QUIC: plain packets with complete checksums, one
 // datagram each (a frame on the stream when too large).
 type quicPeer struct {
-	out  *rquic.Session
+	out  nexthop.Session
 	segs [][]byte
 }
 
@@ -263,12 +261,14 @@ func (e *packetEntry) session() error {
 	h := &hop.Header{Kind: hop.KindPacket, Tunnel: e.key, Route: route[1:]}
 	var peer packetPeer
 	ended := make(chan struct{})
-	transport := p.hops.PacketTransport(h, chain.Spec.Transport)
+	next, err := p.hops.Open(ctx, h, nexthop.OpenOptions{Transport: chain.Spec.Transport})
+	if err != nil {
+		return err
+	}
+	// The transports carry packets differently (see packetPeer's kinds).
+	transport := next.Transport
 	if transport == v1alpha1.TransportTLS {
-		out, _, err := p.hops.Open(ctx, h, v1alpha1.TransportTLS)
-		if err != nil {
-			return err
-		}
+		out := next.Stream()
 		defer out.Abort()
 		flags, err := exchangeFlags(out, gsoFlag(e.dev), time.Now().Add(p.setupTimeout))
 		if err != nil {
@@ -280,18 +280,13 @@ func (e *packetEntry) session() error {
 			receiveFrames(out, e.dev, e.admit)
 		}()
 	} else {
-		conn, st, err := p.hops.Session(ctx, h)
-		if err != nil {
-			return err
-		}
-		defer flow.Reset(st, hop.CodeReset)
-		out := rquic.NewSession(conn, st)
+		out := next.Session(nexthop.SessionOptions{})
+		defer out.End(hop.CodeReset)
 		out.Receive(func(pkt []byte) {
 			if e.admit(pkt) {
 				e.dev.Enqueue(pkt)
 			}
 		})
-		defer out.Stop()
 		peer = &quicPeer{out: out}
 		go func() {
 			defer close(ended)
@@ -476,26 +471,30 @@ func (p *packetTunnels) exitFor(key string) (*packetExit, error) {
 	return nil, fmt.Errorf("this relay has no device for Tunnel %q (see its log for why)", key)
 }
 
-// serveQUIC serves an entry's packet session over QUIC at the exit.
-func (p *packetTunnels) serveQUIC(c *rquic.Conn, s *quicgo.Stream, x *packetExit) {
-	out := rquic.NewSession(c, s)
+// serve serves an entry's packet session at the exit.
+func (p *packetTunnels) serve(from *nexthop.Hop, x *packetExit) {
+	if from.Transport == v1alpha1.TransportTLS {
+		p.serveTLS(from.Stream(), x)
+		return
+	}
+	out := from.Session(nexthop.SessionOptions{})
 	peer := &quicPeer{out: out}
 	out.Receive(func(pkt []byte) {
 		if x.admit(peer, pkt) {
 			x.dev.Enqueue(pkt)
 		}
 	})
-	defer out.Stop()
 	defer x.forget(peer)
 	out.ReadFrames(func(pkt []byte) { // until the entry ends the session
 		if x.admit(peer, pkt) {
 			x.dev.Enqueue(slices.Clone(pkt))
 		}
 	}, nil)
-	flow.Reset(s, hop.CodeReset)
+	out.End(hop.CodeReset)
 }
 
-// serveTLS serves an entry's packet session over TLS at the exit.
+// serveTLS serves an entry's packet session over TLS at the exit: frames
+// of packets, super-packets when both ends take them.
 func (p *packetTunnels) serveTLS(in flow.End, x *packetExit) {
 	defer in.Abort()
 	flags, err := exchangeFlags(in, gsoFlag(x.dev), time.Now().Add(p.setupTimeout))

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	quicgo "github.com/quic-go/quic-go"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/manifest"
@@ -22,7 +21,6 @@ import (
 	"github.com/hoplink/hoplink/relay/flow"
 	"github.com/hoplink/hoplink/relay/hop"
 	"github.com/hoplink/hoplink/relay/nexthop"
-	rquic "github.com/hoplink/hoplink/relay/quic"
 	"github.com/hoplink/hoplink/relay/udpio"
 	"github.com/hoplink/hoplink/srcaddr"
 )
@@ -93,9 +91,9 @@ type udpSession struct {
 	// Set once the session is connected; until then packets queue.
 	ready atomic.Bool
 	queue chan []byte
-	out   udpHop       // the next relay
-	local *net.UDPConn // the target, when the entry is also the exit
-	proxy []byte       // the PROXY header each datagram to local starts with
+	out   nexthop.Session // the next relay
+	local *net.UDPConn    // the target, when the entry is also the exit
+	proxy []byte          // the PROXY header each datagram to local starts with
 
 	once  sync.Once
 	ended atomic.Bool // this relay ended it: its hop's end is no error
@@ -378,30 +376,27 @@ func (s *udpSession) connect() {
 	if u.t.Spec.UDP != nil {
 		mode = u.t.Spec.UDP.Mode
 	}
-	next, err := f.hops.OpenUDP(ctx, h, chain.Spec.Transport, mode)
+	next, err := f.hops.Open(ctx, h, nexthop.OpenOptions{Transport: chain.Spec.Transport, UDPMode: mode})
 	cancel()
 	if err != nil {
 		f.hopFailed(u.key, err)
 		s.end(hop.CodeNextHop)
 		return
 	}
-	bulk := func() { f.hops.UDPBulk(u.key) }
-	if next.TLS != nil {
-		s.out = newTLSHop(next.TLS, bulk)
-	} else {
-		out := rquic.NewSession(next.Conn, next.Stream)
-		framed := f.framed(u.key, "entry", s.client.String())
-		out.SetMode(udpMode(u.t), func() { framed(); bulk() })
-		out.Receive(s.reply)
-		s.out = quicHop{out}
-	}
-	// The Tunnel's read loop writes every session's frames: a write that
-	// stalls (its next hop stopped reading) fails after stallAfter and
-	// ends its session, so that the loop goes on for the others.
-	s.out.BoundWrites(stallAfter)
+	s.out = next.Session(nexthop.SessionOptions{
+		Mode:   udpMode(u.t),
+		Framed: f.framed(u.key, "entry", s.client.String()),
+		Bulk:   func() { f.hops.UDPBulk(u.key) },
+		// The Tunnel's read loop writes every session's frames: a write
+		// that stalls (its next hop stopped reading) fails after
+		// stallAfter and ends its session, so that the loop goes on for
+		// the others.
+		Stall: stallAfter,
+	})
+	s.out.Receive(s.reply)
 	s.markReady()
 	// The stream carries (oversize) replies; its end is the session's end.
-	err = s.out.ReadFrames(s.reply)
+	err = s.out.ReadFrames(s.reply, nil)
 	if s.ended.Load() {
 		return
 	}
@@ -508,21 +503,21 @@ func (u *udpEntry) reap() {
 
 // middle joins a session's two hops. Packets are re-keyed to the next
 // connection's flow id and re-sent as datagram or frame as that hop allows.
-func (f *udpFlows) middle(c *rquic.Conn, s *quicgo.Stream, h *hop.Header) {
+func (f *udpFlows) middle(from *nexthop.Hop, h *hop.Header) {
 	fc, done := f.begin(h.Tunnel, "middle")
 	defer done()
 	ctx, cancel := f.setupContext()
-	nc, ns, err := f.hops.Session(ctx, nexthop.Onward(h))
+	next, err := f.hops.Open(ctx, nexthop.Onward(h), nexthop.OpenOptions{Came: from.Transport})
 	cancel()
 	if err != nil {
 		f.hopFailed(h.Tunnel, err)
-		flow.Reset(s, hop.CodeNextHop)
+		from.Refuse(hop.CodeNextHop)
 		return
 	}
 	gauge := f.m.UDPSessions.WithLabelValues(f.name, h.Tunnel, "middle")
 	gauge.Inc()
 	defer gauge.Dec()
-	back, onward := rquic.NewSession(c, s), rquic.NewSession(nc, ns)
+	back, onward := from.Session(nexthop.SessionOptions{}), next.Session(nexthop.SessionOptions{})
 	// Datagrams go on as datagrams, frames as frames: the ends chose.
 	relay := func(send func([]byte) error, n flow.Counter) func([]byte) {
 		return func(p []byte) {
@@ -535,8 +530,6 @@ func (f *udpFlows) middle(c *rquic.Conn, s *quicgo.Stream, h *hop.Header) {
 	}
 	onward.Receive(relay(back.Send, fc.down))
 	back.Receive(relay(onward.Send, fc.up))
-	defer onward.Stop()
-	defer back.Stop()
 	// The side that ended first, and how: a broken one is counted under it.
 	type end struct {
 		side string
@@ -545,7 +538,7 @@ func (f *udpFlows) middle(c *rquic.Conn, s *quicgo.Stream, h *hop.Header) {
 	ended := make(chan end, 2)
 	// Frames are queued onward and flushed when no more are waiting, so a
 	// burst leaves in full-size packets as it came.
-	flush := func(s *rquic.Session) func() { return func() { s.Flush() } }
+	flush := func(s nexthop.Session) func() { return func() { s.Flush() } }
 	go func() { ended <- end{sidePrevHop, back.ReadFrames(relay(onward.Queue, fc.up), flush(onward))} }()
 	go func() { ended <- end{sideNextHop, onward.ReadFrames(relay(back.Queue, fc.down), flush(back))} }()
 	// Either side's end ends the session on both, passed on as it came: a
@@ -561,26 +554,15 @@ func (f *udpFlows) middle(c *rquic.Conn, s *quicgo.Stream, h *hop.Header) {
 			code = hop.CodeReset
 		}
 	}
-	flow.Reset(s, code)
-	flow.Reset(ns, code)
+	back.End(code)
+	onward.End(code)
 	<-ended
 }
 
-// exit ends a session that came over QUIC at its target.
-func (f *udpFlows) exit(c *rquic.Conn, s *quicgo.Stream, h *hop.Header, t *v1alpha1.Tunnel) {
-	out := rquic.NewSession(c, s)
-	out.SetMode(udpMode(t), f.framed(h.Tunnel, "exit", h.Target))
-	f.serveTarget(quicHop{out}, out.Receive, h, t)
-}
-
-// exitTLS ends a session that came over TLS at its target.
-func (f *udpFlows) exitTLS(in flow.End, h *hop.Header, t *v1alpha1.Tunnel) {
-	f.serveTarget(newTLSHop(in, nil), nil, h, t)
-}
-
-// serveTarget joins a session's last hop to its target through a connected
-// UDP socket of its own. receive (nil over TLS) routes the hop's datagrams.
-func (f *udpFlows) serveTarget(back udpHop, receive func(func([]byte)), h *hop.Header, t *v1alpha1.Tunnel) {
+// exit joins a session's last hop to its target through a connected UDP
+// socket of its own.
+func (f *udpFlows) exit(from *nexthop.Hop, h *hop.Header, t *v1alpha1.Tunnel) {
+	back := from.Session(nexthop.SessionOptions{Mode: udpMode(t), Framed: f.framed(h.Tunnel, "exit", h.Target)})
 	// The entry keeps maxSessions in its table; a previous hop that opens
 	// more (hostile, or an entry's ended sessions not yet ended here) is
 	// held to it too. A place freed within sessionWait is taken: an entry
@@ -634,9 +616,7 @@ func (f *udpFlows) serveTarget(back udpHop, receive func(func([]byte)), h *hop.H
 			full.Inc()
 		}
 	}
-	if receive != nil {
-		receive(toTarget)
-	}
+	back.Receive(toTarget)
 
 	// Frames toward the target; the hop's end ends the session at once,
 	// and with it its place in the Tunnel's sessions: it wakes the read of
@@ -646,7 +626,7 @@ func (f *udpFlows) serveTarget(back udpHop, receive func(func([]byte)), h *hop.H
 	var endedHere atomic.Bool // the exit ended it: its hop's end is no error
 	var broken atomic.Bool    // the previous hop broke it
 	go func() {
-		if err := back.ReadFrames(toTarget); !endedHere.Load() && hopBroken(err) {
+		if err := back.ReadFrames(toTarget, nil); !endedHere.Load() && hopBroken(err) {
 			f.flowError(h.Tunnel, sidePrevHop)
 			broken.Store(true)
 		}
@@ -799,16 +779,16 @@ func sizeUDP(c *net.UDPConn) {
 }
 
 // udpMode is how a Tunnel's sessions send their packets.
-func udpMode(t *v1alpha1.Tunnel) rquic.Mode {
+func udpMode(t *v1alpha1.Tunnel) nexthop.Mode {
 	if u := t.Spec.UDP; u != nil {
 		switch u.Mode {
 		case v1alpha1.UDPDatagram:
-			return rquic.Datagrams
+			return nexthop.Datagrams
 		case v1alpha1.UDPStream:
-			return rquic.Frames
+			return nexthop.Frames
 		}
 	}
-	return rquic.Auto
+	return nexthop.Auto
 }
 
 // framed is told when a session of tunnel turns to stream mode.
@@ -816,7 +796,7 @@ func (f *udpFlows) framed(tunnel, role, peer string) func() {
 	return func() {
 		f.m.UDPFramed.WithLabelValues(f.name, tunnel, role).Inc()
 		f.log.Info("udp session turned to stream mode", "tunnel", tunnel, "role", role, "peer", peer,
-			"rate_over", rquic.AutoFramesRate)
+			"rate_over", nexthop.AutoFramesRate)
 	}
 }
 

@@ -272,6 +272,9 @@ func (e *StreamEnd) Write(b []byte) (int, error) {
 	return n, err
 }
 
+// SetDeadline bounds the reads and writes that follow.
+func (e *StreamEnd) SetDeadline(d time.Time) error { return e.s.SetDeadline(d) }
+
 func (e *StreamEnd) CloseWrite() error { e.fin.Store(true); return e.s.Close() }
 func (e *StreamEnd) Close()            { e.release() }
 func (e *StreamEnd) Abort()            { e.Fail(hop.CodeReset) }
@@ -455,6 +458,9 @@ func (t *TLSEnd) Wait() error { return nil }
 
 // SetReadDeadline bounds the reads that follow.
 func (t *TLSEnd) SetReadDeadline(d time.Time) error { return t.c.SetReadDeadline(d) }
+
+// SetDeadline bounds the reads and writes that follow.
+func (t *TLSEnd) SetDeadline(d time.Time) error { return t.c.SetDeadline(d) }
 
 // SetWriteDeadline bounds the writes that follow; one that times out
 // leaves the connection unusable (crypto/tls), so its flow must end.

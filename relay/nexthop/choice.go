@@ -83,12 +83,6 @@ func shapeKey(h *hop.Header) string {
 	return h.Tunnel + " " + h.Target
 }
 
-// PacketTransport is the transport a packet session of a chain with
-// transport takes to peer.
-func (hs *Hops) PacketTransport(h *hop.Header, transport v1alpha1.Transport) v1alpha1.Transport {
-	return hs.choose(h, transport).Transport
-}
-
 func (hs *Hops) pick(peer, tunnel string, isFlow bool, m progress) (v1alpha1.Transport, string, bool) {
 	// The loss counts walk every connection to the peer: only packet
 	// sessions and flows of Tunnels of unknown shape ask for them, so a

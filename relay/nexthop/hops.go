@@ -69,22 +69,58 @@ func Onward(h *hop.Header) *hop.Header {
 	return &next
 }
 
-// Open opens a hop to h.Route[0] and sends it h: a TCP flow, a trace, or a
-// packet or UDP session over TLS. The chain's transport decides how, or
-// under auto this relay's choice for the link; the Choice says which and
-// takes the flow's figures back.
-func (hs *Hops) Open(ctx context.Context, h *hop.Header, transport v1alpha1.Transport) (flow.End, *Choice, error) {
+// OpenOptions say how Open opens a hop.
+type OpenOptions struct {
+	// Transport is the chain's: quic, tls, or auto (this relay's choice
+	// for the link and the flow's shape).
+	Transport v1alpha1.Transport
+	// UDPMode is a new UDP session's Tunnel's udp.mode, at its entry.
+	UDPMode v1alpha1.UDPMode
+	// Came is, at a middle relay, the transport a UDP or packet session
+	// came in on: it goes on over the same (a session framed on a byte
+	// stream stays on TLS, one on QUIC keeps its datagrams).
+	Came v1alpha1.Transport
+	// Live opens the hop only on a QUIC connection up now: a link
+	// request, which a round sends another way rather than wait.
+	Live bool
+}
+
+// Open opens a hop to h.Route[0] and sends it h, over the transport o and
+// the header's kind decide: a TCP flow or a trace over the chain's
+// transport (under auto this relay's choice, which the Hop's Choice says
+// and learns from), a UDP or packet session at its entry by its Tunnel's
+// shape and at a middle over the transport it came on, a link request
+// over QUIC.
+func (hs *Hops) Open(ctx context.Context, h *hop.Header, o OpenOptions) (*Hop, error) {
+	if o.Live {
+		return hs.openLive(ctx, h)
+	}
 	if err := hs.refuseDraining(h.Route[0]); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	if h.Kind == hop.KindPacket || h.Kind == hop.KindUDP {
-		// A session Open carries is framed for a byte stream (a middle
-		// relay passes on one that came over TLS), which only TLS
-		// carries: over QUIC a session is an rquic.Session (Session).
-		transport = v1alpha1.TransportTLS
+	switch {
+	case h.Kind != hop.KindUDP && h.Kind != hop.KindPacket:
+		return hs.openFlow(ctx, h, o.Transport)
+	case o.Came == v1alpha1.TransportTLS:
+		return hs.openTLS(ctx, h, false, func() {})
+	case o.Came != "":
+		return hs.openSession(ctx, h)
+	case h.Kind == hop.KindUDP:
+		return hs.openUDP(ctx, h, o.Transport, o.UDPMode)
 	}
+	// A packet session at its entry. Its sessions are few and long, and
+	// not counted in a Tunnel's share of TLS flows.
+	if hs.choose(h, o.Transport).Transport == v1alpha1.TransportTLS {
+		return hs.openTLS(ctx, h, false, func() {})
+	}
+	return hs.openSession(ctx, h)
+}
+
+// openFlow opens a hop for a TCP flow, a trace or a link request: over the
+// chain's transport, or under auto this relay's choice for the link.
+func (hs *Hops) openFlow(ctx context.Context, h *hop.Header, transport v1alpha1.Transport) (*Hop, error) {
 	ch := hs.choose(h, transport)
-	var out flow.End
+	var out *Hop
 	var err error
 	if ch.Transport == v1alpha1.TransportTLS {
 		// Under auto a Tunnel's TLS flows are bounded; the chain's own
@@ -110,16 +146,17 @@ func (hs *Hops) Open(ctx context.Context, h *hop.Header, transport v1alpha1.Tran
 		if ch.meter != nil {
 			hs.auto.unwatch(ch.shape, ch.meter)
 		}
-		return nil, nil, err
+		return nil, err
 	}
-	ch.out = out
+	ch.out = out.end
+	out.Choice = ch
 	if h.Kind == hop.KindTCP {
 		hs.countFlow(ch.peer, ch.Transport, ch.Reason)
 	}
-	return out, ch, nil
+	return out, nil
 }
 
-func (hs *Hops) openStream(ctx context.Context, h *hop.Header) (flow.End, error) {
+func (hs *Hops) openStream(ctx context.Context, h *hop.Header) (*Hop, error) {
 	c, s, err := hs.stream(ctx, h) // Open checked the next hop already
 	if err != nil {
 		return nil, err
@@ -136,13 +173,13 @@ func (hs *Hops) openStream(ctx context.Context, h *hop.Header) (flow.End, error)
 		out.Fail(hop.CodeNextHop)
 		return nil, &Error{Reason: NextHop, Next: h.Route[0], Err: err}
 	}
-	return out, nil
+	return quicHop(c, s, out), nil
 }
 
 // openTLS takes a TLS connection to h.Route[0] and sends it h. With
 // spareOnly it takes a ready one or none (nil, nil). ended runs when the
 // flow's connection is finished.
-func (hs *Hops) openTLS(ctx context.Context, h *hop.Header, spareOnly bool, ended func()) (flow.End, error) {
+func (hs *Hops) openTLS(ctx context.Context, h *hop.Header, spareOnly bool, ended func()) (*Hop, error) {
 	next := h.Route[0]
 	peer, ok := hs.p.peer(next)
 	if !ok {
@@ -192,28 +229,21 @@ func (hs *Hops) openTLS(ctx context.Context, h *hop.Header, spareOnly bool, ende
 		out.Abort()
 		return nil, &Error{Reason: NextHop, Next: next, Err: err}
 	}
-	return out, nil
+	return tlsHop(next, c.RemoteAddr(), out), nil
 }
 
-// Session opens a QUIC stream to h.Route[0] and sends it h: a datagram
-// session (UDP, packets), or a TCP flow or trace over QUIC.
-func (hs *Hops) Session(ctx context.Context, h *hop.Header) (*rquic.Conn, *quicgo.Stream, error) {
-	if err := hs.refuseDraining(h.Route[0]); err != nil {
-		return nil, nil, err
-	}
-	return hs.session(ctx, h)
-}
-
-func (hs *Hops) session(ctx context.Context, h *hop.Header) (*rquic.Conn, *quicgo.Stream, error) {
+// openSession opens a QUIC stream to h.Route[0] for a UDP or packet
+// session, and sends it h.
+func (hs *Hops) openSession(ctx context.Context, h *hop.Header) (*Hop, error) {
 	c, s, err := hs.stream(ctx, h)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if err := writeHeader(s, h); err != nil {
 		flow.Reset(s, hop.CodeNextHop)
-		return nil, nil, &Error{Reason: NextHop, Next: h.Route[0], Err: err}
+		return nil, &Error{Reason: NextHop, Next: h.Route[0], Err: err}
 	}
-	return c, s, nil
+	return quicHop(c, s, flow.Stream(s)), nil
 }
 
 // stream opens a QUIC stream to h.Route[0], on the link of h's class.
@@ -234,9 +264,8 @@ func (hs *Hops) stream(ctx context.Context, h *hop.Header) (*rquic.Conn, *quicgo
 	return c, s, nil
 }
 
-// OpenLive opens a stream to h.Route[0] only if its connection is up now: a
-// link request, which a round sends another way rather than wait.
-func (hs *Hops) OpenLive(ctx context.Context, h *hop.Header) (*quicgo.Stream, error) {
+// openLive opens a stream to h.Route[0] only if its connection is up now.
+func (hs *Hops) openLive(ctx context.Context, h *hop.Header) (*Hop, error) {
 	c := hs.p.links.Live(h.Route[0])
 	if c == nil {
 		return nil, &Error{Reason: NextHop, Next: h.Route[0], Err: rquic.ErrPeerDown}
@@ -249,7 +278,7 @@ func (hs *Hops) OpenLive(ctx context.Context, h *hop.Header) (*quicgo.Stream, er
 		flow.Reset(s, hop.CodeNextHop)
 		return nil, &Error{Reason: NextHop, Next: h.Route[0], Err: err}
 	}
-	return s, nil
+	return quicHop(c, s, flow.Stream(s)), nil
 }
 
 // link is the QUIC link a new stream of class to peer takes. A peer with

@@ -51,7 +51,8 @@ type Peers struct {
 	peers map[string]Peer // by name (SetPeers)
 	order []Peer          // as given
 
-	hops *Hops
+	headers pending // QUIC streams waiting for their header
+	hops    *Hops
 }
 
 // New makes a relay's Peers; Listen binds them. The two steps let the

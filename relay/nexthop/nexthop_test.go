@@ -1,6 +1,7 @@
 package nexthop
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -33,11 +34,16 @@ type received struct {
 type reporter func(peer string, r io.Reader)
 
 func (f reporter) Serve(in Inbound) {
-	if in.TLS != nil {
-		f(in.Peer, in.TLS)
-		return
+	f(in.Hop.Peer, io.MultiReader(bytes.NewReader(headerBytes(in.Header)), in.Hop.Stream()))
+}
+
+// headerBytes is h as it came: the link layer read it off the stream.
+func headerBytes(h hop.Header) []byte {
+	b, err := h.Append(nil)
+	if err != nil {
+		panic(err)
 	}
-	f(in.Peer, in.Stream)
+	return b
 }
 
 func (reporter) Event(Event) {}
@@ -128,10 +134,11 @@ func TestOpenSendsTheHeaderWithTheFirstBytes(t *testing.T) {
 					time.Sleep(20 * time.Millisecond)
 				}
 			}
-			out, via, err := a.Open(ctx, h, chain.Spec.Transport)
+			next, err := a.Open(ctx, h, OpenOptions{Transport: chain.Spec.Transport})
 			if err != nil {
 				t.Fatal(err)
 			}
+			out, via := next.Stream(), next.Choice
 			defer out.Abort()
 			// A clean link with nothing measured yet takes TLS for bulk.
 			if want := map[string]string{"quic": "quic", "tls": "tls", "auto": "tls"}[transport]; string(via.Transport) != want {
@@ -156,13 +163,13 @@ func TestErrorsSayWhy(t *testing.T) {
 	defer cancel()
 	var he *Error
 
-	_, _, err := a.Open(ctx, &hop.Header{Kind: hop.KindTCP, Tunnel: "default/t", Route: []string{"mallory"}, Target: "x:1"}, v1alpha1.TransportQUIC)
+	_, err := a.Open(ctx, &hop.Header{Kind: hop.KindTCP, Tunnel: "default/t", Route: []string{"mallory"}, Target: "x:1"}, OpenOptions{Transport: v1alpha1.TransportQUIC})
 	if !errors.As(err, &he) || he.Reason != NextHop || he.Next != "mallory" {
 		t.Fatalf("unknown relay: %v", err)
 	}
-	// A peer that is not connected now is not waited for by OpenLive.
-	if _, err := a.OpenLive(ctx, &hop.Header{Kind: hop.KindLinks, Tunnel: "default/c", Route: []string{"a"}}); !errors.As(err, &he) || !errors.Is(err, rquic.ErrPeerDown) {
-		t.Fatalf("OpenLive to a relay without a link: %v", err)
+	// A peer that is not connected now is not waited for by a Live open.
+	if _, err := a.Open(ctx, &hop.Header{Kind: hop.KindLinks, Tunnel: "default/c", Route: []string{"a"}}, OpenOptions{Live: true}); !errors.As(err, &he) || !errors.Is(err, rquic.ErrPeerDown) {
+		t.Fatalf("a Live open to a relay without a link: %v", err)
 	}
 	if got := Onward(&hop.Header{Route: []string{"x", "y", "z"}}).Route; len(got) != 2 || got[0] != "y" {
 		t.Fatalf("Onward: %v", got)
@@ -200,12 +207,12 @@ func TestATunnelsTLSFlowsAreBounded(t *testing.T) {
 		h := &hop.Header{Kind: hop.KindTCP, Tunnel: tunnel, Route: []string{"b"}, Target: "127.0.0.1:1"}
 		octx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		out, via, err := a.Open(octx, h, v1alpha1.TransportAuto)
+		next, err := a.Open(octx, h, OpenOptions{Transport: v1alpha1.TransportAuto})
 		if err != nil {
 			t.Fatal(err)
 		}
-		out.Write([]byte("hello"))
-		return via, out.Abort
+		next.Stream().Write([]byte("hello"))
+		return next.Choice, next.Stream().Abort
 	}
 	var ends []func()
 	defer func() {
@@ -240,10 +247,10 @@ func TestATunnelsTLSFlowsAreBounded(t *testing.T) {
 	}
 }
 
-// TestSessionsOpenOverTLS: a packet or UDP session Open carries is a byte
-// stream of frames (a middle relay passes on one that came over TLS), so it
-// goes over TLS even where auto would take QUIC for the link. Over QUIC
-// the next relay would read those bytes as a QUIC session's.
+// TestSessionsOpenOverTLS: a packet or UDP session that came over TLS is a
+// byte stream of frames, so a middle relay opens its next hop over TLS even
+// where auto would take QUIC for the link. Over QUIC the next relay would
+// read those bytes as a QUIC session's.
 func TestSessionsOpenOverTLS(t *testing.T) {
 	a, got, _ := two(t, "auto")
 	// Measured: QUIC moves bulk faster on a -> b.
@@ -261,15 +268,15 @@ func TestSessionsOpenOverTLS(t *testing.T) {
 		if kind == hop.KindUDP {
 			h.Target = "127.0.0.1:1"
 		}
-		out, via, err := a.Open(ctx, h, v1alpha1.TransportAuto)
+		next, err := a.Open(ctx, h, OpenOptions{Transport: v1alpha1.TransportAuto, Came: v1alpha1.TransportTLS})
 		if err != nil {
 			t.Fatal(err)
 		}
-		out.Write([]byte("hello"))
+		next.Stream().Write([]byte("hello"))
 		r := <-got
-		out.Abort()
-		if via.Transport != v1alpha1.TransportTLS {
-			t.Errorf("%s session opened over %s (%s), want TLS", kind, via.Transport, via.Reason)
+		next.Stream().Abort()
+		if next.Transport != v1alpha1.TransportTLS {
+			t.Errorf("%s session opened over %s, want TLS", kind, next.Transport)
 		}
 		if r.h.Kind != kind || r.data != "hello" {
 			t.Errorf("b got %+v", r)
@@ -304,16 +311,12 @@ func TestUDPSessionsTakeTheBulkTransport(t *testing.T) {
 	open := func(tunnel string, transport v1alpha1.Transport, mode v1alpha1.UDPMode) v1alpha1.Transport {
 		t.Helper()
 		h := &hop.Header{Kind: hop.KindUDP, Tunnel: tunnel, Route: []string{"b"}, Target: "127.0.0.1:1"}
-		next, err := a.OpenUDP(ctx, h, transport, mode)
+		next, err := a.Open(ctx, h, OpenOptions{Transport: transport, UDPMode: mode})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if next.TLS != nil {
-			ends = append(ends, next.TLS.Abort)
-			return v1alpha1.TransportTLS
-		}
-		ends = append(ends, func() { next.Stream.CancelWrite(0) })
-		return v1alpha1.TransportQUIC
+		ends = append(ends, next.Stream().Abort)
+		return next.Transport
 	}
 	for _, c := range []struct {
 		name      string
@@ -354,10 +357,11 @@ func TestOpenTLSFlowsShowWhatTheySent(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	h := &hop.Header{Kind: hop.KindTCP, Tunnel: "default/t", Route: []string{"b"}, Target: "127.0.0.1:1"}
-	out, _, err := a.Open(ctx, h, set.Chain("default/c").Spec.Transport)
+	next, err := a.Open(ctx, h, OpenOptions{Transport: set.Chain("default/c").Spec.Transport})
 	if err != nil {
 		t.Fatal(err)
 	}
+	out := next.Stream()
 	out.Write([]byte("hello"))
 	select {
 	case <-got:

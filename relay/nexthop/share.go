@@ -4,7 +4,6 @@ import (
 	"context"
 	"sync"
 
-	"github.com/hoplink/hoplink/relay/flow"
 	"github.com/hoplink/hoplink/relay/hop"
 )
 
@@ -45,7 +44,7 @@ func (s *tlsShares) give(k tlsShare) {
 // openTLSShared is openTLS within the share of TLS flows h's Tunnel has to
 // the peer (maxTLSFlowsPerTunnel): shared is false, and nothing opened,
 // when the share is taken; the flow gives its slot back when it ends.
-func (hs *Hops) openTLSShared(ctx context.Context, h *hop.Header, spareOnly bool) (out flow.End, shared bool, err error) {
+func (hs *Hops) openTLSShared(ctx context.Context, h *hop.Header, spareOnly bool) (out *Hop, shared bool, err error) {
 	k := tlsShare{h.Route[0], h.Tunnel}
 	if !hs.shares.take(k) {
 		return nil, false, nil

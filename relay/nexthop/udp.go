@@ -4,12 +4,8 @@ import (
 	"context"
 	"time"
 
-	quicgo "github.com/quic-go/quic-go"
-
 	"github.com/hoplink/hoplink/api/v1alpha1"
-	"github.com/hoplink/hoplink/relay/flow"
 	"github.com/hoplink/hoplink/relay/hop"
-	rquic "github.com/hoplink/hoplink/relay/quic"
 )
 
 // UDP sessions under transport: auto. A session rides QUIC datagrams
@@ -28,40 +24,28 @@ const udpBulkFor = 10 * time.Minute
 // QUIC datagrams.
 const ReasonDatagrams = "datagrams"
 
-// UDPHop is a UDP session's hop to the next relay: TLS, a byte stream of
-// frames (hop.AppendFrame), or a QUIC stream and its connection's
-// datagrams (rquic.Session).
-type UDPHop struct {
-	TLS    flow.End
-	Conn   *rquic.Conn
-	Stream *quicgo.Stream
-}
-
-// OpenUDP opens a hop to h.Route[0] for a new UDP session of a Tunnel with
-// mode, on a chain with transport, and sends it h.
-func (hs *Hops) OpenUDP(ctx context.Context, h *hop.Header, transport v1alpha1.Transport, mode v1alpha1.UDPMode) (UDPHop, error) {
-	if err := hs.refuseDraining(h.Route[0]); err != nil {
-		return UDPHop{}, err
-	}
+// openUDP opens a hop to h.Route[0] for a new UDP session of a Tunnel
+// with mode, on a chain with transport, and sends it h.
+func (hs *Hops) openUDP(ctx context.Context, h *hop.Header, transport v1alpha1.Transport, mode v1alpha1.UDPMode) (*Hop, error) {
 	peer := h.Route[0]
 	t, reason := hs.udpTransport(h, transport, mode)
 	if t == v1alpha1.TransportTLS {
 		out, shared, err := hs.openTLSShared(ctx, h, false)
 		if err != nil {
-			return UDPHop{}, err
+			return nil, err
 		}
 		if shared {
 			hs.countFlow(peer, t, reason)
-			return UDPHop{TLS: out}, nil
+			return out, nil
 		}
 		t, reason = v1alpha1.TransportQUIC, ReasonTLSShare
 	}
-	c, s, err := hs.session(ctx, h)
+	out, err := hs.openSession(ctx, h)
 	if err != nil {
-		return UDPHop{}, err
+		return nil, err
 	}
 	hs.countFlow(peer, t, reason)
-	return UDPHop{Conn: c, Stream: s}, nil
+	return out, nil
 }
 
 func (hs *Hops) udpTransport(h *hop.Header, transport v1alpha1.Transport, mode v1alpha1.UDPMode) (v1alpha1.Transport, string) {
