@@ -105,7 +105,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"relay", "tunnel", "role"}),
 		FlowErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hoplink_flow_errors_total",
-			Help: "Flows that ended in error, by reason (dial_target, egress_refused: a target the exit's egress policy refuses, next_hop, no_route, flow_limit, tunnel_limit, source_limit, draining, idle, evicted, stalled: a stuck write, a TCP flow's reset to let a new flow of its QUIC connection through; client_reset, prev_hop_reset, next_hop_reset, target_reset: a TCP flow reset, or a UDP session broken, by the end whose failure came first: a relay that dies mid-flow is a next_hop_reset before it on the route and a prev_hop_reset after it).",
+			Help: "Flows that ended in error, by reason (dial_target, egress_refused: a target the exit's egress policy refuses, next_hop, no_route, flow_limit, tunnel_limit, source_limit, draining, idle, evicted, stalled: a stuck write, a TCP flow's reset to let a new flow of its QUIC connection through, counted at each relay that reset it for its own connection; client_reset, prev_hop_reset, next_hop_reset, target_reset: a TCP flow reset, or a UDP session broken, by the end whose failure came first: a relay that dies mid-flow is a next_hop_reset before it on the route and a prev_hop_reset after it).",
 		}, []string{"relay", "tunnel", "reason"}),
 		Rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hoplink_rejected_streams_total",

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,23 +27,30 @@ import (
 // Under --log-format json every line on stderr is a JSON record, whatever
 // ends the process: an unknown flag, a missing file, a bad flag value, a
 // deprecated flag's warning, a relay without certificates, an operator
-// without a cluster.
+// without a cluster, and what client-go logs (klog) in a command that
+// sets no logger of its own: status --kube whose credential plugin fails.
 func TestJSONLogsAreOnlyJSON(t *testing.T) {
 	bin := buildHoplink(t)
 	bad := filepath.Join(t.TempDir(), "bad.yaml")
 	if err := os.WriteFile(bad, []byte("kind: Chain\nspec:\n\troute: [a]\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for _, args := range [][]string{
-		{"--log-format", "json", "--no-such-flag"},
-		{"--log-format=json", "local", "-f", "does-not-exist"},
-		{"--log-format", "json", "local", "-f", bad},
-		{"--log-format", "json", "--log-level", "loud", "local", "-f", "../../examples/local"},
-		{"relay", "--log-format", "json", "-f", "../../examples/local", "--relaynode", "hk"},
-		{"--log-format", "json", "relay", "-f", "../../examples/local", "--name", "seatle", "--certs", "none"},
-		{"--log-format", "json", "operator", "--kubeconfig", "does-not-exist", "--metrics-bind-address", ":0"},
-		{"--log-format", "json", "cert", "issue", "--certs", t.TempDir(), "Not_A_Name"},
+	for _, tc := range []struct {
+		args []string
+		// says is in one of the lines: what shows the path was taken.
+		says string
+	}{
+		{args: []string{"--log-format", "json", "--no-such-flag"}},
+		{args: []string{"--log-format=json", "local", "-f", "does-not-exist"}},
+		{args: []string{"--log-format", "json", "local", "-f", bad}},
+		{args: []string{"--log-format", "json", "--log-level", "loud", "local", "-f", "../../examples/local"}},
+		{args: []string{"relay", "--log-format", "json", "-f", "../../examples/local", "--relaynode", "hk"}},
+		{args: []string{"--log-format", "json", "relay", "-f", "../../examples/local", "--name", "seatle", "--certs", "none"}},
+		{args: []string{"--log-format", "json", "operator", "--kubeconfig", "does-not-exist", "--metrics-bind-address", ":0"}},
+		{args: []string{"--log-format", "json", "cert", "issue", "--certs", t.TempDir(), "Not_A_Name"}},
+		{args: []string{"--log-format", "json", "status", "--kube", "--kubeconfig", expiredLogin(t)}, says: "refreshing credentials"},
 	} {
+		args := tc.args
 		cmd := exec.Command(bin, args...)
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
@@ -51,16 +60,54 @@ func TestJSONLogsAreOnlyJSON(t *testing.T) {
 		}
 		lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
 		var last map[string]any
+		said := false
 		for _, line := range lines {
 			last = nil
 			if err := json.Unmarshal([]byte(line), &last); err != nil || last["level"] == nil || last["msg"] == nil {
 				t.Errorf("%v: a line that is not a JSON record: %s", args, line)
 			}
+			said = said || tc.says != "" && strings.Contains(line, tc.says)
+		}
+		if tc.says != "" && !said {
+			t.Errorf("%v: no line says %q: the path this case is for was not taken:\n%s", args, tc.says, stderr.String())
 		}
 		if last == nil || last["level"] != "ERROR" || !strings.HasPrefix(last["msg"].(string), "hoplink: ") || last["exit_code"] != 1.0 {
 			t.Errorf("%v: the last line is not the error that ends the process: %s", args, lines[len(lines)-1])
 		}
 	}
+}
+
+// expiredLogin is a kubeconfig for an API server that refuses every
+// request (401), with a credential plugin that gives a token once and
+// then fails, silently, as an expired login does. client-go, refused,
+// runs the plugin again and logs its failure through klog.
+func expiredLogin(t *testing.T) string {
+	t.Helper()
+	api := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnauthorized)
+		io.WriteString(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Unauthorized","code":401}`)
+	}))
+	t.Cleanup(api.Close)
+	dir := t.TempDir()
+	plugin := filepath.Join(dir, "login")
+	script := "#!/bin/sh\n[ -e \"$0.used\" ] && exit 1\n: > \"$0.used\"\n" +
+		`echo '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":"t"}}'` + "\n"
+	if err := os.WriteFile(plugin, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	config := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: %q, insecure-skip-tls-verify: true}}]
+users: [{name: u, user: {exec: {apiVersion: client.authentication.k8s.io/v1, command: %q, interactiveMode: Never}}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+`, api.URL, plugin)
+	path := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // A panic of the main goroutine comes out as a JSON record with its stack.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hoplink/hoplink/internal/linkemu"
 	"github.com/hoplink/hoplink/internal/testutil"
+	"github.com/hoplink/hoplink/internal/testutil/gate"
 )
 
 // standalone is three relays, each its own process with its own /metrics
@@ -32,11 +33,12 @@ const probeInterval = time.Second
 func startStandalone(t *testing.T) *standalone {
 	t.Helper()
 	if testing.Short() {
+		// skip-ok: -short leaves out what starts processes, in CI too.
 		t.Skip("-short: starts relays and Prometheus")
 	}
 	prom, err := exec.LookPath("prometheus")
 	if err != nil {
-		t.Skip("no prometheus binary: apt-get install prometheus (CI does)")
+		gate.Missing(t, "no prometheus binary: apt-get install prometheus (CI does)")
 	}
 	s := &standalone{dir: t.TempDir(), relays: map[string]*exec.Cmd{}}
 	s.bin = filepath.Join(s.dir, "hoplink")

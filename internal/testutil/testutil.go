@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/hoplink/hoplink/internal/linkemu"
+	"github.com/hoplink/hoplink/internal/testutil/gate"
 )
 
 var handedOut sync.Map // port -> true
@@ -115,16 +116,12 @@ func Logger() *slog.Logger {
 
 // Namespace gives the test a network namespace of its own, removed when
 // it ends, so devices and routes never touch the host's. It needs root:
-// elsewhere the test is skipped, except in CI (which runs as root, so a
-// skip there would hide a broken machine); as root, a namespace that
-// cannot be made fails the test.
+// elsewhere the test is skipped, except in CI (gate.Missing); as root, a
+// namespace that cannot be made fails the test.
 func Namespace(t testing.TB, prefix string) *linkemu.Node {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		if os.Getenv("CI") != "" {
-			t.Fatal("network namespaces need root, and CI runs as root")
-		}
-		t.Skip("network namespaces need root")
+		gate.Missing(t, "network namespaces need root")
 	}
 	n, err := linkemu.NewNet(fmt.Sprintf("%s%d", prefix, os.Getpid()%100000))
 	if err != nil {

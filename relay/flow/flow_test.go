@@ -243,6 +243,41 @@ func TestReadWhenReadyAllocatesNothing(t *testing.T) {
 	}
 }
 
+// TestResetSeenByTheStallWatchNamesItsEnd: a client resets while the flow's
+// write to its target is stuck (the target reads nothing). Nothing reads
+// the client then, so the stall watch finds the reset and resets the flow;
+// the stuck write fails too, after it, and must not be taken for the
+// failure: the flow ends Broken at the client's side, which the relay
+// counts as a client_reset (or, at a middle, a prev_hop_reset), never as
+// the target's.
+func TestResetSeenByTheStallWatchNamesItsEnd(t *testing.T) {
+	viaSplice := func(in, out *net.TCPConn, up, down Counter) error { return Splice(in, out, up, down, 0) }
+	for name, join := range map[string]func(in, out *net.TCPConn, up, down Counter) error{"join": viaJoin, "splice": viaSplice} {
+		t.Run(name, func(t *testing.T) {
+			client, _, _, _, done := joined(t, join)
+			// Write until the target's buffers and the relay's are full.
+			chunk := make([]byte, 64<<10)
+			for {
+				client.SetWriteDeadline(time.Now().Add(200 * time.Millisecond))
+				if _, err := client.Write(chunk); err != nil {
+					break
+				}
+			}
+			client.SetLinger(0)
+			client.Close()
+			var b *Broken
+			select {
+			case err := <-done:
+				if !errors.As(err, &b) || b.At != A {
+					t.Errorf("ended with %v (%+v), want Broken at the client's side", err, b)
+				}
+			case <-time.After(3 * stallCheckMax):
+				t.Fatal("the flow did not end")
+			}
+		})
+	}
+}
+
 // TestBrokenSaysWhichEndFailed: a flow reset by its target or by its
 // client ends in a Broken error naming that end first, joined or spliced:
 // what a relay counts a flow's error under.

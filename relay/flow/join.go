@@ -156,8 +156,8 @@ func (it *idleTimer) stop(err error) error {
 func Join(a, b End, up, down Counter, idle time.Duration) error {
 	abort := func() { a.Abort(); b.Abort() }
 	it := newIdleTimer(idle, abort)
-	wa, wb := newStallWatch(a, b, abort), newStallWatch(b, a, abort)
 	var fault firstFault
+	wa, wb := newStallWatch(a, b, A, &fault, abort), newStallWatch(b, a, B, &fault, abort)
 	done := make(chan error, 1)
 	go func() {
 		srcFailed, err := copyHalf(b, a, up, it, wa)
@@ -220,6 +220,10 @@ const (
 type stallWatch struct {
 	src   breakable // nil when src cannot tell a reset without a read
 	abort func()
+	// A reset of src is noted in fault as the flow's first failure, at
+	// the side src is: the write aborted for it fails too, later.
+	at    Side
+	fault *firstFault
 	t     *time.Timer
 	armed atomic.Bool
 	// since is when the write under way began (now), 0 between writes.
@@ -240,9 +244,9 @@ type stallWatch struct {
 	due, gap time.Duration
 }
 
-// newStallWatch watches a half copying from src to dst; nil when there is
-// nothing to watch.
-func newStallWatch(src, dst End, abort func()) *stallWatch {
+// newStallWatch watches a half copying from src (the flow's side at) to
+// dst; nil when there is nothing to watch.
+func newStallWatch(src, dst End, at Side, fault *firstFault, abort func()) *stallWatch {
 	b, _ := src.(breakable)
 	var win *Window
 	se, _ := dst.(*StreamEnd)
@@ -252,7 +256,7 @@ func newStallWatch(src, dst End, abort func()) *stallWatch {
 	if b == nil && win == nil {
 		return nil
 	}
-	w := &stallWatch{src: b, abort: abort, win: win}
+	w := &stallWatch{src: b, abort: abort, at: at, fault: fault, win: win}
 	if win != nil {
 		w.dst = se
 	}
@@ -300,6 +304,7 @@ func (w *stallWatch) check() {
 		return
 	}
 	if w.src != nil && w.src.Broken() {
+		w.fault.note(w.at)
 		w.abort()
 		return
 	}
@@ -470,7 +475,7 @@ func Splice(a, b *net.TCPConn, up, down Counter, idle time.Duration) error {
 		return src
 	}
 	var fault firstFault
-	wa, wb := newStallWatch(ta, tb, abort), newStallWatch(tb, ta, abort)
+	wa, wb := newStallWatch(ta, tb, A, &fault, abort), newStallWatch(tb, ta, B, &fault, abort)
 	done := make(chan error, 1)
 	go func() {
 		err := half(b, a, up, wa)

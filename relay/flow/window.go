@@ -199,12 +199,11 @@ func (w *Window) check() {
 	}
 	for _, v := range vs {
 		delete(w.stuck, v)
-		// A flow whose other end was reset already (its previous hop
-		// reset it for the same reason) ends now, but is not counted
-		// again: its stall watch would have ended it in a while.
-		if v.src == nil || !v.src.Broken() {
-			v.evicted.Store(true)
-		}
+		// Counted here even when its previous hop reset it already (for
+		// its own connection's window): this relay's reset is what gives
+		// this connection its credit back, now rather than at the stall
+		// watch's next look, and it shows where a window filled.
+		v.evicted.Store(true)
 	}
 	w.arm(recheck + 2*w.rtt())
 	w.mu.Unlock()
