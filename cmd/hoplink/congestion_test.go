@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hoplink/hoplink/internal/testutil"
+	"github.com/hoplink/hoplink/internal/testing/testutil"
 )
 
 // TestLinksRunBBROnACubicHost: relays on a host whose default congestion

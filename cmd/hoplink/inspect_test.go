@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hoplink/hoplink/internal/testutil"
+	"github.com/hoplink/hoplink/internal/testing/testutil"
 )
 
 // twoRelays is a local network: relays hk and la on ports hk and hk+1, a

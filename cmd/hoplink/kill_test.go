@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hoplink/hoplink/internal/faults"
+	"github.com/hoplink/hoplink/internal/testing/faults"
 )
 
 // TestKillEachRelay kills (SIGKILL) each relay of a static three-relay

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hoplink/hoplink/internal/testutil"
+	"github.com/hoplink/hoplink/internal/testing/testutil"
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
 )

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hoplink/hoplink/internal/testutil"
+	"github.com/hoplink/hoplink/internal/testing/testutil"
 )
 
 const unitFile = "../../packaging/systemd/hoplink-relay@.service"

@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hoplink/hoplink/internal/readme"
-	"github.com/hoplink/hoplink/internal/testutil"
+	"github.com/hoplink/hoplink/internal/testing/readme"
+	"github.com/hoplink/hoplink/internal/testing/testutil"
 	"github.com/hoplink/hoplink/manifest"
 	"github.com/hoplink/hoplink/relay/local"
 	"github.com/hoplink/hoplink/route"

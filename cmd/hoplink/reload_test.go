@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hoplink/hoplink/internal/testutil"
+	"github.com/hoplink/hoplink/internal/testing/testutil"
 )
 
 // reloadNet is three standalone relays hk -> m -> la reading one manifest

@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"github.com/hoplink/hoplink/internal/linkemu"
-	"github.com/hoplink/hoplink/internal/seed004"
+	"github.com/hoplink/hoplink/internal/testing/seed004"
 )
 
-// TestSeed004Scenario runs the network of seed 004 (internal/seed004: four
+// TestSeed004Scenario runs the network of seed 004 (internal/testing/seed004: four
 // relay processes in four namespaces over emulated links with the report's
 // round trips) and checks that sum and pipe chains each take the route the
 // link latencies imply, carry requests within 5% of its theoretical latency

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/hoplink/hoplink/internal/linkemu"
-	"github.com/hoplink/hoplink/internal/testutil"
+	"github.com/hoplink/hoplink/internal/testing/testutil"
 )
 
 // TestAutoFreshTunnelOnALossyLink: once a relay has seen its link to the

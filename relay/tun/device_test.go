@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/hoplink/hoplink/internal/linkemu"
-	"github.com/hoplink/hoplink/internal/testutil"
+	"github.com/hoplink/hoplink/internal/testing/testutil"
 )
 
 func ipOut(t *testing.T, node *linkemu.Node, args ...string) string {

@@ -54,7 +54,7 @@ func upward(layers [][]string, graph map[string][]string) []string {
 		}
 		from, ok := at[pkg]
 		if !ok {
-			bad = append(bad, fmt.Sprintf("%s has no layer in internal/layout's relayLayers", pkg))
+			bad = append(bad, fmt.Sprintf("%s has no layer in internal/testing/layout's relayLayers", pkg))
 			continue
 		}
 		for _, imp := range imps {
@@ -130,7 +130,7 @@ func TestLayerChecksCatchThem(t *testing.T) {
 		"relay/new":     nil,
 	}
 	want := []string{
-		"relay/new has no layer in internal/layout's relayLayers",
+		"relay/new has no layer in internal/testing/layout's relayLayers",
 		"relay/nexthop (layer 2) imports relay/admit (layer 2): imports go down",
 		"relay/quic (layer 3) imports relay/nexthop (layer 2): imports go down",
 	}

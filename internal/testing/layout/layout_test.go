@@ -104,7 +104,7 @@ func imports(t *testing.T, withTests bool) map[string][]string {
 	out := map[string][]string{}
 	for _, tags := range []string{"", "e2e"} {
 		cmd := exec.Command("go", "list", "-tags", tags, "-f", format, "./...")
-		cmd.Dir = "../.."
+		cmd.Dir = "../../.."
 		b, err := cmd.Output()
 		if err != nil {
 			t.Fatalf("go list: %v", err)
@@ -172,7 +172,7 @@ func stale(rs []rule, graph map[string][]string) []string {
 
 // intoHack returns the imports of hack/ from packages outside it: hack/
 // holds scripts, benchmark commands and generators, and whatever others
-// share lives in internal/.
+// share lives in internal/testing/.
 func intoHack(graph map[string][]string) []string {
 	var bad []string
 	for pkg, imps := range graph {
@@ -190,7 +190,7 @@ func intoHack(graph map[string][]string) []string {
 }
 
 func TestImportsFollowTheLayout(t *testing.T) {
-	rs := rules(t, "../../docs/architecture.md")
+	rs := rules(t, "../../../docs/architecture.md")
 	graph := imports(t, false)
 	for _, v := range check(rs, graph) {
 		t.Error(v)
@@ -212,7 +212,7 @@ func TestNothingOutsideHackImportsHack(t *testing.T) {
 // relays, never the data plane itself, not even indirectly.
 func TestControllersReachNoDataPlane(t *testing.T) {
 	cmd := exec.Command("go", "list", "-deps", "./controllers")
-	cmd.Dir = "../.."
+	cmd.Dir = "../../.."
 	b, err := cmd.Output()
 	if err != nil {
 		t.Fatal(err)
