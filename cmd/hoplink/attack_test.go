@@ -15,6 +15,8 @@ import (
 
 	quicgo "github.com/quic-go/quic-go"
 
+	"github.com/hoplink/hoplink/internal/testing/procs"
+	"github.com/hoplink/hoplink/internal/testing/testutil"
 	"github.com/hoplink/hoplink/pki"
 	"github.com/hoplink/hoplink/relay/hop"
 )
@@ -59,12 +61,12 @@ type pair struct {
 
 func newPair(t *testing.T, tag string) *pair {
 	requireNetns(t)
-	p := &pair{bin: buildHoplink(t), dir: t.TempDir()}
+	p := &pair{bin: procs.Hoplink(t), dir: t.TempDir()}
 	name := fmt.Sprintf("%s%d", tag, os.Getpid()%100000)
 	p.cl, p.sv = newNetns(t, name+"-cl"), newNetns(t, name+"-sv")
 	p.clA, p.svA = link(t, p.cl, p.sv, 7, "to-sv", "to-cl")
 	m := strings.NewReplacer("CL", p.clA, "SV", p.svA).Replace(sitePair)
-	p.certs = relayFiles(t, p.bin, p.dir, "site.yaml", m, "hk", "la")
+	p.certs = procs.RelayFiles(t, p.bin, p.dir, "site.yaml", m, "hk", "la")
 	return p
 }
 
@@ -134,7 +136,7 @@ func listenUDP(t *testing.T, ns *netns, addr string) <-chan string {
 // entry (here 10.50.0.2) is dropped and counted.
 func TestAttackEntryFromAFakeExit(t *testing.T) {
 	p := newPair(t, "ha")
-	run(t, "ip", "-n", p.cl.name, "addr", "add", "10.50.0.2/32", "dev", "lo")
+	procs.Run(t, "ip", "-n", p.cl.name, "addr", "add", "10.50.0.2/32", "dev", "lo")
 	victim := listenUDP(t, p.cl, "10.50.0.2:9999")
 
 	// The fake exit: la's own certificate, in la's place.
@@ -197,7 +199,7 @@ func TestAttackEntryFromAFakeExit(t *testing.T) {
 	send := func(src, dst netip.AddrPort, payload string) {
 		conn.SendDatagram(hop.AppendDatagram(nil, uint64(s.StreamID()), udpPacket(src, dst, []byte(payload))))
 	}
-	waitFor(t, "a packet from the routes reaches the entry side", func() error {
+	testutil.WaitFor(t, "a packet from the routes reaches the entry side", func() error {
 		send(netip.AddrPortFrom(netip.MustParseAddr("10.77.9.1"), 53), netip.MustParseAddrPort("10.210.0.1:9998"), "allowed")
 		select {
 		case <-control:
@@ -232,7 +234,7 @@ func TestAttackEntryFromAFakeExit(t *testing.T) {
 // get there.
 func TestAttackExitHostFromTheEntrySide(t *testing.T) {
 	p := newPair(t, "hx")
-	run(t, "ip", "-n", p.sv.name, "addr", "add", "10.77.9.1/32", "dev", "lo")
+	procs.Run(t, "ip", "-n", p.sv.name, "addr", "add", "10.77.9.1/32", "dev", "lo")
 	var tcpLn net.Listener
 	p.sv.do(func() {
 		var err error
@@ -241,7 +243,7 @@ func TestAttackExitHostFromTheEntrySide(t *testing.T) {
 		}
 	})
 	defer tcpLn.Close()
-	go serveSinkThenSource(tcpLn)
+	go testutil.ServeSinkThenSource(tcpLn)
 	host := listenUDP(t, p.sv, "0.0.0.0:9999")
 	p.relay(p.sv, "la")
 	p.relay(p.cl, "hk")
@@ -255,7 +257,7 @@ func TestAttackExitHostFromTheEntrySide(t *testing.T) {
 		}
 	}
 	// Control: the Tunnel's route works end to end.
-	waitFor(t, "the route carries a flow", func() error { return tcpExchange(dial("10.77.9.1:8080"), 1<<10) })
+	testutil.WaitFor(t, "the route carries a flow", func() error { return testutil.TCPExchange(dial("10.77.9.1:8080"), 1<<10) })
 	pingFrom(t, p.cl, "10.210.0.2")
 
 	if c, err := dial("10.210.0.2:8080")(); err == nil {
@@ -273,7 +275,7 @@ func TestAttackExitHostFromTheEntrySide(t *testing.T) {
 		t.Fatalf("the exit host's UDP service received %q", got)
 	case <-time.After(time.Second):
 	}
-	waitFor(t, "the drops counted", func() error {
+	testutil.WaitFor(t, "the drops counted", func() error {
 		if !strings.Contains(metricsIn(t, p.sv), `hoplink_tun_dropped_packets_total{reason="not_routed",relay="la",tunnel="default/site"}`) {
 			return fmt.Errorf("no not_routed drops on la")
 		}
@@ -316,7 +318,7 @@ func TestSendErrorsAreLoss(t *testing.T) {
 	if _, err := exec.LookPath("nft"); err != nil {
 		t.Fatal("this test needs nft (Debian package nftables)")
 	}
-	p := &pair{bin: buildHoplink(t), dir: t.TempDir()}
+	p := &pair{bin: procs.Hoplink(t), dir: t.TempDir()}
 	name := fmt.Sprintf("hl%d", os.Getpid()%100000)
 	p.cl, p.sv = newNetns(t, name+"-cl"), newNetns(t, name+"-sv")
 	p.clA, p.svA = link(t, p.cl, p.sv, 8, "to-sv", "to-cl")
@@ -325,7 +327,7 @@ func TestSendErrorsAreLoss(t *testing.T) {
 		exec.Command("ip", "netns", "exec", ns.name, "ethtool", "-K", map[*netns]string{p.cl: "to-sv", p.sv: "to-cl"}[ns], "tso", "off", "gso", "off", "gro", "off").Run()
 	}
 	m := strings.NewReplacer("CL", p.clA, "SV", p.svA).Replace(lossyPair)
-	p.certs = relayFiles(t, p.bin, p.dir, "lossy.yaml", m, "hk", "la")
+	p.certs = procs.RelayFiles(t, p.bin, p.dir, "lossy.yaml", m, "hk", "la")
 	var ln net.Listener
 	p.sv.do(func() {
 		var err error
@@ -334,7 +336,7 @@ func TestSendErrorsAreLoss(t *testing.T) {
 		}
 	})
 	defer ln.Close()
-	go serveSinkThenSource(ln)
+	go testutil.ServeSinkThenSource(ln)
 	p.relay(p.sv, "la")
 	p.relay(p.cl, "hk")
 	dial := func(port int) func() (net.Conn, error) {
@@ -345,18 +347,18 @@ func TestSendErrorsAreLoss(t *testing.T) {
 			return c, err
 		}
 	}
-	waitFor(t, "both tunnels carry a flow", func() error {
-		if err := tcpExchange(dial(15301), 1<<10); err != nil {
+	testutil.WaitFor(t, "both tunnels carry a flow", func() error {
+		if err := testutil.TCPExchange(dial(15301), 1<<10); err != nil {
 			return err
 		}
-		return tcpExchange(dial(15302), 1<<10)
+		return testutil.TCPExchange(dial(15302), 1<<10)
 	})
 
-	run(t, "ip", "netns", "exec", p.cl.name, "nft", "add table inet hl-loss")
-	run(t, "ip", "netns", "exec", p.cl.name, "nft", "add chain inet hl-loss out { type filter hook output priority 0 ; }")
-	run(t, "ip", "netns", "exec", p.cl.name, "nft", fmt.Sprintf("add rule inet hl-loss out ip daddr %s numgen random mod 100 < 1 drop", p.svA))
+	procs.Run(t, "ip", "netns", "exec", p.cl.name, "nft", "add table inet hl-loss")
+	procs.Run(t, "ip", "netns", "exec", p.cl.name, "nft", "add chain inet hl-loss out { type filter hook output priority 0 ; }")
+	procs.Run(t, "ip", "netns", "exec", p.cl.name, "nft", fmt.Sprintf("add rule inet hl-loss out ip daddr %s numgen random mod 100 < 1 drop", p.svA))
 	for _, port := range []int{15301, 15302} {
-		if err := tcpExchange(dial(port), 16<<20); err != nil {
+		if err := testutil.TCPExchange(dial(port), 16<<20); err != nil {
 			t.Fatalf("16 MiB both ways through port %d with 1%% of sends refused: %v", port, err)
 		}
 	}

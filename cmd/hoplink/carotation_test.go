@@ -18,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
+	"github.com/hoplink/hoplink/internal/testing/cluster"
+	"github.com/hoplink/hoplink/internal/testing/procs"
 	"github.com/hoplink/hoplink/internal/testing/testutil"
 	"github.com/hoplink/hoplink/pki"
 )
@@ -32,47 +34,47 @@ func TestClusterCARotation(t *testing.T) {
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		t.Fatal("KUBEBUILDER_ASSETS is not set: run `make test`, or export KUBEBUILDER_ASSETS=$(hack/setup-envtest.sh)")
 	}
-	c := startCluster(t, "rot")
+	c := cluster.Start(t, "rot")
 	ctx := context.Background()
-	bin := buildHoplink(t)
-	operator := c.operator(t, bin)
+	bin := procs.Hoplink(t)
+	operator := c.Operator(t, bin)
 	restartOperator := func() {
 		operator.Process.Signal(syscall.SIGTERM)
-		waitProc(operator)
-		operator = c.operator(t, bin)
+		procs.Wait(operator)
+		operator = c.Operator(t, bin)
 	}
 
-	target := sinkThenSource(t)
+	target := testutil.SinkThenSource(t)
 	for _, r := range []string{"hk", "la"} {
 		p := testutil.FreePort(t)
-		create(t, c.k8s, &v1alpha1.RelayNode{ObjectMeta: metav1.ObjectMeta{Namespace: "edge", Name: r},
+		cluster.Create(t, c.K8s, &v1alpha1.RelayNode{ObjectMeta: metav1.ObjectMeta{Namespace: "edge", Name: r},
 			Spec: v1alpha1.RelayNodeSpec{Listen: v1alpha1.RelayListen{Address: "127.0.0.1", Port: int32(p)}, Endpoints: []string{fmt.Sprintf("127.0.0.1:%d", p)}}})
 	}
-	create(t, c.k8s, &v1alpha1.Chain{ObjectMeta: metav1.ObjectMeta{Namespace: "edge", Name: "c"},
+	cluster.Create(t, c.K8s, &v1alpha1.Chain{ObjectMeta: metav1.ObjectMeta{Namespace: "edge", Name: "c"},
 		Spec: v1alpha1.ChainSpec{Entry: "hk", Exit: "la", Route: []string{"hk", "la"}, Transport: v1alpha1.TransportQUIC}})
 	port := testutil.FreePort(t)
-	create(t, c.k8s, &v1alpha1.Tunnel{ObjectMeta: metav1.ObjectMeta{Namespace: "edge", Name: "t"},
+	cluster.Create(t, c.K8s, &v1alpha1.Tunnel{ObjectMeta: metav1.ObjectMeta{Namespace: "edge", Name: "t"},
 		Spec: v1alpha1.TunnelSpec{Chain: "c", Listen: &v1alpha1.TunnelListen{Address: "127.0.0.1", Port: int32(port)}, Target: target}})
 	relays := map[string]*exec.Cmd{}
 	startRelay := func(name string) {
-		kc := relayKubeconfig(t, c.cfg, c.dir, "edge", v1alpha1.RelayObjectName(name))
-		relays[name] = c.run(t, bin, "relay-"+name, "relay", "--kube", "--name", name, "--namespace", "edge", "--kubeconfig", kc)
+		kc := cluster.RelayKubeconfig(t, c.Cfg, c.Dir, "edge", v1alpha1.RelayObjectName(name))
+		relays[name] = c.Run(t, bin, "relay-"+name, "relay", "--kube", "--name", name, "--namespace", "edge", "--kubeconfig", kc)
 	}
 	for _, r := range []string{"hk", "la"} {
-		waitFor(t, "the operator makes "+r+"'s ServiceAccount", func() error {
-			return c.k8s.Get(ctx, types.NamespacedName{Namespace: "edge", Name: v1alpha1.RelayObjectName(r)}, &corev1.ServiceAccount{})
+		testutil.WaitFor(t, "the operator makes "+r+"'s ServiceAccount", func() error {
+			return c.K8s.Get(ctx, types.NamespacedName{Namespace: "edge", Name: v1alpha1.RelayObjectName(r)}, &corev1.ServiceAccount{})
 		})
 		startRelay(r)
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	dial := func() (net.Conn, error) { return net.DialTimeout("tcp", addr, 5*time.Second) }
-	waitFor(t, "a flow through hk -> la", func() error { return tcpExchange(dial, 100000) })
+	testutil.WaitFor(t, "a flow through hk -> la", func() error { return testutil.TCPExchange(dial, 100000) })
 	done := make(chan error, 1)
 	go func() { done <- slowExchange(addr, 4<<20, 15*time.Second) }()
 
 	caKey := types.NamespacedName{Namespace: "hoplink-system", Name: "hoplink-ca"}
 	var caSecret corev1.Secret
-	if err := c.k8s.Get(ctx, caKey, &caSecret); err != nil {
+	if err := c.K8s.Get(ctx, caKey, &caSecret); err != nil {
 		t.Fatal(err)
 	}
 	oldCA := caSecret.Data["tls.crt"]
@@ -86,20 +88,20 @@ func TestClusterCARotation(t *testing.T) {
 	// both relay Secrets hold ca.crt == trust and certificates of signer.
 	step := func(name string, data map[string][]byte, trust []byte, signer []byte) {
 		t.Helper()
-		if err := c.k8s.Get(ctx, caKey, &caSecret); err != nil {
+		if err := c.K8s.Get(ctx, caKey, &caSecret); err != nil {
 			t.Fatal(err)
 		}
 		for k, v := range data {
 			caSecret.Data[k] = v
 		}
-		if err := c.k8s.Update(ctx, &caSecret); err != nil {
+		if err := c.K8s.Update(ctx, &caSecret); err != nil {
 			t.Fatal(err)
 		}
 		restartOperator()
 		for _, r := range []string{"hk", "la"} {
-			waitFor(t, name+": "+r+"'s Secret", func() error {
+			testutil.WaitFor(t, name+": "+r+"'s Secret", func() error {
 				var s corev1.Secret
-				if err := c.k8s.Get(ctx, types.NamespacedName{Namespace: "edge", Name: v1alpha1.RelayObjectName(r)}, &s); err != nil {
+				if err := c.K8s.Get(ctx, types.NamespacedName{Namespace: "edge", Name: v1alpha1.RelayObjectName(r)}, &s); err != nil {
 					return err
 				}
 				if !bytes.Equal(s.Data["ca.crt"], trust) {
@@ -108,7 +110,7 @@ func TestClusterCARotation(t *testing.T) {
 				return signedBy(s.Data["tls.crt"], signer)
 			})
 		}
-		if err := tcpExchange(dial, 100000); err != nil {
+		if err := testutil.TCPExchange(dial, 100000); err != nil {
 			t.Fatalf("%s: a new flow: %v", name, err)
 		}
 	}
@@ -123,10 +125,10 @@ func TestClusterCARotation(t *testing.T) {
 	// certificates; the network is whole.
 	for _, r := range []string{"la", "hk"} {
 		relays[r].Process.Signal(syscall.SIGTERM)
-		waitProc(relays[r])
+		procs.Wait(relays[r])
 		startRelay(r)
 	}
-	waitFor(t, "a flow through the restarted relays", func() error { return tcpExchange(dial, 100000) })
+	testutil.WaitFor(t, "a flow through the restarted relays", func() error { return testutil.TCPExchange(dial, 100000) })
 }
 
 // signedBy checks that certPEM chains to the CA in caPEM.

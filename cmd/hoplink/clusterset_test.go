@@ -23,6 +23,8 @@ import (
 	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/clusterset"
 	"github.com/hoplink/hoplink/internal/linkemu"
+	"github.com/hoplink/hoplink/internal/testing/cluster"
+	"github.com/hoplink/hoplink/internal/testing/procs"
 	"github.com/hoplink/hoplink/internal/testing/testutil"
 )
 
@@ -48,7 +50,7 @@ const (
 // a namespace B lacks, and the unexports.
 func TestClusterSetServices(t *testing.T) {
 	requireNetns(t) // root: the Service's cluster IP goes on the loopback
-	bin := buildHoplink(t)
+	bin := procs.Hoplink(t)
 	ctx := context.Background()
 	for _, ip := range []string{serviceIP, gatewayIP} {
 		if out, err := exec.Command("ip", "addr", "add", ip+"/32", "dev", "lo").CombinedOutput(); err != nil {
@@ -57,33 +59,33 @@ func TestClusterSetServices(t *testing.T) {
 		t.Cleanup(func() { exec.Command("ip", "addr", "del", ip+"/32", "dev", "lo").Run() })
 	}
 
-	a := startCluster(t, "a", clusterSetRange)
-	b := startCluster(t, "b", clusterSetRange)
-	a.operator(t, bin, "--mcs-gateway", "edge/gw-a", "--cluster-id", "a", "--mcs-ports", "21100-21199")
+	a := cluster.Start(t, "a", clusterSetRange)
+	b := cluster.Start(t, "b", clusterSetRange)
+	a.Operator(t, bin, "--mcs-gateway", "edge/gw-a", "--cluster-id", "a", "--mcs-ports", "21100-21199")
 	var ca corev1.Secret
-	waitFor(t, "cluster A's CA", func() error {
-		return a.k8s.Get(ctx, types.NamespacedName{Namespace: "hoplink-system", Name: "hoplink-ca"}, &ca)
+	testutil.WaitFor(t, "cluster A's CA", func() error {
+		return a.K8s.Get(ctx, types.NamespacedName{Namespace: "hoplink-system", Name: "hoplink-ca"}, &ca)
 	})
-	create(t, b.k8s, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "hoplink-system", Name: "hoplink-ca-from-a"}, Type: ca.Type, Data: ca.Data})
+	cluster.Create(t, b.K8s, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "hoplink-system", Name: "hoplink-ca-from-a"}, Type: ca.Type, Data: ca.Data})
 
 	ports := map[string]int{"gw-a": testutil.FreePort(t), "gw-b": testutil.FreePort(t)}
-	home := map[string]*cluster{"gw-a": a, "gw-b": b}
-	for _, c := range []*cluster{a, b} {
+	home := map[string]*cluster.Cluster{"gw-a": a, "gw-b": b}
+	for _, c := range []*cluster.Cluster{a, b} {
 		for _, name := range []string{"gw-a", "gw-b"} {
-			create(t, c.k8s, &v1alpha1.RelayNode{ObjectMeta: metav1.ObjectMeta{Namespace: "edge", Name: name}, Spec: v1alpha1.RelayNodeSpec{
+			cluster.Create(t, c.K8s, &v1alpha1.RelayNode{ObjectMeta: metav1.ObjectMeta{Namespace: "edge", Name: name}, Spec: v1alpha1.RelayNodeSpec{
 				Listen:    v1alpha1.RelayListen{Address: "127.0.0.1", Port: int32(ports[name])},
 				Endpoints: []string{fmt.Sprintf("127.0.0.1:%d", ports[name])},
 				External:  home[name] != c,
 			}})
 		}
-		gatewayPod(t, c, map[*cluster]string{a: "gw-a", b: "gw-b"}[c])
+		gatewayPod(t, c, map[*cluster.Cluster]string{a: "gw-a", b: "gw-b"}[c])
 		for _, ns := range []string{"demo"} {
-			create(t, c.k8s, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+			cluster.Create(t, c.K8s, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 		}
 	}
-	b.operator(t, bin, "--ca-secret", "hoplink-ca-from-a", "--mcs-gateway", "edge/gw-b", "--cluster-id", "b", "--mcs-ports", "21200-21299")
-	a.relay(t, bin, "gw-a")
-	b.relay(t, bin, "gw-b")
+	b.Operator(t, bin, "--ca-secret", "hoplink-ca-from-a", "--mcs-gateway", "edge/gw-b", "--cluster-id", "b", "--mcs-ports", "21200-21299")
+	a.Relay(t, bin, "gw-a")
+	b.Relay(t, bin, "gw-b")
 
 	// The Service in A, its endpoint (what the EndpointSlice controller would
 	// write), and what listens at its cluster IP (what kube-proxy would reach).
@@ -92,20 +94,20 @@ func TestClusterSetServices(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	go serveSinkThenSource(ln)
+	go testutil.ServeSinkThenSource(ln)
 	web := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "web"}, Spec: corev1.ServiceSpec{
 		ClusterIP: serviceIP, Ports: []corev1.ServicePort{{Name: "http", Port: 8080, Protocol: corev1.ProtocolTCP}}}}
-	create(t, a.k8s, web)
-	create(t, a.k8s, &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "web-1", Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
+	cluster.Create(t, a.K8s, web)
+	cluster.Create(t, a.K8s, &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "web-1", Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
 		AddressType: discoveryv1.AddressTypeIPv4, Ports: []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To(int32(8080)), Protocol: ptr.To(corev1.ProtocolTCP)}},
 		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.244.0.9"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}}})
 
 	exported := time.Now()
-	create(t, a.k8s, &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "web"}})
+	cluster.Create(t, a.K8s, &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "web"}})
 	var listen int32
-	waitFor(t, "B's EndpointSlice of web: gw-b at the listen port of the Tunnel to A", func() error {
+	testutil.WaitFor(t, "B's EndpointSlice of web: gw-b at the listen port of the Tunnel to A", func() error {
 		var l discoveryv1.EndpointSliceList
-		if err := b.k8s.List(ctx, &l, client.InNamespace("demo"), client.MatchingLabels{mcsv1beta1.LabelServiceName: "web", mcsv1beta1.LabelSourceCluster: "a"}); err != nil {
+		if err := b.K8s.List(ctx, &l, client.InNamespace("demo"), client.MatchingLabels{mcsv1beta1.LabelServiceName: "web", mcsv1beta1.LabelSourceCluster: "a"}); err != nil {
 			return err
 		}
 		for _, s := range l.Items {
@@ -118,32 +120,32 @@ func TestClusterSetServices(t *testing.T) {
 	})
 	t.Logf("B lists the way to A's web %s after the export", time.Since(exported).Round(time.Millisecond))
 	addr := net.JoinHostPort(gatewayIP, strconv.Itoa(int(listen)))
-	waitFor(t, "1 MiB to A's web through gw-b -> gw-a, from "+addr, func() error {
-		return tcpExchange(func() (net.Conn, error) { return net.DialTimeout("tcp", addr, 5*time.Second) }, 1<<20)
+	testutil.WaitFor(t, "1 MiB to A's web through gw-b -> gw-a, from "+addr, func() error {
+		return testutil.TCPExchange(func() (net.Conn, error) { return net.DialTimeout("tcp", addr, 5*time.Second) }, 1<<20)
 	})
 	t.Logf("and carries a flow %s after the export", time.Since(exported).Round(time.Millisecond))
 
-	for _, c := range []*cluster{a, b} {
+	for _, c := range []*cluster.Cluster{a, b} {
 		si := serviceImport(t, c, "demo", "web")
 		var derived corev1.Service
-		if err := c.k8s.Get(ctx, types.NamespacedName{Namespace: "demo", Name: clusterset.DerivedName("web")}, &derived); err != nil {
-			t.Fatalf("cluster %s: the Service of the clusterset IP: %v", c.name, err)
+		if err := c.K8s.Get(ctx, types.NamespacedName{Namespace: "demo", Name: clusterset.DerivedName("web")}, &derived); err != nil {
+			t.Fatalf("cluster %s: the Service of the clusterset IP: %v", c.Name, err)
 		}
 		if si.Spec.Type != mcsv1beta1.ClusterSetIP || !slices.Equal(si.Spec.IPs, derived.Spec.ClusterIPs) || len(si.Spec.Ports) != 1 ||
 			si.Spec.Ports[0].Port != 8080 || len(si.Status.Clusters) != 1 || si.Status.Clusters[0].Cluster != "a" {
-			t.Errorf("cluster %s: ServiceImport %+v %+v, derived IPs %v", c.name, si.Spec, si.Status, derived.Spec.ClusterIPs)
+			t.Errorf("cluster %s: ServiceImport %+v %+v, derived IPs %v", c.Name, si.Spec, si.Status, derived.Spec.ClusterIPs)
 		}
 	}
 	waitExportConditions(t, a, "demo", "web", "Valid=True Valid", "Ready=True Exported", "Conflict=False NoConflicts")
 
 	// B exports web too, with a port of another name: both exports say
 	// Conflict, the import has both ports, each served by its own cluster.
-	create(t, b.k8s, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "web"}, Spec: corev1.ServiceSpec{
+	cluster.Create(t, b.K8s, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "web"}, Spec: corev1.ServiceSpec{
 		Ports: []corev1.ServicePort{{Name: "admin", Port: 9090, Protocol: corev1.ProtocolTCP}}}})
-	create(t, b.k8s, &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "web"}})
-	for _, c := range []*cluster{a, b} {
+	cluster.Create(t, b.K8s, &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "web"}})
+	for _, c := range []*cluster.Cluster{a, b} {
 		waitExportConditions(t, c, "demo", "web", "Conflict=True PortConflict")
-		waitFor(t, "cluster "+c.name+": the union of the ports", func() error {
+		testutil.WaitFor(t, "cluster "+c.Name+": the union of the ports", func() error {
 			si := serviceImport(t, c, "demo", "web")
 			if len(si.Spec.Ports) != 2 || len(si.Status.Clusters) != 2 {
 				return fmt.Errorf("%+v %+v", si.Spec.Ports, si.Status.Clusters)
@@ -154,23 +156,23 @@ func TestClusterSetServices(t *testing.T) {
 
 	// An export from a namespace B lacks: imported in A alone, and A's
 	// export says so with the fix.
-	create(t, a.k8s, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "only-a"}})
-	create(t, a.k8s, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "only-a", Name: "db"}, Spec: corev1.ServiceSpec{
+	cluster.Create(t, a.K8s, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "only-a"}})
+	cluster.Create(t, a.K8s, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "only-a", Name: "db"}, Spec: corev1.ServiceSpec{
 		Ports: []corev1.ServicePort{{Port: 5432}}}})
-	create(t, a.k8s, &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: "only-a", Name: "db"}})
+	cluster.Create(t, a.K8s, &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: "only-a", Name: "db"}})
 	waitExportConditions(t, a, "only-a", "db", `not in b, which have no namespace "only-a": create it there`)
 	serviceImport(t, a, "only-a", "db")
 
 	// The last export goes, and so do the imports, in both clusters.
-	for _, c := range []*cluster{a, b} {
-		if err := c.k8s.Delete(ctx, &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "web"}}); err != nil {
+	for _, c := range []*cluster.Cluster{a, b} {
+		if err := c.K8s.Delete(ctx, &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "web"}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for _, c := range []*cluster{a, b} {
-		waitFor(t, "cluster "+c.name+": the ServiceImport gone", func() error {
+	for _, c := range []*cluster.Cluster{a, b} {
+		testutil.WaitFor(t, "cluster "+c.Name+": the ServiceImport gone", func() error {
 			var si mcsv1beta1.ServiceImport
-			if err := c.k8s.Get(ctx, types.NamespacedName{Namespace: "demo", Name: "web"}, &si); err == nil {
+			if err := c.K8s.Get(ctx, types.NamespacedName{Namespace: "demo", Name: "web"}, &si); err == nil {
 				return fmt.Errorf("still there")
 			}
 			return nil
@@ -179,22 +181,22 @@ func TestClusterSetServices(t *testing.T) {
 }
 
 // serviceImport waits for a ServiceImport and returns it.
-func serviceImport(t *testing.T, c *cluster, ns, name string) *mcsv1beta1.ServiceImport {
+func serviceImport(t *testing.T, c *cluster.Cluster, ns, name string) *mcsv1beta1.ServiceImport {
 	t.Helper()
 	var si mcsv1beta1.ServiceImport
-	waitFor(t, fmt.Sprintf("cluster %s: ServiceImport %s/%s", c.name, ns, name), func() error {
-		return c.k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &si)
+	testutil.WaitFor(t, fmt.Sprintf("cluster %s: ServiceImport %s/%s", c.Name, ns, name), func() error {
+		return c.K8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &si)
 	})
 	return &si
 }
 
 // waitExportConditions waits until a ServiceExport's conditions, each as
 // "Type=Status Reason: message", hold every one of want.
-func waitExportConditions(t *testing.T, c *cluster, ns, name string, want ...string) {
+func waitExportConditions(t *testing.T, c *cluster.Cluster, ns, name string, want ...string) {
 	t.Helper()
-	waitFor(t, fmt.Sprintf("cluster %s: ServiceExport %s/%s says %q", c.name, ns, name, want), func() error {
+	testutil.WaitFor(t, fmt.Sprintf("cluster %s: ServiceExport %s/%s says %q", c.Name, ns, name, want), func() error {
 		var se mcsv1beta1.ServiceExport
-		if err := c.k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &se); err != nil {
+		if err := c.K8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &se); err != nil {
 			return err
 		}
 		var got []string
@@ -220,7 +222,7 @@ func waitExportConditions(t *testing.T, c *cluster, ns, name string, want ...str
 // a's relay dies, c's clients go to b. The test reports how long that took.
 func TestClusterSetFailover(t *testing.T) {
 	requireNetns(t)
-	bin := buildHoplink(t)
+	bin := procs.Hoplink(t)
 	ctx := context.Background()
 	ips := map[string]string{"a": "198.18.7.60", "b": "198.18.8.60"}
 	for _, ip := range []string{ips["a"], ips["b"], gatewayIP} {
@@ -229,10 +231,10 @@ func TestClusterSetFailover(t *testing.T) {
 		}
 		t.Cleanup(func() { exec.Command("ip", "addr", "del", ip+"/32", "dev", "lo").Run() })
 	}
-	clusters := map[string]*cluster{
-		"a": startCluster(t, "a", "198.18.7.0/24"),
-		"b": startCluster(t, "b", "198.18.8.0/24"),
-		"c": startCluster(t, "c", "198.18.9.0/24"),
+	clusters := map[string]*cluster.Cluster{
+		"a": cluster.Start(t, "a", "198.18.7.0/24"),
+		"b": cluster.Start(t, "b", "198.18.8.0/24"),
+		"c": cluster.Start(t, "c", "198.18.9.0/24"),
 	}
 	ports := map[string]int{}
 	for _, n := range []string{"a", "b", "c"} {
@@ -249,26 +251,26 @@ func TestClusterSetFailover(t *testing.T) {
 			if d := delay[[2]string{cn, n}]; d > 0 {
 				ep = emulatedEndpoint(t, ep, d)
 			}
-			create(t, c.k8s, &v1alpha1.RelayNode{ObjectMeta: metav1.ObjectMeta{Namespace: "edge", Name: "gw-" + n}, Spec: v1alpha1.RelayNodeSpec{
+			cluster.Create(t, c.K8s, &v1alpha1.RelayNode{ObjectMeta: metav1.ObjectMeta{Namespace: "edge", Name: "gw-" + n}, Spec: v1alpha1.RelayNodeSpec{
 				Listen: v1alpha1.RelayListen{Address: "127.0.0.1", Port: int32(ports[n])}, Endpoints: []string{ep}, External: n != cn}})
 		}
 		gatewayPod(t, c, "gw-"+cn)
-		create(t, c.k8s, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "demo"}})
+		cluster.Create(t, c.K8s, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "demo"}})
 	}
 	a := clusters["a"]
-	a.operator(t, bin, "--mcs-gateway", "edge/gw-a", "--cluster-id", "a", "--mcs-ports", "21100-21199")
+	a.Operator(t, bin, "--mcs-gateway", "edge/gw-a", "--cluster-id", "a", "--mcs-ports", "21100-21199")
 	var ca corev1.Secret
-	waitFor(t, "cluster a's CA", func() error {
-		return a.k8s.Get(ctx, types.NamespacedName{Namespace: "hoplink-system", Name: "hoplink-ca"}, &ca)
+	testutil.WaitFor(t, "cluster a's CA", func() error {
+		return a.K8s.Get(ctx, types.NamespacedName{Namespace: "hoplink-system", Name: "hoplink-ca"}, &ca)
 	})
 	relays := map[string]*exec.Cmd{}
 	for i, n := range []string{"b", "c"} {
 		c := clusters[n]
-		create(t, c.k8s, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "hoplink-system", Name: "hoplink-ca-from-a"}, Type: ca.Type, Data: ca.Data})
-		c.operator(t, bin, "--ca-secret", "hoplink-ca-from-a", "--mcs-gateway", "edge/gw-"+n, "--cluster-id", n, "--mcs-ports", fmt.Sprintf("%d-%d", 21200+100*i, 21299+100*i))
+		cluster.Create(t, c.K8s, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "hoplink-system", Name: "hoplink-ca-from-a"}, Type: ca.Type, Data: ca.Data})
+		c.Operator(t, bin, "--ca-secret", "hoplink-ca-from-a", "--mcs-gateway", "edge/gw-"+n, "--cluster-id", n, "--mcs-ports", fmt.Sprintf("%d-%d", 21200+100*i, 21299+100*i))
 	}
 	for n, c := range clusters {
-		relays[n] = c.relay(t, bin, "gw-"+n)
+		relays[n] = c.Relay(t, bin, "gw-"+n)
 	}
 	// web in a and in b: each answers with its cluster's name.
 	for _, n := range []string{"a", "b"} {
@@ -279,9 +281,9 @@ func TestClusterSetFailover(t *testing.T) {
 		defer ln.Close()
 		go testutil.Serve(ln, func(c *net.TCPConn) { c.Write([]byte(n + "\n")) })
 		c := clusters[n]
-		create(t, c.k8s, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "web"}, Spec: corev1.ServiceSpec{
+		cluster.Create(t, c.K8s, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "web"}, Spec: corev1.ServiceSpec{
 			ClusterIP: ips[n], Ports: []corev1.ServicePort{{Name: "http", Port: 8080, Protocol: corev1.ProtocolTCP}}}})
-		create(t, c.k8s, &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "web"}})
+		cluster.Create(t, c.K8s, &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "web"}})
 	}
 
 	// c's clients: a while both are there, b once a's relay is gone.
@@ -299,7 +301,7 @@ func TestClusterSetFailover(t *testing.T) {
 			}
 			if time.Now().After(deadline) {
 				var chains v1alpha1.ChainList
-				cc.k8s.List(ctx, &chains, client.InNamespace("edge"))
+				cc.K8s.List(ctx, &chains, client.InNamespace("edge"))
 				for _, ch := range chains.Items {
 					t.Logf("c's Chain %s: route %v latency %+v", ch.Name, ch.Status.Route, ch.Status.Latency)
 				}
@@ -310,9 +312,9 @@ func TestClusterSetFailover(t *testing.T) {
 	}
 	waitActive("a", time.Minute)
 	// Once both ways are there and measured, b's stands by.
-	waitFor(t, "b's way in c, standing by", func() error {
+	testutil.WaitFor(t, "b's way in c, standing by", func() error {
 		var l discoveryv1.EndpointSliceList
-		if err := cc.k8s.List(ctx, &l, client.InNamespace("demo"), client.MatchingLabels{mcsv1beta1.LabelSourceCluster: "b"}); err != nil {
+		if err := cc.K8s.List(ctx, &l, client.InNamespace("demo"), client.MatchingLabels{mcsv1beta1.LabelSourceCluster: "b"}); err != nil {
 			return err
 		}
 		if len(l.Items) != 1 || len(l.Items[0].Endpoints) != 1 || ptr.Deref(l.Items[0].Endpoints[0].Conditions.Ready, true) {
@@ -353,14 +355,14 @@ func emulatedEndpoint(t *testing.T, endpoint string, oneWay time.Duration) strin
 
 // gatewayPod is what the kubelet would show of a gateway relay's pod: the
 // relay process is what runs.
-func gatewayPod(t *testing.T, c *cluster, relay string) {
+func gatewayPod(t *testing.T, c *cluster.Cluster, relay string) {
 	t.Helper()
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "edge", Name: relay + "-pod", Labels: map[string]string{v1alpha1.LabelRelayNode: relay}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "relay", Image: "hoplink:test"}}}}
-	create(t, c.k8s, pod)
+	cluster.Create(t, c.K8s, pod)
 	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: gatewayIP, PodIPs: []corev1.PodIP{{IP: gatewayIP}},
 		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
-	if err := c.k8s.Status().Update(context.Background(), pod); err != nil {
+	if err := c.K8s.Status().Update(context.Background(), pod); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -372,9 +374,9 @@ type way struct {
 
 // activeWay is the one ready way to a service's first port in c's
 // EndpointSlices, as kube-proxy would pick.
-func activeWay(c *cluster, name string) (way, error) {
+func activeWay(c *cluster.Cluster, name string) (way, error) {
 	var l discoveryv1.EndpointSliceList
-	if err := c.k8s.List(context.Background(), &l, client.InNamespace("demo"), client.MatchingLabels{mcsv1beta1.LabelServiceName: name}); err != nil {
+	if err := c.K8s.List(context.Background(), &l, client.InNamespace("demo"), client.MatchingLabels{mcsv1beta1.LabelServiceName: name}); err != nil {
 		return way{}, err
 	}
 	var ready []way

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hoplink/hoplink/internal/testing/procs"
 	"github.com/hoplink/hoplink/internal/testing/testutil"
 )
 
@@ -20,7 +21,7 @@ import (
 // another algorithm.
 func TestLinksRunBBROnACubicHost(t *testing.T) {
 	requireNetns(t)
-	bin := buildHoplink(t)
+	bin := procs.Hoplink(t)
 	for _, tc := range []struct{ links, want, reason string }{
 		{"", "bbr", "auto"},
 		{"links: {congestionControl: reno}, ", "reno", "pinned"},
@@ -28,7 +29,7 @@ func TestLinksRunBBROnACubicHost(t *testing.T) {
 		t.Run(tc.want, func(t *testing.T) {
 			testutil.AllowCongestion(t, "cubic")
 			ns := newNetns(t, "hlcc")
-			run(t, "ip", "netns", "exec", ns.name, "sysctl", "-qw", "net.ipv4.tcp_congestion_control=cubic")
+			procs.Run(t, "ip", "netns", "exec", ns.name, "sysctl", "-qw", "net.ipv4.tcp_congestion_control=cubic")
 			dir := t.TempDir()
 			const size = 8 << 20
 			ns.serve("127.0.0.1:7600", func(c *net.TCPConn) {
@@ -55,7 +56,7 @@ kind: Tunnel
 metadata: {name: t}
 spec: {chain: c, listen: {address: 127.0.0.1, port: 7500}, target: "127.0.0.1:7600"}
 `, tc.links, tc.links)
-			certs := relayFiles(t, bin, dir, "m.yaml", manifest, "hk", "la")
+			certs := procs.RelayFiles(t, bin, dir, "m.yaml", manifest, "hk", "la")
 			for i, r := range []string{"hk", "la"} {
 				ns.start(filepath.Join(dir, r+".log"), bin, "relay", "-f", filepath.Join(dir, "m.yaml"), "--name", r, "--certs", certs,
 					"--metrics-addr", fmt.Sprintf("127.0.0.1:%d", 9460+i))
@@ -69,7 +70,7 @@ spec: {chain: c, listen: {address: 127.0.0.1, port: 7500}, target: "127.0.0.1:76
 			})
 			// A slow download keeps the flow's sockets open while ss looks.
 			var sockets string
-			waitFor(t, "a flow through the chain", func() error {
+			testutil.WaitFor(t, "a flow through the chain", func() error {
 				var err error
 				ns.do(func() {
 					var c net.Conn

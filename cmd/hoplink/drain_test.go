@@ -2,84 +2,16 @@ package main
 
 import (
 	"errors"
-	"fmt"
 	"io"
 	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/hoplink/hoplink/internal/testing/procs"
 	"github.com/hoplink/hoplink/internal/testing/testutil"
 )
-
-// drainNet is relay processes on loopback with one chain c from hk to la
-// and a TCP Tunnel into it.
-type drainNet struct {
-	t      *testing.T
-	procs  map[string]*exec.Cmd
-	logs   map[string]string
-	listen string // the Tunnel's listen address on hk
-	file   string // the manifests
-	certs  string // ca.* and the relays' certificates
-}
-
-// startDrainNet starts relays hk, the middles and la (each its own
-// process) with chain spec c (YAML flow mapping, from hk to la).
-func startDrainNet(t *testing.T, bin, target string, middles []string, chain string) *drainNet {
-	t.Helper()
-	dir := t.TempDir()
-	relays := append(append([]string{"hk"}, middles...), "la")
-	tunnelPort := testutil.FreePort(t)
-	var b strings.Builder
-	for _, r := range relays {
-		port := testutil.FreePort(t)
-		fmt.Fprintf(&b, "apiVersion: hoplink.dev/v1alpha1\nkind: RelayNode\nmetadata: {name: %s}\nspec: {listen: {address: 127.0.0.1, port: %d}, endpoints: [\"127.0.0.1:%d\"]}\n---\n", r, port, port)
-	}
-	fmt.Fprintf(&b, "apiVersion: hoplink.dev/v1alpha1\nkind: Chain\nmetadata: {name: c}\nspec: %s\n---\n", chain)
-	fmt.Fprintf(&b, "apiVersion: hoplink.dev/v1alpha1\nkind: Tunnel\nmetadata: {name: t}\nspec: {chain: c, listen: {address: 127.0.0.1, port: %d}, target: %q}\n", tunnelPort, target)
-	certs := relayFiles(t, bin, dir, "net.yaml", b.String(), relays...)
-	n := &drainNet{t: t, procs: map[string]*exec.Cmd{}, logs: map[string]string{}, listen: fmt.Sprintf("127.0.0.1:%d", tunnelPort),
-		file: filepath.Join(dir, "net.yaml"), certs: certs}
-	for _, r := range relays {
-		n.logs[r] = filepath.Join(dir, r+".log")
-		out, err := os.Create(n.logs[r])
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd := exec.Command(bin, "relay", "-f", filepath.Join(dir, "net.yaml"), "--name", r, "--certs", certs, "--drain-timeout", "20s")
-		cmd.Stdout, cmd.Stderr = out, out
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		n.procs[r] = cmd
-		t.Cleanup(func() {
-			cmd.Process.Kill()
-			waitProc(cmd)
-			out.Close()
-		})
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			for r := range n.logs {
-				t.Logf("--- %s log:\n%s", r, n.log(r))
-			}
-		}
-	})
-	waitFor(t, "the chain carries a flow", func() error {
-		return tcpExchange(func() (net.Conn, error) { return net.Dial("tcp", n.listen) }, 1000)
-	})
-	return n
-}
-
-func (n *drainNet) log(relay string) string {
-	b, _ := os.ReadFile(n.logs[relay])
-	return string(b)
-}
 
 // slowExchange is tcpExchange with the client's bytes paced over about
 // pace: a transfer that is open when a relay is told to stop.
@@ -89,7 +21,7 @@ func slowExchange(addr string, size int64, pace time.Duration) error {
 		return err
 	}
 	chunks := int64(64)
-	return tcpExchange(func() (net.Conn, error) {
+	return testutil.TCPExchange(func() (net.Conn, error) {
 		return &pacedConn{TCPConn: c.(*net.TCPConn), chunk: int(size / chunks), gap: pace / time.Duration(chunks)}, nil
 	}, size)
 }
@@ -147,25 +79,25 @@ func refusedWithin(addr string) (time.Duration, error) {
 // drains refuses at once), and the relay exits once its flows ended, well
 // before its drain timeout.
 func TestDrain(t *testing.T) {
-	bin := buildHoplink(t)
-	target := sinkThenSource(t)
+	bin := procs.Hoplink(t)
+	target := testutil.SinkThenSource(t)
 
 	for _, transport := range []string{"quic", "tls"} {
 		for _, role := range []string{"hk", "m", "la"} {
 			t.Run(transport+"/"+role, func(t *testing.T) {
-				n := startDrainNet(t, bin, target, []string{"m"}, "{entry: hk, exit: la, via: [m], route: [hk, m, la], transport: "+transport+"}")
+				n := procs.StartNet(t, bin, target, []string{"m"}, "{entry: hk, exit: la, via: [m], route: [hk, m, la], transport: "+transport+"}")
 				done := make(chan error, 1)
-				go func() { done <- slowExchange(n.listen, 4<<20, 1500*time.Millisecond) }()
+				go func() { done <- slowExchange(n.Listen, 4<<20, 1500*time.Millisecond) }()
 				time.Sleep(300 * time.Millisecond)
-				p := n.procs[role]
+				p := n.Procs[role]
 				stopped := time.Now()
 				p.Process.Signal(syscall.SIGTERM)
 				exited := make(chan error, 1)
-				go func() { exited <- waitProc(p) }()
+				go func() { exited <- procs.Wait(p) }()
 
 				// The news reaches the entry within a round trip.
 				time.Sleep(100 * time.Millisecond)
-				took, err := refusedWithin(n.listen)
+				took, err := refusedWithin(n.Listen)
 				if err != nil {
 					t.Errorf("a new flow while %s drains: %v", role, err)
 				} else if took > 100*time.Millisecond {
@@ -173,7 +105,7 @@ func TestDrain(t *testing.T) {
 				}
 
 				if err := <-done; err != nil {
-					t.Fatalf("the open transfer across %s's drain: %v\n%s", role, err, n.log(role))
+					t.Fatalf("the open transfer across %s's drain: %v\n%s", role, err, n.Log(role))
 				}
 				select {
 				case err := <-exited:
@@ -184,9 +116,9 @@ func TestDrain(t *testing.T) {
 						t.Errorf("%s took %v to exit after its flows ended", role, d)
 					}
 				case <-time.After(10 * time.Second):
-					t.Fatalf("%s still runs 10s after its last flow ended\n%s", role, n.log(role))
+					t.Fatalf("%s still runs 10s after its last flow ended\n%s", role, n.Log(role))
 				}
-				if l := n.log(role); !strings.Contains(l, "drained: every flow ended") {
+				if l := n.Log(role); !strings.Contains(l, "drained: every flow ended") {
 					t.Errorf("%s's log does not say it drained:\n%s", role, l)
 				}
 			})
@@ -197,20 +129,20 @@ func TestDrain(t *testing.T) {
 	// working (the draining relay would refuse them) while the open one
 	// finishes through it.
 	t.Run("routed chain moves", func(t *testing.T) {
-		n := startDrainNet(t, bin, target, []string{"m1", "m2"},
+		n := procs.StartNet(t, bin, target, []string{"m1", "m2"},
 			"{entry: hk, exit: la, via: [m1, m2], mode: sum, route: [hk, m1, la], probe: {interval: 500ms}}")
 		done := make(chan error, 1)
-		go func() { done <- slowExchange(n.listen, 4<<20, 2*time.Second) }()
+		go func() { done <- slowExchange(n.Listen, 4<<20, 2*time.Second) }()
 		time.Sleep(300 * time.Millisecond)
-		p := n.procs["m1"]
+		p := n.Procs["m1"]
 		p.Process.Signal(syscall.SIGTERM)
 		exited := make(chan error, 1)
-		go func() { exited <- waitProc(p) }()
+		go func() { exited <- procs.Wait(p) }()
 		time.Sleep(100 * time.Millisecond) // the news reaches hk
 		for i := range 5 {
 			start := time.Now()
-			if err := tcpExchange(func() (net.Conn, error) { return net.Dial("tcp", n.listen) }, 10000); err != nil {
-				t.Fatalf("new flow %d while m1 drains: %v\n%s", i, err, n.log("hk"))
+			if err := testutil.TCPExchange(func() (net.Conn, error) { return net.Dial("tcp", n.Listen) }, 10000); err != nil {
+				t.Fatalf("new flow %d while m1 drains: %v\n%s", i, err, n.Log("hk"))
 			}
 			if d := time.Since(start); d > 2*time.Second {
 				t.Errorf("new flow %d while m1 drains took %v", i, d)
@@ -219,7 +151,7 @@ func TestDrain(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Fatalf("the open transfer across m1's drain: %v", err)
 		}
-		l := n.log("hk")
+		l := n.Log("hk")
 		_, moved, ok := strings.Cut(l, "from=hk,m1,la to=")
 		if moved, _, _ = strings.Cut(moved, " "); !ok || strings.Contains(moved, "m1") {
 			t.Errorf("hk's log shows no move off m1:\n%s", l)
@@ -227,22 +159,22 @@ func TestDrain(t *testing.T) {
 		select {
 		case <-exited:
 		case <-time.After(10 * time.Second):
-			t.Fatalf("m1 still runs 10s after its last flow ended\n%s", n.log("m1"))
+			t.Fatalf("m1 still runs 10s after its last flow ended\n%s", n.Log("m1"))
 		}
 	})
 
 	t.Run("second signal", func(t *testing.T) {
-		n := startDrainNet(t, bin, target, []string{"m"}, "{entry: hk, exit: la, via: [m], route: [hk, m, la], transport: quic}")
+		n := procs.StartNet(t, bin, target, []string{"m"}, "{entry: hk, exit: la, via: [m], route: [hk, m, la], transport: quic}")
 		done := make(chan error, 1)
-		go func() { done <- slowExchange(n.listen, 4<<20, 3*time.Second) }()
+		go func() { done <- slowExchange(n.Listen, 4<<20, 3*time.Second) }()
 		time.Sleep(300 * time.Millisecond)
-		p := n.procs["m"]
+		p := n.Procs["m"]
 		p.Process.Signal(syscall.SIGTERM)
 		time.Sleep(200 * time.Millisecond)
 		second := time.Now()
 		p.Process.Signal(syscall.SIGTERM)
 		exited := make(chan error, 1)
-		go func() { exited <- waitProc(p) }()
+		go func() { exited <- procs.Wait(p) }()
 		select {
 		case <-exited:
 			if d := time.Since(second); d > 2*time.Second {

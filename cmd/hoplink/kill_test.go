@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hoplink/hoplink/internal/testing/faults"
+	"github.com/hoplink/hoplink/internal/testing/procs"
 )
 
 // TestKillEachRelay kills (SIGKILL) each relay of a static three-relay
@@ -14,7 +15,7 @@ import (
 // the target, must see an error within 10 s: never a clean end of a short
 // stream, which they would take for a complete one, and never nothing.
 func TestKillEachRelay(t *testing.T) {
-	bin := buildHoplink(t)
+	bin := procs.Hoplink(t)
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

@@ -21,6 +21,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
+	"github.com/hoplink/hoplink/internal/testing/cluster"
+	"github.com/hoplink/hoplink/internal/testing/procs"
 	"github.com/hoplink/hoplink/internal/testing/testutil"
 	"github.com/hoplink/hoplink/pki"
 )
@@ -48,14 +50,14 @@ func TestRelaysTrustOnlyNamesTheirNamespaceHolds(t *testing.T) {
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		t.Fatal("KUBEBUILDER_ASSETS is not set: run `make test`, or export KUBEBUILDER_ASSETS=$(hack/setup-envtest.sh)")
 	}
-	c := startCluster(t, "names")
+	c := cluster.Start(t, "names")
 	ctx := context.Background()
-	bin := buildHoplink(t)
+	bin := procs.Hoplink(t)
 	for _, n := range []string{"a", "b"} {
-		create(t, c.k8s, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{"hoplink.dev/privileged-relays": "true"}}})
+		cluster.Create(t, c.K8s, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{"hoplink.dev/privileged-relays": "true"}}})
 	}
-	operator := c.operator(t, bin)
-	target := sinkThenSource(t)
+	operator := c.Operator(t, bin)
+	target := testutil.SinkThenSource(t)
 	yPort, laPort, tunnelPort := testutil.FreePort(t), testutil.FreePort(t), testutil.FreePort(t)
 	relayNode := func(ns, name string, port int) *v1alpha1.RelayNode {
 		return &v1alpha1.RelayNode{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: v1alpha1.RelayNodeSpec{
@@ -63,29 +65,29 @@ func TestRelaysTrustOnlyNamesTheirNamespaceHolds(t *testing.T) {
 	}
 	secret := func(ns, relay string) (*corev1.Secret, error) {
 		var s corev1.Secret
-		err := c.k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: v1alpha1.RelayObjectName(relay)}, &s)
+		err := c.K8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: v1alpha1.RelayObjectName(relay)}, &s)
 		return &s, err
 	}
 
 	// b's y holds the name: it is the first, and it gets a certificate.
 	bY := relayNode("b", "y", yPort)
-	create(t, c.k8s, bY)
+	cluster.Create(t, c.K8s, bY)
 	var bSecret *corev1.Secret
-	waitFor(t, "b's certificate for y", func() (err error) { bSecret, err = secret("b", "y"); return err })
-	create(t, c.k8s, relayNode("a", "la", laPort))
-	waitFor(t, "a's certificate for la", func() error { _, err := secret("a", "la"); return err })
-	laConfig := relayKubeconfig(t, c.cfg, c.dir, "a", v1alpha1.RelayObjectName("la"))
+	testutil.WaitFor(t, "b's certificate for y", func() (err error) { bSecret, err = secret("b", "y"); return err })
+	cluster.Create(t, c.K8s, relayNode("a", "la", laPort))
+	testutil.WaitFor(t, "a's certificate for la", func() error { _, err := secret("a", "la"); return err })
+	laConfig := cluster.RelayKubeconfig(t, c.Cfg, c.Dir, "a", v1alpha1.RelayObjectName("la"))
 
 	// a's y, made while no operator runs, a second after b's at least
 	// (two of one second would both lose the name).
 	operator.Process.Signal(syscall.SIGTERM)
-	waitProc(operator)
+	procs.Wait(operator)
 	time.Sleep(time.Until(bY.CreationTimestamp.Add(1100 * time.Millisecond)))
 	aY := relayNode("a", "y", yPort)
-	create(t, c.k8s, aY)
-	create(t, c.k8s, &v1alpha1.Chain{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "c"}, Spec: v1alpha1.ChainSpec{
+	cluster.Create(t, c.K8s, aY)
+	cluster.Create(t, c.K8s, &v1alpha1.Chain{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "c"}, Spec: v1alpha1.ChainSpec{
 		Entry: "y", Exit: "la", Route: []string{"y", "la"}}})
-	create(t, c.k8s, &v1alpha1.Tunnel{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "t"}, Spec: v1alpha1.TunnelSpec{
+	cluster.Create(t, c.K8s, &v1alpha1.Tunnel{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "t"}, Spec: v1alpha1.TunnelSpec{
 		Chain: "c", Listen: &v1alpha1.TunnelListen{Address: "127.0.0.1", Port: int32(tunnelPort)}, Target: target}})
 	// Labelled for their relays, as an operator does before it issues a
 	// certificate (so la sees them, and only the name check decides).
@@ -93,13 +95,13 @@ func TestRelaysTrustOnlyNamesTheirNamespaceHolds(t *testing.T) {
 		obj  client.Object
 		name string
 	}{{&v1alpha1.RelayNode{}, "y"}, {&v1alpha1.RelayNode{}, "la"}, {&v1alpha1.Chain{}, "c"}, {&v1alpha1.Tunnel{}, "t"}} {
-		labelMembers(t, c.k8s, types.NamespacedName{Namespace: "a", Name: o.name}, o.obj, "la", "y")
+		labelMembers(t, c.K8s, types.NamespacedName{Namespace: "a", Name: o.name}, o.obj, "la", "y")
 	}
 
 	laMetrics := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
-	c.run(t, bin, "relay-la", "relay", "--kube", "--name", "la", "--namespace", "a", "--kubeconfig", laConfig,
+	c.Run(t, bin, "relay-la", "relay", "--kube", "--name", "la", "--namespace", "a", "--kubeconfig", laConfig,
 		"--metrics-addr", laMetrics)
-	waitFor(t, "la ready", func() error {
+	testutil.WaitFor(t, "la ready", func() error {
 		resp, err := http.Get("http://" + laMetrics + "/readyz")
 		if err != nil {
 			return err
@@ -144,9 +146,9 @@ spec: {chain: c, listen: {address: 127.0.0.1, port: %[3]d}, target: %[4]q}
 	if err := os.WriteFile(filepath.Join(dir, "squat.yaml"), []byte(manifests), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	yOfB := c.run(t, bin, "relay-y-of-b", "relay", "-f", filepath.Join(dir, "squat.yaml"), "--name", "y", "--certs", certs)
+	yOfB := c.Run(t, bin, "relay-y-of-b", "relay", "-f", filepath.Join(dir, "squat.yaml"), "--name", "y", "--certs", certs)
 	tunnel := fmt.Sprintf("127.0.0.1:%d", tunnelPort)
-	waitFor(t, "b's relay y listens for a's Tunnel", func() error {
+	testutil.WaitFor(t, "b's relay y listens for a's Tunnel", func() error {
 		conn, err := net.DialTimeout("tcp", tunnel, time.Second)
 		if err == nil {
 			conn.Close()
@@ -154,7 +156,7 @@ spec: {chain: c, listen: {address: 127.0.0.1, port: %[3]d}, target: %[4]q}
 		return err
 	})
 	flow := func() error {
-		return tcpExchange(func() (net.Conn, error) {
+		return testutil.TCPExchange(func() (net.Conn, error) {
 			conn, err := net.DialTimeout("tcp", tunnel, time.Second)
 			if err != nil {
 				return nil, err
@@ -171,7 +173,7 @@ spec: {chain: c, listen: {address: 127.0.0.1, port: %[3]d}, target: %[4]q}
 		}
 	}
 	laLog := func(want string) error {
-		b, _ := os.ReadFile(filepath.Join(c.dir, "relay-la.log"))
+		b, _ := os.ReadFile(filepath.Join(c.Dir, "relay-la.log"))
 		if !strings.Contains(string(b), want) {
 			return fmt.Errorf("la's log does not say %q", want)
 		}
@@ -187,12 +189,12 @@ spec: {chain: c, listen: {address: 127.0.0.1, port: %[3]d}, target: %[4]q}
 	// still refuses b's relay, whose certificate is of namespace b.
 	confirm := func() {
 		t.Helper()
-		if err := c.k8s.Get(ctx, client.ObjectKeyFromObject(aY), aY); err != nil {
+		if err := c.K8s.Get(ctx, client.ObjectKeyFromObject(aY), aY); err != nil {
 			t.Fatal(err)
 		}
 		aY.Status.CertificateNotAfter = &metav1.Time{Time: time.Now().Add(time.Hour)}
 		meta.SetStatusCondition(&aY.Status.Conditions, metav1.Condition{Type: "Ready", Status: metav1.ConditionFalse, Reason: "NoNodes", Message: "no node runs this relay yet"})
-		if err := c.k8s.Status().Update(ctx, aY); err != nil {
+		if err := c.K8s.Status().Update(ctx, aY); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -205,7 +207,7 @@ spec: {chain: c, listen: {address: 127.0.0.1, port: %[3]d}, target: %[4]q}
 	// Control: the same relay with a certificate for y of namespace a,
 	// as a's y would be issued, carries flows.
 	var caSecret corev1.Secret
-	if err := c.k8s.Get(ctx, types.NamespacedName{Namespace: "hoplink-system", Name: "hoplink-ca"}, &caSecret); err != nil {
+	if err := c.K8s.Get(ctx, types.NamespacedName{Namespace: "hoplink-system", Name: "hoplink-ca"}, &caSecret); err != nil {
 		t.Fatal(err)
 	}
 	ca, err := pki.ParseCA(caSecret.Data[corev1.TLSCertKey], caSecret.Data[corev1.TLSPrivateKeyKey])
@@ -224,9 +226,9 @@ spec: {chain: c, listen: {address: 127.0.0.1, port: %[3]d}, target: %[4]q}
 		}
 	}
 	yOfB.Process.Signal(syscall.SIGTERM)
-	waitProc(yOfB)
-	c.run(t, bin, "relay-y-of-a", "relay", "-f", filepath.Join(dir, "squat.yaml"), "--name", "y", "--certs", aCerts)
-	waitFor(t, "la carries the flow of a's y (the control)", flow)
+	procs.Wait(yOfB)
+	c.Run(t, bin, "relay-y-of-a", "relay", "-f", filepath.Join(dir, "squat.yaml"), "--name", "y", "--certs", aCerts)
+	testutil.WaitFor(t, "la carries the flow of a's y (the control)", flow)
 
 	// Deleting a's y takes it out of la's peers: an open flow ends and new
 	// ones are refused within 10 s.
@@ -242,7 +244,7 @@ spec: {chain: c, listen: {address: 127.0.0.1, port: %[3]d}, target: %[4]q}
 	if _, err := open.Read(make([]byte, 1)); !isTimeout(err) {
 		t.Fatalf("the open flow ended before the RelayNode was deleted: %v", err)
 	}
-	if err := c.k8s.Delete(ctx, aY); err != nil {
+	if err := c.K8s.Delete(ctx, aY); err != nil {
 		t.Fatal(err)
 	}
 	deleted := time.Now()
@@ -261,15 +263,15 @@ spec: {chain: c, listen: {address: 127.0.0.1, port: %[3]d}, target: %[4]q}
 	// a's y again, as before: made while no operator runs, labelled and
 	// given a confirmed status; la carries the flows of a's certificate.
 	aY = relayNode("a", "y", yPort)
-	create(t, c.k8s, aY)
-	labelMembers(t, c.k8s, client.ObjectKeyFromObject(aY), &v1alpha1.RelayNode{}, "la", "y")
+	cluster.Create(t, c.K8s, aY)
+	labelMembers(t, c.K8s, client.ObjectKeyFromObject(aY), &v1alpha1.RelayNode{}, "la", "y")
 	confirm()
-	waitFor(t, "la carries the flow once a's new y is confirmed", flow)
+	testutil.WaitFor(t, "la carries the flow once a's new y is confirmed", flow)
 
 	// The operator, back, marks a's y: it does not hold its name.
-	c.operatorLogged(t, bin, "operator-again")
-	waitFor(t, "a's y NameConflict", func() error {
-		if err := c.k8s.Get(ctx, client.ObjectKeyFromObject(aY), aY); err != nil {
+	c.OperatorLogged(t, bin, "operator-again")
+	testutil.WaitFor(t, "a's y NameConflict", func() error {
+		if err := c.K8s.Get(ctx, client.ObjectKeyFromObject(aY), aY); err != nil {
 			return err
 		}
 		if r := meta.FindStatusCondition(aY.Status.Conditions, "Ready"); r == nil || r.Reason != v1alpha1.ReasonNameConflict {
@@ -277,7 +279,7 @@ spec: {chain: c, listen: {address: 127.0.0.1, port: %[3]d}, target: %[4]q}
 		}
 		return nil
 	})
-	waitFor(t, "la refuses y once a's y is NameConflict", func() error {
+	testutil.WaitFor(t, "la refuses y once a's y is NameConflict", func() error {
 		if flow() == nil {
 			return errors.New("la carried a flow of y to a's target")
 		}
@@ -298,7 +300,7 @@ func isTimeout(err error) bool {
 // operator would.
 func labelMembers(t *testing.T, c client.Client, key types.NamespacedName, o client.Object, relays ...string) {
 	t.Helper()
-	waitFor(t, fmt.Sprintf("member labels on %T %s", o, key.Name), func() error {
+	testutil.WaitFor(t, fmt.Sprintf("member labels on %T %s", o, key.Name), func() error {
 		if err := c.Get(context.Background(), key, o); err != nil {
 			return err
 		}

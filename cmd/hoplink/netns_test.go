@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"fmt"
 	"io"
 	"net"
@@ -11,13 +10,13 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hoplink/hoplink/internal/testing/procs"
 	"github.com/hoplink/hoplink/internal/testing/testutil"
 )
 
@@ -46,28 +45,21 @@ func requireNetns(t *testing.T) {
 	}
 }
 
-func run(t *testing.T, args ...string) {
-	t.Helper()
-	if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
-		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-}
-
 func newNetns(t *testing.T, name string) *netns {
-	run(t, "ip", "netns", "add", name)
+	procs.Run(t, "ip", "netns", "add", name)
 	t.Cleanup(func() { exec.Command("ip", "netns", "del", name).Run() })
-	run(t, "ip", "-n", name, "link", "set", "lo", "up")
+	procs.Run(t, "ip", "-n", name, "link", "set", "lo", "up")
 	return &netns{t: t, name: name}
 }
 
 // link joins two namespaces with a veth pair on a /30 of 10.231.N.0.
 func link(t *testing.T, a, b *netns, n int, ifA, ifB string) (addrA, addrB string) {
-	run(t, "ip", "link", "add", ifA, "netns", a.name, "type", "veth", "peer", "name", ifB, "netns", b.name)
+	procs.Run(t, "ip", "link", "add", ifA, "netns", a.name, "type", "veth", "peer", "name", ifB, "netns", b.name)
 	addrA, addrB = fmt.Sprintf("10.231.%d.1", n), fmt.Sprintf("10.231.%d.2", n)
-	run(t, "ip", "-n", a.name, "addr", "add", addrA+"/30", "dev", ifA)
-	run(t, "ip", "-n", b.name, "addr", "add", addrB+"/30", "dev", ifB)
-	run(t, "ip", "-n", a.name, "link", "set", ifA, "up")
-	run(t, "ip", "-n", b.name, "link", "set", ifB, "up")
+	procs.Run(t, "ip", "-n", a.name, "addr", "add", addrA+"/30", "dev", ifA)
+	procs.Run(t, "ip", "-n", b.name, "addr", "add", addrB+"/30", "dev", ifB)
+	procs.Run(t, "ip", "-n", a.name, "link", "set", ifA, "up")
+	procs.Run(t, "ip", "-n", b.name, "link", "set", ifB, "up")
 	return addrA, addrB
 }
 
@@ -112,7 +104,7 @@ func (ns *netns) start(logf string, args ...string) *exec.Cmd {
 	}
 	ns.t.Cleanup(func() {
 		cmd.Process.Kill()
-		waitProc(cmd)
+		procs.Wait(cmd)
 		out.Close()
 	})
 	return cmd
@@ -129,16 +121,6 @@ func (ns *netns) serve(addr string, handle func(c *net.TCPConn)) {
 		ns.t.Cleanup(func() { ln.Close() })
 		go testutil.Serve(ln, handle)
 	})
-}
-
-func buildHoplink(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "hoplink")
-	cmd := exec.Command("go", "build", "-o", bin, ".")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	return bin
 }
 
 const nsManifests = `
@@ -175,7 +157,7 @@ spec: {chain: to-east, protocol: udp, listen: {address: 127.0.0.1, port: 15353},
 
 func TestNamespaces(t *testing.T) {
 	requireNetns(t)
-	bin := buildHoplink(t)
+	bin := procs.Hoplink(t)
 	dir := t.TempDir()
 	tag := fmt.Sprintf("hl%d", os.Getpid()%100000)
 	hk, sea, la := newNetns(t, tag+"-hk"), newNetns(t, tag+"-sea"), newNetns(t, tag+"-la")
@@ -183,7 +165,7 @@ func TestNamespaces(t *testing.T) {
 	_, laAddr := link(t, sea, la, 2, "to-la", "to-sea")
 	_ = hkAddr
 	m := strings.NewReplacer("HK", hkAddr, "SEATTLE", seaAddrA, "LA", laAddr).Replace(nsManifests)
-	certs := relayFiles(t, bin, dir, "chain.yaml", m, "hk", "seattle", "la")
+	certs := procs.RelayFiles(t, bin, dir, "chain.yaml", m, "hk", "seattle", "la")
 
 	// Targets live in la's namespace, on its loopback: only la can reach them.
 	var tcpTarget net.Listener
@@ -199,7 +181,7 @@ func TestNamespaces(t *testing.T) {
 	})
 	defer tcpTarget.Close()
 	defer udpTarget.Close()
-	go serveSinkThenSource(tcpTarget)
+	go testutil.ServeSinkThenSource(tcpTarget)
 	go func() {
 		buf := make([]byte, 65535)
 		for {
@@ -215,10 +197,10 @@ func TestNamespaces(t *testing.T) {
 		return ns.start(filepath.Join(dir, name+".log"), bin, "relay", "-f", dir, "--name", name,
 			"--certs", certs, "--metrics-addr", "127.0.0.1:9464", "--log-level", "debug")
 	}
-	procs := map[string]*exec.Cmd{"la": relay(la, "la"), "seattle": relay(sea, "seattle"), "hk": relay(hk, "hk")}
+	running := map[string]*exec.Cmd{"la": relay(la, "la"), "seattle": relay(sea, "seattle"), "hk": relay(hk, "hk")}
 	t.Cleanup(func() {
 		if t.Failed() {
-			for name := range procs {
+			for name := range running {
 				b, _ := os.ReadFile(filepath.Join(dir, name+".log"))
 				t.Logf("%s log:\n%s", name, b)
 			}
@@ -231,10 +213,10 @@ func TestNamespaces(t *testing.T) {
 		hk.do(func() { c, err = net.DialTimeout("tcp", "127.0.0.1:15202", 2*time.Second) })
 		return c, err
 	}
-	waitFor(t, "chain up", func() error { return tcpExchange(dial, 1<<10) })
+	testutil.WaitFor(t, "chain up", func() error { return testutil.TCPExchange(dial, 1<<10) })
 
 	t.Run("tcp 32 MiB both ways", func(t *testing.T) {
-		if err := tcpExchange(dial, 32<<20); err != nil {
+		if err := testutil.TCPExchange(dial, 32<<20); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -266,20 +248,20 @@ func TestNamespaces(t *testing.T) {
 		}
 	})
 	t.Run("middle relay restart", func(t *testing.T) {
-		p := procs["seattle"]
+		p := running["seattle"]
 		p.Process.Kill()
-		waitProc(p)
-		if err := tcpExchange(dial, 1<<10); err == nil {
+		procs.Wait(p)
+		if err := testutil.TCPExchange(dial, 1<<10); err == nil {
 			t.Fatal("flow succeeded with the middle relay down")
 		}
-		procs["seattle"] = relay(sea, "seattle")
-		waitFor(t, "recovery", func() error { return tcpExchange(dial, 1<<20) })
+		running["seattle"] = relay(sea, "seattle")
+		testutil.WaitFor(t, "recovery", func() error { return testutil.TCPExchange(dial, 1<<20) })
 	})
 	t.Run("metrics and clean shutdown", func(t *testing.T) {
 		// The restarted seattle is up again for hk once hk's control link
 		// reached it and a probe round heard it (flows recovered sooner,
 		// over the TLS links).
-		waitFor(t, "hk counts seattle up", func() error {
+		testutil.WaitFor(t, "hk counts seattle up", func() error {
 			var body string
 			var err error
 			hk.do(func() {
@@ -300,10 +282,10 @@ func TestNamespaces(t *testing.T) {
 			}
 			return nil
 		})
-		p := procs["hk"]
+		p := running["hk"]
 		p.Process.Signal(syscall.SIGTERM)
 		done := make(chan error, 1)
-		go func() { done <- waitProc(p) }()
+		go func() { done <- procs.Wait(p) }()
 		select {
 		case err := <-done:
 			if err != nil {
@@ -313,102 +295,4 @@ func TestNamespaces(t *testing.T) {
 			t.Fatal("hk did not exit within 10 s of SIGTERM")
 		}
 	})
-}
-
-// relayFiles writes a manifest into dir and makes a CA with certificates for
-// the named relays, as a user would before starting relay processes; it
-// returns the certificate directory.
-func relayFiles(t *testing.T, bin, dir, file, manifest string, relays ...string) string {
-	t.Helper()
-	if err := os.WriteFile(filepath.Join(dir, file), []byte(manifest), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	certs := filepath.Join(dir, "certs")
-	run(t, bin, "cert", "ca", "--certs", certs)
-	run(t, append([]string{bin, "cert", "issue", "--certs", certs}, relays...)...)
-	return certs
-}
-
-func waitFor(t *testing.T, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
-// sinkThenSource starts a serveSinkThenSource target on loopback until the
-// test ends and returns its address.
-func sinkThenSource(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go serveSinkThenSource(ln)
-	return ln.Addr().String()
-}
-
-// serveSinkThenSource reads each connection to EOF, then answers with as
-// many pseudo-random bytes (seeded by the count) followed by the SHA-256 of
-// what it read, and closes.
-func serveSinkThenSource(ln net.Listener) {
-	testutil.Serve(ln, func(c *net.TCPConn) {
-		h := sha256.New()
-		n, _ := io.Copy(h, c)
-		io.Copy(c, testutil.RandReader(uint64(n), n))
-		c.Write(h.Sum(nil))
-	})
-}
-
-// tcpExchange sends size bytes, half-closes, and checks the answer: size
-// bytes of the expected stream, then the digest of what was sent.
-func tcpExchange(dial func() (net.Conn, error), size int64) error {
-	c, err := dial()
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(60 * time.Second))
-	sent := sha256.New()
-	go func() {
-		io.Copy(c, io.TeeReader(testutil.RandReader(1, size), sent))
-		c.(interface{ CloseWrite() error }).CloseWrite()
-	}()
-	got := sha256.New()
-	n, err := io.Copy(got, io.LimitReader(c, size))
-	if err != nil || n != size {
-		return fmt.Errorf("answer: %d of %d bytes, %v", n, size, err)
-	}
-	want := sha256.New()
-	io.Copy(want, testutil.RandReader(uint64(size), size))
-	if !bytes.Equal(got.Sum(nil), want.Sum(nil)) {
-		return fmt.Errorf("answer corrupted")
-	}
-	digest, err := io.ReadAll(c)
-	if err != nil {
-		return fmt.Errorf("digest: %v", err)
-	}
-	if !bytes.Equal(digest, sent.Sum(nil)) {
-		return fmt.Errorf("target received different bytes than were sent (%d-byte digest)", len(digest))
-	}
-	return nil
-}
-
-// procWaits holds one Wait per process: a test and its cleanup may both
-// wait for a relay, and exec.Cmd.Wait must not run twice at once.
-var procWaits sync.Map // *exec.Cmd -> func() error
-
-// waitProc waits for c to exit; every caller gets the same result.
-func waitProc(c *exec.Cmd) error {
-	w, _ := procWaits.LoadOrStore(c, sync.OnceValue(c.Wait))
-	return w.(func() error)()
 }

@@ -19,21 +19,17 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
+	"github.com/hoplink/hoplink/internal/testing/cluster"
+	"github.com/hoplink/hoplink/internal/testing/procs"
 	"github.com/hoplink/hoplink/internal/testing/testutil"
 )
 
@@ -46,14 +42,14 @@ func TestOperatorAndKubeRelays(t *testing.T) {
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		t.Fatal("KUBEBUILDER_ASSETS is not set: run `make test`, or export KUBEBUILDER_ASSETS=$(hack/setup-envtest.sh)")
 	}
-	c := startCluster(t, "a")
-	cfg, k8s, dir := c.cfg, c.k8s, c.dir
+	c := cluster.Start(t, "a")
+	cfg, k8s, dir := c.Cfg, c.K8s, c.Dir
 	ctx := context.Background()
 	const ns = "edge"
-	bin := buildHoplink(t)
-	procs := map[string]*exec.Cmd{}
-	start := func(name string, args ...string) { procs[name] = c.run(t, bin, name, args...) }
-	operator := c.operator(t, bin, "--log-level", "debug")
+	bin := procs.Hoplink(t)
+	running := map[string]*exec.Cmd{}
+	start := func(name string, args ...string) { running[name] = c.Run(t, bin, name, args...) }
+	operator := c.Operator(t, bin, "--log-level", "debug")
 
 	// The samples as a user would apply them, made to run on one host: each
 	// relay on its own loopback port, published as spec.endpoints.
@@ -63,26 +59,26 @@ func TestOperatorAndKubeRelays(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer echoLn.Close()
-	go serveSinkThenSource(echoLn)
+	go testutil.ServeSinkThenSource(echoLn)
 	for _, rn := range set.Relays {
 		port := testutil.FreePort(t)
 		rn.Namespace, rn.Spec.Listen.Address, rn.Spec.Listen.Port = ns, "127.0.0.1", int32(port)
 		rn.Spec.Endpoints = []string{fmt.Sprintf("127.0.0.1:%d", port)}
-		create(t, k8s, rn)
+		cluster.Create(t, k8s, rn)
 	}
 	for _, c := range set.Chains {
 		c.Namespace = ns
-		create(t, k8s, c)
+		cluster.Create(t, k8s, c)
 	}
 	web := set.Tunnels[0]
 	web.Namespace, web.Spec.Listen.Address, web.Spec.Target = ns, "127.0.0.1", echoLn.Addr().String()
 	web.Spec.Listen.Port = int32(testutil.FreePort(t))
-	create(t, k8s, web)
+	cluster.Create(t, k8s, web)
 	// Each relay runs as its own ServiceAccount, so the Role the operator
 	// wrote is what it gets, as in a pod.
 	laMetrics := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
 	for _, rn := range set.Relays {
-		relayConfig := relayKubeconfig(t, cfg, dir, ns, v1alpha1.RelayObjectName(rn.Name))
+		relayConfig := cluster.RelayKubeconfig(t, cfg, dir, ns, v1alpha1.RelayObjectName(rn.Name))
 		args := []string{"relay", "--kube", "--name", rn.Name, "--namespace", ns, "--kubeconfig", relayConfig, "--log-level", "debug"}
 		if rn.Name == "la" {
 			args = append(args, "--metrics-addr", laMetrics)
@@ -92,8 +88,8 @@ func TestOperatorAndKubeRelays(t *testing.T) {
 
 	webAddr := fmt.Sprintf("127.0.0.1:%d", web.Spec.Listen.Port)
 	dial := func() (net.Conn, error) { return net.DialTimeout("tcp", webAddr, 5*time.Second) }
-	waitFor(t, "8 MiB through hk -> seattle -> la -> useast", func() error { return tcpExchange(dial, 8<<20) })
-	checkKubeStatus(t, bin, c.kubeconfig, ns, len(set.Relays))
+	testutil.WaitFor(t, "8 MiB through hk -> seattle -> la -> useast", func() error { return testutil.TCPExchange(dial, 8<<20) })
+	checkKubeStatus(t, bin, c.Kubeconfig, ns, len(set.Relays))
 
 	for _, rn := range set.Relays {
 		var ds appsv1.DaemonSet
@@ -110,7 +106,7 @@ func TestOperatorAndKubeRelays(t *testing.T) {
 	if err := k8s.Delete(ctx, web); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "Tunnel listener closed", func() error {
+	testutil.WaitFor(t, "Tunnel listener closed", func() error {
 		c, err := net.DialTimeout("tcp", webAddr, time.Second)
 		if err == nil {
 			c.Close()
@@ -126,10 +122,10 @@ func TestOperatorAndKubeRelays(t *testing.T) {
 	api := &v1alpha1.Tunnel{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "api"}, Spec: v1alpha1.TunnelSpec{
 		Chain: "to-east", Listen: &v1alpha1.TunnelListen{Address: "127.0.0.1", Port: int32(testutil.FreePort(t))}, Target: echoLn.Addr().String(),
 	}}
-	create(t, k8s, api)
+	cluster.Create(t, k8s, api)
 	apiAddr := fmt.Sprintf("127.0.0.1:%d", api.Spec.Listen.Port)
-	waitFor(t, "new Tunnel carries traffic", func() error {
-		return tcpExchange(func() (net.Conn, error) { return net.DialTimeout("tcp", apiAddr, 5*time.Second) }, 1<<20)
+	testutil.WaitFor(t, "new Tunnel carries traffic", func() error {
+		return testutil.TCPExchange(func() (net.Conn, error) { return net.DialTimeout("tcp", apiAddr, 5*time.Second) }, 1<<20)
 	})
 
 	// A relay joins a chain while flows cross it: la, which knew nothing of
@@ -137,15 +133,15 @@ func TestOperatorAndKubeRelays(t *testing.T) {
 	// its Tunnel before hk routes through it, and no flow fails.
 	short := &v1alpha1.Chain{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "short"}, Spec: v1alpha1.ChainSpec{
 		Entry: "hk", Exit: "useast", Route: []string{"hk", "useast"}}}
-	create(t, k8s, short)
+	cluster.Create(t, k8s, short)
 	shortTunnel := &v1alpha1.Tunnel{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "short"}, Spec: v1alpha1.TunnelSpec{
 		Chain: "short", Listen: &v1alpha1.TunnelListen{Address: "127.0.0.1", Port: int32(testutil.FreePort(t))}, Target: echoLn.Addr().String(),
 	}}
-	create(t, k8s, shortTunnel)
+	cluster.Create(t, k8s, shortTunnel)
 	shortDial := func() (net.Conn, error) {
 		return net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", shortTunnel.Spec.Listen.Port), 5*time.Second)
 	}
-	waitFor(t, "chain short carries traffic", func() error { return tcpExchange(shortDial, 64<<10) })
+	testutil.WaitFor(t, "chain short carries traffic", func() error { return testutil.TCPExchange(shortDial, 64<<10) })
 	laKnows := func(want string) error {
 		m, err := httpGet("http://" + laMetrics + "/metrics")
 		if err != nil {
@@ -170,7 +166,7 @@ func TestOperatorAndKubeRelays(t *testing.T) {
 				return
 			default:
 			}
-			if err := tcpExchange(shortDial, 16<<10); err != nil {
+			if err := testutil.TCPExchange(shortDial, 16<<10); err != nil {
 				errs = append(errs, fmt.Errorf("flow %d: %w", n, err))
 			}
 		}
@@ -183,7 +179,7 @@ func TestOperatorAndKubeRelays(t *testing.T) {
 	if err := k8s.Update(ctx, short); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "la carries chain short's flows", func() error {
+	testutil.WaitFor(t, "la carries chain short's flows", func() error {
 		return laKnows(`hoplink_tunnel_flows_total{relay="la",role="middle",tunnel="edge/short"}`)
 	})
 	time.Sleep(time.Second)
@@ -204,8 +200,8 @@ func TestOperatorAndKubeRelays(t *testing.T) {
 	taken := &v1alpha1.Tunnel{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "taken"}, Spec: v1alpha1.TunnelSpec{
 		Chain: "to-east", Listen: &v1alpha1.TunnelListen{Address: "127.0.0.1", Port: int32(takenPort)}, Target: echoLn.Addr().String(),
 	}}
-	create(t, k8s, taken)
-	waitFor(t, "the taken port in the Tunnel's conditions", func() error {
+	cluster.Create(t, k8s, taken)
+	testutil.WaitFor(t, "the taken port in the Tunnel's conditions", func() error {
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(taken), taken); err != nil {
 			return err
 		}
@@ -227,11 +223,11 @@ func TestOperatorAndKubeRelays(t *testing.T) {
 		t.Error("no ListenFailed Event on the Tunnel")
 	}
 	// The other Tunnels of hk go on.
-	if err := tcpExchange(func() (net.Conn, error) { return net.DialTimeout("tcp", apiAddr, 5*time.Second) }, 1<<20); err != nil {
+	if err := testutil.TCPExchange(func() (net.Conn, error) { return net.DialTimeout("tcp", apiAddr, 5*time.Second) }, 1<<20); err != nil {
 		t.Fatalf("another Tunnel of the relay with a taken port: %v", err)
 	}
 	holder.Close()
-	waitFor(t, "the Tunnel listens once its port is free", func() error {
+	testutil.WaitFor(t, "the Tunnel listens once its port is free", func() error {
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(taken), taken); err != nil {
 			return err
 		}
@@ -248,12 +244,12 @@ func TestOperatorAndKubeRelays(t *testing.T) {
 		Entry: "hk", Exit: "useast", Via: []string{"seattle", "la"}, Mode: v1alpha1.ModeSum,
 		Probe: &v1alpha1.ProbeSpec{Interval: &metav1.Duration{Duration: 500 * time.Millisecond}},
 	}}
-	create(t, k8s, fast)
+	cluster.Create(t, k8s, fast)
 	routed := &v1alpha1.Tunnel{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "routed"}, Spec: v1alpha1.TunnelSpec{
 		Chain: "fast", Listen: &v1alpha1.TunnelListen{Address: "127.0.0.1", Port: int32(testutil.FreePort(t))}, Target: echoLn.Addr().String(),
 	}}
-	create(t, k8s, routed)
-	waitFor(t, "the route controller routes the sum chain", func() error {
+	cluster.Create(t, k8s, routed)
+	testutil.WaitFor(t, "the route controller routes the sum chain", func() error {
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(fast), fast); err != nil {
 			return err
 		}
@@ -265,15 +261,15 @@ func TestOperatorAndKubeRelays(t *testing.T) {
 	status, _ := yaml.Marshal(fast.Status)
 	t.Logf("sum chain routed; its status:\n%s", status)
 	routedAddr := fmt.Sprintf("127.0.0.1:%d", routed.Spec.Listen.Port)
-	waitFor(t, "the routed chain carries traffic", func() error {
-		return tcpExchange(func() (net.Conn, error) { return net.DialTimeout("tcp", routedAddr, 5*time.Second) }, 1<<20)
+	testutil.WaitFor(t, "the routed chain carries traffic", func() error {
+		return testutil.TCPExchange(func() (net.Conn, error) { return net.DialTimeout("tcp", routedAddr, 5*time.Second) }, 1<<20)
 	})
 
 	// With the operator stopped, the relays keep routing: when the route in
 	// status crosses a relay that died, the entry takes the best candidate
 	// of the status that avoids it, without waiting for the operator.
 	operator.Process.Signal(syscall.SIGTERM)
-	waitProc(operator)
+	procs.Wait(operator)
 	if err := k8s.Get(ctx, client.ObjectKeyFromObject(fast), fast); err != nil {
 		t.Fatal(err)
 	}
@@ -283,11 +279,11 @@ func TestOperatorAndKubeRelays(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(time.Second) // the relays see the status
-	procs["relay-seattle"].Process.Kill()
+	running["relay-seattle"].Process.Kill()
 	killed := time.Now()
 	var err2 error
 	for time.Since(killed) < 8*time.Second {
-		if err2 = tcpExchange(func() (net.Conn, error) { return net.DialTimeout("tcp", routedAddr, 5*time.Second) }, 1<<20); err2 == nil {
+		if err2 = testutil.TCPExchange(func() (net.Conn, error) { return net.DialTimeout("tcp", routedAddr, 5*time.Second) }, 1<<20); err2 == nil {
 			break
 		}
 	}
@@ -296,33 +292,10 @@ func TestOperatorAndKubeRelays(t *testing.T) {
 	}
 	t.Logf("with the operator down, flows took a stand-in route %v after seattle died", time.Since(killed))
 	for i := range 3 {
-		if err := tcpExchange(func() (net.Conn, error) { return net.DialTimeout("tcp", routedAddr, 5*time.Second) }, 1<<20); err != nil {
+		if err := testutil.TCPExchange(func() (net.Conn, error) { return net.DialTimeout("tcp", routedAddr, 5*time.Second) }, 1<<20); err != nil {
 			t.Fatalf("flow %d on the stand-in route: %v", i, err)
 		}
 	}
-}
-
-func create(t *testing.T, c client.Client, o client.Object) {
-	t.Helper()
-	if err := c.Create(context.Background(), o); err != nil {
-		t.Fatalf("create %T %s: %v", o, o.GetName(), err)
-	}
-}
-
-func startProcess(t *testing.T, logf, bin string, args ...string) *exec.Cmd {
-	t.Helper()
-	out, err := os.Create(logf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { out.Close() })
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	return cmd
 }
 
 // samples are the objects of config/samples, as kubectl would send them.
@@ -374,36 +347,6 @@ func readSamples(t *testing.T, dir string) *samples {
 		t.Fatalf("samples: %d relays, %d chains, %d tunnels; want the seed 004 topology (4, 1, 1)", len(s.Relays), len(s.Chains), len(s.Tunnels))
 	}
 	return s
-}
-
-// relayKubeconfig waits for the ServiceAccount the operator makes for a
-// relay and writes a kubeconfig with a token of it.
-func relayKubeconfig(t *testing.T, cfg *rest.Config, dir, ns, sa string) string {
-	t.Helper()
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var token string
-	waitFor(t, "token of ServiceAccount "+sa, func() error {
-		tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(context.Background(), sa,
-			&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
-		if err != nil {
-			return err
-		}
-		token = tr.Status.Token
-		return nil
-	})
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["envtest"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	kc.AuthInfos[sa] = &clientcmdapi.AuthInfo{Token: token}
-	kc.Contexts["relay"] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: sa, Namespace: ns}
-	kc.CurrentContext = "relay"
-	path := filepath.Join(dir, sa+".kubeconfig")
-	if err := clientcmd.WriteToFile(*kc, path); err != nil {
-		t.Fatal(err)
-	}
-	return path
 }
 
 // httpGet returns a page's body.

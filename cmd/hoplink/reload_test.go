@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hoplink/hoplink/internal/testing/procs"
 	"github.com/hoplink/hoplink/internal/testing/testutil"
 )
 
@@ -55,7 +56,7 @@ func (n *reloadNet) start(r string) {
 	n.procs[r] = cmd
 	n.t.Cleanup(func() {
 		cmd.Process.Kill()
-		waitProc(cmd)
+		procs.Wait(cmd)
 		out.Close()
 	})
 }
@@ -75,7 +76,7 @@ func (n *reloadNet) hup(want string) {
 		n.procs[r].Process.Signal(syscall.SIGHUP)
 	}
 	for r := range n.procs {
-		waitFor(n.t, r+" logs "+want, func() error {
+		testutil.WaitFor(n.t, r+" logs "+want, func() error {
 			if strings.Count(n.log(r), want) <= before[r] {
 				return fmt.Errorf("not yet:\n%s", n.log(r))
 			}
@@ -97,9 +98,9 @@ func (n *reloadNet) dial(tunnel string) func() (net.Conn, error) {
 // of it, and a relay restarted with the new files alone joins the others:
 // the network never split.
 func TestReloadAndRotate(t *testing.T) {
-	bin := buildHoplink(t)
+	bin := procs.Hoplink(t)
 	dir := t.TempDir()
-	n := &reloadNet{t: t, bin: bin, dir: dir, target: sinkThenSource(t), procs: map[string]*exec.Cmd{}, logs: map[string]string{},
+	n := &reloadNet{t: t, bin: bin, dir: dir, target: testutil.SinkThenSource(t), procs: map[string]*exec.Cmd{}, logs: map[string]string{},
 		relayPorts: map[string]int{}, tunnelPorts: map[string]int{}}
 	for _, r := range []string{"hk", "m", "la"} {
 		n.relayPorts[r] = testutil.FreePort(t)
@@ -107,12 +108,12 @@ func TestReloadAndRotate(t *testing.T) {
 	for _, tn := range []string{"keep", "removed", "added"} {
 		n.tunnelPorts[tn] = testutil.FreePort(t)
 	}
-	n.certs = relayFiles(t, bin, dir, "net.yaml", n.manifest("keep", "removed"), "hk", "m", "la")
+	n.certs = procs.RelayFiles(t, bin, dir, "net.yaml", n.manifest("keep", "removed"), "hk", "m", "la")
 	for _, r := range []string{"la", "m", "hk"} {
 		n.start(r)
 	}
 	for _, tn := range []string{"keep", "removed"} {
-		waitFor(t, tn+" carries a flow", func() error { return tcpExchange(n.dial(tn), 1000) })
+		testutil.WaitFor(t, tn+" carries a flow", func() error { return testutil.TCPExchange(n.dial(tn), 1000) })
 	}
 
 	done := make(chan error, 1)
@@ -124,7 +125,7 @@ func TestReloadAndRotate(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.hup("manifests reloaded")
-	if err := tcpExchange(n.dial("added"), 100000); err != nil {
+	if err := testutil.TCPExchange(n.dial("added"), 100000); err != nil {
 		t.Errorf("the Tunnel added by SIGHUP: %v", err)
 	}
 	if c, err := n.dial("removed")(); err == nil {
@@ -134,8 +135,8 @@ func TestReloadAndRotate(t *testing.T) {
 
 	// The CA rotates. certs2 holds the new CA and its certificates.
 	certs2 := filepath.Join(dir, "certs2")
-	run(t, bin, "cert", "ca", "--certs", certs2)
-	run(t, bin, "cert", "issue", "--certs", certs2, "hk", "m", "la")
+	procs.Run(t, bin, "cert", "ca", "--certs", certs2)
+	procs.Run(t, bin, "cert", "issue", "--certs", certs2, "hk", "m", "la")
 	read := func(p string) []byte {
 		b, err := os.ReadFile(p)
 		if err != nil {
@@ -158,7 +159,7 @@ func TestReloadAndRotate(t *testing.T) {
 	n.hup("certificates reloaded")
 	write("ca.crt", newCA)
 	n.hup("certificates reloaded")
-	if err := tcpExchange(n.dial("added"), 100000); err != nil {
+	if err := testutil.TCPExchange(n.dial("added"), 100000); err != nil {
 		t.Errorf("a new flow after the rotation: %v", err)
 	}
 
@@ -169,9 +170,9 @@ func TestReloadAndRotate(t *testing.T) {
 	// m restarts with the new files only: hk and la must take its new
 	// certificate, and it theirs, over new connections.
 	n.procs["m"].Process.Signal(syscall.SIGTERM)
-	waitProc(n.procs["m"])
+	procs.Wait(n.procs["m"])
 	n.start("m")
-	waitFor(t, "a flow through the restarted m", func() error { return tcpExchange(n.dial("keep"), 100000) })
+	testutil.WaitFor(t, "a flow through the restarted m", func() error { return testutil.TCPExchange(n.dial("keep"), 100000) })
 	for _, r := range []string{"hk", "la"} {
 		if l := n.log(r); strings.Contains(l, "rejected peer certificate") {
 			t.Errorf("%s rejected something during the rotation:\n%s", r, l)
@@ -184,14 +185,14 @@ func TestReloadAndRotate(t *testing.T) {
 // fixed and signalled, the log's last line is the reload, not the refusal
 // held back from the second signal, which comes before it with its count.
 func TestRejectedReloadsAreCountedAndSettled(t *testing.T) {
-	bin := buildHoplink(t)
+	bin := procs.Hoplink(t)
 	dir := t.TempDir()
 	port, tunnelPort, metricsPort := testutil.FreePort(t), testutil.FreePort(t), testutil.FreePort(t)
 	good := fmt.Sprintf("apiVersion: hoplink.dev/v1alpha1\nkind: RelayNode\nmetadata: {name: hk}\nspec: {listen: {address: 127.0.0.1, port: %d}, endpoints: [\"127.0.0.1:%d\"]}\n"+
 		"---\napiVersion: hoplink.dev/v1alpha1\nkind: Chain\nmetadata: {name: c}\nspec: {entry: hk, exit: hk, route: [hk]}\n"+
 		"---\napiVersion: hoplink.dev/v1alpha1\nkind: Tunnel\nmetadata: {name: t}\nspec: {chain: c, listen: {address: 127.0.0.1, port: %d}, %s: \"127.0.0.1:9\"}\n", port, port, tunnelPort, "%s")
 	file := filepath.Join(dir, "net.yaml")
-	certs := relayFiles(t, bin, dir, "net.yaml", fmt.Sprintf(good, "target"), "hk")
+	certs := procs.RelayFiles(t, bin, dir, "net.yaml", fmt.Sprintf(good, "target"), "hk")
 	logFile := filepath.Join(dir, "hk.log")
 	out, err := os.Create(logFile)
 	if err != nil {
@@ -205,11 +206,11 @@ func TestRejectedReloadsAreCountedAndSettled(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cmd.Process.Kill(); waitProc(cmd) })
+	t.Cleanup(func() { cmd.Process.Kill(); procs.Wait(cmd) })
 	logged := func() string { b, _ := os.ReadFile(logFile); return string(b) }
 	waitUntil := func(what string, n int) {
 		t.Helper()
-		waitFor(t, fmt.Sprintf("%d lines saying %q", n, what), func() error {
+		testutil.WaitFor(t, fmt.Sprintf("%d lines saying %q", n, what), func() error {
 			if c := strings.Count(logged(), what); c < n {
 				return fmt.Errorf("%d:\n%s", c, logged())
 			}
@@ -221,7 +222,7 @@ func TestRejectedReloadsAreCountedAndSettled(t *testing.T) {
 	cmd.Process.Signal(syscall.SIGHUP)
 	waitUntil("manifests rejected", 1)
 	cmd.Process.Signal(syscall.SIGHUP) // held back: a repeat within 10 s
-	waitFor(t, "two rejected reloads counted", func() error {
+	testutil.WaitFor(t, "two rejected reloads counted", func() error {
 		m, err := httpGet("http://" + metricsAddr + "/metrics")
 		if err != nil {
 			return err

@@ -12,6 +12,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/hoplink/hoplink/internal/testing/procs"
+	"github.com/hoplink/hoplink/internal/testing/testutil"
 )
 
 // replicaManifests: a chain from web to la, where la is a sidecar
@@ -69,7 +72,7 @@ func (f *replicaFlow) ping(msg string) error {
 // others.
 func TestSidecarReplicas(t *testing.T) {
 	requireNetns(t)
-	bin := buildHoplink(t)
+	bin := procs.Hoplink(t)
 	for _, transport := range []string{"quic", "tls"} {
 		t.Run(transport, func(t *testing.T) { sidecarReplicas(t, bin, transport) })
 	}
@@ -80,10 +83,10 @@ func sidecarReplicas(t *testing.T, bin, transport string) {
 	if d := os.Getenv("HOPLINK_TEST_KEEP"); d != "" {
 		dir = d
 	}
-	certs := relayFiles(t, bin, dir, "hoplink.yaml", strings.Replace(replicaManifests, "TRANSPORT", transport, 1), "web", "la")
+	certs := procs.RelayFiles(t, bin, dir, "hoplink.yaml", strings.Replace(replicaManifests, "TRANSPORT", transport, 1), "web", "la")
 
 	pred := newNetns(t, "hlrep-web")
-	procs := map[string]*replicaProc{}
+	replicas := map[string]*replicaProc{}
 	for i := 1; i <= 3; i++ {
 		name := fmt.Sprintf("r%d", i)
 		ns := newNetns(t, "hlrep-"+name)
@@ -96,7 +99,7 @@ func sidecarReplicas(t *testing.T, bin, transport string) {
 			io.Copy(c, c)
 		})
 		cmd := ns.start(filepath.Join(dir, name+".log"), bin, "relay", "-f", dir, "--name", "la", "--certs", certs)
-		procs[name] = &replicaProc{cmd: cmd}
+		replicas[name] = &replicaProc{cmd: cmd}
 	}
 	pred.start(filepath.Join(dir, "web.log"), bin, "relay", "-f", dir, "--name", "web", "--certs", certs)
 
@@ -118,7 +121,7 @@ func sidecarReplicas(t *testing.T, bin, transport string) {
 		t.Cleanup(func() { c.Close() })
 		return f, f.ping("hello")
 	}
-	waitFor(t, "a flow through the chain", func() error {
+	testutil.WaitFor(t, "a flow through the chain", func() error {
 		f, err := dial()
 		if f != nil {
 			f.c.Close()
@@ -149,8 +152,8 @@ func sidecarReplicas(t *testing.T, bin, transport string) {
 			victim = r
 		}
 	}
-	procs[victim].cmd.Process.Signal(syscall.SIGKILL)
-	waitProc(procs[victim].cmd)
+	replicas[victim].cmd.Process.Signal(syscall.SIGKILL)
+	procs.Wait(replicas[victim].cmd)
 	start := time.Now()
 
 	// Its flows end (QUIC notices the dead peer within its idle timeout);

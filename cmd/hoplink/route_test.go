@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hoplink/hoplink/internal/linkemu"
+	"github.com/hoplink/hoplink/internal/testing/procs"
 	"github.com/hoplink/hoplink/internal/testing/seed004"
 )
 
@@ -24,7 +25,7 @@ func TestSeed004Scenario(t *testing.T) {
 	requireNetns(t)
 	const interval = 1500 * time.Millisecond
 	dir := t.TempDir()
-	o := seed004.Options{Hoplink: buildHoplink(t), Dir: dir, Prefix: fmt.Sprintf("hs%d", os.Getpid()%100000), Interval: interval}
+	o := seed004.Options{Hoplink: procs.Hoplink(t), Dir: dir, Prefix: fmt.Sprintf("hs%d", os.Getpid()%100000), Interval: interval}
 	n, err := seed004.Start(o)
 	if err != nil {
 		t.Fatal(err)

@@ -17,6 +17,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
+	"github.com/hoplink/hoplink/internal/testing/cluster"
+	"github.com/hoplink/hoplink/internal/testing/procs"
+	"github.com/hoplink/hoplink/internal/testing/testutil"
 )
 
 // TestNamespaceScopedOperator runs the operator as a ServiceAccount that
@@ -28,9 +31,9 @@ func TestNamespaceScopedOperator(t *testing.T) {
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		t.Fatal("KUBEBUILDER_ASSETS is not set: run `make test`, or export KUBEBUILDER_ASSETS=$(hack/setup-envtest.sh)")
 	}
-	c := startCluster(t, "scoped")
+	c := cluster.Start(t, "scoped")
 	ctx := context.Background()
-	bin := buildHoplink(t)
+	bin := procs.Hoplink(t)
 
 	raw, err := os.ReadFile("../../config/rbac/role.yaml")
 	if err != nil {
@@ -40,30 +43,30 @@ func TestNamespaceScopedOperator(t *testing.T) {
 	if err := yaml.Unmarshal(raw, &generated); err != nil {
 		t.Fatal(err)
 	}
-	create(t, c.k8s, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "other"}})
-	create(t, c.k8s, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "hoplink-system", Name: "operator"}})
+	cluster.Create(t, c.K8s, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "other"}})
+	cluster.Create(t, c.K8s, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "hoplink-system", Name: "operator"}})
 	for _, ns := range []string{"hoplink-system", "edge"} {
-		create(t, c.k8s, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "hoplink-operator"}, Rules: generated.Rules})
-		create(t, c.k8s, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "hoplink-operator"},
+		cluster.Create(t, c.K8s, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "hoplink-operator"}, Rules: generated.Rules})
+		cluster.Create(t, c.K8s, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "hoplink-operator"},
 			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "hoplink-operator"},
 			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "hoplink-system", Name: "operator"}}})
 	}
-	kc := relayKubeconfig(t, c.cfg, c.dir, "hoplink-system", "operator")
-	c.run(t, bin, "operator", "operator", "--kubeconfig", kc, "--namespace", "hoplink-system", "--watch-namespaces", "edge",
+	kc := cluster.RelayKubeconfig(t, c.Cfg, c.Dir, "hoplink-system", "operator")
+	c.Run(t, bin, "operator", "operator", "--kubeconfig", kc, "--namespace", "hoplink-system", "--watch-namespaces", "edge",
 		"--privileged-relays", "any", "--webhook-port", "0", "--relay-image", "hoplink:test",
 		"--metrics-addr", "0", "--health-probe-addr", "0")
 
 	for _, ns := range []string{"edge", "other"} {
-		create(t, c.k8s, &v1alpha1.RelayNode{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "r-" + ns},
+		cluster.Create(t, c.K8s, &v1alpha1.RelayNode{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "r-" + ns},
 			Spec: v1alpha1.RelayNodeSpec{HostNetwork: ptr.To(true)}})
 	}
-	waitFor(t, "edge's relay DaemonSet and Ready condition", func() error {
+	testutil.WaitFor(t, "edge's relay DaemonSet and Ready condition", func() error {
 		var ds appsv1.DaemonSet
-		if err := c.k8s.Get(ctx, types.NamespacedName{Namespace: "edge", Name: v1alpha1.RelayObjectName("r-edge")}, &ds); err != nil {
+		if err := c.K8s.Get(ctx, types.NamespacedName{Namespace: "edge", Name: v1alpha1.RelayObjectName("r-edge")}, &ds); err != nil {
 			return err
 		}
 		var rn v1alpha1.RelayNode
-		if err := c.k8s.Get(ctx, types.NamespacedName{Namespace: "edge", Name: "r-edge"}, &rn); err != nil {
+		if err := c.K8s.Get(ctx, types.NamespacedName{Namespace: "edge", Name: "r-edge"}, &rn); err != nil {
 			return err
 		}
 		if len(rn.Status.Conditions) == 0 || rn.Status.CertificateNotAfter == nil {
@@ -73,13 +76,13 @@ func TestNamespaceScopedOperator(t *testing.T) {
 	})
 	time.Sleep(2 * time.Second) // had it watched other, it would have acted by now
 	var rn v1alpha1.RelayNode
-	if err := c.k8s.Get(ctx, types.NamespacedName{Namespace: "other", Name: "r-other"}, &rn); err != nil {
+	if err := c.K8s.Get(ctx, types.NamespacedName{Namespace: "other", Name: "r-other"}, &rn); err != nil {
 		t.Fatal(err)
 	}
 	if len(rn.Status.Conditions) != 0 {
 		t.Errorf("a RelayNode outside the watched namespaces got a status: %+v", rn.Status)
 	}
-	log, _ := os.ReadFile(c.dir + "/operator.log")
+	log, _ := os.ReadFile(c.Dir + "/operator.log")
 	if strings.Contains(string(log), "forbidden") {
 		t.Errorf("the namespace-scoped operator hit a permission it does not have:\n%s", log)
 	}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hoplink/hoplink/internal/testing/procs"
 )
 
 // snatManifests: web runs in a pod network behind its node's SNAT (a
@@ -60,20 +62,20 @@ func TestDialingBehindSNAT(t *testing.T) {
 
 // behindSNAT runs the setup; separate are web's extra flags.
 func behindSNAT(t *testing.T, separate ...string) {
-	bin := buildHoplink(t)
+	bin := procs.Hoplink(t)
 	dir := t.TempDir()
-	certs := relayFiles(t, bin, dir, "hoplink.yaml", snatManifests, "web", "sea", "useast")
+	certs := procs.RelayFiles(t, bin, dir, "hoplink.yaml", snatManifests, "web", "sea", "useast")
 
 	sea := newNetns(t, "hlsnat-sea")
 	node := newNetns(t, "hlsnat-node")
 	pod := newNetns(t, "hlsnat-pod")
 	link(t, sea, node, 51, "to-node", "to-sea")
 	link(t, node, pod, 52, "to-pod", "eth0")
-	run(t, "ip", "-n", pod.name, "route", "add", "default", "via", "10.231.52.1")
-	run(t, "ip", "netns", "exec", node.name, "sysctl", "-qw", "net.ipv4.ip_forward=1")
-	run(t, "ip", "netns", "exec", node.name, "nft", "add table ip hlnat")
-	run(t, "ip", "netns", "exec", node.name, "nft", "add chain ip hlnat post { type nat hook postrouting priority 100 ; }")
-	run(t, "ip", "netns", "exec", node.name, "nft", `add rule ip hlnat post ip saddr 10.231.52.0/30 oifname "to-sea" masquerade`)
+	procs.Run(t, "ip", "-n", pod.name, "route", "add", "default", "via", "10.231.52.1")
+	procs.Run(t, "ip", "netns", "exec", node.name, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+	procs.Run(t, "ip", "netns", "exec", node.name, "nft", "add table ip hlnat")
+	procs.Run(t, "ip", "netns", "exec", node.name, "nft", "add chain ip hlnat post { type nat hook postrouting priority 100 ; }")
+	procs.Run(t, "ip", "netns", "exec", node.name, "nft", `add rule ip hlnat post ip saddr 10.231.52.0/30 oifname "to-sea" masquerade`)
 
 	node.serve("127.0.0.1:5300", func(c *net.TCPConn) {
 		fmt.Fprintln(c, "useast")

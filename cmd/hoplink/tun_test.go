@@ -16,6 +16,9 @@ import (
 
 	"golang.org/x/net/icmp"
 	"golang.org/x/net/ipv4"
+
+	"github.com/hoplink/hoplink/internal/testing/procs"
+	"github.com/hoplink/hoplink/internal/testing/testutil"
 )
 
 // The tun test runs three relays as processes in three namespaces joined by
@@ -67,7 +70,7 @@ spec: {chain: ct, protocol: tun, tun: {name: hl-pktt, address: 10.203.0.1/24, ro
 
 func TestTunTunnels(t *testing.T) {
 	requireNetns(t)
-	bin := buildHoplink(t)
+	bin := procs.Hoplink(t)
 	dir := t.TempDir()
 	tag := fmt.Sprintf("ht%d", os.Getpid()%100000)
 	cl, mid, sv := newNetns(t, tag+"-cl"), newNetns(t, tag+"-mid"), newNetns(t, tag+"-sv")
@@ -75,10 +78,10 @@ func TestTunTunnels(t *testing.T) {
 	midB, svAddr := link(t, mid, sv, 2, "to-sv", "to-mid")
 	_ = midB
 	for i := 1; i <= 3; i++ {
-		run(t, "ip", "-n", sv.name, "addr", "add", fmt.Sprintf("10.77.%d.1/32", i), "dev", "lo")
+		procs.Run(t, "ip", "-n", sv.name, "addr", "add", fmt.Sprintf("10.77.%d.1/32", i), "dev", "lo")
 	}
 	m := strings.NewReplacer("CL", clAddr, "MID", midA, "SV", svAddr).Replace(tunManifests)
-	certs := relayFiles(t, bin, dir, "tun.yaml", m, "hk", "mid", "la")
+	certs := procs.RelayFiles(t, bin, dir, "tun.yaml", m, "hk", "mid", "la")
 
 	// Servers in sv: a sink-then-source TCP server and a UDP echo, on every
 	// address.
@@ -109,25 +112,25 @@ func TestTunTunnels(t *testing.T) {
 		}
 	})
 	defer tcpLn.Close()
-	go serveSinkThenSource(tcpLn)
+	go testutil.ServeSinkThenSource(tcpLn)
 
 	relay := func(ns *netns, name string) *exec.Cmd {
 		return ns.start(filepath.Join(dir, name+".log"), bin, "relay", "-f", dir, "--name", name,
 			"--certs", certs, "--metrics-addr", "127.0.0.1:9464")
 	}
-	procs := map[string]*exec.Cmd{"la": relay(sv, "la"), "mid": relay(mid, "mid"), "hk": relay(cl, "hk")}
+	running := map[string]*exec.Cmd{"la": relay(sv, "la"), "mid": relay(mid, "mid"), "hk": relay(cl, "hk")}
 	t.Cleanup(func() {
 		if t.Failed() {
 			nss := map[string]*netns{"la": sv, "mid": mid, "hk": cl}
-			for name := range procs {
+			for name := range running {
 				b, _ := os.ReadFile(filepath.Join(dir, name+".log"))
 				t.Logf("%s log:\n%s", name, b)
 				t.Logf("%s drops:\n%s", name, grepLines(metricsIn(t, nss[name]), "dropped", "hoplink_tun_packets"))
 			}
 		}
 	})
-	run(t, "ip", "netns", "exec", cl.name, "true")
-	waitFor(t, "devices up", func() error {
+	procs.Run(t, "ip", "netns", "exec", cl.name, "true")
+	testutil.WaitFor(t, "devices up", func() error {
 		for _, dev := range []string{"hl-flow", "hl-pktq", "hl-pktt"} {
 			if err := exec.Command("ip", "-n", cl.name, "link", "show", dev).Run(); err != nil {
 				return fmt.Errorf("%s not up in the client namespace", dev)
@@ -153,8 +156,8 @@ func TestTunTunnels(t *testing.T) {
 				cl.do(func() { c, err = net.DialTimeout("tcp", tc.addr+":5201", 3*time.Second) })
 				return c, err
 			}
-			waitFor(t, "first flow", func() error { return tcpExchange(dial, 1<<10) })
-			if err := tcpExchange(dial, 32<<20); err != nil {
+			testutil.WaitFor(t, "first flow", func() error { return testutil.TCPExchange(dial, 1<<10) })
+			if err := testutil.TCPExchange(dial, 32<<20); err != nil {
 				t.Fatalf("32 MiB both ways: %v", err)
 			}
 			udpEcho(t, cl, tc.addr+":5353", []int{10, 1200, 1400, 9000})
@@ -172,7 +175,7 @@ func TestTunTunnels(t *testing.T) {
 	t.Run("outside the routes", func(t *testing.T) {
 		// Routed into the flow Tunnel's device by the kernel, but not one
 		// of the Tunnel's routes: its stack refuses the connection.
-		run(t, "ip", "-n", cl.name, "route", "add", "10.78.0.0/24", "dev", "hl-flow")
+		procs.Run(t, "ip", "-n", cl.name, "route", "add", "10.78.0.0/24", "dev", "hl-flow")
 		var err error
 		cl.do(func() {
 			var c net.Conn
@@ -185,7 +188,7 @@ func TestTunTunnels(t *testing.T) {
 		}
 		// And the packet Tunnel's entry drops what the kernel routed into
 		// its device outside the Tunnel's prefixes.
-		run(t, "ip", "-n", cl.name, "route", "add", "10.79.0.0/24", "dev", "hl-pktq")
+		procs.Run(t, "ip", "-n", cl.name, "route", "add", "10.79.0.0/24", "dev", "hl-pktq")
 		cl.do(func() {
 			c, err := net.Dial("udp", "10.79.0.1:5353")
 			if err == nil {
@@ -193,7 +196,7 @@ func TestTunTunnels(t *testing.T) {
 				c.Close()
 			}
 		})
-		waitFor(t, "the drop counted", func() error {
+		testutil.WaitFor(t, "the drop counted", func() error {
 			if !strings.Contains(metricsIn(t, cl), `hoplink_tun_dropped_packets_total{reason="not_routed",relay="hk",tunnel="default/pktq"}`) {
 				return errors.New("no not_routed drop on hk")
 			}
@@ -203,10 +206,10 @@ func TestTunTunnels(t *testing.T) {
 
 	t.Run("devices and routes gone after shutdown", func(t *testing.T) {
 		for _, name := range []string{"hk", "la"} {
-			p := procs[name]
+			p := running[name]
 			p.Process.Signal(syscall.SIGTERM)
 			done := make(chan error, 1)
-			go func() { done <- waitProc(p) }()
+			go func() { done <- procs.Wait(p) }()
 			select {
 			case err := <-done:
 				if err != nil {
