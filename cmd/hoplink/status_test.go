@@ -247,66 +247,6 @@ func TestStatusAndProbe(t *testing.T) {
 	})
 }
 
-// checkKubeStatus runs `hoplink status --kube` and `probe --kube` against
-// a cluster with its operator and relays running: every relay answers the
-// observer certificate issued from the cluster's CA, the objects' Ready
-// conditions are listed, and the chain is probed hop by hop.
-func checkKubeStatus(t *testing.T, bin, kubeconfig, ns string, relays int) {
-	t.Helper()
-	args := []string{"--kube", "--kubeconfig", kubeconfig, "--namespace", ns, "-o", "json"}
-	var r observe.Report
-	testutil.WaitFor(t, "status --kube: every relay answers", func() error {
-		out, _ := exec.Command(bin, append([]string{"status"}, args...)...).CombinedOutput()
-		// The report, between what the command logs before it and the
-		// error it ends with when not everything is ready.
-		i, j := strings.Index(string(out), "{"), strings.LastIndex(string(out), "}")
-		if i < 0 || j < i {
-			return fmt.Errorf("no report: %s", out)
-		}
-		r = observe.Report{}
-		if err := json.Unmarshal(out[i:j+1], &r); err != nil {
-			return fmt.Errorf("%v: %s", err, out)
-		}
-		answered := 0
-		for _, rl := range r.Relays {
-			if rl.Status != nil && rl.Status.Ready {
-				answered++
-			}
-		}
-		if answered != relays || len(r.API) == 0 {
-			return fmt.Errorf("%d of %d relays answered ready; api %v; not ready: %v", answered, relays, r.API, r.NotReady)
-		}
-		return nil
-	})
-	kinds := map[string]bool{}
-	for _, o := range r.API {
-		kinds[o.Kind] = true
-	}
-	if !kinds["RelayNode"] || !kinds["Chain"] || !kinds["Tunnel"] {
-		t.Errorf("status --kube lists %v", r.API)
-	}
-	// As a kubectl plugin (kubectl runs kubectl-hoplink), --kube is implied.
-	plugin := filepath.Join(t.TempDir(), "kubectl-hoplink")
-	if err := os.Symlink(bin, plugin); err != nil {
-		t.Fatal(err)
-	}
-	// (It exits 1 while anything is not ready, as status does.)
-	if out, err := exec.Command(plugin, "status", "--kubeconfig", kubeconfig, "--namespace", ns).CombinedOutput(); !strings.Contains(string(out), "OBJECT") ||
-		err != nil && !strings.Contains(string(out), "not ready") {
-		t.Errorf("kubectl-hoplink status: %v\n%s", err, out)
-	}
-	out, err := exec.Command(bin, append([]string{"probe", "to-east"}, args...)...).CombinedOutput()
-	var p observe.Probe
-	if err != nil || json.Unmarshal(out, &p) != nil || len(p.Hops) == 0 {
-		t.Fatalf("probe --kube: %v\n%s", err, out)
-	}
-	for _, h := range p.Hops {
-		if h.Err != "" || h.RTT <= 0 {
-			t.Errorf("probe --kube: hop %+v", h)
-		}
-	}
-}
-
 // TestStatusSaysATargetIsDown: a Tunnel whose target refuses connections
 // makes status not ready, naming the Tunnel, the exit, the target and the
 // error, and exit 1 (clients are accepted, then reset); once the target

@@ -1,4 +1,4 @@
-package main
+package systest
 
 import (
 	"bytes"
@@ -31,6 +31,7 @@ import (
 	"github.com/hoplink/hoplink/internal/testing/cluster"
 	"github.com/hoplink/hoplink/internal/testing/procs"
 	"github.com/hoplink/hoplink/internal/testing/testutil"
+	"github.com/hoplink/hoplink/observe"
 )
 
 // TestOperatorAndKubeRelays runs `hoplink operator` and four `hoplink relay
@@ -53,7 +54,7 @@ func TestOperatorAndKubeRelays(t *testing.T) {
 
 	// The samples as a user would apply them, made to run on one host: each
 	// relay on its own loopback port, published as spec.endpoints.
-	set := readSamples(t, "../../config/samples")
+	set := readSamples(t, "../config/samples")
 	echoLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -294,6 +295,66 @@ func TestOperatorAndKubeRelays(t *testing.T) {
 	for i := range 3 {
 		if err := testutil.TCPExchange(func() (net.Conn, error) { return net.DialTimeout("tcp", routedAddr, 5*time.Second) }, 1<<20); err != nil {
 			t.Fatalf("flow %d on the stand-in route: %v", i, err)
+		}
+	}
+}
+
+// checkKubeStatus runs `hoplink status --kube` and `probe --kube` against
+// a cluster with its operator and relays running: every relay answers the
+// observer certificate issued from the cluster's CA, the objects' Ready
+// conditions are listed, and the chain is probed hop by hop.
+func checkKubeStatus(t *testing.T, bin, kubeconfig, ns string, relays int) {
+	t.Helper()
+	args := []string{"--kube", "--kubeconfig", kubeconfig, "--namespace", ns, "-o", "json"}
+	var r observe.Report
+	testutil.WaitFor(t, "status --kube: every relay answers", func() error {
+		out, _ := exec.Command(bin, append([]string{"status"}, args...)...).CombinedOutput()
+		// The report, between what the command logs before it and the
+		// error it ends with when not everything is ready.
+		i, j := strings.Index(string(out), "{"), strings.LastIndex(string(out), "}")
+		if i < 0 || j < i {
+			return fmt.Errorf("no report: %s", out)
+		}
+		r = observe.Report{}
+		if err := json.Unmarshal(out[i:j+1], &r); err != nil {
+			return fmt.Errorf("%v: %s", err, out)
+		}
+		answered := 0
+		for _, rl := range r.Relays {
+			if rl.Status != nil && rl.Status.Ready {
+				answered++
+			}
+		}
+		if answered != relays || len(r.API) == 0 {
+			return fmt.Errorf("%d of %d relays answered ready; api %v; not ready: %v", answered, relays, r.API, r.NotReady)
+		}
+		return nil
+	})
+	kinds := map[string]bool{}
+	for _, o := range r.API {
+		kinds[o.Kind] = true
+	}
+	if !kinds["RelayNode"] || !kinds["Chain"] || !kinds["Tunnel"] {
+		t.Errorf("status --kube lists %v", r.API)
+	}
+	// As a kubectl plugin (kubectl runs kubectl-hoplink), --kube is implied.
+	plugin := filepath.Join(t.TempDir(), "kubectl-hoplink")
+	if err := os.Symlink(bin, plugin); err != nil {
+		t.Fatal(err)
+	}
+	// (It exits 1 while anything is not ready, as status does.)
+	if out, err := exec.Command(plugin, "status", "--kubeconfig", kubeconfig, "--namespace", ns).CombinedOutput(); !strings.Contains(string(out), "OBJECT") ||
+		err != nil && !strings.Contains(string(out), "not ready") {
+		t.Errorf("kubectl-hoplink status: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, append([]string{"probe", "to-east"}, args...)...).CombinedOutput()
+	var p observe.Probe
+	if err != nil || json.Unmarshal(out, &p) != nil || len(p.Hops) == 0 {
+		t.Fatalf("probe --kube: %v\n%s", err, out)
+	}
+	for _, h := range p.Hops {
+		if h.Err != "" || h.RTT <= 0 {
+			t.Errorf("probe --kube: hop %+v", h)
 		}
 	}
 }

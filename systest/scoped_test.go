@@ -1,4 +1,4 @@
-package main
+package systest
 
 import (
 	"context"
@@ -35,7 +35,7 @@ func TestNamespaceScopedOperator(t *testing.T) {
 	ctx := context.Background()
 	bin := procs.Hoplink(t)
 
-	raw, err := os.ReadFile("../../config/rbac/role.yaml")
+	raw, err := os.ReadFile("../config/rbac/role.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
