@@ -1,4 +1,4 @@
-package local
+package relay_test
 
 import (
 	"bytes"

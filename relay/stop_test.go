@@ -1,4 +1,4 @@
-package local
+package relay_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/hoplink/hoplink/manifest"
 	"github.com/hoplink/hoplink/metrics"
 	"github.com/hoplink/hoplink/relay"
+	"github.com/hoplink/hoplink/relay/local"
 )
 
 // Stopping hoplink local drains every relay at once: its last lines say
@@ -27,7 +28,7 @@ func TestDrainingNetworkNeitherReroutesNorRedials(t *testing.T) {
 	for _, r := range []struct{ name, links string }{{"hk", "seattle=4ms, la=20ms"}, {"seattle", "la=4ms"}, {"la", ""}} {
 		p := ports[r.name]
 		fmt.Fprintf(&b, "---\napiVersion: hoplink.dev/v1alpha1\nkind: RelayNode\nmetadata: {name: %s, annotations: {%s: %q}}\nspec: {listen: {address: 127.0.0.1, port: %d}, endpoints: [\"127.0.0.1:%d\"]}\n",
-			r.name, AnnotationRTT, r.links, p, p)
+			r.name, local.AnnotationRTT, r.links, p, p)
 	}
 	b.WriteString("---\napiVersion: hoplink.dev/v1alpha1\nkind: Chain\nmetadata: {name: c}\nspec: {entry: hk, exit: la, via: [seattle], mode: sum, probe: {interval: 200ms}}\n")
 	set, err := manifest.Parse("stop.yaml", []byte(b.String()))
@@ -35,7 +36,7 @@ func TestDrainingNetworkNeitherReroutesNorRedials(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs testutil.Buffer
-	n, err := Start(set, relay.Config{Metrics: metrics.New(prometheus.NewRegistry()), Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	n, err := local.Start(set, relay.Config{Metrics: metrics.New(prometheus.NewRegistry()), Log: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package local
+package relay_test
 
 import (
 	"fmt"
@@ -18,6 +18,7 @@ import (
 	"github.com/hoplink/hoplink/manifest"
 	"github.com/hoplink/hoplink/metrics"
 	"github.com/hoplink/hoplink/relay"
+	"github.com/hoplink/hoplink/relay/local"
 )
 
 // emulated is a local network whose relays reach each other only over
@@ -26,7 +27,7 @@ import (
 // their source port, which is the peer relay's own port). Pairs without a
 // link lose everything.
 type emulated struct {
-	n       *Network
+	n       *local.Network
 	reg     *prometheus.Registry
 	proxies map[string]*linkemu.UDPProxy
 	addrs   map[string]string // relay -> its listen address, the proxies' clients
@@ -62,7 +63,7 @@ func startEmulated(t *testing.T, relays []string, links map[[2]string]time.Durat
 		t.Fatalf("manifests: %v\n%s", err, b.String())
 	}
 	e.reg = prometheus.NewRegistry()
-	e.n, err = Start(set, relay.Config{Metrics: metrics.New(e.reg), Log: testutil.Logger()})
+	e.n, err = local.Start(set, relay.Config{Metrics: metrics.New(e.reg), Log: testutil.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}
