@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/hoplink/hoplink/internal/linkemu"
+	"github.com/hoplink/hoplink/internal/testing/procs"
 	"github.com/hoplink/hoplink/internal/testing/testutil"
 )
 
@@ -90,10 +91,7 @@ func TestDashboardQueriesReturnData(t *testing.T) {
 	}
 
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "hoplink")
-	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/hoplink").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := procs.Hoplink(t)
 	echo := testutil.EchoServer(t)
 	metricsAddr := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
 	ports := []int{testutil.FreePort(t), testutil.FreePort(t), testutil.FreePort(t)}
