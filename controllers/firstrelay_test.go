@@ -24,7 +24,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
-	"github.com/hoplink/hoplink/internal/readme"
+	"github.com/hoplink/hoplink/internal/testing/readme"
 )
 
 // A first RelayNode written from the API reference, in a namespace nobody

@@ -5,7 +5,7 @@ import (
 	"io"
 	"testing"
 
-	"github.com/hoplink/hoplink/internal/testutil"
+	"github.com/hoplink/hoplink/internal/testing/testutil"
 	"github.com/hoplink/hoplink/manifest"
 )
 

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hoplink/hoplink/internal/testutil"
+	"github.com/hoplink/hoplink/internal/testing/testutil"
 )
 
 // TestStalledTunnelDoesNotStallAnother: clients of one Tunnel that stop

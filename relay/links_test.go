@@ -12,7 +12,7 @@ import (
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	quicgo "github.com/quic-go/quic-go"
 
-	"github.com/hoplink/hoplink/internal/testutil"
+	"github.com/hoplink/hoplink/internal/testing/testutil"
 	"github.com/hoplink/hoplink/measure"
 	"github.com/hoplink/hoplink/relay/hop"
 	"github.com/hoplink/hoplink/routectl"

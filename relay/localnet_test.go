@@ -5,7 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/hoplink/hoplink/internal/testutil"
+	"github.com/hoplink/hoplink/internal/testing/testutil"
 	"github.com/hoplink/hoplink/manifest"
 	"github.com/hoplink/hoplink/metrics"
 	"github.com/hoplink/hoplink/relay"
@@ -35,7 +35,8 @@ func networkWith(t *testing.T, base relay.Config, transport string, nRelays int,
 	return startLoopback(t, base, testutil.LoopbackChain{Relays: nRelays, Route: route, Transport: transport, Tunnels: tunnels})
 }
 
-// startLoopback starts the relays of c in this process.
+// startLoopback starts the relays of c in this process; they log to
+// base.Log if it is set.
 func startLoopback(t *testing.T, base relay.Config, c testutil.LoopbackChain) (*local.Network, *metrics.Metrics, *manifest.Set) {
 	t.Helper()
 	yaml := c.Manifests(t)
@@ -44,7 +45,10 @@ func startLoopback(t *testing.T, base relay.Config, c testutil.LoopbackChain) (*
 		t.Fatalf("manifests: %v\n%s", err, yaml)
 	}
 	m := metrics.New(prometheus.NewRegistry())
-	base.Metrics, base.Log = m, testutil.Logger()
+	base.Metrics = m
+	if base.Log == nil {
+		base.Log = testutil.Logger()
+	}
 	n, err := local.Start(set, base)
 	if err != nil {
 		t.Fatal(err)

@@ -11,7 +11,7 @@ import (
 
 	proxyproto "github.com/pires/go-proxyproto"
 
-	"github.com/hoplink/hoplink/internal/testutil"
+	"github.com/hoplink/hoplink/internal/testing/testutil"
 )
 
 // proxyTarget is a target that expects a PROXY header: on TCP first on the

@@ -17,7 +17,7 @@ import (
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	quicgo "github.com/quic-go/quic-go"
 
-	"github.com/hoplink/hoplink/internal/testutil"
+	"github.com/hoplink/hoplink/internal/testing/testutil"
 	"github.com/hoplink/hoplink/metrics"
 	"github.com/hoplink/hoplink/pki"
 	"github.com/hoplink/hoplink/relay"

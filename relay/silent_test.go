@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hoplink/hoplink/internal/testutil"
+	"github.com/hoplink/hoplink/internal/testing/testutil"
 )
 
 // TestOneSilentRoundRefusesNoFlow: the entry's next hop answered no probe

@@ -11,7 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hoplink/hoplink/internal/testutil"
+	"github.com/hoplink/hoplink/internal/testing/procs"
+	"github.com/hoplink/hoplink/internal/testing/testutil"
 	"github.com/hoplink/hoplink/manifest"
 )
 
@@ -48,7 +49,7 @@ func freeRun(t *testing.T, n int) int {
 // and exit to --target, and first prints manifests that load as they are
 // and describe that chain. SIGTERM ends it.
 func TestForwardCarriesAFlow(t *testing.T) {
-	bin := buildHoplink(t)
+	bin := procs.Hoplink(t)
 	target := testutil.EchoServer(t)
 	listen := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
 	cmd := exec.Command(bin, "forward", "--listen", listen, "--target", target, "--via", "m",

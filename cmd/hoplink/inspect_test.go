@@ -13,7 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hoplink/hoplink/internal/testutil"
+	"github.com/hoplink/hoplink/internal/testing/procs"
+	"github.com/hoplink/hoplink/internal/testing/testutil"
 )
 
 // twoRelays is a local network: relays hk and la on ports hk and hk+1, a
@@ -48,7 +49,7 @@ var inspectLine = regexp.MustCompile(`msg="inspect it with" command=("(?:[^"\\]|
 // observer's files into a directory of their own, removed at exit (the CA
 // dies with the process); with it, into that directory, which stays.
 func TestLocalPrintsTheStatusCommand(t *testing.T) {
-	bin := buildHoplink(t)
+	bin := procs.Hoplink(t)
 	dir := t.TempDir()
 	file := filepath.Join(dir, "net.yaml")
 	hk, la := freeRun(t, 2), testutil.FreePort(t)
@@ -125,7 +126,7 @@ func TestLocalPrintsTheStatusCommand(t *testing.T) {
 // ready only when every Tunnel listens; one whose port is taken makes it
 // say the network is up but not ready, and which.
 func TestLocalSaysWhenATunnelIsNotOpen(t *testing.T) {
-	bin := buildHoplink(t)
+	bin := procs.Hoplink(t)
 	file := filepath.Join(t.TempDir(), "net.yaml")
 	hk := freeRun(t, 2)
 	taken, err := net.Listen("tcp", "127.0.0.1:0")

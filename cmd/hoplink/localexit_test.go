@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/hoplink/hoplink/internal/testing/procs"
 )
 
 // localNetwork writes a two-relay network on free loopback ports and
@@ -94,7 +96,7 @@ func waitExit(t *testing.T, cmd *exec.Cmd) error {
 // "0" turns the metrics server off in 'local' as it does in the operator;
 // it was taken for an address and failed on its missing port.
 func TestLocalMetricsAddrZeroIsOff(t *testing.T) {
-	bin := buildHoplink(t)
+	bin := procs.Hoplink(t)
 	net := localNetwork(t)
 	for _, addr := range []string{"0", ""} {
 		cmd, rest, _ := startLocal(t, bin, net, t.TempDir(), "--metrics-addr", addr)
@@ -125,7 +127,7 @@ func TestAddressFlagsSayHowTheyAreOff(t *testing.T) {
 // 'make demo | tee', where tee dies with it and the next log line found no
 // reader (SIGPIPE killed the process before its cleanup).
 func TestLocalRemovesItsDirectory(t *testing.T) {
-	bin := buildHoplink(t)
+	bin := procs.Hoplink(t)
 	net := localNetwork(t)
 	for _, tc := range []struct {
 		name     string

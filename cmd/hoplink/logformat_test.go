@@ -19,7 +19,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hoplink/hoplink/internal/testutil"
+	"github.com/hoplink/hoplink/internal/testing/procs"
+	"github.com/hoplink/hoplink/internal/testing/testutil"
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
 )
@@ -30,7 +31,7 @@ import (
 // without a cluster, and what client-go logs (klog) in a command that
 // sets no logger of its own: status --kube whose credential plugin fails.
 func TestJSONLogsAreOnlyJSON(t *testing.T) {
-	bin := buildHoplink(t)
+	bin := procs.Hoplink(t)
 	bad := filepath.Join(t.TempDir(), "bad.yaml")
 	if err := os.WriteFile(bad, []byte("kind: Chain\nspec:\n\troute: [a]\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -150,7 +151,7 @@ func TestCommandLoggerLimitsRepeats(t *testing.T) {
 // --log-format json, with flows to a target that is down, logs no key as
 // a string in one line and a list or number in another.
 func TestLogFieldsHaveOneType(t *testing.T) {
-	bin := buildHoplink(t)
+	bin := procs.Hoplink(t)
 	dir := t.TempDir()
 	ports := map[string]string{}
 	for _, p := range []string{"7401", "7402", "7403", "15200", "15201", "15202", "15353", "9464", "5201", "5353"} {
@@ -285,7 +286,7 @@ func TestKlogGoesThroughTheLogger(t *testing.T) {
 // the log says each condition once, not once a flow, and the count of what
 // it left out comes out when the relay exits.
 func TestFlowsWithNoRouteAreOneLine(t *testing.T) {
-	bin := buildHoplink(t)
+	bin := procs.Hoplink(t)
 	dir := t.TempDir()
 	for _, args := range [][]string{{"cert", "ca", "--certs", dir}, {"cert", "issue", "--certs", dir, "hk", "la"}} {
 		if out, err := execute(args...); err != nil {

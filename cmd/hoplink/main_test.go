@@ -10,7 +10,12 @@ import (
 	"runtime/debug"
 	"strings"
 	"testing"
+
+	"github.com/hoplink/hoplink/internal/testing/procs"
 )
+
+// The tests that run the binary share one build of it (procs.Hoplink).
+func TestMain(m *testing.M) { os.Exit(procs.Main(m)) }
 
 func execute(args ...string) (string, error) {
 	cmd := newRoot()
@@ -118,7 +123,7 @@ func TestStandardLogGoesThroughTheLogger(t *testing.T) {
 // A standalone relay given local mode's link emulation says it leaves it
 // alone, rather than silently measuring other round trips than the file says.
 func TestRelaySaysItLeavesLinkEmulationAlone(t *testing.T) {
-	bin := buildHoplink(t)
+	bin := procs.Hoplink(t)
 	out, err := exec.Command(bin, "relay", "-f", "../../examples/local", "--name", "hk").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "give --certs DIR") {
 		t.Fatalf("relay without certificates: %v\n%s", err, out)

@@ -14,7 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hoplink/hoplink/internal/testutil"
+	"github.com/hoplink/hoplink/internal/testing/procs"
+	"github.com/hoplink/hoplink/internal/testing/testutil"
 )
 
 const unitFile = "../../packaging/systemd/hoplink-relay@.service"
@@ -68,7 +69,7 @@ func (u unit) one(t *testing.T, section, key string) string {
 // its KillSignal with exit 0 within TimeoutStopSec.
 func TestSystemdUnit(t *testing.T) {
 	u := readUnit(t, unitFile)
-	bin := buildHoplink(t)
+	bin := procs.Hoplink(t)
 	start := u.one(t, "Service", "ExecStart")
 	const installed = "/usr/local/bin/hoplink "
 	if !strings.HasPrefix(start, installed) || strings.ContainsAny(start, `"'$`) {

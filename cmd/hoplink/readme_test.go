@@ -15,8 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hoplink/hoplink/internal/readme"
-	"github.com/hoplink/hoplink/internal/testutil"
+	"github.com/hoplink/hoplink/internal/testing/procs"
+	"github.com/hoplink/hoplink/internal/testing/readme"
+	"github.com/hoplink/hoplink/internal/testing/testutil"
 	"github.com/hoplink/hoplink/manifest"
 	"github.com/hoplink/hoplink/relay/local"
 	"github.com/hoplink/hoplink/route"
@@ -51,7 +52,7 @@ func TestReadmeDemo(t *testing.T) {
 		t.Errorf("README.md does not say, from the emulated round trips of examples/local:\n%s\n(read: %v)", sentence, err)
 	}
 
-	bin := buildHoplink(t)
+	bin := procs.Hoplink(t)
 	cmd := exec.Command(bin, "local", "-f", "examples/local", "--metrics-addr", "127.0.0.1:9464")
 	cmd.Args[0], cmd.Dir = "bin/hoplink", root // as make demo runs it
 	var stderr testutil.Buffer

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hoplink/hoplink/internal/testutil"
+	"github.com/hoplink/hoplink/internal/testing/testutil"
 )
 
 // After its drain, a process whose relays do not finish closing (a host

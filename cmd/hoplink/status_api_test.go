@@ -13,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
+	"github.com/hoplink/hoplink/internal/testing/cluster"
+	"github.com/hoplink/hoplink/internal/testing/procs"
 	"github.com/hoplink/hoplink/observe"
 )
 
@@ -23,22 +25,22 @@ func TestStatusKubeWithoutTheCAKey(t *testing.T) {
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		t.Fatal("KUBEBUILDER_ASSETS is not set: run `make test`, or export KUBEBUILDER_ASSETS=$(hack/setup-envtest.sh)")
 	}
-	c := startCluster(t, "viewer")
-	bin := buildHoplink(t)
-	create(t, c.k8s, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "hoplink-system", Name: "hoplink-ca"}})
-	create(t, c.k8s, &v1alpha1.RelayNode{ObjectMeta: metav1.ObjectMeta{Namespace: "edge", Name: "hk"},
+	c := cluster.Start(t, "viewer")
+	bin := procs.Hoplink(t)
+	cluster.Create(t, c.K8s, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "hoplink-system", Name: "hoplink-ca"}})
+	cluster.Create(t, c.K8s, &v1alpha1.RelayNode{ObjectMeta: metav1.ObjectMeta{Namespace: "edge", Name: "hk"},
 		Spec: v1alpha1.RelayNodeSpec{Endpoints: []string{"127.0.0.1:1"}}})
 	// A viewer of edge's hoplink objects, and nothing else.
-	create(t, c.k8s, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "edge", Name: "viewer"}})
-	create(t, c.k8s, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: "edge", Name: "viewer"}, Rules: []rbacv1.PolicyRule{
+	cluster.Create(t, c.K8s, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "edge", Name: "viewer"}})
+	cluster.Create(t, c.K8s, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: "edge", Name: "viewer"}, Rules: []rbacv1.PolicyRule{
 		{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"relaynodes", "chains", "tunnels"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"multicluster.x-k8s.io"}, Resources: []string{"serviceimports"}, Verbs: []string{"get", "list", "watch"}},
 	}})
-	create(t, c.k8s, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "edge", Name: "viewer"},
+	cluster.Create(t, c.K8s, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "edge", Name: "viewer"},
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "viewer"},
 		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "edge", Name: "viewer"}}})
-	kc := relayKubeconfig(t, c.cfg, c.dir, "edge", "viewer")
+	kc := cluster.RelayKubeconfig(t, c.Cfg, c.Dir, "edge", "viewer")
 
 	// status exits 1 while anything is not ready, as this RelayNode (no
 	// operator runs here); the report is on stdout either way.
@@ -63,7 +65,7 @@ func TestStatusKubeWithoutTheCAKey(t *testing.T) {
 		t.Errorf("status --kube as a viewer, as a table: %v\n%s", err, table)
 	}
 	// An admin may ask for the same view; probe needs the relays and says so.
-	out, err = exec.Command(bin, "status", "--kube", "--api-only", "--kubeconfig", c.kubeconfig, "--namespace", "edge", "-o", "json").Output()
+	out, err = exec.Command(bin, "status", "--kube", "--api-only", "--kubeconfig", c.Kubeconfig, "--namespace", "edge", "-o", "json").Output()
 	if err != nil && !notReady(err) || !strings.Contains(string(out), `"relaysNotAsked": "--api-only`) {
 		t.Errorf("status --kube --api-only: %v\n%s", err, out)
 	}

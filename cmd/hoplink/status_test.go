@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hoplink/hoplink/internal/testing/procs"
+	"github.com/hoplink/hoplink/internal/testing/testutil"
 	"github.com/hoplink/hoplink/observe"
 	"github.com/hoplink/hoplink/pki"
 )
@@ -22,15 +24,15 @@ import (
 // measures each hop, the target and every candidate; a killed relay shows
 // as down and --wait fails; a relay's certificate is not an observer's.
 func TestStatusAndProbe(t *testing.T) {
-	bin := buildHoplink(t)
-	target := sinkThenSource(t)
-	n := startDrainNet(t, bin, target, []string{"m1", "m2"},
+	bin := procs.Hoplink(t)
+	target := testutil.SinkThenSource(t)
+	n := procs.StartNet(t, bin, target, []string{"m1", "m2"},
 		"{entry: hk, exit: la, via: [m1, m2], mode: sum, maxHops: 2, probe: {interval: 500ms}}")
-	if out, err := exec.Command(bin, "cert", "observer", "--certs", n.certs).CombinedOutput(); err != nil {
+	if out, err := exec.Command(bin, "cert", "observer", "--certs", n.Certs).CombinedOutput(); err != nil {
 		t.Fatalf("cert observer: %v\n%s", err, out)
 	}
 	run := func(args ...string) (string, error) {
-		out, err := exec.Command(bin, append(args, "-f", n.file, "--certs", n.certs)...).CombinedOutput()
+		out, err := exec.Command(bin, append(args, "-f", n.File, "--certs", n.Certs)...).CombinedOutput()
 		return string(out), err
 	}
 	status := func(args ...string) *observe.Report {
@@ -84,7 +86,7 @@ func TestStatusAndProbe(t *testing.T) {
 			t.Errorf("hk's link to %s: %+v", p.Name, p)
 		}
 	}
-	if len(hk.Entries) != 1 || !hk.Entries[0].Open || hk.Entries[0].Listen != n.listen {
+	if len(hk.Entries) != 1 || !hk.Entries[0].Open || hk.Entries[0].Listen != n.Listen {
 		t.Errorf("hk's entries: %+v", hk.Entries)
 	}
 	table, err := run("status")
@@ -167,13 +169,13 @@ func TestStatusAndProbe(t *testing.T) {
 	// A relay's certificate is no observer's.
 	relayCerts := t.TempDir()
 	for from, to := range map[string]string{"ca.crt": "ca.crt", "hk.crt": pki.ObserverCert, "hk.key": pki.ObserverKey} {
-		b, err := os.ReadFile(filepath.Join(n.certs, from))
+		b, err := os.ReadFile(filepath.Join(n.Certs, from))
 		if err != nil {
 			t.Fatal(err)
 		}
 		os.WriteFile(filepath.Join(relayCerts, to), b, 0o600)
 	}
-	b, _ := exec.Command(bin, "status", "-o", "json", "-f", n.file, "--certs", relayCerts).CombinedOutput()
+	b, _ := exec.Command(bin, "status", "-o", "json", "-f", n.File, "--certs", relayCerts).CombinedOutput()
 	out = string(b)
 	var refused observe.Report
 	json.Unmarshal([]byte(out[:strings.LastIndex(out, "}")+1]), &refused)
@@ -188,8 +190,8 @@ func TestStatusAndProbe(t *testing.T) {
 
 	// A relay killed: it shows as unreachable, its peers count it down,
 	// and --wait gives up with a non-zero exit.
-	n.procs["m1"].Process.Signal(syscall.SIGKILL)
-	waitFor(t, "hk counts m1 down", func() error {
+	n.Procs["m1"].Process.Signal(syscall.SIGKILL)
+	testutil.WaitFor(t, "hk counts m1 down", func() error {
 		r := status()
 		for _, rl := range r.Relays {
 			if rl.Name == "m1" && rl.Status != nil {
@@ -219,8 +221,8 @@ func TestStatusAndProbe(t *testing.T) {
 	// The exit killed too: probe names each failed part once, says what
 	// failed in the reader's words (not a stream's reset or a URL), and
 	// exits 1.
-	n.procs["la"].Process.Signal(syscall.SIGKILL)
-	waitFor(t, "probe says the exit la is down", func() error {
+	n.Procs["la"].Process.Signal(syscall.SIGKILL)
+	testutil.WaitFor(t, "probe says the exit la is down", func() error {
 		out, err := run("probe", "c")
 		if err == nil {
 			return fmt.Errorf("probe exits 0 with la killed:\n%s", out)
@@ -245,66 +247,6 @@ func TestStatusAndProbe(t *testing.T) {
 	})
 }
 
-// checkKubeStatus runs `hoplink status --kube` and `probe --kube` against
-// a cluster with its operator and relays running: every relay answers the
-// observer certificate issued from the cluster's CA, the objects' Ready
-// conditions are listed, and the chain is probed hop by hop.
-func checkKubeStatus(t *testing.T, bin, kubeconfig, ns string, relays int) {
-	t.Helper()
-	args := []string{"--kube", "--kubeconfig", kubeconfig, "--namespace", ns, "-o", "json"}
-	var r observe.Report
-	waitFor(t, "status --kube: every relay answers", func() error {
-		out, _ := exec.Command(bin, append([]string{"status"}, args...)...).CombinedOutput()
-		// The report, between what the command logs before it and the
-		// error it ends with when not everything is ready.
-		i, j := strings.Index(string(out), "{"), strings.LastIndex(string(out), "}")
-		if i < 0 || j < i {
-			return fmt.Errorf("no report: %s", out)
-		}
-		r = observe.Report{}
-		if err := json.Unmarshal(out[i:j+1], &r); err != nil {
-			return fmt.Errorf("%v: %s", err, out)
-		}
-		answered := 0
-		for _, rl := range r.Relays {
-			if rl.Status != nil && rl.Status.Ready {
-				answered++
-			}
-		}
-		if answered != relays || len(r.API) == 0 {
-			return fmt.Errorf("%d of %d relays answered ready; api %v; not ready: %v", answered, relays, r.API, r.NotReady)
-		}
-		return nil
-	})
-	kinds := map[string]bool{}
-	for _, o := range r.API {
-		kinds[o.Kind] = true
-	}
-	if !kinds["RelayNode"] || !kinds["Chain"] || !kinds["Tunnel"] {
-		t.Errorf("status --kube lists %v", r.API)
-	}
-	// As a kubectl plugin (kubectl runs kubectl-hoplink), --kube is implied.
-	plugin := filepath.Join(t.TempDir(), "kubectl-hoplink")
-	if err := os.Symlink(bin, plugin); err != nil {
-		t.Fatal(err)
-	}
-	// (It exits 1 while anything is not ready, as status does.)
-	if out, err := exec.Command(plugin, "status", "--kubeconfig", kubeconfig, "--namespace", ns).CombinedOutput(); !strings.Contains(string(out), "OBJECT") ||
-		err != nil && !strings.Contains(string(out), "not ready") {
-		t.Errorf("kubectl-hoplink status: %v\n%s", err, out)
-	}
-	out, err := exec.Command(bin, append([]string{"probe", "to-east"}, args...)...).CombinedOutput()
-	var p observe.Probe
-	if err != nil || json.Unmarshal(out, &p) != nil || len(p.Hops) == 0 {
-		t.Fatalf("probe --kube: %v\n%s", err, out)
-	}
-	for _, h := range p.Hops {
-		if h.Err != "" || h.RTT <= 0 {
-			t.Errorf("probe --kube: hop %+v", h)
-		}
-	}
-}
-
 // TestStatusSaysATargetIsDown: a Tunnel whose target refuses connections
 // makes status not ready, naming the Tunnel, the exit, the target and the
 // error, and exit 1 (clients are accepted, then reset); once the target
@@ -312,31 +254,31 @@ func checkKubeStatus(t *testing.T, bin, kubeconfig, ns string, relays int) {
 // exits 1 while the target refuses, saying so. A manifest with an error
 // does not keep status from asking the relays.
 func TestStatusSaysATargetIsDown(t *testing.T) {
-	bin := buildHoplink(t)
+	bin := procs.Hoplink(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	target := ln.Addr().String()
-	go serveSinkThenSource(ln)
-	n := startDrainNet(t, bin, target, nil, "{entry: hk, exit: la, route: [hk, la]}")
-	if out, err := exec.Command(bin, "cert", "observer", "--certs", n.certs).CombinedOutput(); err != nil {
+	go testutil.ServeSinkThenSource(ln)
+	n := procs.StartNet(t, bin, target, nil, "{entry: hk, exit: la, route: [hk, la]}")
+	if out, err := exec.Command(bin, "cert", "observer", "--certs", n.Certs).CombinedOutput(); err != nil {
 		t.Fatalf("cert observer: %v\n%s", err, out)
 	}
 	status := func() (*observe.Report, error) {
-		out, err := exec.Command(bin, "status", "-o", "json", "-f", n.file, "--certs", n.certs).CombinedOutput()
+		out, err := exec.Command(bin, "status", "-o", "json", "-f", n.File, "--certs", n.Certs).CombinedOutput()
 		var r observe.Report
 		if i := strings.LastIndex(string(out), "}"); i < 0 || json.Unmarshal(out[:i+1], &r) != nil {
 			t.Fatalf("status: %v\n%s", err, out)
 		}
 		return &r, err
 	}
-	if out, err := exec.Command(bin, "status", "--wait", "--wait-timeout", "30s", "-f", n.file, "--certs", n.certs).CombinedOutput(); err != nil {
+	if out, err := exec.Command(bin, "status", "--wait", "--wait-timeout", "30s", "-f", n.File, "--certs", n.Certs).CombinedOutput(); err != nil {
 		t.Fatalf("status --wait: %v\n%s", err, out)
 	}
 	ln.Close() // refused until it listens again
 	// The client is reset (at once, or after it connected).
-	if c, err := net.Dial("tcp", n.listen); err == nil {
+	if c, err := net.Dial("tcp", n.Listen); err == nil {
 		c.Write([]byte("hello"))
 		c.SetReadDeadline(time.Now().Add(10 * time.Second))
 		if _, err := c.Read(make([]byte, 1)); err == nil {
@@ -350,7 +292,7 @@ func TestStatusSaysATargetIsDown(t *testing.T) {
 		t.Errorf("status after a refused flow: exit %v, ready %v, %q; want exit 1 and %q", err, r.Ready, r.NotReady, want)
 	}
 	// probe says which part failed and why, and exits 1.
-	out, err := exec.Command(bin, "probe", "c", "-f", n.file, "--certs", n.certs).CombinedOutput()
+	out, err := exec.Command(bin, "probe", "c", "-f", n.File, "--certs", n.Certs).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "connection refused") || !strings.Contains(string(out), "part(s) of chain default/c failed: target "+target) {
 		t.Errorf("probe with the target down: exit %v\n%s", err, out)
 	}
@@ -359,27 +301,27 @@ func TestStatusSaysATargetIsDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer back.Close()
-	waitFor(t, "status ready once the target listens", func() error {
+	testutil.WaitFor(t, "status ready once the target listens", func() error {
 		r, err := status()
 		if err != nil || !r.Ready {
 			return fmt.Errorf("exit %v: %v", err, r.NotReady)
 		}
 		return nil
 	})
-	if out, err := exec.Command(bin, "probe", "c", "-f", n.file, "--certs", n.certs).CombinedOutput(); err != nil {
+	if out, err := exec.Command(bin, "probe", "c", "-f", n.File, "--certs", n.Certs).CombinedOutput(); err != nil {
 		t.Errorf("probe with the target back: exit %v\n%s", err, out)
 	}
 
 	// A typo in the manifests (which the relays would refuse on reload,
 	// keeping what they run): status asks the relays it can read of, and
 	// says what it skipped.
-	good, err := os.ReadFile(n.file)
+	good, err := os.ReadFile(n.File)
 	if err != nil {
 		t.Fatal(err)
 	}
 	bad := filepath.Join(t.TempDir(), "bad.yaml")
 	os.WriteFile(bad, append(good, []byte("---\napiVersion: hoplink.dev/v1alpha1\nkind: Tunnel\nmetadata: {name: typo}\nspec: {chain: c, listen: {port: 1}, targte: \"x:1\"}\n")...), 0o600)
-	out, err = exec.Command(bin, "status", "-f", bad, "--certs", n.certs).CombinedOutput()
+	out, err = exec.Command(bin, "status", "-f", bad, "--certs", n.Certs).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "the manifests do not load") || !strings.Contains(string(out), "targte") || !strings.Contains(string(out), "ready: every relay answers") {
 		t.Errorf("status with a typo in the manifests: exit %v\n%s", err, out)
 	}

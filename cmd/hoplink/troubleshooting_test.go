@@ -20,7 +20,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hoplink/hoplink/internal/testutil"
+	"github.com/hoplink/hoplink/internal/testing/procs"
+	"github.com/hoplink/hoplink/internal/testing/testutil"
 	"github.com/hoplink/hoplink/pki"
 )
 
@@ -156,7 +157,7 @@ func (h *host) run(want string, args ...string) string {
 // the page quotes.
 func TestTroubleshootingStandalone(t *testing.T) {
 	doc := standaloneDoc(t)
-	bin := buildHoplink(t)
+	bin := procs.Hoplink(t)
 	caDir := filepath.Join(t.TempDir(), "ca")
 	for _, args := range [][]string{{"cert", "ca", "--certs", caDir}, {"cert", "issue", "--certs", caDir, "hk", "la"}, {"cert", "observer", "--certs", caDir}} {
 		if out, err := exec.Command(bin, args...).CombinedOutput(); err != nil {

@@ -2,7 +2,7 @@
 # Route benchmark in the style of seed 004: 300 concurrent request/response
 # clients in Hong Kong, DURATION per path, to a target in US-East, directly,
 # through the report's static chain, and through sum and pipe chains, over
-# emulated links with the report's latencies (internal/seed004, internal/linkemu).
+# emulated links with the report's latencies (internal/testing/seed004, internal/linkemu).
 # Writes its table into docs/benchmarks.md between the route markers.
 # Needs root (network namespaces, TUN devices).
 #

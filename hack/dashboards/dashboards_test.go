@@ -17,8 +17,9 @@ import (
 	"time"
 
 	"github.com/hoplink/hoplink/internal/linkemu"
-	"github.com/hoplink/hoplink/internal/testutil"
-	"github.com/hoplink/hoplink/internal/testutil/gate"
+	"github.com/hoplink/hoplink/internal/testing/procs"
+	"github.com/hoplink/hoplink/internal/testing/testutil"
+	"github.com/hoplink/hoplink/internal/testing/testutil/gate"
 )
 
 const committed = "../../charts/hoplink/dashboards/hoplink.json"
@@ -92,10 +93,7 @@ func TestDashboardQueriesReturnData(t *testing.T) {
 	}
 
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "hoplink")
-	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/hoplink").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := procs.Hoplink(t)
 	echo := testutil.EchoServer(t)
 	metricsAddr := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
 	ports := []int{testutil.FreePort(t), testutil.FreePort(t), testutil.FreePort(t)}

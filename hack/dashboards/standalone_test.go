@@ -13,8 +13,9 @@ import (
 	"time"
 
 	"github.com/hoplink/hoplink/internal/linkemu"
-	"github.com/hoplink/hoplink/internal/testutil"
-	"github.com/hoplink/hoplink/internal/testutil/gate"
+	"github.com/hoplink/hoplink/internal/testing/procs"
+	"github.com/hoplink/hoplink/internal/testing/testutil"
+	"github.com/hoplink/hoplink/internal/testing/testutil/gate"
 )
 
 // standalone is three relays, each its own process with its own /metrics
@@ -41,10 +42,7 @@ func startStandalone(t *testing.T) *standalone {
 		gate.Missing(t, "no prometheus binary: apt-get install prometheus (CI does)")
 	}
 	s := &standalone{dir: t.TempDir(), relays: map[string]*exec.Cmd{}}
-	s.bin = filepath.Join(s.dir, "hoplink")
-	if out, err := exec.Command("go", "build", "-o", s.bin, "../../cmd/hoplink").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	s.bin = procs.Hoplink(t)
 	ports := []int{testutil.FreePort(t), testutil.FreePort(t), testutil.FreePort(t)}
 	// As in TestDashboardQueriesReturnData: peers reach la through a link
 	// emulator, hk -> la slower than hk -> seattle -> la until turned.

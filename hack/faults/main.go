@@ -19,7 +19,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hoplink/hoplink/internal/faults"
+	"github.com/hoplink/hoplink/internal/testing/faults"
 )
 
 func main() {

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hoplink/hoplink/internal/testutil/gate"
+	"github.com/hoplink/hoplink/internal/testing/testutil/gate"
 )
 
 func udpEcho(t *testing.T) string {

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hoplink/hoplink/internal/testutil"
+	"github.com/hoplink/hoplink/internal/testing/testutil"
 )
 
 // clock is a fake time with the timers a Limiter schedules on it.

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/hoplink/hoplink/internal/linkemu"
-	"github.com/hoplink/hoplink/internal/testutil"
+	"github.com/hoplink/hoplink/internal/testing/testutil"
 	"github.com/hoplink/hoplink/relay/tun"
 )
 

@@ -15,7 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 
-	"github.com/hoplink/hoplink/internal/testutil/gate"
+	"github.com/hoplink/hoplink/internal/testing/testutil/gate"
 	"github.com/hoplink/hoplink/metrics"
 	"github.com/hoplink/hoplink/pki"
 )

@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hoplink/hoplink/internal/logs"
-	"github.com/hoplink/hoplink/internal/testutil"
+	"github.com/hoplink/hoplink/internal/testing/testutil"
 	"github.com/hoplink/hoplink/metrics"
 	"github.com/hoplink/hoplink/pki"
 )

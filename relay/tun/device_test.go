@@ -12,8 +12,8 @@ import (
 	"testing"
 
 	"github.com/hoplink/hoplink/internal/linkemu"
-	"github.com/hoplink/hoplink/internal/testutil"
-	"github.com/hoplink/hoplink/internal/testutil/gate"
+	"github.com/hoplink/hoplink/internal/testing/testutil"
+	"github.com/hoplink/hoplink/internal/testing/testutil/gate"
 )
 
 func ipOut(t *testing.T, node *linkemu.Node, args ...string) string {

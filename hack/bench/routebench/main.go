@@ -4,7 +4,7 @@
 // request/response clients in Hong Kong, for a fixed duration per path, to a
 // target in US-East, directly, through a static chain (hk -> seattle -> la
 // -> useast, the report's chain) and through sum and pipe chains, on the
-// report's link latencies (internal/seed004). It prints avg/p50/p95/p99 next to
+// report's link latencies (internal/testing/seed004). It prints avg/p50/p95/p99 next to
 // each path's theoretical latency, and with -out writes the table into a
 // Markdown file between <!-- route:begin --> and <!-- route:end -->.
 //
@@ -23,7 +23,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hoplink/hoplink/internal/seed004"
+	"github.com/hoplink/hoplink/internal/testing/seed004"
 )
 
 func main() {

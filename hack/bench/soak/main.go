@@ -32,7 +32,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hoplink/hoplink/internal/testutil"
+	"github.com/hoplink/hoplink/internal/testing/testutil"
 )
 
 var relays = []string{"hk", "m1", "m2", "la"}

@@ -1,0 +1,147 @@
+package layout
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// relayLayers are the data plane's packages from the top down (the
+// picture in docs/architecture.md's "A flow, hop by hop"). A package
+// imports only packages of a lower layer, so a call never climbs back up:
+// what a lower layer must tell an upper one goes through an interface the
+// upper one gives it. Every package under relay/ has a place here.
+var relayLayers = [][]string{
+	{"relay/kube", "relay/local", "relay/metricsrv"}, // a relay process
+	{"relay"}, // wiring, the roles, routes
+	{"relay/admit", "relay/nexthop", "relay/probe"},                  // policy, the link layer, probes
+	{"relay/quic", "relay/tlslink", "relay/netstack", "relay/udpio"}, // transports and sockets
+	{"relay/flow", "relay/tun"},                                      // flow ends, devices
+	{"relay/hop", "relay/ratelog", "relay/egress"},                   // encodings, warnings, egress
+}
+
+// chainLogic is what decides routes and reads the manifests: the relay
+// package asks it, and nothing below the relay package may, so the link
+// layer cannot call back up for a route.
+var chainLogic = []string{"route", "routectl", "manifest"}
+
+// policy are the packages below the relay package that are about chains by
+// nature: admit checks a header against the manifests, for the relay's
+// dispatcher. They sit beside the link layer, never under it.
+var policy = []string{"relay/admit"}
+
+// layerOf is each package's layer, 0 the top.
+func layerOf(layers [][]string) map[string]int {
+	at := map[string]int{}
+	for i, l := range layers {
+		for _, p := range l {
+			at[p] = i
+		}
+	}
+	return at
+}
+
+// upward returns the imports among relay packages that do not go down a
+// layer, and the relay packages the layers leave out.
+func upward(layers [][]string, graph map[string][]string) []string {
+	at := layerOf(layers)
+	var bad []string
+	for pkg, imps := range graph {
+		if !matches("relay/...", pkg) {
+			continue
+		}
+		from, ok := at[pkg]
+		if !ok {
+			bad = append(bad, fmt.Sprintf("%s has no layer in internal/testing/layout's relayLayers", pkg))
+			continue
+		}
+		for _, imp := range imps {
+			if to, ok := at[imp]; ok && to <= from {
+				bad = append(bad, fmt.Sprintf("%s (layer %d) imports %s (layer %d): imports go down", pkg, from, imp, to))
+			}
+		}
+	}
+	slices.Sort(bad)
+	return bad
+}
+
+// reaches is every package of ours pkg depends on, directly or not.
+func reaches(graph map[string][]string, pkg string) map[string]bool {
+	seen := map[string]bool{}
+	next := []string{pkg}
+	for len(next) > 0 {
+		p := next[len(next)-1]
+		next = next[:len(next)-1]
+		for _, imp := range graph[p] {
+			if !seen[imp] {
+				seen[imp] = true
+				next = append(next, imp)
+			}
+		}
+	}
+	return seen
+}
+
+// routeFree returns the packages below the relay package, policy aside,
+// that reach chain logic, even through another package.
+func routeFree(graph map[string][]string) []string {
+	var bad []string
+	below := reaches(graph, "relay")
+	for _, pkg := range slices.Sorted(maps.Keys(below)) {
+		if !matches("relay/...", pkg) || slices.Contains(policy, pkg) {
+			continue
+		}
+		deps := reaches(graph, pkg)
+		for _, c := range chainLogic {
+			if deps[c] {
+				bad = append(bad, fmt.Sprintf("%s is below the relay package and reaches %s: route and chain logic stay above it", pkg, c))
+			}
+		}
+	}
+	return bad
+}
+
+func TestRelayLayersImportDownward(t *testing.T) {
+	for _, v := range upward(relayLayers, imports(t, false)) {
+		t.Error(v)
+	}
+}
+
+func TestBelowTheRelayNoChainLogic(t *testing.T) {
+	for _, v := range routeFree(imports(t, false)) {
+		t.Error(v)
+	}
+}
+
+// TestLayerChecksCatchThem: an import up or across a layer, a package with
+// no layer, and chain logic reached below the relay package, directly or
+// through another package, are reported; policy and the packages above
+// the relay package may reach it.
+func TestLayerChecksCatchThem(t *testing.T) {
+	layers := [][]string{{"relay/local"}, {"relay"}, {"relay/nexthop", "relay/admit"}, {"relay/quic"}}
+	graph := map[string][]string{
+		"relay/local":   {"relay", "manifest"},
+		"relay":         {"relay/nexthop", "relay/admit", "route"},
+		"relay/nexthop": {"relay/quic", "relay/admit"},
+		"relay/admit":   {"manifest"},
+		"relay/quic":    {"relay/nexthop", "metrics"},
+		"relay/new":     nil,
+	}
+	want := []string{
+		"relay/new has no layer in internal/testing/layout's relayLayers",
+		"relay/nexthop (layer 2) imports relay/admit (layer 2): imports go down",
+		"relay/quic (layer 3) imports relay/nexthop (layer 2): imports go down",
+	}
+	if bad := upward(layers, graph); !slices.Equal(bad, want) {
+		t.Errorf("upward: got\n%s\nwant\n%s", strings.Join(bad, "\n"), strings.Join(want, "\n"))
+	}
+	want = []string{
+		"relay/nexthop is below the relay package and reaches manifest: route and chain logic stay above it",
+		"relay/quic is below the relay package and reaches manifest: route and chain logic stay above it",
+	}
+	if bad := routeFree(graph); !slices.Equal(bad, want) {
+		t.Errorf("routeFree: got\n%s\nwant\n%s", strings.Join(bad, "\n"), strings.Join(want, "\n"))
+	}
+}
