@@ -11,7 +11,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -283,8 +282,7 @@ var errNotReady = errors.New("not ready")
 
 func newStatusCmd() *cobra.Command {
 	var of observeFlags
-	var watch, wait bool
-	var graph string
+	var watch, wait, graph bool
 	var interval, waitFor time.Duration
 	cmd := &cobra.Command{
 		Use:   "status (-f FILE_OR_DIR --certs DIR | --kube)",
@@ -296,7 +294,7 @@ func newStatusCmd() *cobra.Command {
   hoplink status --kube -n edge --wait --wait-timeout 5m
 
   # a map of the network, drawn
-  hoplink status -f manifests/ --certs certs --graph=svg > network.svg`,
+  hoplink status -f manifests/ --certs certs --graph | dot -Tsvg > network.svg`,
 		Long: `Asks every relay of the manifests for its status over its admin API, with the
 observer's certificate (never a relay's): whether it is ready, its links to its
 next hops (round trip, jitter, loss, transport), the route of each chain it
@@ -307,17 +305,13 @@ not ready, a chain without a route whose links are up, a Tunnel that does not
 listen or whose exit cannot connect to its target (each listed with its
 reason). --wait polls until all is ready (exit 0), or --wait-timeout passes
 (exit 1); --watch prints the status every --interval until interrupted.
---graph prints the same as a map: Graphviz's DOT text, or with --graph=svg the
-picture itself (laid out by the Graphviz built into hoplink):
+--graph prints the same as a map, in Graphviz's DOT:
 
-  hoplink status -f DIR --certs DIR --graph=svg > network.svg`,
+  hoplink status -f DIR --certs DIR --graph | dot -Tsvg > network.svg`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if graph != "" && of.output != "table" {
-				return fmt.Errorf("--graph writes a map, not a report: leave out -o %s", of.output)
-			}
-			if graph != "" && !slices.Contains(observe.GraphFormats, graph) {
-				return fmt.Errorf("--graph=%s: no such map format; choose one of %s", graph, strings.Join(observe.GraphFormats, ", "))
+			if graph && of.output != "table" {
+				return fmt.Errorf("--graph writes a DOT graph: leave out -o %s", of.output)
 			}
 			set, objs, client, err := of.load(cmd.Context())
 			if err != nil {
@@ -350,8 +344,8 @@ picture itself (laid out by the Graphviz built into hoplink):
 			}
 			out := cmd.OutOrStdout()
 			show := func(r *observe.Report) error {
-				if graph != "" {
-					return observe.RenderGraph(cmd.Context(), out, r, graph)
+				if graph {
+					return observe.WriteGraph(out, r)
 				}
 				return of.write(out, r, func(w io.Writer) error { return observe.WriteReport(w, r) })
 			}
@@ -405,8 +399,7 @@ picture itself (laid out by the Graphviz built into hoplink):
 	cmd.Flags().DurationVar(&interval, "interval", 2*time.Second, "with --watch, how often")
 	cmd.Flags().BoolVar(&wait, "wait", false, "wait until everything is ready (exit 0) or --wait-timeout passes (exit 1), for scripts")
 	cmd.Flags().DurationVar(&waitFor, "wait-timeout", 2*time.Minute, "with --wait, how long")
-	cmd.Flags().StringVar(&graph, "graph", "", "print a map of the network (relays, their links with round trip, loss and state, the chains' routes in bold) as `FORMAT`: dot (alone, --graph) or svg")
-	cmd.Flags().Lookup("graph").NoOptDefVal = "dot"
+	cmd.Flags().BoolVar(&graph, "graph", false, "print a map of the network as a Graphviz DOT graph (relays, their links with round trip, loss and state, the chains' routes in bold): render it with dot -Tsvg")
 	return cmd
 }
 
