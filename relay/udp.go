@@ -383,10 +383,15 @@ func (s *udpSession) connect() {
 		s.end(hop.CodeNextHop)
 		return
 	}
+	framed := f.framed(u.key, "entry", s.client.String())
 	s.out = next.Session(nexthop.SessionOptions{
-		Mode:   udpMode(u.t),
-		Framed: f.framed(u.key, "entry", s.client.String()),
-		Bulk:   func() { f.hops.UDPBulk(u.key) },
+		Mode: udpMode(u.t),
+		Bulk: func(turned bool) {
+			if turned {
+				framed()
+			}
+			f.hops.UDPBulk(u.key)
+		},
 		// The Tunnel's read loop writes every session's frames: a write
 		// that stalls (its next hop stopped reading) fails after
 		// stallAfter and ends its session, so that the loop goes on for
@@ -562,7 +567,12 @@ func (f *udpFlows) middle(from *nexthop.Hop, h *hop.Header) {
 // exit joins a session's last hop to its target through a connected UDP
 // socket of its own.
 func (f *udpFlows) exit(from *nexthop.Hop, h *hop.Header, t *v1alpha1.Tunnel) {
-	back := from.Session(nexthop.SessionOptions{Mode: udpMode(t), Framed: f.framed(h.Tunnel, "exit", h.Target)})
+	framed := f.framed(h.Tunnel, "exit", h.Target)
+	back := from.Session(nexthop.SessionOptions{Mode: udpMode(t), Bulk: func(turned bool) {
+		if turned {
+			framed()
+		}
+	}})
 	// The entry keeps maxSessions in its table; a previous hop that opens
 	// more (hostile, or an entry's ended sessions not yet ended here) is
 	// held to it too. A place freed within sessionWait is taken: an entry

@@ -61,12 +61,10 @@ const AutoFramesRate = rquic.AutoFramesRate
 type SessionOptions struct {
 	// Mode is a QUIC session's (TLS frames every packet).
 	Mode Mode
-	// Framed is told once when an Auto QUIC session turns to frames.
-	Framed func()
-	// Bulk is told that the session sends at a bulk rate: when an Auto
-	// QUIC session turns to frames, and at most once a minute while a TLS
-	// session sends past AutoFramesRate.
-	Bulk func()
+	// Bulk (may be nil) is told that the session sends at a bulk rate:
+	// once when an Auto QUIC session turns to frames for it (framed), and
+	// at most once a minute while a TLS session sends past AutoFramesRate.
+	Bulk func(framed bool)
 	// Stall bounds a write of frames (hop.Frames.Stall): a next hop that
 	// takes none for this long fails it, and the owner ends the session.
 	Stall time.Duration
@@ -84,15 +82,11 @@ type quicSession struct{ *rquic.Session }
 
 func newQUICSession(c *rquic.Conn, s *quicgo.Stream, o SessionOptions) Session {
 	out := rquic.NewSession(c, s)
-	framed, bulk := o.Framed, o.Bulk
-	out.SetMode(o.Mode, func() {
-		if framed != nil {
-			framed()
-		}
-		if bulk != nil {
-			bulk()
-		}
-	})
+	var onFramed func()
+	if bulk := o.Bulk; bulk != nil {
+		onFramed = func() { bulk(true) }
+	}
+	out.SetMode(o.Mode, onFramed)
 	if o.Stall > 0 {
 		out.BoundWrites(o.Stall)
 	}
@@ -110,7 +104,7 @@ type tlsSession struct {
 	end    flow.End
 	frames *hop.Frames // waiting for Flush
 
-	bulk   func() // may be nil
+	bulk   func(framed bool) // may be nil
 	rate   rquic.Rate
 	toldAt atomic.Int64 // unix nanos
 }
@@ -123,7 +117,7 @@ func newTLSSession(end flow.End, o SessionOptions) Session {
 func (t *tlsSession) Send(p []byte) error {
 	if t.bulk != nil && t.rate.Over(AutoFramesRate) {
 		if now, told := time.Now().UnixNano(), t.toldAt.Load(); now-told > int64(time.Minute) && t.toldAt.CompareAndSwap(told, now) {
-			t.bulk()
+			t.bulk(false)
 		}
 	}
 	return t.frames.Queue(p)

@@ -3,6 +3,7 @@ package layout
 import (
 	"fmt"
 	"maps"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -143,5 +144,78 @@ func TestLayerChecksCatchThem(t *testing.T) {
 	}
 	if bad := routeFree(graph); !slices.Equal(bad, want) {
 		t.Errorf("routeFree: got\n%s\nwant\n%s", strings.Join(bad, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// transports are what carries hops between relays: only the link layer
+// (relay/nexthop) and the packages below it touch them. Above it a hop is
+// a nexthop.Hop, whatever carries it, so a role is written once.
+var transports = []string{"relay/quic", "relay/tlslink", "github.com/quic-go/..."}
+
+// transportFree returns the imports of transports by packages of the
+// layers above the link layer (top, the layers of the relay package and
+// above); graph holds every import, ours and others', by package.
+func transportFree(layers [][]string, top int, graph map[string][]string) []string {
+	at := layerOf(layers)
+	var bad []string
+	for _, pkg := range slices.Sorted(maps.Keys(graph)) {
+		if l, ok := at[pkg]; !ok || l > top {
+			continue
+		}
+		for _, imp := range graph[pkg] {
+			for _, tr := range transports {
+				if matches(tr, imp) {
+					bad = append(bad, fmt.Sprintf("%s imports %s: above the link layer a hop is a nexthop.Hop", pkg, imp))
+				}
+			}
+		}
+	}
+	return bad
+}
+
+// allImports is every import of our packages under relay/ (tests left
+// out), by package, ours without the module's prefix.
+func allImports(t *testing.T) map[string][]string {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", "./relay/...")
+	cmd.Dir = "../../.."
+	b, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	out := map[string][]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.Fields(line)
+		pkg := strings.TrimPrefix(f[0], module+"/")
+		for _, imp := range f[1:] {
+			out[pkg] = append(out[pkg], strings.TrimPrefix(imp, module+"/"))
+		}
+	}
+	return out
+}
+
+func TestNoTransportAboveTheLinkLayer(t *testing.T) {
+	for _, v := range transportFree(relayLayers, 1, allImports(t)) {
+		t.Error(v)
+	}
+}
+
+// TestTransportCheckCatchesThem: the relay package or one above it that
+// imports a transport, ours or quic-go's, is reported; the link layer and
+// the transports themselves are not.
+func TestTransportCheckCatchesThem(t *testing.T) {
+	layers := [][]string{{"relay/local"}, {"relay"}, {"relay/nexthop"}, {"relay/quic", "relay/tlslink"}}
+	graph := map[string][]string{
+		"relay/local":   {"relay", "relay/tlslink"},
+		"relay":         {"relay/nexthop", "github.com/quic-go/quic-go", "net"},
+		"relay/nexthop": {"relay/quic", "relay/tlslink", "github.com/quic-go/quic-go"},
+		"relay/quic":    {"github.com/quic-go/quic-go/quicvarint"},
+	}
+	want := []string{
+		"relay imports github.com/quic-go/quic-go: above the link layer a hop is a nexthop.Hop",
+		"relay/local imports relay/tlslink: above the link layer a hop is a nexthop.Hop",
+	}
+	if bad := transportFree(layers, 1, graph); !slices.Equal(bad, want) {
+		t.Errorf("transportFree: got\n%s\nwant\n%s", strings.Join(bad, "\n"), strings.Join(want, "\n"))
 	}
 }
