@@ -44,16 +44,16 @@ type measurer struct {
 // down for routing: it takes no new flows. What a round heard tells the
 // link layer which peers stopped answering. The link layer is the
 // measurer's, read when a round runs.
-type probePeers struct{ m *measurer }
+type probePeers struct{ p *nexthop.Peers }
 
 func (p probePeers) Sender(peer string) probe.Sender {
-	if c := p.m.peers.Live(peer); c != nil && !p.m.peers.Draining(peer) {
+	if c := p.p.Live(peer); c != nil && !p.p.Draining(peer) {
 		return c
 	}
 	return nil
 }
 
-func (p probePeers) Answered(peer string, ok bool) { p.m.peers.Answering(peer, ok) }
+func (p probePeers) Answered(peer string, ok bool) { p.p.Answering(peer, ok) }
 
 // probeInterval is how often this relay probes in the background: the
 // shortest probe interval of the routed chains it is part of.

@@ -157,7 +157,6 @@ func New(cfg Config) (*Relay, error) {
 	}
 	r.env = &env{name: cfg.Name, log: cfg.Log, warn: ratelog.New(cfg.Log), m: cfg.Metrics, set: &r.set, setupTimeout: cfg.SetupTimeout,
 		flows: newQuota(cfg.MaxFlows, perTunnel, perSource), egress: cfg.Egress, ctx: ctx, wg: &r.wg}
-	r.routes = newRouteBook(r.env, cfg.Route)
 	return r, nil
 }
 
@@ -179,36 +178,37 @@ func (r *Relay) Start() error {
 	set := r.set.Load()
 	self := set.Relay(r.cfg.Name)
 	e := r.env
-	targets := probe.NewTargets(e.name, e.m, e.egress.Dialer())
-	r.measure = &measurer{env: e, targets: targets, routes: r.routes, requests: newLinkRequests()}
-	r.measure.links = probe.NewLinks(probe.LinkOptions{Relay: e.name, Metrics: e.m, Peers: probePeers{r.measure}})
 	cc, _ := r.congestionFor(set)
-	if r.cfg.Route {
-		r.ctl = routectl.New(routectl.Options{Measurer: r.measure, Decide: r.routes.decide, Metrics: e.m.Route, Log: e.log})
-	}
-	// The dispatcher is the link layer's one way up; every role exists
-	// before the first peer's stream can arrive.
-	r.dispatch = &dispatcher{env: e, measure: r.measure, ctl: r.ctl}
+	// Built bottom up, each part whole: the link layer first, then the
+	// roles with it, then the dispatcher with the roles, which Listen
+	// makes the link layer's one way up before the first peer's stream can
+	// arrive.
 	peers := nexthop.New(nexthop.Options{
 		Name:             e.name,
 		Identity:         r.cfg.Identity,
 		Listen:           net.JoinHostPort(self.Spec.Listen.Address, strconv.Itoa(int(self.Spec.Listen.Port))),
 		SeparateDialPort: r.cfg.SeparateDialPort,
-		Upper:            r.dispatch,
-		Admin:            adminapi.Handler(adminBackend{m: r.measure, status: r.status, board: r.cfg.Board}),
 		Congestion:       cc,
 		Metrics:          e.m,
 		Log:              e.log,
 	})
 	hops := peers.Hops()
-	r.peers, r.measure.peers, r.measure.hops, r.routes.links = peers, peers, hops, peers
+	r.peers = peers
+	r.routes = newRouteBook(e, r.cfg.Route, peers)
+	targets := probe.NewTargets(e.name, e.m, e.egress.Dialer())
+	r.measure = &measurer{env: e, peers: peers, hops: hops, targets: targets, routes: r.routes, requests: newLinkRequests(),
+		links: probe.NewLinks(probe.LinkOptions{Relay: e.name, Metrics: e.m, Peers: probePeers{peers}})}
+	if r.cfg.Route {
+		r.ctl = routectl.New(routectl.Options{Measurer: r.measure, Decide: r.routes.decide, Metrics: e.m.Route, Log: e.log})
+	}
 	r.tcp = &tcpFlows{env: e, hops: hops, routes: r.routes, targets: targets}
 	r.udp = &udpFlows{env: e, hops: hops, routes: r.routes}
 	r.tun = &tunFlows{env: e, tcp: r.tcp, udp: r.udp, noOffload: r.cfg.NoTUNOffload}
 	r.packets = &packetTunnels{env: e, hops: hops, routes: r.routes, noOffload: r.cfg.NoTUNOffload, exits: map[string]*packetExit{}}
-	r.dispatch.tcp, r.dispatch.udp, r.dispatch.packets = r.tcp, r.udp, r.packets
+	r.dispatch = &dispatcher{env: e, tcp: r.tcp, udp: r.udp, packets: r.packets, measure: r.measure, ctl: r.ctl}
 	peers.SetPeers(peersOf(set, r.cfg.Name))
-	if err := peers.Listen(); err != nil {
+	admin := adminapi.Handler(adminBackend{m: r.measure, status: r.status, board: r.cfg.Board})
+	if err := peers.Listen(r.dispatch, admin); err != nil {
 		return fmt.Errorf("RelayNode %q: spec.listen: %w", r.cfg.Name, err)
 	}
 	r.packets.sync(set)

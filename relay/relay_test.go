@@ -170,7 +170,7 @@ func TestHopFailedCountsByReason(t *testing.T) {
 func TestRouteBook(t *testing.T) {
 	e, m := testEnv(t, twoRelays)
 	set := e.manifests()
-	b := newRouteBook(e, true)
+	b := newRouteBook(e, true, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 
@@ -226,8 +226,7 @@ func (noLinks) Lost(string) bool     { return false }
 // no route, and says so.
 func TestRouteOfSaysWhy(t *testing.T) {
 	e, _ := testEnv(t, twoRelays)
-	b := newRouteBook(e, true)
-	b.links = noLinks{}
+	b := newRouteBook(e, true, noLinks{})
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	gone := &v1alpha1.Tunnel{}
@@ -314,7 +313,7 @@ spec: {entry: hk, exit: la, via: [m1, m2], mode: sum, probe: {interval: 300ms}}
 func TestRouteBookAvoidsDrainingRelays(t *testing.T) {
 	e, _ := testEnv(t, fourRelays)
 	set := e.manifests()
-	b := newRouteBook(e, true)
+	b := newRouteBook(e, true, nil)
 	m1Drains := func(r string, _ bool) bool { return r == "m1" }
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -368,7 +367,7 @@ func TestRouteBookAvoidsDrainingRelays(t *testing.T) {
 // operator's route again once that is whole.
 func TestRouteBookStandsInForABrokenStatusRoute(t *testing.T) {
 	e, _ := testEnv(t, fourRelays)
-	b := newRouteBook(e, false)
+	b := newRouteBook(e, false, nil)
 	c := e.manifests().Chain("default/fast").DeepCopy()
 	c.Status.Route = []string{"hk", "m1", "la"}
 	c.Status.Candidates = []v1alpha1.RouteCandidate{{Route: []string{"hk", "m1", "la"}}, {Route: []string{"hk", "m2", "la"}}, {Route: []string{"hk", "la"}}}

@@ -65,8 +65,8 @@ type round struct {
 	changed time.Time
 }
 
-func newRouteBook(e *env, self bool) *routeBook {
-	return &routeBook{env: e, self: self, decided: map[string][]string{}, learned: map[string][]string{},
+func newRouteBook(e *env, self bool, links linkState) *routeBook {
+	return &routeBook{env: e, self: self, links: links, decided: map[string][]string{}, learned: map[string][]string{},
 		exported: map[string]string{}, standIns: map[string]string{}, changed: make(chan struct{}), rounds: map[string]round{}}
 }
 

@@ -30,7 +30,7 @@ func (r *Relay) status() *adminapi.Status {
 		}
 	}
 	for _, c := range set.Chains {
-		if c.Spec.Entry != r.cfg.Name {
+		if c.Spec.Entry != r.cfg.Name || r.routes == nil { // routes: from Start
 			continue
 		}
 		key := manifest.Key(c.Namespace, c.Name)

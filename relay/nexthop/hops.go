@@ -412,7 +412,7 @@ func (u fromQUIC) Serve(c *rquic.Conn, s *quicgo.Stream) {
 		end = flow.HeldStream(c.Conn, s, nil)
 		defer c.Hold()()
 	}
-	p.o.Upper.Serve(Inbound{Header: h, Hop: quicHop(c, s, end)})
+	p.up.Serve(Inbound{Header: h, Hop: quicHop(c, s, end)})
 }
 
 // Serve reads the header of the flow a peer sent on a TLS connection (the
@@ -433,5 +433,5 @@ func (u fromTLS) Serve(peer string, c *tls.Conn) {
 	}
 	p.tls.Started(c)
 	c.SetReadDeadline(time.Time{})
-	p.o.Upper.Serve(Inbound{Header: h, Hop: tlsHop(peer, c.RemoteAddr(), end)})
+	p.up.Serve(Inbound{Header: h, Hop: tlsHop(peer, c.RemoteAddr(), end)})
 }

@@ -28,11 +28,6 @@ type Options struct {
 	Listen string
 	// SeparateDialPort is rquic.Options'.
 	SeparateDialPort bool
-	// Upper serves what peers open and hears what the link layer learns
-	// of them.
-	Upper Upper
-	// Admin serves the admin API on the TLS port.
-	Admin http.Handler
 	// Congestion is the TCP congestion control of the TLS links.
 	Congestion tlslink.Congestion
 	Metrics    *metrics.Metrics
@@ -53,11 +48,12 @@ type Peers struct {
 
 	headers pending // QUIC streams waiting for their header
 	hops    *Hops
+	up      Upper // from Listen
 }
 
 // New makes a relay's Peers; Listen binds them. The two steps let the
-// roles that serve peers' streams hold the Peers before the first stream
-// arrives.
+// roles above be built with the Peers and their Hops, and the layer above
+// them given to Listen, before the first stream arrives.
 func New(o Options) *Peers {
 	p := &Peers{o: o}
 	p.hops = newHops(p)
@@ -68,9 +64,12 @@ func New(o Options) *Peers {
 func (p *Peers) Hops() *Hops { return p.hops }
 
 // Listen binds the relay's QUIC and TLS listeners on the same port number,
-// which admit the peers SetPeers gave, and starts their links.
-func (p *Peers) Listen() error {
+// which admit the peers SetPeers gave, and starts their links. up serves
+// what peers open and hears what the link layer learns of them; admin
+// serves the admin API on the TLS port.
+func (p *Peers) Listen(up Upper, admin http.Handler) error {
 	o := p.o
+	p.up = up
 	p.mu.Lock()
 	peers := p.order
 	p.mu.Unlock()
@@ -81,7 +80,7 @@ func (p *Peers) Listen() error {
 		return err
 	}
 	t, err := tlslink.Listen(tlslink.Options{Name: o.Name, Identity: o.Identity, Listen: o.Listen, Peers: names,
-		Upper: fromTLS{p}, Admin: o.Admin, Congestion: o.Congestion, Metrics: o.Metrics, Log: o.Log})
+		Upper: fromTLS{p}, Admin: admin, Congestion: o.Congestion, Metrics: o.Metrics, Log: o.Log})
 	if err != nil {
 		q.Close()
 		return err

@@ -96,10 +96,9 @@ spec: {chain: c, listen: {port: 15999}, target: "127.0.0.1:1"}
 		if err != nil {
 			t.Fatal(err)
 		}
-		p := New(Options{Name: name, Identity: id, Listen: fmt.Sprintf("127.0.0.1:%d", port),
-			Upper: reporter(report), Metrics: m, Log: log})
+		p := New(Options{Name: name, Identity: id, Listen: fmt.Sprintf("127.0.0.1:%d", port), Metrics: m, Log: log})
 		p.SetPeers(peers)
-		if err := p.Listen(); err != nil {
+		if err := p.Listen(reporter(report), nil); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { p.Close() })

@@ -65,17 +65,17 @@ func (u fromQUIC) Event(e rquic.Event) {
 	default:
 		return
 	}
-	u.p.o.Upper.Event(up)
+	u.p.up.Event(up)
 }
 
 // fromTLS takes what the TLS endpoint hands up and passes it on.
 type fromTLS struct{ p *Peers }
 
 func (u fromTLS) Rejected(remote net.Addr, err error) {
-	u.p.o.Upper.Event(Event{Kind: Rejected, Remote: remote, Err: err})
+	u.p.up.Event(Event{Kind: Rejected, Remote: remote, Err: err})
 }
 
 // refused tells the Upper of a hop refused before its header was read.
 func (p *Peers) refused(peer string, remote net.Addr, reason string, err error) {
-	p.o.Upper.Event(Event{Kind: Refused, Peer: peer, Remote: remote, Reason: reason, Err: err})
+	p.up.Event(Event{Kind: Refused, Peer: peer, Remote: remote, Reason: reason, Err: err})
 }
