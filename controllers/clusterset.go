@@ -145,6 +145,12 @@ type clusterSet struct {
 	publish chan struct{} // the report changed
 }
 
+// exchange is the clusterSet as the clusters' exchange of reports keeps
+// it: the poller's news of the other clusters (their reports, whether
+// their relays answer), and the publisher's of this one's stored report.
+// The reconcilers read and keep the rest (clusterSet); one lock holds both.
+type exchange struct{ *clusterSet }
+
 func newClusterSet(o MultiClusterOptions, log *slog.Logger) *clusterSet {
 	if o.Mode == "" {
 		o.Mode = "sum"
@@ -174,7 +180,7 @@ func (cs *clusterSet) report() *clusterset.Report {
 }
 
 // Report is this cluster's report as it stands.
-func (cs *clusterSet) Report() *clusterset.Report {
+func (cs exchange) Report() *clusterset.Report {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	return cs.report()
@@ -248,13 +254,6 @@ func (cs *clusterSet) Synced() bool {
 	return true
 }
 
-// Entries are the listen ports given to Tunnels that enter here.
-func (cs *clusterSet) Entries() map[string]clusterset.Entry {
-	cs.mu.Lock()
-	defer cs.mu.Unlock()
-	return maps.Clone(cs.entries)
-}
-
 // Published reports whether the report stored last holds the export.
 func (cs *clusterSet) Published(key string) bool {
 	cs.mu.Lock()
@@ -323,7 +322,7 @@ func (cs *clusterSet) SetCopies(entries map[string]clusterset.Entry, seen map[st
 
 // SetRemote records a report of another cluster, served by relay; an older
 // generation than the one held changes nothing but the time it answered.
-func (cs *clusterSet) SetRemote(relay string, r *clusterset.Report, gen int64) {
+func (cs exchange) SetRemote(relay string, r *clusterset.Report, gen int64) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	cs.answered[relay] = true
@@ -343,7 +342,7 @@ func (cs *clusterSet) SetRemote(relay string, r *clusterset.Report, gen int64) {
 
 // Answered records that a relay of cluster answered (a wait that ended
 // with nothing new).
-func (cs *clusterSet) Answered(relay, cluster string) {
+func (cs exchange) Answered(relay, cluster string) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	cs.answered[relay] = true
@@ -358,7 +357,7 @@ func (cs *clusterSet) Answered(relay, cluster string) {
 }
 
 // Failed records that a read of cluster's report from relay failed.
-func (cs *clusterSet) Failed(relay, cluster string) {
+func (cs exchange) Failed(relay, cluster string) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	if r := cs.remotes[cluster]; r != nil && r.failing.IsZero() {
@@ -367,7 +366,7 @@ func (cs *clusterSet) Failed(relay, cluster string) {
 }
 
 // Polling records the relays polled now.
-func (cs *clusterSet) Polling(relays []string) {
+func (cs exchange) Polling(relays []string) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	cs.polled = map[string]bool{}
@@ -378,7 +377,7 @@ func (cs *clusterSet) Polling(relays []string) {
 
 // Tick looks for clusters that went down (or were forgotten) since the
 // last look, and tells whoever depends on them.
-func (cs *clusterSet) Tick() {
+func (cs exchange) Tick() {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	if cs.liveness(time.Now()) != cs.lastLiveness {
@@ -387,7 +386,7 @@ func (cs *clusterSet) Tick() {
 }
 
 // Stored records the report stored, of generation gen.
-func (cs *clusterSet) Stored(r *clusterset.Report, gen int64) {
+func (cs exchange) Stored(r *clusterset.Report, gen int64) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	cs.gen = gen

@@ -73,7 +73,7 @@ func setupMultiCluster(mgr ctrl.Manager, o MultiClusterOptions, admin *relayAdmi
 	if err := (&ClusterSetRelaysReconciler{Client: mgr.GetClient(), Set: set}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("clusterset relays controller: %w", err)
 	}
-	if err := mgr.Add(&reportPublisher{client: mgr.GetClient(), api: mgr.GetAPIReader(), set: set, log: log}); err != nil {
+	if err := mgr.Add(&reportPublisher{client: mgr.GetClient(), api: mgr.GetAPIReader(), set: exchange{set}, log: log}); err != nil {
 		return err
 	}
 	if o.CoreDNS.Name != "" {
@@ -83,5 +83,5 @@ func setupMultiCluster(mgr ctrl.Manager, o MultiClusterOptions, admin *relayAdmi
 	}
 	log.Info("multicluster mode", "clusterset", o.ClusterSet, "gateway", o.Gateway.String(), "mode", o.Mode,
 		"ports", fmt.Sprintf("%d-%d", o.Ports[0], o.Ports[1]))
-	return mgr.Add(&reportPoller{client: mgr.GetClient(), api: admin.api, set: set, log: log})
+	return mgr.Add(&reportPoller{client: mgr.GetClient(), api: admin.api, set: exchange{set}, log: log})
 }

@@ -28,7 +28,7 @@ import (
 type reportPublisher struct {
 	client client.Client
 	api    client.Reader // the ConfigMap is not cached
-	set    *clusterSet
+	set    exchange
 	log    *slog.Logger
 }
 
@@ -114,7 +114,7 @@ func (p *reportPublisher) store(ctx context.Context, key types.NamespacedName, d
 type reportPoller struct {
 	client client.Reader
 	api    *adminapi.Client
-	set    *clusterSet
+	set    exchange
 	log    *slog.Logger
 
 	mu      sync.Mutex

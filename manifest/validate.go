@@ -42,23 +42,28 @@ func (s *Set) Validate() error { return s.validate().err() }
 
 func (s *Set) validate() *problems {
 	p := &problems{}
+	c := checker{s}
 	for _, r := range s.Relays {
-		s.validateRelay(p, r)
+		c.validateRelay(p, r)
 	}
-	for _, c := range s.Chains {
-		s.validateChain(p, c)
+	for _, ch := range s.Chains {
+		c.validateChain(p, ch)
 	}
 	for _, t := range s.Tunnels {
-		s.validateTunnel(p, t)
+		c.validateTunnel(p, t)
 	}
 	if !s.endpointsMayLack {
-		s.validateEndpoints(p)
+		c.validateEndpoints(p)
 	}
-	s.validateTunnelListeners(p)
+	c.validateTunnelListeners(p)
 	return p
 }
 
-func (s *Set) validateRelay(p *problems, r *v1alpha1.RelayNode) {
+// checker holds the checks of each kind of object in a Set, apart from
+// the Set's own methods, which are what its users call.
+type checker struct{ *Set }
+
+func (s checker) validateRelay(p *problems, r *v1alpha1.RelayNode) {
 	src, name := s.src[r], r.Name
 	for _, msg := range validation.IsDNS1123Label(name) {
 		p.add(src, "RelayNode", name, "metadata.name", "%s (relay names become certificate names)", msg)
@@ -78,7 +83,7 @@ func (s *Set) validateRelay(p *problems, r *v1alpha1.RelayNode) {
 	}
 }
 
-func (s *Set) validateChain(p *problems, c *v1alpha1.Chain) {
+func (s checker) validateChain(p *problems, c *v1alpha1.Chain) {
 	src, name := s.src[c], Key(c.Namespace, c.Name)
 	bad := func(field, format string, args ...any) { p.add(src, "Chain", name, field, format, args...) }
 	if c.Name == "" {
@@ -182,7 +187,7 @@ func validateRouting(c *v1alpha1.Chain, bad func(field, format string, args ...a
 	}
 }
 
-func (s *Set) validateTunnel(p *problems, t *v1alpha1.Tunnel) {
+func (s checker) validateTunnel(p *problems, t *v1alpha1.Tunnel) {
 	src, name := s.src[t], Key(t.Namespace, t.Name)
 	bad := func(field, format string, args ...any) { p.add(src, "Tunnel", name, field, format, args...) }
 	if t.Name == "" {
@@ -352,7 +357,7 @@ func validIfName(s string) bool {
 }
 
 // validateEndpoints requires an address for every relay that some peer dials.
-func (s *Set) validateEndpoints(p *problems) {
+func (s checker) validateEndpoints(p *problems) {
 	for _, r := range s.Relays {
 		// A sidecar relay's endpoints are its ready replicas, found at run
 		// time; none ready fails new flows, and must not drop its chains.
@@ -413,7 +418,7 @@ func (a listenKey) overlaps(b listenKey) bool {
 
 // validateTunnelListeners rejects two Tunnels that would bind the same port
 // on the same entry relay.
-func (s *Set) validateTunnelListeners(p *problems) {
+func (s checker) validateTunnelListeners(p *problems) {
 	// Binds collide only on one protocol and port, so each entry relay's
 	// are kept by those: a relay with 10,000 Tunnels compares each with
 	// the few of its port, not with all the others.

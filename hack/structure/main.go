@@ -1,7 +1,7 @@
 // Command structure prints the counts that say how the code is put
 // together, which docs quote and issue 30 bounds:
 //
-//   - methods on one type in relay/... and route/... (at most 20), the ten
+//   - methods on one type in the module, relay/... and route/... (at most 20), the ten
 //     most in each tree;
 //   - exported func-typed fields of exported structs in relay/... (at most
 //     8 in all), each listed;
@@ -457,7 +457,7 @@ func (t *tree) locate(path []step) ([]located, error) {
 }
 
 func report(w io.Writer, t *tree) error {
-	for _, under := range []string{"relay", "route"} {
+	for _, under := range []string{"", "relay", "route"} {
 		ms, err := t.methods(under)
 		if err != nil {
 			return err
@@ -466,7 +466,11 @@ func report(w io.Writer, t *tree) error {
 		if len(ms) > 0 {
 			most = ms[0].Methods
 		}
-		fmt.Fprintf(w, "Most methods on one type in %s/...: %d (bound %d)\n", under, most, maxMethods)
+		where := under + "/..."
+		if under == "" {
+			where = "the module"
+		}
+		fmt.Fprintf(w, "Most methods on one type in %s: %d (bound %d)\n", where, most, maxMethods)
 		for _, m := range ms[:min(10, len(ms))] {
 			fmt.Fprintf(w, "  %3d  %s%s\n", m.Methods, m.Type, over(m.Methods, maxMethods))
 		}
