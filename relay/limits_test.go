@@ -82,8 +82,8 @@ func TestOneTunnelCannotTakeEveryFlow(t *testing.T) {
 
 // TestUDPFloodDoesNotLockOutATunnel: a host floods a UDP Tunnel from
 // hundreds of source ports. It gets a host's share of the sessions, and a
-// client on another host still gets one; a table full of sessions gone
-// quiet makes room for a new client.
+// client on another host still gets one; a host's share, or a table, full
+// of sessions gone quiet makes room for a new client.
 func TestUDPFloodDoesNotLockOutATunnel(t *testing.T) {
 	target := udpEcho(t)
 	port := testutil.FreePort(t)
@@ -121,6 +121,18 @@ func TestUDPFloodDoesNotLockOutATunnel(t *testing.T) {
 	}
 	if err := client(1); err != nil {
 		t.Fatalf("a client on another host, next to the flood: %v", err)
+	}
+	// The flooding host's sessions went quiet: its next client takes the
+	// place of the idlest of them, a second later, not the idle timeout's
+	// minute (issue 40).
+	time.Sleep(1200 * time.Millisecond)
+	same, err := net.DialUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 2, 1)}, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer same.Close()
+	if err := roundTrip(same, []byte("hello")); err != nil {
+		t.Fatalf("a new client of the flooding host once its sessions went quiet: %v", err)
 	}
 	// Fill the table from more hosts; once its sessions go quiet, a new
 	// client takes the place of the idlest.

@@ -37,6 +37,7 @@ func (f *udpFlows) listen(t *v1alpha1.Tunnel, addr string) (stop func(), err err
 		allowed:  allowedSources(t),
 		sessions: map[netip.AddrPort]*udpSession{},
 		perHost:  map[netip.Prefix]int{},
+		scanned:  map[netip.Prefix]int64{},
 		stop:     make(chan struct{}),
 	}
 	f.spawn(u.serve)
@@ -59,8 +60,13 @@ type udpEntry struct {
 	mu       sync.Mutex
 	sessions map[netip.AddrPort]*udpSession
 	perHost  map[netip.Prefix]int // sessions by client host (srcaddr.Key)
-	closed   bool
-	stop     chan struct{}
+	// scanned is when a host at its share last had no quiet session to
+	// give up: its new sources are refused without a scan until
+	// evictIdle/4 later, so a flood costs one scan per window, not one
+	// per packet.
+	scanned map[netip.Prefix]int64
+	closed  bool
+	stop    chan struct{}
 }
 
 type udpSession struct {
@@ -161,6 +167,7 @@ func (u *udpEntry) dropped(reason string) {
 const (
 	evictIdle  = time.Second
 	evictBatch = 64
+	maxScanned = 4096 // hosts remembered as having no quiet session
 )
 
 func perHostSessions(sessions int) int { return min(sessions, max(sessions/16, 16)) }
@@ -183,17 +190,39 @@ func (u *udpEntry) session(from netip.AddrPort) *udpSession {
 		return nil
 	}
 	src := srcaddr.Key(host)
-	if u.perHost[src] >= perHostSessions(u.max) {
-		u.mu.Unlock()
-		u.dropped("source_limit")
-		return nil
-	}
 	var evicted []*udpSession
+	if u.perHost[src] >= perHostSessions(u.max) {
+		// A host at its share makes room from its own quiet sessions, as
+		// a full table does from everyone's: a burst of one-datagram
+		// sources (a scan, a NAT's many users) locks its host's next
+		// client out for a second at most, not for the idle timeout.
+		now := time.Now().UnixNano()
+		if now-u.scanned[src] > int64(evictIdle/4) {
+			evicted = u.idlestLocked(src)
+			for _, s := range evicted {
+				u.forgetLocked(s)
+			}
+			if len(evicted) == 0 {
+				if len(u.scanned) >= maxScanned {
+					clear(u.scanned)
+				}
+				u.scanned[src] = now
+			}
+		}
+		if u.perHost[src] >= perHostSessions(u.max) {
+			u.mu.Unlock()
+			u.dropped("source_limit")
+			u.f.warn.Warn("udp session refused: its client's host holds its share of the Tunnel's sessions, all active in the last second",
+				"tunnel", u.key, "host", src.String(), "share", perHostSessions(u.max))
+			return nil
+		}
+	}
 	if len(u.sessions) >= u.max {
-		evicted = u.idlestLocked()
-		for _, s := range evicted {
+		more := u.idlestLocked(netip.Prefix{})
+		for _, s := range more {
 			u.forgetLocked(s)
 		}
+		evicted = append(evicted, more...)
 	}
 	f := u.f
 	if len(u.sessions) >= u.max || !f.acquire(u.key, host) {
@@ -220,12 +249,13 @@ func (u *udpEntry) session(from netip.AddrPort) *udpSession {
 	return s
 }
 
-// idlestLocked picks the sessions to evict from a full table.
-func (u *udpEntry) idlestLocked() []*udpSession {
+// idlestLocked picks the sessions to evict from a full table, or from
+// host's share when host is valid.
+func (u *udpEntry) idlestLocked(host netip.Prefix) []*udpSession {
 	cutoff := time.Now().Add(-evictIdle).UnixNano()
 	var idle []*udpSession
 	for _, s := range u.sessions {
-		if s.last.Load() <= cutoff {
+		if s.last.Load() <= cutoff && (!host.IsValid() || srcaddr.Key(s.client.Addr()) == host) {
 			idle = append(idle, s)
 		}
 	}
