@@ -29,8 +29,12 @@ func (r *Relay) status() *adminapi.Status {
 			s.Peers = append(s.Peers, r.peerStatus(peer))
 		}
 	}
-	for _, c := range set.Chains {
-		if c.Spec.Entry != r.cfg.Name || r.routes == nil { // routes: from Start
+	chains := set.Chains
+	if r.routes == nil {
+		chains = nil // not started: no route known yet
+	}
+	for _, c := range chains {
+		if c.Spec.Entry != r.cfg.Name {
 			continue
 		}
 		key := manifest.Key(c.Namespace, c.Name)

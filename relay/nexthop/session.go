@@ -110,8 +110,7 @@ type tlsSession struct {
 }
 
 func newTLSSession(end flow.End, o SessionOptions) Session {
-	t := &tlsSession{end: end, frames: &hop.Frames{W: end, Stall: o.Stall}, bulk: o.Bulk}
-	return t
+	return &tlsSession{end: end, frames: &hop.Frames{W: end, Stall: o.Stall}, bulk: o.Bulk}
 }
 
 func (t *tlsSession) Send(p []byte) error {
