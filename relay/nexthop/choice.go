@@ -108,12 +108,12 @@ func (l peerLoss) RTT() time.Duration {
 }
 
 func (hs *Hops) transportChanged(peer string, from, to v1alpha1.Transport, reason string, rates map[v1alpha1.Transport]float64) {
-	if m := hs.p.o.Metrics; m != nil {
-		m.LinkTransport.DeletePartialMatch(map[string]string{"from": hs.p.o.Name, "to": peer})
-		m.LinkTransport.WithLabelValues(hs.p.o.Name, peer, string(to), reason).Set(1)
+	if m := hs.m; m != nil {
+		m.LinkTransport.DeletePartialMatch(map[string]string{"from": hs.name, "to": peer})
+		m.LinkTransport.WithLabelValues(hs.name, peer, string(to), reason).Set(1)
 	}
-	if hs.p.o.Log != nil {
-		hs.p.o.Log.Info("link transport chosen", "peer", peer, "from", string(from), "to", string(to), "reason", reason,
+	if hs.log != nil {
+		hs.log.Info("link transport chosen", "peer", peer, "from", string(from), "to", string(to), "reason", reason,
 			"quic_mbps", int(rates[v1alpha1.TransportQUIC]/1e6), "tls_mbps", int(rates[v1alpha1.TransportTLS]/1e6))
 	}
 }

@@ -23,7 +23,7 @@ func (p *Peers) Draining(peer string) bool {
 // LinkTransport is the transport bulk flows of auto chains take to peer
 // now and why; "" before this relay chose one.
 func (p *Peers) LinkTransport(peer string) (v1alpha1.Transport, string) {
-	return p.hops.auto.current(peer)
+	return p.auto.current(peer)
 }
 
 // Answering records whether peer answered the last round of link probes

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 	quicgo "github.com/quic-go/quic-go"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
+	"github.com/hoplink/hoplink/metrics"
 	"github.com/hoplink/hoplink/relay/flow"
 	"github.com/hoplink/hoplink/relay/hop"
 	rquic "github.com/hoplink/hoplink/relay/quic"
@@ -27,20 +29,23 @@ import (
 // every protocol, middle relays, traces and link requests all open hops
 // here.
 type Hops struct {
-	p *Peers
+	p    *Peers // the links and pools it opens hops on, bound by Listen
+	name string
+	m    *metrics.Metrics
+	log  *slog.Logger
 
-	spread sync.Map // peer with replicas -> *atomic.Uint64, its round-robin turn
-	auto   *chooser
+	spread sync.Map  // peer with replicas -> *atomic.Uint64, its round-robin turn
+	auto   *chooser  // shared with Peers, which forgets relays that leave
 	shares tlsShares // TLS flows open under auto
 	live   liveTCP   // the TCP connections of TLS flows open, per peer
 }
 
-func newHops(p *Peers) *Hops {
-	hs := &Hops{p: p, auto: newChooser()}
+func newHops(p *Peers, o Options, auto *chooser) *Hops {
+	hs := &Hops{p: p, name: o.Name, m: o.Metrics, log: o.Log, auto: auto}
 	hs.auto.changed = hs.transportChanged
 	hs.auto.goodput = func(peer string, t v1alpha1.Transport, bps float64) {
-		if m := p.o.Metrics; m != nil {
-			m.LinkGoodput.WithLabelValues(p.o.Name, peer, string(t)).Set(bps)
+		if hs.m != nil {
+			hs.m.LinkGoodput.WithLabelValues(hs.name, peer, string(t)).Set(bps)
 		}
 	}
 	return hs
@@ -242,6 +247,12 @@ func (hs *Hops) openSession(ctx context.Context, h *hop.Header) (*Hop, error) {
 	if err != nil {
 		return nil, err
 	}
+	return sendHeader(c, s, h)
+}
+
+// sendHeader writes h as the first bytes of s, a new stream of c, and
+// makes the stream a Hop; a stream it cannot write to is reset.
+func sendHeader(c *rquic.Conn, s *quicgo.Stream, h *hop.Header) (*Hop, error) {
 	if err := writeHeader(s, h); err != nil {
 		flow.Reset(s, hop.CodeNextHop)
 		return nil, &Error{Reason: NextHop, Next: h.Route[0], Err: err}
@@ -277,11 +288,7 @@ func (hs *Hops) openLive(ctx context.Context, h *hop.Header) (*Hop, error) {
 	if err != nil {
 		return nil, &Error{Reason: NextHop, Next: h.Route[0], Err: fmt.Errorf("open stream: %w", err)}
 	}
-	if err := writeHeader(s, h); err != nil {
-		flow.Reset(s, hop.CodeNextHop)
-		return nil, &Error{Reason: NextHop, Next: h.Route[0], Err: err}
-	}
-	return quicHop(c, s, flow.Stream(s)), nil
+	return sendHeader(c, s, h)
 }
 
 // link is the QUIC link a new stream of class to peer takes. A peer with

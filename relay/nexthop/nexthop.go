@@ -48,15 +48,16 @@ type Peers struct {
 
 	headers pending // QUIC streams waiting for their header
 	hops    *Hops
-	up      Upper // from Listen
+	auto    *chooser // the transport flows to each peer take under auto, shared with hops
+	up      Upper    // from Listen
 }
 
 // New makes a relay's Peers; Listen binds them. The two steps let the
 // roles above be built with the Peers and their Hops, and the layer above
 // them given to Listen, before the first stream arrives.
 func New(o Options) *Peers {
-	p := &Peers{o: o}
-	p.hops = newHops(p)
+	p := &Peers{o: o, auto: newChooser()}
+	p.hops = newHops(p, o, p.auto)
 	return p
 }
 

@@ -69,7 +69,7 @@ func admission(peers []Peer) (conns map[string]int, names []string) {
 // start starts the links and pools of peers, and forgets what the
 // transport chooser knew of relays no longer among them.
 func (p *Peers) start(peers []Peer) {
-	p.hops.auto.forget(func(name string) bool {
+	p.auto.forget(func(name string) bool {
 		if _, ok := p.peer(name); ok {
 			return true
 		}

@@ -65,8 +65,8 @@ func (hs *Hops) udpTransport(h *hop.Header, transport v1alpha1.Transport, mode v
 func (hs *Hops) UDPBulk(tunnel string) { hs.auto.sawUDPBulk(tunnel, time.Now()) }
 
 func (hs *Hops) countFlow(peer string, t v1alpha1.Transport, reason string) {
-	if m := hs.p.o.Metrics; m != nil {
-		m.LinkFlows.WithLabelValues(hs.p.o.Name, peer, string(t), reason).Inc()
+	if m := hs.m; m != nil {
+		m.LinkFlows.WithLabelValues(hs.name, peer, string(t), reason).Inc()
 	}
 }
 
