@@ -122,3 +122,20 @@ func (c *coalescer[K, V]) peek(key K) (v V, age time.Duration, ok bool) {
 	}
 	return s.last, time.Since(s.done), true
 }
+
+// all measures every key at once, as one round (a slow peer or target
+// costs its own figure, not the others'), each as do would; label writes
+// a key and its value's age into the value.
+func (c *coalescer[K, V]) all(ctx context.Context, keys []K, fresh time.Duration, reuse func(V) bool, run func(K) V, label func(*V, K, time.Duration)) []V {
+	out := make([]V, len(keys))
+	var wg sync.WaitGroup
+	for i, k := range keys {
+		wg.Go(func() {
+			v, age, _ := c.do(ctx, k, fresh, reuse, func() V { return run(k) })
+			label(&v, k, age)
+			out[i] = v
+		})
+	}
+	wg.Wait()
+	return out
+}

@@ -3,11 +3,12 @@ package probe
 import (
 	"context"
 	"encoding/binary"
-	"github.com/hoplink/hoplink/measure"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/hoplink/hoplink/measure"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -156,19 +157,11 @@ func (l *Links) lateEcho(peer string, rtt time.Duration) {
 // fresh. A round waits for answers until ctx ends or every probe is
 // answered; probes unanswered by then count as lost.
 func (l *Links) Measure(ctx context.Context, peers []string, fresh time.Duration) []measure.Link {
-	out := make([]measure.Link, len(peers))
-	var wg sync.WaitGroup
-	for i, peer := range peers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			link, age, _ := l.last.do(ctx, peer, fresh, func(l measure.Link) bool { return l.Up }, func() measure.Link { return l.round(ctx, peer) })
+	return l.last.all(ctx, peers, fresh, func(l measure.Link) bool { return l.Up },
+		func(peer string) measure.Link { return l.round(ctx, peer) },
+		func(link *measure.Link, peer string, age time.Duration) {
 			link.To, link.Age = peer, measure.Duration(age)
-			out[i] = link
-		}()
-	}
-	wg.Wait()
-	return out
+		})
 }
 
 // round probes one peer and folds the result into its state.

@@ -2,11 +2,11 @@ package probe
 
 import (
 	"context"
-	"github.com/hoplink/hoplink/measure"
 	"net"
 	"slices"
-	"sync"
 	"time"
+
+	"github.com/hoplink/hoplink/measure"
 
 	"github.com/hoplink/hoplink/metrics"
 )
@@ -62,19 +62,11 @@ func (t *Targets) Observe(spec TargetSpec, d time.Duration) {
 // Measure returns the targets' connect times, connecting to those not
 // measured within fresh, for at most as long as ctx lasts.
 func (t *Targets) Measure(ctx context.Context, specs []TargetSpec, fresh time.Duration) []measure.Target {
-	out := make([]measure.Target, len(specs))
-	var wg sync.WaitGroup
-	for i, spec := range specs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r, age, _ := t.last.do(ctx, spec, fresh, func(r measure.Target) bool { return r.Up }, func() measure.Target { return t.connect(ctx, spec) })
+	return t.last.all(ctx, specs, fresh, func(r measure.Target) bool { return r.Up },
+		func(spec TargetSpec) measure.Target { return t.connect(ctx, spec) },
+		func(r *measure.Target, spec TargetSpec, age time.Duration) {
 			r.Tunnel, r.Target, r.Age = spec.Tunnel, spec.Target, measure.Duration(age)
-			out[i] = r
-		}()
-	}
-	wg.Wait()
-	return out
+		})
 }
 
 func (t *Targets) connect(ctx context.Context, spec TargetSpec) measure.Target {
