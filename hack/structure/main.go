@@ -7,8 +7,9 @@
 //     8 in all), each listed;
 //   - imports of hack/ from outside it, tests included (none), each listed;
 //   - the functions a TCP flow passes through from the client's socket to
-//     the target's, as docs/architecture.md's "A flow, hop by hop" walks
-//     them, with their files, counted.
+//     the target's, with their files, counted: the call graph's shortest
+//     chains between the ends of each leg of docs/architecture.md's "A
+//     flow, hop by hop".
 //
 // Run from anywhere in the module:
 //
@@ -141,6 +142,14 @@ func (t *tree) parsed(p *pkg) ([]*ast.File, error) {
 		p.files = append(p.files, f)
 	}
 	return p.files, nil
+}
+
+// whereFile is a file's path relative to the module root.
+func (t *tree) whereFile(name string) string {
+	if r, err := filepath.Rel(t.root, name); err == nil {
+		return r
+	}
+	return name
 }
 
 // where is a position as a path relative to the module root.
@@ -368,94 +377,6 @@ func (t *tree) inHack(path string) bool {
 	return ok && (rel == "hack" || strings.HasPrefix(rel, "hack/"))
 }
 
-// step is a function a TCP flow passes through. The list follows the
-// table of docs/architecture.md ("The same walk through the code"), with
-// the functions between its steps that it leaves out marked as such.
-type step struct {
-	Hop   string // which relay, and what happens
-	Pkg   string // relative to the module
-	Func  string // "Recv.Name" or "Name"
-	Table bool   // docs/architecture.md's table names it, or only its file
-}
-
-// tcpPath is one TCP flow over a three-relay chain (hk -> seattle -> la)
-// on QUIC hops under transport auto, client socket to target socket. A
-// function that the flow passes again (Hops.Open, flow.Join at the
-// middle) is listed once.
-var tcpPath = []step{
-	{"entry: the Tunnel's listener opened", "relay", "Relay.openTunnel", true},
-	{"entry: the client accepted, a flow token taken", "relay", "tcpFlows.serve", true},
-	{"entry: the client's socket as a flow end", "relay/flow", "TCP", true},
-	{"entry: the flow into the chain", "relay", "tcpFlows.entry", false},
-	{"entry: the route", "relay", "routeBook.routeOf", true},
-	{"entry: the route", "relay", "routeBook.Route", true},
-	{"entry: a hop opened", "relay/nexthop", "Hops.Open", true},
-	{"entry: the link's transport chosen", "relay/nexthop", "Hops.choose", false},
-	{"entry: a QUIC stream", "relay/nexthop", "Hops.openStream", false},
-	{"entry: a QUIC stream", "relay/nexthop", "Hops.stream", true},
-	{"entry: a QUIC stream", "relay/quic", "Link.OpenStream", false},
-	{"entry: the header written", "relay/nexthop", "writeHeader", false},
-	{"entry: the stream as a flow end", "relay/flow", "HeldStream", true},
-	{"entry: client and stream joined", "relay/flow", "Join", true},
-	{"middle: the stream accepted", "relay/quic", "Endpoint.accept", true},
-	{"middle: the stream's header read, the stream a flow end (flow.HeldStream)", "relay/nexthop", "fromQUIC.Serve", true},
-	{"middle: the header read", "relay/hop", "Read", true},
-	{"middle: the hop admitted and handed to its role", "relay", "dispatcher.Serve", true},
-	{"middle: the header admitted", "relay/admit", "Stream", true},
-	{"middle: the flow passed on (Hops.Open, flow.Join)", "relay", "tcpFlows.middle", true},
-	{"exit: the flow to its target", "relay", "tcpFlows.exit", true},
-	{"exit: the target dialed", "relay", "tcpFlows.dial", true},
-	{"exit: target and stream joined (flow.TCP, flow.Join)", "relay", "tcpFlows.joinTarget", false},
-}
-
-// located is a step and the file that declares its function.
-type located struct {
-	step
-	File string
-}
-
-func (t *tree) locate(path []step) ([]located, error) {
-	var out []located
-	var missing []string
-	for _, s := range path {
-		p := t.pkgs[t.module+"/"+s.Pkg]
-		if p == nil {
-			missing = append(missing, s.Pkg+" (no such package)")
-			continue
-		}
-		files, err := t.parsed(p)
-		if err != nil {
-			return nil, err
-		}
-		recv, name, isMethod := strings.Cut(s.Func, ".")
-		if !isMethod {
-			recv, name = "", s.Func
-		}
-		file := ""
-		for _, f := range files {
-			for _, d := range f.Decls {
-				fd, ok := d.(*ast.FuncDecl)
-				if !ok || fd.Name.Name != name || (fd.Recv != nil) != isMethod {
-					continue
-				}
-				if isMethod && recvName(fd.Recv.List[0].Type) != recv {
-					continue
-				}
-				file = t.where(fd.Pos())
-			}
-		}
-		if file == "" {
-			missing = append(missing, s.Pkg+"."+s.Func)
-			continue
-		}
-		out = append(out, located{s, file})
-	}
-	if len(missing) > 0 {
-		return out, fmt.Errorf("the TCP flow's path names functions that are gone (update tcpPath in hack/structure): %s", strings.Join(missing, ", "))
-	}
-	return out, nil
-}
-
 func report(w io.Writer, t *tree) error {
 	for _, under := range []string{"", "relay", "route"} {
 		ms, err := t.methods(under)
@@ -497,27 +418,36 @@ func report(w io.Writer, t *tree) error {
 	}
 	fmt.Fprintln(w)
 
-	steps, err := t.locate(tcpPath)
+	pairs, err := t.nearCopies()
 	if err != nil {
 		return err
 	}
-	files, tableFiles := map[string]bool{}, map[string]bool{}
-	tableFuncs := 0
-	for _, s := range steps {
-		files[s.File] = true
-		if s.Table {
-			tableFiles[s.File] = true
-			tableFuncs++
+	fmt.Fprintf(w, "Pairs of functions in the code that ships sharing %d lines or more but for names and values: %d (bound %d)%s\n",
+		minLines, len(pairs), maxNearCopy, over(len(pairs), maxNearCopy))
+	for _, p := range pairs {
+		why := whyKept[p.A+" ~ "+p.B]
+		if why == "" {
+			why = "no reason given (whyKept in hack/structure)"
 		}
+		fmt.Fprintf(w, "  %s ~ %s  (%d lines): %s\n", p.A, p.B, p.Lines, why)
 	}
-	fmt.Fprintf(w, "Files a TCP flow crosses from client socket to target socket (hk -> seattle -> la, QUIC hops, transport auto): %d files, %d functions; those docs/architecture.md's table names: %d files, %d functions\n",
-		len(files), len(steps), len(tableFiles), tableFuncs)
-	for _, s := range steps {
-		mark := ""
-		if !s.Table {
-			mark = "  (not in the table)"
+	fmt.Fprintln(w)
+
+	g, err := t.callGraph("relay")
+	if err != nil {
+		return err
+	}
+	legs, err := g.walk(tcpLegs)
+	if err != nil {
+		return err
+	}
+	funcs, files := crossed(legs)
+	fmt.Fprintf(w, "Files a TCP flow crosses from client socket to target socket (hk -> seattle -> la, QUIC hops, transport auto): %d files, %d functions, the calls between each leg's ends found in the call graph\n", files, funcs)
+	for _, l := range legs {
+		fmt.Fprintf(w, "  %s: %s\n", l.Relay, l.What)
+		for _, c := range l.Calls {
+			fmt.Fprintf(w, "    %-28s %s\n", c.File, c.Func)
 		}
-		fmt.Fprintf(w, "  %-26s %-32s %s%s\n", s.File, s.Pkg+"."+s.Func, s.Hop, mark)
 	}
 	return nil
 }
