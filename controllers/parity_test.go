@@ -51,6 +51,9 @@ func TestLocalValidationMatchesCRDs(t *testing.T) {
 		{"proxy v1 on udp", "kind: Tunnel\nmetadata: {name: x}\nspec: {chain: c, protocol: udp, listen: {port: 8080}, target: \"10.0.0.1:53\", proxyProtocol: v1}", "spec.proxyProtocol"},
 		{"proxy version unknown", "kind: Tunnel\nmetadata: {name: x}\nspec: {chain: c, listen: {port: 8080}, target: \"10.0.0.1:80\", proxyProtocol: v3}", "spec.proxyProtocol"},
 		{"allowed source not a CIDR", "kind: Tunnel\nmetadata: {name: x}\nspec: {chain: c, listen: {port: 8080, allowedSources: [10.0.0.0/8, 10.1.2.3]}, target: \"10.0.0.1:80\"}", "spec.listen.allowedSources"},
+		{"rate limit negative", "kind: Tunnel\nmetadata: {name: x}\nspec: {chain: c, listen: {port: 8080}, target: \"10.0.0.1:80\", limits: {rateMbps: -5}}", "spec.limits.rateMbps"},
+		{"rate limit past 100 Gbit/s", "kind: Tunnel\nmetadata: {name: x}\nspec: {chain: c, listen: {port: 8080}, target: \"10.0.0.1:80\", limits: {rateMbps: 200000}}", "spec.limits.rateMbps"},
+		{"limits on tun", "kind: Tunnel\nmetadata: {name: x}\nspec: {chain: c, protocol: tun, tun: {address: 10.200.0.1/24, routes: [10.77.0.0/16]}, limits: {rateMbps: 10}}", "spec.limits"},
 		{"tun without a device", "kind: Tunnel\nmetadata: {name: x}\nspec: {chain: c, protocol: tun}", "spec.tun"},
 		{"relay port zero", "kind: RelayNode\nmetadata: {name: x}\nspec: {listen: {port: 0}}", "spec.listen.port"},
 	}

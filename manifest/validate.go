@@ -254,6 +254,9 @@ func validatePortForward(t *v1alpha1.Tunnel, bad func(field, format string, args
 	case pp == v1alpha1.ProxyV1 && t.Spec.Protocol == v1alpha1.ProtocolUDP:
 		bad("spec.proxyProtocol", "protocol udp takes only v2 (v1 is text for TCP)")
 	}
+	if l := t.Spec.Limits; l != nil && l.RateMbps != 0 && (l.RateMbps < 1 || l.RateMbps > 100000) {
+		bad("spec.limits.rateMbps", "%d must be from 1 to 100000 (100 Gbit/s), or left out for no limit", l.RateMbps)
+	}
 	if u := t.Spec.UDP; u != nil {
 		if t.Spec.Protocol != v1alpha1.ProtocolUDP {
 			bad("spec.udp", "applies to protocol udp only")
@@ -288,6 +291,9 @@ func validateTun(t *v1alpha1.Tunnel, bad func(field, format string, args ...any)
 	}
 	if t.Spec.ProxyProtocol != "" {
 		bad("spec.proxyProtocol", "protocol tun has no target to tell; remove it")
+	}
+	if t.Spec.Limits != nil {
+		bad("spec.limits", "applies to protocol tcp and udp only; remove it from a tun Tunnel")
 	}
 	u := t.Spec.TUN
 	if u == nil {

@@ -25,6 +25,7 @@ type Metrics struct {
 	Handshakes  *prometheus.CounterVec
 	UDPSessions *prometheus.GaugeVec
 	UDPDropped  *prometheus.CounterVec
+	RateWaited  *prometheus.CounterVec
 	// UDPFramed counts sessions that turned to stream mode (udp.mode auto).
 	UDPFramed *prometheus.CounterVec
 	// SendLost counts packets the host refused to send (a local firewall
@@ -139,9 +140,13 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "hoplink_udp_sessions",
 			Help: "Open UDP sessions by tunnel and role.",
 		}, []string{"relay", "tunnel", "role"}),
+		RateWaited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hoplink_tunnel_rate_wait_seconds_total",
+			Help: "Time a Tunnel's TCP flows waited at this relay for its rate limit (spec.limits.rateMbps), by direction: up at the entry (client to target), down at the exit. Growing about one second a second per busy flow: the Tunnel sends at its limit.",
+		}, []string{"relay", "tunnel", "direction"}),
 		UDPDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hoplink_udp_dropped_packets_total",
-			Help: "UDP packets a relay dropped, by reason (session_limit, source_limit, queue_full, send_failed, write_failed, setup_failed: held for a session that could not be set up; with an empty tunnel label, datagrams from peers: no_session for a session the relay does not know, bad_datagram, probe_limit for link probes past the echo rate).",
+			Help: "UDP packets a relay dropped, by reason (session_limit, source_limit, queue_full, send_failed, write_failed, rate_limit: over the Tunnel's spec.limits.rateMbps, setup_failed: held for a session that could not be set up; with an empty tunnel label, datagrams from peers: no_session for a session the relay does not know, bad_datagram, probe_limit for link probes past the echo rate).",
 		}, []string{"relay", "tunnel", "reason"}),
 		UDPFramed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hoplink_udp_framed_sessions_total",
@@ -241,7 +246,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"relay", "tunnel", "protocol"}),
 	}
 	reg.MustRegister(m.Bytes, m.Flows, m.ActiveFlows, m.FlowSetup, m.FlowErrors, m.Rejected,
-		m.Ready, m.CertExpiry, m.TunnelOpen, m.PeerUp, m.Handshakes, m.UDPSessions, m.UDPDropped, m.UDPFramed, m.SendLost, m.RedundantCopies, m.UDPBuffer, m.DrainNotices, m.ConnsEvicted, m.ReloadsRejected,
+		m.Ready, m.CertExpiry, m.TunnelOpen, m.PeerUp, m.Handshakes, m.UDPSessions, m.UDPDropped, m.RateWaited, m.UDPFramed, m.SendLost, m.RedundantCopies, m.UDPBuffer, m.DrainNotices, m.ConnsEvicted, m.ReloadsRejected,
 		m.LinkUp, m.LinkRTT, m.LinkRTTMin, m.LinkSmoothed, m.LinkJitter, m.LinkLoss, m.LinkProbes, m.LinkTransport, m.LinkGoodput, m.LinkCongestion, m.LinkFlows,
 		m.TargetRTT, m.TargetUp, m.ChainRoute, m.TUNPackets, m.TUNBytes, m.TUNDropped, m.TUNFlows)
 	m.Route = NewRoute(reg)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hoplink/hoplink/adminapi"
+	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/manifest"
 	"github.com/hoplink/hoplink/metrics"
 	"github.com/hoplink/hoplink/relay/egress"
@@ -43,6 +44,8 @@ type env struct {
 	// openTCP counts the TCP flows in progress, in every role: what a
 	// drain waits for (UDP and packet sessions have no end of their own).
 	openTCP atomic.Int64
+	// limits holds Tunnels to their spec.limits.rateMbps.
+	limits rateLimits
 
 	ctx context.Context // ends when the relay closes
 	wg  *sync.WaitGroup // the relay's goroutines, waited for by Close
@@ -103,6 +106,24 @@ func (e *env) beginTCP(tunnel, role string) (flowCounters, func()) {
 		done()
 		e.openTCP.Add(-1)
 	}
+}
+
+// pace holds a flow's directions to its Tunnel's rate where this relay
+// holds them: up at the entry, down at the exit (both where the entry is
+// the exit). paced is false for a Tunnel without a limit.
+func (e *env) pace(fc flowCounters, t *v1alpha1.Tunnel, up, down bool) (_ flowCounters, paced bool) {
+	tr := e.limits.of(t)
+	if tr == nil {
+		return fc, false
+	}
+	key := manifest.Key(t.Namespace, t.Name)
+	if up {
+		fc.up = pacedCounter{fc.up, tr.up, e.m.RateWaited.WithLabelValues(e.name, key, "up")}
+	}
+	if down {
+		fc.down = pacedCounter{fc.down, tr.down, e.m.RateWaited.WithLabelValues(e.name, key, "down")}
+	}
+	return fc, true
 }
 
 func (e *env) flowError(tunnel, reason string) {

@@ -106,6 +106,7 @@ func (f *tcpFlows) entry(in flow.End, t *v1alpha1.Tunnel, key, target string) {
 		f.forward(ctx, in, t, target, start, fc)
 		return
 	}
+	fc, _ = f.pace(fc, t, true, false)
 	h := &hop.Header{Kind: hop.KindTCP, Tunnel: key, Route: route[1:], Target: target}
 	if a, ok := in.(*flow.TCPEnd); ok {
 		h.Client, h.Listener = proxyAddrs(t, a.Conn().RemoteAddr(), a.Conn().LocalAddr())
@@ -170,12 +171,15 @@ func (f *tcpFlows) forward(ctx context.Context, in flow.End, t *v1alpha1.Tunnel,
 		in.Abort()
 		return
 	}
-	if a, ok := in.(*flow.TCPEnd); ok {
+	fc, paced := f.pace(fc, t, true, true)
+	if a, ok := in.(*flow.TCPEnd); ok && !paced {
 		client, listener := proxyAddrs(t, a.Conn().RemoteAddr(), a.Conn().LocalAddr())
 		if !f.tellTarget(tc, t, client, listener) {
 			in.Abort()
 			return
 		}
+		// The kernel copies: a rate limit, which paces each copy, needs
+		// the copy in user space.
 		f.join(key, sideClient, sideTarget, flow.Splice(a.Conn(), tc, fc.up, fc.down, tcpIdle(t)))
 		return
 	}
@@ -237,6 +241,7 @@ func (f *tcpFlows) exit(in flow.End, h *hop.Header, t *v1alpha1.Tunnel) {
 		in.Fail(hop.CodeDialFailed)
 		return
 	}
+	fc, _ = f.pace(fc, t, false, true)
 	f.joinTarget(in, sidePrevHop, tc, fc, t)
 }
 

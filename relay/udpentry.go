@@ -114,7 +114,12 @@ func (u *udpEntry) serve() {
 	// The sessions a batch sent to, flushed after it: in stream mode their
 	// frames leave together.
 	var sent []*udpSession
+	up := u.f.limits.of(u.t).upLimiter()
 	deliver := func(p []byte, from netip.AddrPort) {
+		if !allow(up, len(p)) {
+			u.dropped("rate_limit")
+			return
+		}
 		s := u.session(from)
 		if s == nil {
 			return
@@ -372,11 +377,16 @@ func (s *udpSession) connect() {
 		s.proxy = proxyHeader(u.t, true, client, listener)
 		s.markReady()
 		buf := make([]byte, hop.MaxFrame)
+		down, overRate := f.downRate(u.t)
 		for {
 			n, err := c.Read(buf)
 			if err != nil {
 				s.end(hop.CodeReset)
 				return
+			}
+			if !allow(down, n) {
+				overRate.Inc()
+				continue
 			}
 			s.reply(buf[:n])
 		}

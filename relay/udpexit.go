@@ -99,6 +99,7 @@ func (f *udpFlows) exit(from *nexthop.Hop, h *hop.Header, t *v1alpha1.Tunnel) {
 	// Replies from the target. The idle timeout also holds here, so an exit
 	// never keeps a session whose entry vanished.
 	idle := udpIdle(t)
+	rateLimit, overRate := f.downRate(t)
 	buf := make([]byte, hop.MaxFrame)
 	for {
 		wake.Lock()
@@ -111,7 +112,10 @@ func (f *udpFlows) exit(from *nexthop.Hop, h *hop.Header, t *v1alpha1.Tunnel) {
 		n, err := tc.Read(buf)
 		if n > 0 {
 			last.Store(time.Now().UnixNano())
-			if back.Send(buf[:n]) == nil && back.Flush() == nil {
+			switch {
+			case !allow(rateLimit, n):
+				overRate.Inc()
+			case back.Send(buf[:n]) == nil && back.Flush() == nil:
 				fc.down.Add(float64(n))
 			}
 		}

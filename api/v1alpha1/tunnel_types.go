@@ -182,6 +182,7 @@ const (
 // +kubebuilder:validation:XValidation:rule="(has(self.protocol) && self.protocol == 'tun') || (has(self.listen) && has(self.target))",message="spec.listen and spec.target are required for protocol tcp and udp"
 // +kubebuilder:validation:XValidation:rule="!(has(self.protocol) && self.protocol == 'tun') || (!has(self.listen) && !has(self.target))",message="protocol tun takes no spec.listen or spec.target: spec.tun.routes say what it reaches"
 // +kubebuilder:validation:XValidation:rule="!has(self.proxyProtocol) || !has(self.protocol) || self.protocol == 'tcp' || (self.protocol == 'udp' && self.proxyProtocol == 'v2')",message="spec.proxyProtocol: protocol udp takes only v2 (v1 is text for TCP), and protocol tun none"
+// +kubebuilder:validation:XValidation:rule="!has(self.limits) || !has(self.protocol) || self.protocol != 'tun'",message="spec.limits applies to protocol tcp and udp only; remove it from a tun Tunnel"
 type TunnelSpec struct {
 	// Chain is the name of the Chain this Tunnel's flows travel.
 	// +kubebuilder:validation:MinLength=1
@@ -218,6 +219,26 @@ type TunnelSpec struct {
 	// +kubebuilder:validation:Enum=v1;v2
 	// +optional
 	ProxyProtocol ProxyProtocol `json:"proxyProtocol,omitempty"`
+	// Limits hold the Tunnel to what it may take of the relays it crosses
+	// (protocol tcp and udp).
+	// +optional
+	Limits *TunnelLimits `json:"limits,omitempty"`
+}
+
+// TunnelLimits hold one Tunnel to a share of the relays, whatever other
+// Tunnels do.
+type TunnelLimits struct {
+	// RateMbps bounds the Tunnel's payload in each direction, all its
+	// flows and sessions together, in megabits a second: client to target
+	// at the entry relay, target to client at the exit. TCP flows wait for
+	// their turn (the sender slows down); UDP datagrams over the rate are
+	// dropped and counted (udp_dropped_packets_total, reason rate_limit).
+	// Each entry and exit relay holds the rate on its own: a Tunnel whose
+	// entry runs as several replicas may take the rate at each.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100000
+	// +optional
+	RateMbps int32 `json:"rateMbps,omitempty"`
 }
 
 // ProxyProtocol is a version of the PROXY protocol.
