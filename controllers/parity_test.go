@@ -53,6 +53,7 @@ func TestLocalValidationMatchesCRDs(t *testing.T) {
 		{"allowed source not a CIDR", "kind: Tunnel\nmetadata: {name: x}\nspec: {chain: c, listen: {port: 8080, allowedSources: [10.0.0.0/8, 10.1.2.3]}, target: \"10.0.0.1:80\"}", "spec.listen.allowedSources"},
 		{"rate limit negative", "kind: Tunnel\nmetadata: {name: x}\nspec: {chain: c, listen: {port: 8080}, target: \"10.0.0.1:80\", limits: {rateMbps: -5}}", "spec.limits.rateMbps"},
 		{"rate limit past 100 Gbit/s", "kind: Tunnel\nmetadata: {name: x}\nspec: {chain: c, listen: {port: 8080}, target: \"10.0.0.1:80\", limits: {rateMbps: 200000}}", "spec.limits.rateMbps"},
+		{"max flows zero or less", "kind: Tunnel\nmetadata: {name: x}\nspec: {chain: c, listen: {port: 8080}, target: \"10.0.0.1:80\", limits: {maxFlows: -1}}", "spec.limits.maxFlows"},
 		{"limits on tun", "kind: Tunnel\nmetadata: {name: x}\nspec: {chain: c, protocol: tun, tun: {address: 10.200.0.1/24, routes: [10.77.0.0/16]}, limits: {rateMbps: 10}}", "spec.limits"},
 		{"tun without a device", "kind: Tunnel\nmetadata: {name: x}\nspec: {chain: c, protocol: tun}", "spec.tun"},
 		{"relay port zero", "kind: RelayNode\nmetadata: {name: x}\nspec: {listen: {port: 0}}", "spec.listen.port"},

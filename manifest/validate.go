@@ -254,8 +254,13 @@ func validatePortForward(t *v1alpha1.Tunnel, bad func(field, format string, args
 	case pp == v1alpha1.ProxyV1 && t.Spec.Protocol == v1alpha1.ProtocolUDP:
 		bad("spec.proxyProtocol", "protocol udp takes only v2 (v1 is text for TCP)")
 	}
-	if l := t.Spec.Limits; l != nil && l.RateMbps != 0 && (l.RateMbps < 1 || l.RateMbps > 100000) {
-		bad("spec.limits.rateMbps", "%d must be from 1 to 100000 (100 Gbit/s), or left out for no limit", l.RateMbps)
+	if l := t.Spec.Limits; l != nil {
+		if l.RateMbps != 0 && (l.RateMbps < 1 || l.RateMbps > 100000) {
+			bad("spec.limits.rateMbps", "%d must be from 1 to 100000 (100 Gbit/s), or left out for no limit", l.RateMbps)
+		}
+		if l.MaxFlows != 0 && (l.MaxFlows < 1 || l.MaxFlows > 1000000) {
+			bad("spec.limits.maxFlows", "%d must be from 1 to 1000000, or left out for the relays' share", l.MaxFlows)
+		}
 	}
 	if u := t.Spec.UDP; u != nil {
 		if t.Spec.Protocol != v1alpha1.ProtocolUDP {

@@ -60,7 +60,11 @@ func (e *env) acquire(tunnel string, host netip.Addr) bool {
 		e.flowError(tunnel, refusedDraining)
 		return false
 	}
-	if reason := e.flows.take(tunnel, host); reason != "" {
+	tunnelMax := 0
+	if t := e.manifests().Tunnel(tunnel); t != nil && t.Spec.Limits != nil {
+		tunnelMax = int(t.Spec.Limits.MaxFlows)
+	}
+	if reason := e.flows.take(tunnel, host, tunnelMax); reason != "" {
 		e.flowError(tunnel, reason)
 		return false
 	}

@@ -169,7 +169,7 @@ func newLinkRequests() *quota {
 func (m *measurer) serveLinks(from *nexthop.Hop, h *hop.Header, c *v1alpha1.Chain) {
 	peer, s := from.Peer, from.Stream()
 	// The share is per peer (a quota keyed by peer in place of a Tunnel).
-	if why := m.requests.take(peer, netip.Addr{}); why != "" {
+	if why := m.requests.take(peer, netip.Addr{}, 0); why != "" {
 		limit := "the peer's share"
 		if why == flowLimit {
 			limit = "the relay's bound"

@@ -48,15 +48,20 @@ func newQuota(flows, perTunnel, perSource int) *quota {
 }
 
 // take takes a token for a flow of tunnel from host (the zero Addr past
-// the entry), or says which limit refused it.
-func (q *quota) take(tunnel string, host netip.Addr) (reason string) {
+// the entry), or says which limit refused it. tunnelMax, when above zero,
+// is the Tunnel's own bound (spec.limits.maxFlows).
+func (q *quota) take(tunnel string, host netip.Addr, tunnelMax int) (reason string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	src := source{tunnel, srcaddr.Key(host)}
+	perTunnel := q.perTunnel
+	if tunnelMax > 0 {
+		perTunnel = min(perTunnel, tunnelMax)
+	}
 	switch {
 	case q.total >= q.max:
 		return flowLimit
-	case q.tunnels[tunnel] >= q.perTunnel:
+	case q.tunnels[tunnel] >= perTunnel:
 		return tunnelLimit
 	case host.IsValid() && q.sources[src] >= q.perSource:
 		return sourceLimit

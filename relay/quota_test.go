@@ -22,7 +22,7 @@ func TestQuotaSourceIsAnIPv6Slash64(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			q := newQuota(100, 100, 2)
 			for i, h := range tc.hosts {
-				reason := q.take("default/t", netip.MustParseAddr(h))
+				reason := q.take("default/t", netip.MustParseAddr(h), 0)
 				if want := i == tc.refuse; want != (reason == sourceLimit) {
 					t.Fatalf("flow %d from %s: refused %q, want refused %v", i, h, reason, want)
 				}
@@ -35,6 +35,39 @@ func TestQuotaSourceIsAnIPv6Slash64(t *testing.T) {
 			}
 			if n := len(q.sources); n != 0 || q.inUse() != 0 {
 				t.Fatalf("%d sources, %d flows left after every flow ended", n, q.inUse())
+			}
+		})
+	}
+}
+
+// A Tunnel's own bound (spec.limits.maxFlows) holds below the relay's
+// share for one Tunnel, never above it, and only for that Tunnel.
+func TestQuotaTunnelsOwnBound(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		tunnelMax int
+		want      int // flows of the Tunnel taken before tunnel_limit
+	}{
+		{"its own bound", 3, 3},
+		{"none", 0, 5},
+		{"above the relay's share", 80, 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := newQuota(100, 5, 100)
+			n := 0
+			for q.take("default/t", netip.Addr{}, tc.tunnelMax) == "" {
+				if n++; n > 100 {
+					t.Fatal("no bound")
+				}
+			}
+			if n != tc.want {
+				t.Errorf("took %d flows, want %d", n, tc.want)
+			}
+			if r := q.take("default/t", netip.Addr{}, tc.tunnelMax); r != tunnelLimit {
+				t.Errorf("past the bound: %q, want %q", r, tunnelLimit)
+			}
+			if r := q.take("default/other", netip.Addr{}, 0); r != "" {
+				t.Errorf("another Tunnel refused: %q", r)
 			}
 		})
 	}

@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"testing"
 	"time"
@@ -83,4 +84,51 @@ func TestUDPRateLimit(t *testing.T) {
 	if dropped < 100 || got > 300 {
 		t.Errorf("%d of 400 datagrams answered and %.0f dropped over the rate, want most dropped: 1 Mbit/s lets about 65 KiB through at once and 125 KB a second", got, dropped)
 	}
+}
+
+// TestTunnelMaxFlows: a Tunnel with spec.limits.maxFlows gets that many
+// flows at once; the next is reset at the entry and counted, and the open
+// ones carry on.
+func TestTunnelMaxFlows(t *testing.T) {
+	target := testutil.EchoServer(t)
+	port := testutil.FreePort(t)
+	_, m, _ := network(t, 2, []string{"r0", "r1"},
+		testutil.TunnelSpec{Name: "t", Protocol: "tcp", Target: target, Port: port, Extra: ", limits: {maxFlows: 2}"})
+	echo := func(c net.Conn) error {
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Write([]byte("ping")); err != nil {
+			return err
+		}
+		buf := make([]byte, 4)
+		_, err := io.ReadFull(c, buf)
+		return err
+	}
+	var open []net.Conn
+	for i := range 2 {
+		c := testutil.DialTunnel(t, port)
+		defer c.Close()
+		if err := echo(c); err != nil {
+			t.Fatalf("flow %d of 2: %v", i, err)
+		}
+		open = append(open, c)
+	}
+	third := testutil.DialTunnel(t, port)
+	defer third.Close()
+	if err := echo(third); err == nil {
+		t.Fatal("a third flow of a Tunnel with maxFlows 2 was carried")
+	}
+	if v := promtest.ToFloat64(m.FlowErrors.WithLabelValues("r0", "default/t", "tunnel_limit")); v != 1 {
+		t.Errorf("tunnel_limit counted %v times, want 1", v)
+	}
+	for i, c := range open {
+		if err := echo(c); err != nil {
+			t.Errorf("open flow %d after the third was refused: %v", i, err)
+		}
+	}
+	open[0].Close()
+	testutil.WaitFor(t, "a place freed by a flow that ended", func() error {
+		c := testutil.DialTunnel(t, port)
+		defer c.Close()
+		return echo(c)
+	})
 }

@@ -239,6 +239,15 @@ type TunnelLimits struct {
 	// +kubebuilder:validation:Maximum=100000
 	// +optional
 	RateMbps int32 `json:"rateMbps,omitempty"`
+	// MaxFlows bounds the Tunnel's flows (TCP connections and UDP
+	// sessions) each relay of its chain carries at once, below the relay's
+	// own share for one Tunnel (--max-flows-per-tunnel). Past it a new flow
+	// is refused (flow_errors_total, reason tunnel_limit) and the others
+	// keep theirs.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000000
+	// +optional
+	MaxFlows int32 `json:"maxFlows,omitempty"`
 }
 
 // ProxyProtocol is a version of the PROXY protocol.
