@@ -33,7 +33,7 @@ const minBurst = 64 << 10
 // burstTime is how much of the rate a Tunnel idle a moment may send at
 // once: enough to ride out a scheduling delay, too little to overshoot a
 // limit measured over a second by more than a few percent.
-const burstTime = 20 * time.Millisecond
+const burstTime = 100 * time.Millisecond
 
 // of returns t's buckets, nil when t has no rate limit. A changed rate
 // applies to the flows already open.

@@ -68,6 +68,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hoplink/hoplink/internal/linkemu"
 	"github.com/hoplink/hoplink/relay/netstack"
 )
 
@@ -246,7 +247,7 @@ var current struct {
 }
 
 func run(o options) error {
-	restore, err := allowCC(o.ccs)
+	restore, err := linkemu.AllowCongestionControl(o.ccs)
 	if err != nil {
 		return err
 	}
@@ -289,38 +290,6 @@ func run(o options) error {
 		return writeBetween(o.out, table)
 	}
 	return nil
-}
-
-// allowCC lets namespaces take each of ccs as their default: the kernel
-// lets a namespace other than the host's default only to an algorithm of
-// the host's allowed list. It returns what puts the list back.
-func allowCC(ccs []string) (restore func(), err error) {
-	const allowed = "/proc/sys/net/ipv4/tcp_allowed_congestion_control"
-	avail, err := os.ReadFile("/proc/sys/net/ipv4/tcp_available_congestion_control")
-	if err != nil {
-		return nil, err
-	}
-	was, err := os.ReadFile(allowed)
-	if err != nil {
-		return nil, err
-	}
-	list := strings.Fields(string(was))
-	for _, cc := range ccs {
-		if !slices.Contains(strings.Fields(string(avail)), cc) {
-			return nil, fmt.Errorf("congestion control %s: the kernel has %s", cc, strings.TrimSpace(string(avail)))
-		}
-		if !slices.Contains(list, cc) {
-			list = append(list, cc)
-		}
-	}
-	if len(list) == len(strings.Fields(string(was))) {
-		return func() {}, nil
-	}
-	if err := os.WriteFile(allowed, []byte(strings.Join(list, " ")), 0o644); err != nil {
-		return nil, err
-	}
-	var once sync.Once
-	return func() { once.Do(func() { os.WriteFile(allowed, was, 0o644) }) }, nil
 }
 
 // row is one path's figures.

@@ -104,7 +104,7 @@ func build(hoplink string, g geography, cc string, loss float64, ps []path) (nw 
 			return nw, err
 		}
 		// Before any socket opens: a socket takes its namespace's default.
-		if err := setCC(node, cc); err != nil {
+		if err := node.SetCongestionControl(cc); err != nil {
 			return nw, err
 		}
 		if sendMax > 0 {
@@ -160,19 +160,6 @@ func build(hoplink string, g geography, cc string, loss float64, ps []path) (nw 
 		}
 	}
 	return nw, nil
-}
-
-// setCC makes cc the namespace's default congestion control and checks it
-// took.
-func setCC(node *linkemu.Node, cc string) error {
-	if out, err := node.Command("sysctl", "-qw", "net.ipv4.tcp_congestion_control="+cc).CombinedOutput(); err != nil {
-		return fmt.Errorf("%s: congestion control %s: %v: %s", node.NS, cc, err, strings.TrimSpace(string(out)))
-	}
-	got, err := node.Command("sysctl", "-n", "net.ipv4.tcp_congestion_control").Output()
-	if err != nil || strings.TrimSpace(string(got)) != cc {
-		return fmt.Errorf("%s: congestion control is %q, want %s (%v)", node.NS, strings.TrimSpace(string(got)), cc, err)
-	}
-	return nil
 }
 
 // tunnelAddr is where the entry listens for path i's Tunnel to target port.
