@@ -239,7 +239,7 @@ func TestTemplateAppliesToAPIServer(t *testing.T) {
 		args []string
 		want []string // kinds that must be rendered
 	}{
-		{"defaults", nil, []string{"Deployment", "PodDisruptionBudget", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ServiceAccount", "Service", "CustomResourceDefinition", "MutatingWebhookConfiguration"}},
+		{"defaults", nil, []string{"Deployment", "PodDisruptionBudget", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ServiceAccount", "Service", "CustomResourceDefinition", "MutatingWebhookConfiguration", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}},
 		{"everything on", []string{"--set", "metrics.podMonitor.enabled=true,metrics.serviceMonitor.enabled=true,grafana.dashboard.enabled=true,ca.existingSecret=my-ca,operator.replicas=2,relay.image=relay:1,relay.allowedImages={reg.example/hoplink:},relay.privileged=any,relay.nodeEgress=any," +
 			"alerts.prometheusRule.enabled=true,operator.podAnnotations.team=net,operator.podLabels.tier=infra,operator.priorityClassName=system-cluster-critical,operator.extraEnv[0].name=HTTPS_PROXY,operator.extraEnv[0].value=http://proxy:3128"},
 			[]string{"PodMonitor", "ServiceMonitor", "ConfigMap", "Deployment", "PrometheusRule"}},
@@ -267,8 +267,8 @@ func TestTemplateAppliesToAPIServer(t *testing.T) {
 					t.Errorf("no %s rendered", k)
 				}
 			}
-			if strings.Contains(strings.Join(tc.args, " "), "watchNamespaces") && (seen["ClusterRole"] || seen["ClusterRoleBinding"] || seen["MutatingWebhookConfiguration"]) {
-				t.Error("a namespace-scoped install renders cluster-wide RBAC or the webhook")
+			if strings.Contains(strings.Join(tc.args, " "), "watchNamespaces") && (seen["ClusterRole"] || seen["ClusterRoleBinding"] || seen["MutatingWebhookConfiguration"] || seen["ValidatingAdmissionPolicy"]) {
+				t.Error("a namespace-scoped install renders cluster-wide RBAC, the webhook or the Tunnel limits policy")
 			}
 			nsObj := &unstructured.Unstructured{}
 			nsObj.SetAPIVersion("v1")

@@ -220,7 +220,10 @@ type TunnelSpec struct {
 	// +optional
 	ProxyProtocol ProxyProtocol `json:"proxyProtocol,omitempty"`
 	// Limits hold the Tunnel to what it may take of the relays it crosses
-	// (protocol tcp and udp).
+	// (protocol tcp and udp). A namespace labelled
+	// limits.hoplink.dev/max-rate-mbps=N or limits.hoplink.dev/max-flows=N
+	// takes only Tunnels that set rateMbps or maxFlows to N or less (the
+	// chart's ValidatingAdmissionPolicy, value tunnelLimits.policy).
 	// +optional
 	Limits *TunnelLimits `json:"limits,omitempty"`
 }
