@@ -134,6 +134,9 @@ type Entry struct {
 	Error  string `json:"error,omitempty"`
 	// Flows is how many flows of the Tunnel enter here now.
 	Flows int64 `json:"flows"`
+	// Limits are the Tunnel's spec.limits, as "20 Mbit/s, 100 flows";
+	// empty without.
+	Limits string `json:"limits,omitempty"`
 }
 
 // Problem kinds.

@@ -89,10 +89,10 @@ func WriteReport(w io.Writer, r *Report) error {
 		}
 	}
 	fmt.Fprintln(tw)
-	fmt.Fprintln(tw, "TUNNEL\tENTRY\tLISTEN\tOPEN\tFLOWS\tERROR")
+	fmt.Fprintln(tw, "TUNNEL\tENTRY\tLISTEN\tOPEN\tFLOWS\tLIMITS\tERROR")
 	for _, st := range r.answers() {
 		for _, e := range st.Entries {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", e.Tunnel, st.Relay, orDash(e.Listen), yesNo(e.Open), e.Flows, orDash(e.Error))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", e.Tunnel, st.Relay, orDash(e.Listen), yesNo(e.Open), e.Flows, orDash(e.Limits), orDash(e.Error))
 		}
 	}
 	if len(r.Imports) > 0 {

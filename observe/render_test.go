@@ -2,6 +2,7 @@ package observe
 
 import (
 	"bytes"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -101,5 +102,25 @@ func TestProbeTableOfADeadLink(t *testing.T) {
 	}
 	if f := p.Failures(); len(f) != 2 || !strings.HasPrefix(f[0], "link hk -> m: no answer") || !strings.HasPrefix(f[1], "target 10.0.0.9:80 of tunnel default/t: dial tcp") {
 		t.Errorf("failures: %q", f)
+	}
+}
+
+// A Tunnel's limits stand in its entry's row; a Tunnel without says "-".
+func TestReportShowsTunnelLimits(t *testing.T) {
+	r := &Report{Time: time.Now(), Relays: []Relay{{Name: "hk", Status: &adminapi.Status{
+		Relay: "hk",
+		Entries: []adminapi.Entry{
+			{Tunnel: "default/held", Listen: "127.0.0.1:8080", Open: true, Flows: 3, Limits: "20 Mbit/s, 100 flows"},
+			{Tunnel: "default/free", Listen: "127.0.0.1:8081", Open: true},
+		},
+	}}}}
+	var b bytes.Buffer
+	if err := WriteReport(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`FLOWS\s+LIMITS\s+ERROR`, `default/held\s+hk\s+127\.0\.0\.1:8080\s+yes\s+3\s+20 Mbit/s, 100 flows\s+-`, `default/free\s+hk\s+127\.0\.0\.1:8081\s+yes\s+0\s+-\s+-`} {
+		if !regexp.MustCompile(want).MatchString(b.String()) {
+			t.Errorf("no match for %s:\n%s", want, b.String())
+		}
 	}
 }

@@ -3,6 +3,8 @@ package relay
 import (
 	"net/netip"
 	"testing"
+
+	"github.com/hoplink/hoplink/api/v1alpha1"
 )
 
 // A client host's share of a Tunnel's flows holds whichever address of its
@@ -70,5 +72,22 @@ func TestQuotaTunnelsOwnBound(t *testing.T) {
 				t.Errorf("another Tunnel refused: %q", r)
 			}
 		})
+	}
+}
+
+func TestLimitsText(t *testing.T) {
+	for _, tc := range []struct {
+		l    *v1alpha1.TunnelLimits
+		want string
+	}{
+		{nil, ""},
+		{&v1alpha1.TunnelLimits{}, ""},
+		{&v1alpha1.TunnelLimits{RateMbps: 20}, "20 Mbit/s"},
+		{&v1alpha1.TunnelLimits{MaxFlows: 100}, "100 flows"},
+		{&v1alpha1.TunnelLimits{RateMbps: 20, MaxFlows: 100}, "20 Mbit/s, 100 flows"},
+	} {
+		if got := limitsText(tc.l); got != tc.want {
+			t.Errorf("limitsText(%+v) = %q, want %q", tc.l, got, tc.want)
+		}
 	}
 }

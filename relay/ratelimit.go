@@ -1,6 +1,8 @@
 package relay
 
 import (
+	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -124,4 +126,19 @@ func (e *env) downRate(t *v1alpha1.Tunnel) (*rate.Limiter, prometheus.Counter) {
 // allow takes n bytes of a datagram from b, or says it is over the rate.
 func allow(b *rate.Limiter, n int) bool {
 	return b == nil || b.AllowN(time.Now(), n)
+}
+
+// limitsText says a Tunnel's limits for status: "20 Mbit/s, 100 flows".
+func limitsText(l *v1alpha1.TunnelLimits) string {
+	if l == nil {
+		return ""
+	}
+	var parts []string
+	if l.RateMbps > 0 {
+		parts = append(parts, fmt.Sprintf("%d Mbit/s", l.RateMbps))
+	}
+	if l.MaxFlows > 0 {
+		parts = append(parts, fmt.Sprintf("%d flows", l.MaxFlows))
+	}
+	return strings.Join(parts, ", ")
 }

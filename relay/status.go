@@ -61,7 +61,7 @@ func (r *Relay) status() *adminapi.Status {
 	defer r.mu.Unlock()
 	for _, t := range set.EntryTunnels(r.cfg.Name) {
 		key := manifest.Key(t.Namespace, t.Name)
-		e := adminapi.Entry{Tunnel: key, Open: r.tunnels[key] != nil, Flows: r.env.entryFlows(key)}
+		e := adminapi.Entry{Tunnel: key, Open: r.tunnels[key] != nil, Flows: r.env.entryFlows(key), Limits: limitsText(t.Spec.Limits)}
 		if l := t.Spec.Listen; l != nil {
 			e.Listen = net.JoinHostPort(l.Address, strconv.Itoa(int(l.Port)))
 		}
