@@ -116,12 +116,14 @@ func (u *udpEntry) serve() {
 	var sent []*udpSession
 	up := u.f.limits.of(u.t).upLimiter()
 	deliver := func(p []byte, from netip.AddrPort) {
-		if !allow(up, len(p)) {
-			u.dropped("rate_limit")
-			return
-		}
 		s := u.session(from)
 		if s == nil {
+			return
+		}
+		// After admission: datagrams of sources the Tunnel refuses take
+		// nothing of its rate.
+		if !allow(up, len(p)) {
+			u.dropped("rate_limit")
 			return
 		}
 		s.touch()
