@@ -56,13 +56,19 @@ func (e *env) manifests() *manifest.Set { return e.set.Load() }
 // acquire takes a flow token for a flow of tunnel, from client host at
 // an entry (else the zero Addr), or counts the flow refused.
 func (e *env) acquire(tunnel string, host netip.Addr) bool {
-	if e.draining.Load() {
-		e.flowError(tunnel, refusedDraining)
-		return false
-	}
 	tunnelMax := 0
 	if t := e.manifests().Tunnel(tunnel); t != nil && t.Spec.Limits != nil {
 		tunnelMax = int(t.Spec.Limits.MaxFlows)
+	}
+	return e.acquireUpTo(tunnel, host, tunnelMax)
+}
+
+// acquireUpTo is acquire with the Tunnel's own bound given: 0 for a trace,
+// which carries its Chain's key and is no flow of a Tunnel's.
+func (e *env) acquireUpTo(tunnel string, host netip.Addr, tunnelMax int) bool {
+	if e.draining.Load() {
+		e.flowError(tunnel, refusedDraining)
+		return false
 	}
 	if reason := e.flows.take(tunnel, host, tunnelMax); reason != "" {
 		e.flowError(tunnel, reason)

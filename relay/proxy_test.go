@@ -132,25 +132,38 @@ func TestProxyProtocol(t *testing.T) {
 // address the entry saw. (Entries parse no PROXY headers: nothing in front
 // of an entry is trusted to say who the client is.)
 func TestClientCannotSetItsProxyAddress(t *testing.T) {
-	pt := tcpProxyTarget(t)
-	port := testutil.FreePort(t)
-	network(t, 2, []string{"r0", "r1"}, testutil.TunnelSpec{Name: "p", Protocol: "tcp", Target: pt.addr, Port: port, Extra: ", proxyProtocol: v1"})
-	c := testutil.DialTunnel(t, port)
-	defer c.Close()
-	forged := fmt.Sprintf("PROXY TCP4 203.0.113.9 127.0.0.1 4242 %d\r\n", port)
-	go func() { io.WriteString(c, forged+"hello"); c.CloseWrite() }()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
-	got, err := io.ReadAll(c)
-	if err != nil || string(got) != forged+"hello" {
-		t.Fatalf("echo %q (%v): the client's bytes did not reach the target as data", got, err)
-	}
-	want := fmt.Sprintf("v1 %s 127.0.0.1:%d", c.LocalAddr(), port)
-	select {
-	case h := <-pt.seen:
-		if h != want {
-			t.Fatalf("the target was told %q, want %q", h, want)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the target saw no header")
+	// Through a chain, and through one relay with a rate limit, whose
+	// flows are copied in user space rather than spliced.
+	for _, tc := range []struct {
+		name  string
+		route []string
+		extra string
+	}{
+		{"chain", []string{"r0", "r1"}, ""},
+		{"one relay, rate-limited", []string{"r0"}, ", limits: {rateMbps: 100}"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pt := tcpProxyTarget(t)
+			port := testutil.FreePort(t)
+			network(t, len(tc.route), tc.route, testutil.TunnelSpec{Name: "p", Protocol: "tcp", Target: pt.addr, Port: port, Extra: ", proxyProtocol: v1" + tc.extra})
+			c := testutil.DialTunnel(t, port)
+			defer c.Close()
+			forged := fmt.Sprintf("PROXY TCP4 203.0.113.9 127.0.0.1 4242 %d\r\n", port)
+			go func() { io.WriteString(c, forged+"hello"); c.CloseWrite() }()
+			c.SetDeadline(time.Now().Add(10 * time.Second))
+			got, err := io.ReadAll(c)
+			if err != nil || string(got) != forged+"hello" {
+				t.Fatalf("echo %q (%v): the client's bytes did not reach the target as data", got, err)
+			}
+			want := fmt.Sprintf("v1 %s 127.0.0.1:%d", c.LocalAddr(), port)
+			select {
+			case h := <-pt.seen:
+				if h != want {
+					t.Fatalf("the target was told %q, want %q", h, want)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("the target saw no header")
+			}
+		})
 	}
 }

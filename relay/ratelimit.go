@@ -6,12 +6,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/manifest"
 	"github.com/hoplink/hoplink/relay/flow"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // rateLimits holds each Tunnel with spec.limits.rateMbps to its rate, in
@@ -40,68 +40,113 @@ const minBurst = 64 << 10
 // the first second of a burst, nothing over longer.
 const burstTime = 100 * time.Millisecond
 
-// of returns t's buckets, nil when t has no rate limit. A changed rate
-// applies to the flows already open.
+// of returns t's buckets, nil when t has no rate limit.
 func (l *rateLimits) of(t *v1alpha1.Tunnel) *tunnelRate {
-	if t == nil || t.Spec.Limits == nil || t.Spec.Limits.RateMbps <= 0 {
+	if !rateLimited(t) {
 		return nil
 	}
-	mbps := t.Spec.Limits.RateMbps
-	bytesPerSec := float64(mbps) * 1e6 / 8
-	burst := max(minBurst, int(bytesPerSec*burstTime.Seconds()))
 	key := manifest.Key(t.Namespace, t.Name)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.tunnels == nil {
 		l.tunnels = map[string]*tunnelRate{}
 	}
+	mbps := t.Spec.Limits.RateMbps
 	tr := l.tunnels[key]
-	switch {
-	case tr == nil:
-		tr = &tunnelRate{mbps: mbps, up: rate.NewLimiter(rate.Limit(bytesPerSec), burst), down: rate.NewLimiter(rate.Limit(bytesPerSec), burst)}
+	if tr == nil {
+		r, burst := bucket(mbps)
+		tr = &tunnelRate{mbps: mbps, up: rate.NewLimiter(r, burst), down: rate.NewLimiter(r, burst)}
 		l.tunnels[key] = tr
-	case tr.mbps != mbps:
-		for _, b := range []*rate.Limiter{tr.up, tr.down} {
-			b.SetLimit(rate.Limit(bytesPerSec))
-			b.SetBurst(burst)
-		}
-		tr.mbps = mbps
 	}
+	tr.set(mbps)
 	return tr
 }
 
-// retain forgets the buckets of Tunnels no longer in set.
-func (l *rateLimits) retain(set *manifest.Set) {
+// bucket is the rate (bytes a second) and burst of a limit.
+func bucket(mbps int32) (rate.Limit, int) {
+	bytesPerSec := float64(mbps) * 1e6 / 8
+	return rate.Limit(bytesPerSec), max(minBurst, int(bytesPerSec*burstTime.Seconds()))
+}
+
+// set gives the buckets a rate, which the flows already open take too.
+func (tr *tunnelRate) set(mbps int32) {
+	if tr.mbps == mbps {
+		return
+	}
+	r, burst := bucket(mbps)
+	for _, b := range []*rate.Limiter{tr.up, tr.down} {
+		b.SetLimit(r)
+		b.SetBurst(burst)
+	}
+	tr.mbps = mbps
+}
+
+// sync takes new manifests: a changed rate applies at once to the flows
+// open under it; the flows of a Tunnel whose limit (or the Tunnel) went
+// are no longer held. A limit a Tunnel gains holds its flows that start
+// after it.
+func (l *rateLimits) sync(set *manifest.Set) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for key := range l.tunnels {
-		if set.Tunnel(key) == nil {
-			delete(l.tunnels, key)
+	for key, tr := range l.tunnels {
+		if t := set.Tunnel(key); rateLimited(t) {
+			tr.set(t.Spec.Limits.RateMbps)
+			continue
 		}
+		tr.up.SetLimit(rate.Inf)
+		tr.down.SetLimit(rate.Inf)
+		delete(l.tunnels, key)
 	}
 }
 
-// pacedCounter is a flow's byte counter that, once the bytes are counted, makes
-// the copy wait until the Tunnel's bucket has them: the next read from
-// the sender comes only then, so TCP's own flow control slows the sender.
+// rateLimited says whether t has a rate limit.
+func rateLimited(t *v1alpha1.Tunnel) bool {
+	return t != nil && t.Spec.Limits != nil && t.Spec.Limits.RateMbps > 0
+}
+
+// pacedCounter holds a flow's direction to its Tunnel's bucket: before
+// each write the copy takes the bytes from the bucket, waiting until it
+// has them (flow.Pacer), so no flow's first buffer runs ahead of the rate,
+// however many flows start at once. The wait ends early if the flow fails.
 type pacedCounter struct {
 	flow.Counter
 	b      *rate.Limiter
 	waited flow.Counter // seconds spent waiting
 }
 
-func (p pacedCounter) Add(n float64) {
-	p.Counter.Add(n)
+// paceStep is how often a waiting flow looks whether it failed: a flow
+// of a Tunnel that many flows share may wait long for its turn, and one
+// whose client left must not hold its goroutine, its flow token and a
+// drain that long.
+const paceStep = 100 * time.Millisecond
+
+func (p pacedCounter) Pace(n int, gone func() bool) {
 	now := time.Now()
+	var rs []*rate.Reservation
 	var wait time.Duration
-	for left := int(n); left > 0; {
+	for left := n; left > 0; {
 		take := min(left, p.b.Burst())
-		wait = max(wait, p.b.ReserveN(now, take).DelayFrom(now))
+		r := p.b.ReserveN(now, take)
+		rs = append(rs, r)
+		wait = max(wait, r.DelayFrom(now))
 		left -= take
 	}
-	if wait > 0 {
-		time.Sleep(wait)
-		p.waited.Add(wait.Seconds())
+	if wait <= 0 {
+		return
+	}
+	defer func() { p.waited.Add(time.Since(now).Seconds()) }()
+	for until := now.Add(wait); ; {
+		d := time.Until(until)
+		if d <= 0 {
+			return
+		}
+		time.Sleep(min(d, paceStep))
+		if gone() {
+			for _, r := range rs {
+				r.Cancel() // what it will not send goes back to the others
+			}
+			return
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -131,4 +132,60 @@ func TestTunnelMaxFlows(t *testing.T) {
 		defer c.Close()
 		return echo(c)
 	})
+}
+
+// TestRateLimitHoldsManyFlows: flows that start at once share their
+// Tunnel's rate from their first byte (a flow's first buffer does not go
+// out before the bucket has it), and flows waiting for their turn end as
+// soon as their clients leave, so the relay closes at once.
+func TestRateLimitHoldsManyFlows(t *testing.T) {
+	const flows, each = 40, 256 << 10
+	var got atomic.Int64
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go testutil.Serve(ln, func(c *net.TCPConn) {
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := c.Read(buf)
+			got.Add(int64(n))
+			if err != nil {
+				return
+			}
+		}
+	})
+	port := testutil.FreePort(t)
+	n, _, _ := network(t, 1, []string{"r0"},
+		testutil.TunnelSpec{Name: "t", Protocol: "tcp", Target: ln.Addr().String(), Port: port, Extra: ", limits: {rateMbps: 1}"})
+	var conns []*net.TCPConn
+	start := time.Now()
+	for range flows {
+		c := testutil.DialTunnel(t, port)
+		conns = append(conns, c)
+		go c.Write(make([]byte, each))
+	}
+	time.Sleep(time.Second)
+	elapsed, sent := time.Since(start), got.Load()
+	// 1 Mbit/s is 125,000 bytes a second, after a burst of 64 KiB.
+	allowed := int64(64<<10) + int64(125000*elapsed.Seconds()) + 64<<10
+	t.Logf("%d flows: %d bytes reached the target in %v, the rate allows %d", flows, sent, elapsed, allowed)
+	if sent > allowed {
+		t.Errorf("%d bytes reached the target in %v, more than the rate allows (%d): each flow's first write ran ahead of the bucket", sent, elapsed, allowed)
+	}
+	// The flows still wait for about 80 s of the rate; their clients go.
+	for _, c := range conns {
+		c.SetLinger(0)
+		c.Close()
+	}
+	closed := make(chan struct{})
+	closing := time.Now()
+	go func() { n.Close(); close(closed) }()
+	select {
+	case <-closed:
+		t.Logf("the relay closed %v after the clients left", time.Since(closing))
+	case <-time.After(10 * time.Second):
+		t.Fatal("the relay did not close within 10 s: flows still wait for the rate after their clients left")
+	}
 }

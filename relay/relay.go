@@ -269,7 +269,7 @@ func (r *Relay) Update(set *manifest.Set) error {
 	r.peers.Recheck(true)
 	r.routingUpdated(set)
 	r.packets.sync(set)
-	r.env.limits.retain(set)
+	r.env.limits.sync(set)
 	want := map[string]*v1alpha1.Tunnel{}
 	for _, t := range set.EntryTunnels(r.cfg.Name) {
 		want[manifest.Key(t.Namespace, t.Name)] = t

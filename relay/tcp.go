@@ -106,7 +106,7 @@ func (f *tcpFlows) entry(in flow.End, t *v1alpha1.Tunnel, key, target string) {
 		f.forward(ctx, in, t, target, start, fc)
 		return
 	}
-	fc, _ = f.pace(fc, t, true, false)
+	fc, paced := f.pace(fc, t, true, false)
 	h := &hop.Header{Kind: hop.KindTCP, Tunnel: key, Route: route[1:], Target: target}
 	if a, ok := in.(*flow.TCPEnd); ok {
 		h.Client, h.Listener = proxyAddrs(t, a.Conn().RemoteAddr(), a.Conn().LocalAddr())
@@ -119,6 +119,9 @@ func (f *tcpFlows) entry(in flow.End, t *v1alpha1.Tunnel, key, target string) {
 		return
 	}
 	out, via := next.Stream(), next.Choice
+	if paced {
+		via.Unmeasured()
+	}
 	f.m.FlowSetup.WithLabelValues(f.name, key, "entry").Observe(time.Since(start).Seconds())
 	f.join(key, sideClient, sideNextHop, flow.Join(in, out, via.Count(fc.up, flow.Up), via.Count(fc.down, flow.Down), tcpIdle(t)))
 	via.Done()
@@ -172,16 +175,17 @@ func (f *tcpFlows) forward(ctx context.Context, in flow.End, t *v1alpha1.Tunnel,
 		return
 	}
 	fc, paced := f.pace(fc, t, true, true)
-	if a, ok := in.(*flow.TCPEnd); ok && !paced {
+	if a, ok := in.(*flow.TCPEnd); ok {
 		client, listener := proxyAddrs(t, a.Conn().RemoteAddr(), a.Conn().LocalAddr())
 		if !f.tellTarget(tc, t, client, listener) {
 			in.Abort()
 			return
 		}
-		// The kernel copies: a rate limit, which paces each copy, needs
-		// the copy in user space.
-		f.join(key, sideClient, sideTarget, flow.Splice(a.Conn(), tc, fc.up, fc.down, tcpIdle(t)))
-		return
+		// The kernel copies, unless a rate limit paces each copy.
+		if !paced {
+			f.join(key, sideClient, sideTarget, flow.Splice(a.Conn(), tc, fc.up, fc.down, tcpIdle(t)))
+			return
+		}
 	}
 	f.joinTarget(in, sideClient, tc, fc, t)
 }
@@ -221,6 +225,9 @@ func (f *tcpFlows) middle(in flow.End, h *hop.Header, t *v1alpha1.Tunnel, chain 
 		return
 	}
 	out, via := next.Stream(), next.Choice
+	if rateLimited(t) {
+		via.Unmeasured() // the entry or the exit holds it to its rate
+	}
 	f.join(h.Tunnel, sidePrevHop, sideNextHop, flow.Join(in, out, via.Count(fc.up, flow.Up), via.Count(fc.down, flow.Down), tcpIdle(t)))
 	via.Done()
 }

@@ -40,7 +40,7 @@ var traceTimeout = nexthop.HeaderTimeout
 // serveTrace carries an admitted trace one hop further, or answers it at
 // the exit, within traceTimeout.
 func (m *measurer) serveTrace(in flow.End, h *hop.Header, c *v1alpha1.Chain) {
-	if !m.acquire(h.Tunnel, netip.Addr{}) {
+	if !m.acquireUpTo(h.Tunnel, netip.Addr{}, 0) {
 		in.Fail(hop.CodeRejected)
 		return
 	}

@@ -87,7 +87,7 @@ func TestTLSBulkLeavesInLargeWrites(t *testing.T) {
 	case <-time.After(200 * time.Millisecond):
 	}
 	var dst sink
-	if _, err := copyHalf(&dst, TLS(server, func() {}), &count{}, &idleTimer{}, nil); err != nil {
+	if _, err := copyHalf(&dst, TLS(server, func() {}), &count{}, &idleTimer{}, nil, func() bool { return false }); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-wrote; err != nil {
@@ -135,7 +135,7 @@ func TestTCPBurstLeavesInLargeWrites(t *testing.T) {
 		wrote <- err
 	}()
 	var dst sink
-	if _, err := copyHalf(&dst, src, &count{}, &idleTimer{}, nil); err != nil {
+	if _, err := copyHalf(&dst, src, &count{}, &idleTimer{}, nil, func() bool { return false }); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-wrote; err != nil {

@@ -13,6 +13,15 @@ import (
 // Counter counts the bytes of one direction (a Prometheus counter).
 type Counter interface{ Add(float64) }
 
+// A Pacer is a Counter that also holds its direction to a rate: a half
+// asks it before each write, so what a flow sends never runs ahead of its
+// allowance. gone says whether the flow failed meanwhile, which ends the
+// wait (the write then fails as it would have).
+type Pacer interface {
+	Counter
+	Pace(n int, gone func() bool)
+}
+
 // copyBufSize is the buffer a flow borrows while bytes are moving. Flows
 // borrow it from a pool only once data is ready to read and give it back as
 // soon as the source is drained, so an idle flow holds no buffer at all:
@@ -158,16 +167,17 @@ func Join(a, b End, up, down Counter, idle time.Duration) error {
 	it := newIdleTimer(idle, abort)
 	var fault firstFault
 	wa, wb := newStallWatch(a, b, A, &fault, abort), newStallWatch(b, a, B, &fault, abort)
+	ended := func() bool { return fault.set.Load() || it.fired.Load() }
 	done := make(chan error, 1)
 	go func() {
-		srcFailed, err := copyHalf(b, a, up, it, wa)
+		srcFailed, err := copyHalf(b, a, up, it, wa, ended)
 		if err != nil {
 			fault.note(failed(srcFailed, A, B))
 			abort()
 		}
 		done <- err
 	}()
-	srcFailed, err := copyHalf(a, b, down, it, wb)
+	srcFailed, err := copyHalf(a, b, down, it, wb, ended)
 	if err != nil {
 		fault.note(failed(srcFailed, B, A))
 		abort()
@@ -337,7 +347,12 @@ func (w *stallWatch) wasEvicted() bool { return w != nil && w.evicted.Load() }
 
 // copyHalf copies src to dst until src ends. An error says whether src
 // (a read) or dst (a write) failed.
-func copyHalf(dst, src End, n Counter, it *idleTimer, w *stallWatch) (srcFailed bool, err error) {
+func copyHalf(dst, src End, n Counter, it *idleTimer, w *stallWatch, failed func() bool) (srcFailed bool, err error) {
+	pacer, _ := n.(Pacer)
+	gone := func() bool {
+		b, ok := src.(breakable)
+		return failed() || ok && b.Broken()
+	}
 	first := &smallBufPool
 	if _, ok := src.(*TLSEnd); ok {
 		first = &tlsBufPool
@@ -386,6 +401,9 @@ func copyHalf(dst, src End, n Counter, it *idleTimer, w *stallWatch) (srcFailed 
 				out = (*big)[:nr+m]
 			}
 			if len(out) > 0 {
+				if pacer != nil {
+					pacer.Pace(len(out), gone)
+				}
 				w.write(true)
 				_, werr := dst.Write(out)
 				w.write(false)

@@ -35,6 +35,17 @@ func (ch *Choice) Count(c flow.Counter, dir int32) flow.Counter {
 	return ch.meter.Count(c, dir)
 }
 
+// Unmeasured keeps the flow out of what auto learns of the link: a flow
+// held to its Tunnel's rate (spec.limits.rateMbps) shows that rate, not
+// what the link carries for every other Tunnel on it.
+func (ch *Choice) Unmeasured() {
+	if ch == nil || ch.meter == nil {
+		return
+	}
+	ch.hs.auto.unwatch(ch.shape, ch.meter)
+	ch.meter = nil
+}
+
 // Done feeds the finished flow back.
 func (ch *Choice) Done() {
 	if ch == nil || ch.meter == nil {
