@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
@@ -54,9 +56,10 @@ func TestTunnelLimitsPolicy(t *testing.T) {
 		}
 	}
 	for ns, labels := range map[string]map[string]string{
-		"hl-held": {"limits.hoplink.dev/max-rate-mbps": "50", "limits.hoplink.dev/max-flows": "100"},
-		"hl-free": nil,
-		"hl-bad":  {"limits.hoplink.dev/max-rate-mbps": "fifty"},
+		"hl-held":  {"limits.hoplink.dev/max-rate-mbps": "50", "limits.hoplink.dev/max-flows": "100"},
+		"hl-free":  nil,
+		"hl-bad":   {"limits.hoplink.dev/max-rate-mbps": "fifty"},
+		"hl-later": nil,
 	} {
 		o := &unstructured.Unstructured{}
 		o.SetAPIVersion("v1")
@@ -118,6 +121,64 @@ func TestTunnelLimitsPolicy(t *testing.T) {
 			}
 		})
 	}
+	// tun Tunnels are not held, even by a label that is not a number.
+	if err := c.Create(ctx, tunnel("hl-bad", "tun", `chain: c, protocol: tun, tun: {address: 10.200.0.1/24, routes: [10.77.0.0/16]}`)); err != nil {
+		t.Errorf("a tun Tunnel where a label is not a number: %v", err)
+	}
+	// The operator writes the clusterset's Tunnels: they are not held.
+	user := regexp.MustCompile(`system:serviceaccount:[a-z0-9.-]+:[a-z0-9.-]+`).FindString(string(out))
+	if user == "" {
+		t.Fatal("the policy names no operator service account")
+	}
+	// RBAC is not what this test looks at: the account may write Tunnels.
+	crb := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+		"metadata": map[string]any{"name": "operator-in-test"},
+		"roleRef":  map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+		"subjects": []any{map[string]any{"kind": "User", "name": user}},
+	}}
+	if err := c.Create(ctx, crb); err != nil {
+		t.Fatal(err)
+	}
+	opCfg := rest.CopyConfig(cfg)
+	opCfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+	op, err := client.New(opCfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := op.Create(ctx, tunnel("hl-held", "by-the-operator", tcp)); err != nil {
+		t.Errorf("the operator's Tunnel: %v", err)
+	}
+	// A Tunnel written before its namespace was labelled keeps taking
+	// metadata; a change of its spec is held.
+	if err := c.Create(ctx, tunnel("hl-later", "before", tcp)); err != nil {
+		t.Fatal(err)
+	}
+	var ns unstructured.Unstructured
+	ns.SetAPIVersion("v1")
+	ns.SetKind("Namespace")
+	if err := c.Get(ctx, client.ObjectKey{Name: "hl-later"}, &ns); err != nil {
+		t.Fatal(err)
+	}
+	ns.SetLabels(map[string]string{"limits.hoplink.dev/max-rate-mbps": "5"})
+	if err := c.Update(ctx, &ns); err != nil {
+		t.Fatal(err)
+	}
+	var before unstructured.Unstructured
+	before.SetAPIVersion("hoplink.dev/v1alpha1")
+	before.SetKind("Tunnel")
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "hl-later", Name: "before"}, &before); err != nil {
+		t.Fatal(err)
+	}
+	before.SetAnnotations(map[string]string{"team": "net"})
+	if err := c.Update(ctx, &before); err != nil {
+		t.Errorf("an annotation on a Tunnel written before the label: %v", err)
+	}
+	unstructured.SetNestedField(before.Object, "10.0.0.2:80", "spec", "target")
+	if err := c.Update(ctx, &before); err == nil || !strings.Contains(err.Error(), "spec.limits.rateMbps") {
+		t.Errorf("a spec change of a Tunnel written before the label: %v", err)
+	}
+
 	// An update is held as a create is.
 	var taken unstructured.Unstructured
 	taken.SetAPIVersion("hoplink.dev/v1alpha1")
