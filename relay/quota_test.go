@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
+	"github.com/hoplink/hoplink/manifest"
+	"golang.org/x/time/rate"
 )
 
 // A client host's share of a Tunnel's flows holds whichever address of its
@@ -89,5 +91,52 @@ func TestLimitsText(t *testing.T) {
 		if got := limitsText(tc.l); got != tc.want {
 			t.Errorf("limitsText(%+v) = %q, want %q", tc.l, got, tc.want)
 		}
+	}
+}
+
+// New manifests reach the buckets that open flows hold: a changed rate at
+// once, a limit that went lets them go.
+func TestRateLimitsFollowTheManifests(t *testing.T) {
+	set := func(limits string) *manifest.Set {
+		t.Helper()
+		doc := `apiVersion: hoplink.dev/v1alpha1
+kind: RelayNode
+metadata: {name: a}
+spec: {listen: {port: 17401}, endpoints: ["127.0.0.1:17401"]}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: RelayNode
+metadata: {name: b}
+spec: {listen: {port: 17402}, endpoints: ["127.0.0.1:17402"]}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: Chain
+metadata: {name: c}
+spec: {entry: a, exit: b, route: [a, b]}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: Tunnel
+metadata: {name: t}
+spec: {chain: c, listen: {port: 8080}, target: "10.0.0.1:80"` + limits + `}
+`
+		s, err := manifest.Parse("test.yaml", []byte(doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	var l rateLimits
+	first := set(", limits: {rateMbps: 8}")
+	tr := l.of(first.Tunnel("default/t"))
+	if tr == nil || tr.up.Limit() != 1e6 {
+		t.Fatalf("8 Mbit/s: %+v", tr)
+	}
+	l.sync(set(", limits: {rateMbps: 16}"))
+	if tr.up.Limit() != 2e6 || tr.down.Limit() != 2e6 {
+		t.Errorf("after the change to 16 Mbit/s the open flows' buckets run at %v and %v bytes a second", tr.up.Limit(), tr.down.Limit())
+	}
+	l.sync(set(""))
+	if tr.up.Limit() != rate.Inf || len(l.tunnels) != 0 {
+		t.Errorf("after the limit went: %v, %d buckets kept", tr.up.Limit(), len(l.tunnels))
 	}
 }
