@@ -28,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -211,26 +212,10 @@ func TestTemplateAppliesToAPIServer(t *testing.T) {
 		t.Fatalf("go mod download %s: %v", promOperator, err)
 	}
 	crdDir := filepath.Join(dl.Dir, "example", "prometheus-operator-crd")
-	env := &envtest.Environment{
-		CRDInstallOptions: envtest.CRDInstallOptions{Paths: []string{
-			filepath.Join(crdDir, "monitoring.coreos.com_podmonitors.yaml"),
-			filepath.Join(crdDir, "monitoring.coreos.com_servicemonitors.yaml"),
-			filepath.Join(crdDir, "monitoring.coreos.com_prometheusrules.yaml"),
-		}},
-		ErrorIfCRDPathMissing: true,
-	}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer env.Stop()
-	scheme := runtime.NewScheme()
-	clientgoscheme.AddToScheme(scheme)
-	apiextensionsv1.AddToScheme(scheme)
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, c := apiServer(t,
+		filepath.Join(crdDir, "monitoring.coreos.com_podmonitors.yaml"),
+		filepath.Join(crdDir, "monitoring.coreos.com_servicemonitors.yaml"),
+		filepath.Join(crdDir, "monitoring.coreos.com_prometheusrules.yaml"))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
@@ -290,6 +275,30 @@ func TestTemplateAppliesToAPIServer(t *testing.T) {
 			}
 		})
 	}
+}
+
+// apiServer starts a kube-apiserver and etcd (envtest) with the CRDs of
+// crds installed, stopped when the test ends, and a client of it.
+func apiServer(t *testing.T, crds ...string) (*rest.Config, client.Client) {
+	t.Helper()
+	env := &envtest.Environment{CRDInstallOptions: envtest.CRDInstallOptions{Paths: crds}, ErrorIfCRDPathMissing: true}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { env.Stop() })
+	c, err := client.New(cfg, client.Options{Scheme: scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg, c
+}
+
+func scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	clientgoscheme.AddToScheme(s)
+	apiextensionsv1.AddToScheme(s)
+	return s
 }
 
 func decode(t *testing.T, b []byte) []*unstructured.Unstructured {

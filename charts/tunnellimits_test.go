@@ -9,13 +9,9 @@ import (
 	"testing"
 	"time"
 
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 )
 
@@ -32,22 +28,7 @@ func TestTunnelLimitsPolicy(t *testing.T) {
 	if err != nil {
 		t.Fatalf("helm template: %v", err)
 	}
-	env := &envtest.Environment{
-		CRDInstallOptions:     envtest.CRDInstallOptions{Paths: []string{filepath.Join("..", "config", "crd", "bases")}},
-		ErrorIfCRDPathMissing: true,
-	}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer env.Stop()
-	scheme := runtime.NewScheme()
-	clientgoscheme.AddToScheme(scheme)
-	apiextensionsv1.AddToScheme(scheme)
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, c := apiServer(t, filepath.Join("..", "config", "crd", "bases"))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	for _, o := range decode(t, out) {
@@ -142,7 +123,7 @@ func TestTunnelLimitsPolicy(t *testing.T) {
 	}
 	opCfg := rest.CopyConfig(cfg)
 	opCfg.Impersonate = rest.ImpersonationConfig{UserName: user}
-	op, err := client.New(opCfg, client.Options{Scheme: scheme})
+	op, err := client.New(opCfg, client.Options{Scheme: scheme()})
 	if err != nil {
 		t.Fatal(err)
 	}
