@@ -157,27 +157,6 @@ func main() {
 	}
 }
 
-const allowedCongestion = "/proc/sys/net/ipv4/tcp_allowed_congestion_control"
-
-// allowCongestion adds cc to the host's allowed algorithms, which a
-// namespace's default must be one of, and returns what puts the list back.
-// The list is the whole machine's, so it is put back as soon as the
-// namespaces have their default, which stays.
-func allowCongestion(cc string) (func(), error) {
-	old, err := os.ReadFile(allowedCongestion)
-	if err != nil {
-		return nil, err
-	}
-	list := strings.Fields(string(old))
-	if slices.Contains(list, cc) {
-		return func() {}, nil
-	}
-	if err := os.WriteFile(allowedCongestion, []byte(strings.Join(append(list, cc), " ")), 0); err != nil {
-		return nil, fmt.Errorf("allowing %s: %w", cc, err)
-	}
-	return func() { os.WriteFile(allowedCongestion, old, 0) }, nil
-}
-
 const manifests = `apiVersion: hoplink.dev/v1alpha1
 kind: RelayNode
 metadata: {name: a}
@@ -263,14 +242,16 @@ func runProfile(b build, p profile, cc string, fresh bool, echoes, size int, bul
 		}
 	}
 	if cc != "" {
-		restore, err := allowCongestion(cc)
+		// The allowed list is the whole machine's: put back as soon as the
+		// namespaces have their default, which stays.
+		restore, err := linkemu.AllowCongestionControl([]string{cc})
 		if err != nil {
 			return nil, err
 		}
 		for _, node := range nodes {
-			if out, err := node.Command("sysctl", "-w", "net.ipv4.tcp_congestion_control="+cc).CombinedOutput(); err != nil {
+			if err := node.SetCongestionControl(cc); err != nil {
 				restore()
-				return nil, fmt.Errorf("%s's congestion control: %v: %s", node.NS, err, out)
+				return nil, err
 			}
 		}
 		restore()
