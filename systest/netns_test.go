@@ -1,7 +1,6 @@
 package systest
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"net"
@@ -227,19 +226,7 @@ func TestNamespaces(t *testing.T) {
 		})
 		defer c.Close()
 		for _, size := range []int{10, 1200, 9000} {
-			p := bytes.Repeat([]byte{byte(size)}, size)
-			ok := false
-			for range 5 {
-				c.Write(p)
-				c.SetReadDeadline(time.Now().Add(2 * time.Second))
-				buf := make([]byte, 65535)
-				n, err := c.Read(buf)
-				if err == nil && bytes.Equal(buf[:n], p) {
-					ok = true
-					break
-				}
-			}
-			if !ok {
+			if !echoIntact(c, size) {
 				t.Fatalf("no intact echo of a %d-byte packet", size)
 			}
 		}

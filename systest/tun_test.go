@@ -248,6 +248,22 @@ func grepLines(s string, words ...string) string {
 	return strings.Join(out, "\n")
 }
 
+// echoIntact sends a size-byte datagram on c, up to 5 times, and says
+// whether one came back whole.
+func echoIntact(c net.Conn, size int) bool {
+	p := bytes.Repeat([]byte{byte(size)}, size)
+	buf := make([]byte, 65535)
+	for range 5 {
+		c.Write(p)
+		c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		n, err := c.Read(buf)
+		if err == nil && bytes.Equal(buf[:n], p) {
+			return true
+		}
+	}
+	return false
+}
+
 // udpEcho sends packets of the given sizes from ns and checks each echo.
 func udpEcho(t *testing.T, ns *netns, addr string, sizes []int) {
 	t.Helper()
@@ -260,19 +276,7 @@ func udpEcho(t *testing.T, ns *netns, addr string, sizes []int) {
 	})
 	defer c.Close()
 	for _, size := range sizes {
-		p := bytes.Repeat([]byte{byte(size)}, size)
-		ok := false
-		for range 5 {
-			c.Write(p)
-			c.SetReadDeadline(time.Now().Add(2 * time.Second))
-			buf := make([]byte, 65535)
-			n, err := c.Read(buf)
-			if err == nil && bytes.Equal(buf[:n], p) {
-				ok = true
-				break
-			}
-		}
-		if !ok {
+		if !echoIntact(c, size) {
 			t.Errorf("UDP to %s: no intact echo of a %d-byte packet", addr, size)
 		}
 	}
