@@ -310,10 +310,14 @@ func TestSidecarRelayPolicy(t *testing.T) {
 	if err := k8s.Update(ctx, &nsObj); err != nil {
 		t.Fatal(err)
 	}
-	// The webhook reads the namespace at each admission; the condition
-	// follows at the RelayNode's next reconcile (the new pod's).
-	p = appPod(ns, "tun-2", "policy-tun")
-	create(t, p)
+	// The webhook reads the namespace from the manager's cache at each
+	// admission, so the label takes effect once the watch delivers it
+	// (milliseconds; a create in the meantime is still refused). The
+	// condition follows at the RelayNode's next reconcile (the new pod's).
+	eventually(t, "a TUN pod admitted once its namespace opted in", func() error {
+		p = appPod(ns, "tun-2", "policy-tun")
+		return k8s.Create(ctx, p)
+	})
 	if len(p.Spec.InitContainers) != 1 || p.Spec.InitContainers[0].SecurityContext.Capabilities.Add[0] != "NET_ADMIN" {
 		t.Fatalf("the TUN sidecar was not injected once the namespace opted in: %+v", p.Spec.InitContainers)
 	}
