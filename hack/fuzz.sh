@@ -24,6 +24,7 @@ targets=(
   "./relay/tun        FuzzClampMSS         400000"
   "./relay/tun        FuzzEchoReply        400000"
   "./relay/tun        FuzzRebuildVnetHdr   400000"
+  "./relay/quic       FuzzChannelPacket    100000"
 )
 for t in "${targets[@]}"; do
   read -r pkg name n <<<"$t"

@@ -34,6 +34,9 @@ type Metrics struct {
 	// RedundantCopies counts lone QUIC packets sent a second time on
 	// links that lose packets.
 	RedundantCopies *prometheus.CounterVec
+	// DatagramCopies counts UDP datagrams a relay's datagram channel sent
+	// twice on a link that loses packets.
+	DatagramCopies *prometheus.CounterVec
 	// UDPBuffer is the size of the relay socket's buffers as the kernel
 	// granted them.
 	UDPBuffer *prometheus.GaugeVec
@@ -160,6 +163,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "hoplink_quic_redundant_packets_total",
 			Help: "Lone QUIC packets (not part of a GSO batch) sent a second time because the link to their destination lost at least 0.5% of packets; the receiver drops the copy it already has.",
 		}, []string{"relay"}),
+		DatagramCopies: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hoplink_udp_datagram_copies_total",
+			Help: "UDP datagrams sent a second time between relays because the link loses at least 0.1% of packets and has room for the copies (twice the datagrams sent stay below 80% of what the link last carried when congested); the receiver drops the copy it already has. The bandwidth that loss repair costs.",
+		}, []string{"relay"}),
 		UDPBuffer: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "hoplink_udp_socket_buffer_bytes",
 			Help: "Buffer of the relay's QUIC socket by direction (receive, send), as the kernel granted it (Linux reports twice what was set). quic-go asks for 7 MiB; unprivileged relays get at most net.core.rmem_max / wmem_max.",
@@ -246,7 +253,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"relay", "tunnel", "protocol"}),
 	}
 	reg.MustRegister(m.Bytes, m.Flows, m.ActiveFlows, m.FlowSetup, m.FlowErrors, m.Rejected,
-		m.Ready, m.CertExpiry, m.TunnelOpen, m.PeerUp, m.Handshakes, m.UDPSessions, m.UDPDropped, m.RateWaited, m.UDPFramed, m.SendLost, m.RedundantCopies, m.UDPBuffer, m.DrainNotices, m.ConnsEvicted, m.ReloadsRejected,
+		m.Ready, m.CertExpiry, m.TunnelOpen, m.PeerUp, m.Handshakes, m.UDPSessions, m.UDPDropped, m.RateWaited, m.UDPFramed, m.SendLost, m.RedundantCopies, m.DatagramCopies, m.UDPBuffer, m.DrainNotices, m.ConnsEvicted, m.ReloadsRejected,
 		m.LinkUp, m.LinkRTT, m.LinkRTTMin, m.LinkSmoothed, m.LinkJitter, m.LinkLoss, m.LinkProbes, m.LinkTransport, m.LinkGoodput, m.LinkCongestion, m.LinkFlows,
 		m.TargetRTT, m.TargetUp, m.ChainRoute, m.TUNPackets, m.TUNBytes, m.TUNDropped, m.TUNFlows)
 	m.Route = NewRoute(reg)

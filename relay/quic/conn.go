@@ -46,6 +46,12 @@ type Conn struct {
 	reported uint64
 	peerLost atomic.Uint64
 
+	// channel carries UDP datagrams beside QUIC once both ends speak it
+	// (dgram.go); nil where the socket cannot take its packets out.
+	channel atomic.Pointer[dgChannel]
+	// echoes bounds the probes and count reports answered.
+	echoes *rate.Limiter
+
 	mu      sync.Mutex
 	sinks   map[uint64]func([]byte)
 	pending map[uint64]*pendingFlow
@@ -71,7 +77,9 @@ type pendingFlow struct {
 }
 
 func newConn(c *quicgo.Conn, peer string, dialed bool) *Conn {
-	conn := &Conn{Conn: c, Peer: peer, dialed: dialed, sinks: map[uint64]func([]byte){}, pending: map[uint64]*pendingFlow{}}
+	conn := &Conn{Conn: c, Peer: peer, dialed: dialed, sinks: map[uint64]func([]byte){}, pending: map[uint64]*pendingFlow{},
+		// Echoes are cheap, but a peer must not make us send without bound.
+		echoes: rate.NewLimiter(maxEchoRate, maxEchoRate/2)}
 	conn.touch()
 	return conn
 }
@@ -146,8 +154,16 @@ func (c *Conn) MaxDatagram() int {
 	return 0
 }
 
-// SendFlowDatagram sends one UDP packet of flow id.
+// SendFlowDatagram sends one UDP packet of flow id: on the connection's
+// channel once it runs, else as a QUIC datagram.
 func (c *Conn) SendFlowDatagram(id uint64, payload []byte) error {
+	if ch := c.channel.Load(); ch.usable() {
+		return ch.send(id, payload)
+	}
+	return c.sendQUICDatagram(id, payload)
+}
+
+func (c *Conn) sendQUICDatagram(id uint64, payload []byte) error {
 	var buf [2048]byte
 	if len(payload)+8 > len(buf) {
 		return c.SendDatagram(hop.AppendDatagram(nil, id, payload))
@@ -178,15 +194,11 @@ func (c *Conn) Draining() bool { return c.draining.Load() }
 // of the peer's links, not merely one made with its certificate.
 func (c *Conn) Admitted() { c.admitted.Store(true) }
 
-// runDatagrams dispatches datagrams until the connection ends: UDP packets
-// to their session's sink, link probes back to the peer (or, while e
-// drains, the news that it does), probe echoes and a peer's drain to e.
-// Datagrams it cannot route are counted as dropped.
+// runDatagrams dispatches QUIC datagrams until the connection ends (see
+// deliver), after starting the connection's datagram channel.
 func (c *Conn) runDatagrams(e *Endpoint) {
-	onDrop := e.dropped
+	c.startChannel(e)
 	ctx := c.Context()
-	// Echoes are cheap, but a peer must not make us send without bound.
-	echoes := rate.NewLimiter(maxEchoRate, maxEchoRate/2)
 	for {
 		d, err := c.ReceiveDatagram(ctx)
 		if err != nil {
@@ -194,66 +206,76 @@ func (c *Conn) runDatagrams(e *Endpoint) {
 		}
 		id, payload, err := hop.ParseDatagram(d)
 		if err != nil {
-			onDrop("bad_datagram")
+			e.dropped("bad_datagram")
 			continue
 		}
-		switch id {
-		case hop.ProbeFlow:
-			switch {
-			case len(payload) > hop.MaxProbe || !echoes.Allow():
-				onDrop("probe_limit")
-			case e.draining.Load():
-				c.SendDatagram(hop.AppendDatagram(nil, hop.DrainFlow, nil))
-			default:
-				c.SendDatagram(hop.AppendDatagram(nil, hop.ProbeEchoFlow, payload))
-				c.probed.Store(true)
-				c.touch()
-			}
-			continue
-		case hop.ProbeEchoFlow:
-			e.event(Event{Kind: ProbeEcho, Peer: c.Peer, Payload: payload})
-			continue
-		case hop.CountFlow:
-			if !echoes.Allow() {
-				onDrop("probe_limit")
-			} else if c.answerCounts(payload) != nil {
-				onDrop("bad_datagram")
-			}
-			continue
-		case hop.CountEchoFlow:
-			if c.peerCounts(payload) != nil {
-				onDrop("bad_datagram")
-			}
-			continue
-		case hop.DrainFlow:
-			c.draining.Store(true)
-			e.drainNotice(c)
-			continue
-		case hop.DoneFlow:
-			// A peer that is done drained first, so this closes at most
-			// once its flows here end; it waits for the close to exit.
-			// That much any connection may ask for itself.
-			c.draining.Store(true)
-			e.drainNotice(c)
-			c.peerDone.Store(true)
-			if c.flows.Load() == 0 {
-				c.CloseWithError(0, "peer drained")
-			}
-			continue
-		}
-		c.mu.Lock()
-		sink := c.sinks[id]
-		if sink == nil {
-			ok := c.holdLocked(id, payload)
-			c.mu.Unlock()
-			if !ok {
-				onDrop("no_session")
-			}
-			continue
-		}
-		c.mu.Unlock()
-		sink(payload)
+		c.deliver(e, id, payload)
 	}
+}
+
+// deliver dispatches one datagram: UDP packets to their session's sink,
+// link probes back to the peer (or, while e drains, the news that it
+// does), probe echoes and a peer's drain to e. Datagrams it cannot route
+// are counted as dropped. The QUIC datagram goroutine and the socket's
+// reader (the channel's) call it.
+func (c *Conn) deliver(e *Endpoint, id uint64, payload []byte) {
+	onDrop := e.dropped
+	switch id {
+	case hop.ProbeFlow:
+		switch {
+		case len(payload) > hop.MaxProbe || !c.echoes.Allow():
+			onDrop("probe_limit")
+		case e.draining.Load():
+			c.SendDatagram(hop.AppendDatagram(nil, hop.DrainFlow, nil))
+		default:
+			c.SendDatagram(hop.AppendDatagram(nil, hop.ProbeEchoFlow, payload))
+			c.probed.Store(true)
+			c.touch()
+		}
+		return
+	case hop.ProbeEchoFlow:
+		e.event(Event{Kind: ProbeEcho, Peer: c.Peer, Payload: payload})
+		return
+	case hop.CountFlow:
+		if !c.echoes.Allow() {
+			onDrop("probe_limit")
+		} else if c.answerCounts(payload) != nil {
+			onDrop("bad_datagram")
+		}
+		return
+	case hop.CountEchoFlow:
+		if c.peerCounts(payload) != nil {
+			onDrop("bad_datagram")
+		}
+		return
+	case hop.DrainFlow:
+		c.draining.Store(true)
+		e.drainNotice(c)
+		return
+	case hop.DoneFlow:
+		// A peer that is done drained first, so this closes at most
+		// once its flows here end; it waits for the close to exit.
+		// That much any connection may ask for itself.
+		c.draining.Store(true)
+		e.drainNotice(c)
+		c.peerDone.Store(true)
+		if c.flows.Load() == 0 {
+			c.CloseWithError(0, "peer drained")
+		}
+		return
+	}
+	c.mu.Lock()
+	sink := c.sinks[id]
+	if sink == nil {
+		ok := c.holdLocked(id, payload)
+		c.mu.Unlock()
+		if !ok {
+			onDrop("no_session")
+		}
+		return
+	}
+	c.mu.Unlock()
+	sink(payload)
 }
 
 func (c *Conn) holdLocked(id uint64, payload []byte) bool {

@@ -52,15 +52,25 @@ var testPeers = map[string]int{"a": 0, "b": 0, "c": 0, "d": 0}
 // testEndpointWith starts an endpoint whose peers' streams go to handler.
 func testEndpointWith(t *testing.T, ca *pki.CA, name string, handler func(*Conn, *quicgo.Stream)) *Endpoint {
 	t.Helper()
+	return testEndpointOpts(t, ca, name, handler, nil)
+}
+
+// testEndpointOpts is testEndpointWith with options changed by edit.
+func testEndpointOpts(t *testing.T, ca *pki.CA, name string, handler func(*Conn, *quicgo.Stream), edit func(*Options)) *Endpoint {
+	t.Helper()
 	id, err := ca.Identity(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := Listen(Options{Name: name, Identity: id, Listen: "127.0.0.1:0",
+	o := Options{Name: name, Identity: id, Listen: "127.0.0.1:0",
 		Peers:   testPeers,
 		Upper:   &testUpper{serve: handler},
 		Metrics: metrics.New(prometheus.NewRegistry()),
-		Log:     slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Log:     slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if edit != nil {
+		edit(&o)
+	}
+	e, err := Listen(o)
 	if err != nil {
 		t.Fatal(err)
 	}

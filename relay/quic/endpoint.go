@@ -36,6 +36,9 @@ type Options struct {
 	// relay's incoming connections to the pod. Off, a relay dials from its
 	// relay port, as peers and link emulators that key on it expect.
 	SeparateDialPort bool
+	// NoDatagramChannel keeps UDP datagrams in QUIC (an older relay's
+	// behaviour): the relay neither offers nor answers the channel.
+	NoDatagramChannel bool
 	// MaxStreams bounds the flows a peer may have open at once on one
 	// connection (quic-go's MaxIncomingStreams), not on all of them: a peer
 	// may hold several connections (Peers). 0 means DefaultMaxStreams.
@@ -81,6 +84,11 @@ type Endpoint struct {
 
 	draining atomic.Bool // this relay drains
 	red      *redundancy // where lone packets go twice
+
+	// The sockets as the channels send on them (nil where their reader
+	// cannot take the channel's packets out), and the channels.
+	lossy, dialLossy *lossyConn
+	channels         channels
 }
 
 // Listen binds the UDP socket and starts accepting peers.
@@ -117,11 +125,23 @@ func Listen(opts Options) (*Endpoint, error) {
 			opts.Log.Info("lone packets go once again", "remote", addr)
 		}
 	}, copies.Inc)
-	transport := func(c *net.UDPConn) *quicgo.Transport {
+	e := &Endpoint{
+		opts:    opts,
+		peers:   opts.Peers,
+		udp:     udp,
+		dialUDP: dialUDP,
+		red:     red,
+	}
+	transport := func(c *net.UDPConn, channelOut **lossyConn) *quicgo.Transport {
 		conn := &lossyConn{UDPConn: c, red: red, lost: func(reason string) {
 			opts.Metrics.SendLost.WithLabelValues(opts.Name, reason).Inc()
 		}}
-		return &quicgo.Transport{Conn: withGRO(conn), StatelessResetKey: (*quicgo.StatelessResetKey)(&resetKey),
+		pc := withGRO(conn)
+		if g, ok := pc.(*groConn); ok && !opts.NoDatagramChannel {
+			g.channel = func(b []byte) { e.channels.packet(e, b) }
+			*channelOut = conn
+		}
+		return &quicgo.Transport{Conn: pc, StatelessResetKey: (*quicgo.StatelessResetKey)(&resetKey),
 			// quic-go takes datagrams of up to path MTU - 37 bytes. A
 			// packet carrying one (1 byte flags, the connection ID, a
 			// 2-byte packet number, 1 byte frame type, 16 bytes AEAD tag)
@@ -132,14 +152,8 @@ func Listen(opts Options) (*Endpoint, error) {
 			// 10000-packet congestion window bounds.
 			ConnectionIDLength: datagramConnIDLen}
 	}
-	e := &Endpoint{
-		opts:    opts,
-		peers:   opts.Peers,
-		udp:     udp,
-		dialUDP: dialUDP,
-		tr:      transport(udp),
-		red:     red,
-	}
+	e.tr = transport(udp, &e.lossy)
+	e.dialLossy = e.lossy
 	e.links = &Links{e: e, links: map[linkKey]*Link{}}
 	// Past a rate of new connections, a client must prove its address (a
 	// Retry, one round trip) before any handshake work: a flood of spoofed
@@ -147,7 +161,7 @@ func Listen(opts Options) (*Endpoint, error) {
 	e.tr.VerifySourceAddress = func(net.Addr) bool { return !handshakes.Allow() }
 	e.dialTr = e.tr
 	if opts.SeparateDialPort {
-		e.dialTr = transport(dialUDP)
+		e.dialTr = transport(dialUDP, &e.dialLossy)
 	}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	e.warn = ratelog.New(opts.Log)
@@ -282,6 +296,23 @@ func (e *Endpoint) Links() *Links { return e.links }
 
 func (e *Endpoint) dropped(reason string) {
 	e.opts.Metrics.UDPDropped.WithLabelValues(e.opts.Name, "", reason).Inc()
+}
+
+// droppedN counts n datagrams a channel dropped for reason.
+func (e *Endpoint) droppedN(reason string, n int) {
+	e.opts.Metrics.UDPDropped.WithLabelValues(e.opts.Name, "", reason).Add(float64(n))
+}
+
+// copied counts a datagram a channel sent twice.
+func (e *Endpoint) copied() { e.opts.Metrics.DatagramCopies.WithLabelValues(e.opts.Name).Inc() }
+
+// channelSocket is the socket a connection's channel sends on, or nil
+// where its reader does not take the channel's packets out (no UDP GRO).
+func (e *Endpoint) channelSocket(dialed bool) *lossyConn {
+	if dialed {
+		return e.dialLossy
+	}
+	return e.lossy
 }
 
 // accepted is the connections peers dialed to this relay, while they last.

@@ -31,6 +31,9 @@ type groConn struct {
 	// from, where an address made per read was an allocation per packet.
 	fromAP netip.AddrPort
 	info   []byte // control messages of the last read, minus the GRO one
+	// channel takes the datagram channel's packets (dgram.go), which
+	// are not QUIC's; nil: quic-go gets them, and drops them.
+	channel func([]byte)
 }
 
 // groBuffer holds the largest coalesced read (64 KiB of payload).
@@ -55,14 +58,24 @@ func withGRO(c *lossyConn) net.PacketConn {
 // ReadBatch fills ms with the packets of one read, or of what is left of
 // the last one.
 func (g *groConn) ReadBatch(ms []ipv4.Message, _ int) (int, error) {
-	if len(g.pend) == 0 {
-		if err := g.read(); err != nil {
-			return 0, err
-		}
-	}
 	n := 0
-	for n < len(ms) && len(g.pend) > 0 {
+	for n < len(ms) {
+		if len(g.pend) == 0 {
+			if n > 0 {
+				break
+			}
+			// Nothing left of the last read, or it held only the
+			// channel's packets.
+			if err := g.read(); err != nil {
+				return 0, err
+			}
+		}
 		k := min(g.seg, len(g.pend))
+		if g.channel != nil && isChannelPacket(g.pend[:k]) {
+			g.channel(g.pend[:k])
+			g.pend = g.pend[k:]
+			continue
+		}
 		m := &ms[n]
 		m.N = copy(m.Buffers[0], g.pend[:k])
 		m.NN = copy(m.OOB, g.info)

@@ -1,0 +1,168 @@
+package quic
+
+import "time"
+
+// dgControl decides how a channel sends: at once, as the application sent
+// (unpaced), or paced at a rate below what the link delivered; and whether
+// datagrams go twice. It sees the receiver's feedback as samples and is
+// driven by one goroutine at a time (the channel holds its lock).
+//
+// It reads two signals of congestion, as BBR and delay-based controllers
+// do, and not random loss, which on a long lossy leg is no sign of a full
+// queue: the round trip growing over its minimum (a queue builds at the
+// bottleneck), and loss well above the link's usual (a shallow buffer
+// overflowing). Random loss is what copies repair, when the link has room
+// for them.
+type dgControl struct {
+	minRTT      time.Duration
+	minRTTAt    time.Time
+	srtt        time.Duration
+	paced       bool
+	rate        float64 // bytes a second, while paced
+	lastCut     time.Time
+	lastGrow    time.Time
+	backlogAt   time.Time // the queue last held a datagram back
+	pacedSince  time.Time
+	capacity    float64 // bytes a second the link delivered when it last showed congestion; 0: unknown
+	capacityAt  time.Time
+	copies      bool
+	copiesAfter time.Time // no copies before (after congestion)
+
+	// The link's usual loss, judged over windows of lossWindow packets
+	// sent without congestion.
+	baseLoss   float64
+	baseJudged bool
+	winSent    float64
+	winLost    float64
+	winCongest bool
+	sendRate   float64 // bytes a second offered, the last sample's
+}
+
+const (
+	// minRTTWindow is how long a minimum round trip stands.
+	minRTTWindow = 10 * time.Second
+	// queueDelayMin is the least queueing delay read as congestion; a
+	// quarter of the minimum round trip, if more.
+	queueDelayMin = 10 * time.Millisecond
+	// lossWindow is the packets a loss judgement takes.
+	lossWindow = 1000
+	// copyLoss is the usual loss from which datagrams go twice.
+	copyLoss = 0.001
+	// copyHeadroom: copies only while twice what is offered stays below
+	// this share of the capacity last seen.
+	copyHeadroom = 0.8
+	// copyPause is how long copies stay off after they congested a link;
+	// capacityHold how long a capacity seen stands.
+	copyPause    = 30 * time.Second
+	capacityHold = time.Minute
+	// unpaceAfter without a backlog, pacing ends: the sender's rate fits.
+	unpaceAfter = 2 * time.Second
+	// minPacedRate is the least rate pacing goes down to: 1 Mbit/s.
+	minPacedRate = 125_000
+)
+
+// dgSample is what one interval of feedback says.
+type dgSample struct {
+	rtt       time.Duration // 0: none this interval
+	delivered float64       // bytes a second the receiver got, copies included
+	offered   float64       // bytes a second sent, copies included
+	sent      float64       // packets sent (copies included) that the interval's feedback covers
+	lost      float64       // of those, not received
+}
+
+// onSample takes a feedback interval.
+func (c *dgControl) onSample(now time.Time, s dgSample) {
+	c.sendRate = s.offered
+	if s.rtt > 0 {
+		if c.minRTT == 0 || s.rtt < c.minRTT || now.Sub(c.minRTTAt) > minRTTWindow {
+			c.minRTT, c.minRTTAt = s.rtt, now
+		}
+		if c.srtt == 0 {
+			c.srtt = s.rtt
+		} else {
+			c.srtt = (7*c.srtt + s.rtt) / 8
+		}
+	}
+	queued := s.rtt > 0 && s.rtt-c.minRTT > max(c.minRTT/4, queueDelayMin)
+	lossy := s.sent >= 50 && s.lost/s.sent > 3*c.baseLoss+0.02
+	if queued || lossy {
+		c.congested(now, s.delivered)
+	}
+	c.judgeLoss(s, queued || lossy)
+	if c.capacity > 0 && now.Sub(c.capacityAt) > capacityHold {
+		c.capacity = 0
+	}
+	c.copies = c.baseJudged && c.baseLoss >= copyLoss && !now.Before(c.copiesAfter) &&
+		(c.capacity == 0 || 2*c.sendRate < copyHeadroom*c.capacity) && !c.paced
+	if !c.paced {
+		return
+	}
+	if now.Sub(c.backlogAt) > unpaceAfter && now.Sub(c.pacedSince) > unpaceAfter {
+		c.paced = false
+		return
+	}
+	// Probe for more while the sender has more to send and the link
+	// shows no queue: a quarter more each round trip.
+	if !queued && !lossy && now.Sub(c.backlogAt) < c.roundTrip() && now.Sub(c.lastGrow) >= c.roundTrip() && now.Sub(c.lastCut) >= c.roundTrip() {
+		c.rate *= 1.25
+		c.lastGrow = now
+	}
+}
+
+// congested paces at what the link delivered, copies off; once a round
+// trip, since what was sent before the cut still arrives as congested.
+func (c *dgControl) congested(now time.Time, delivered float64) {
+	if !c.lastCut.IsZero() && now.Sub(c.lastCut) < c.roundTrip() {
+		return
+	}
+	c.lastCut = now
+	c.capacity, c.capacityAt = delivered, now
+	if c.copies {
+		// Copies made the load: they stop first, and pacing at what
+		// arrived (copies counted) leaves the datagrams themselves room.
+		c.copies = false
+		c.copiesAfter = now.Add(copyPause)
+	}
+	if !c.paced {
+		c.pacedSince = now
+	}
+	c.paced = true
+	c.rate = max(0.95*delivered, minPacedRate)
+}
+
+// judgeLoss adds the interval to the loss window; a window without
+// congestion updates the link's usual loss.
+func (c *dgControl) judgeLoss(s dgSample, congested bool) {
+	c.winSent += s.sent
+	c.winLost += s.lost
+	c.winCongest = c.winCongest || congested
+	if c.winSent < lossWindow {
+		return
+	}
+	if !c.winCongest {
+		loss := c.winLost / c.winSent
+		if !c.baseJudged {
+			c.baseLoss, c.baseJudged = loss, true
+		} else {
+			c.baseLoss = 0.7*c.baseLoss + 0.3*loss
+		}
+	}
+	c.winSent, c.winLost, c.winCongest = 0, 0, false
+}
+
+func (c *dgControl) roundTrip() time.Duration {
+	if c.srtt > 0 {
+		return c.srtt
+	}
+	return 100 * time.Millisecond
+}
+
+// lagBound is how long a datagram may wait at this hop: the link's round
+// trip, within [20 ms, 250 ms]; a datagram later than that is of little
+// use to a real-time sender and only delays the ones behind it.
+func (c *dgControl) lagBound() time.Duration {
+	if c.minRTT == 0 {
+		return 100 * time.Millisecond
+	}
+	return min(max(c.minRTT, 20*time.Millisecond), 250*time.Millisecond)
+}
