@@ -354,42 +354,70 @@ func IsEchoRequest(pkt []byte) bool {
 	return !ip.v6 && ip.proto == 1 && msg[0] == 8 || ip.v6 && ip.proto == 58 && msg[0] == 128
 }
 
-// EchoReply answers an ICMP or ICMPv6 echo request from the address it was
-// sent to, or returns nil for any other packet. A tun Tunnel in flow mode
-// answers pings to its routed addresses itself: the exit relay cannot ping
-// without privileges, and the answer says the tunnel is up.
-func EchoReply(pkt []byte) []byte {
+// Echo is an ICMP or ICMPv6 echo, by the addresses of its request.
+type Echo struct {
+	Src, Dst netip.Addr
+	ID, Seq  uint16
+	Data     []byte
+}
+
+// ParseEchoRequest returns the ICMP or ICMPv6 echo request a packet
+// carries, its data copied; false for any other packet, a fragment, or one
+// whose lengths lie. IPv6 extension headers are not walked: a ping's
+// request has none.
+func ParseEchoRequest(pkt []byte) (Echo, bool) {
 	ip, err := parseIP(pkt)
-	if err != nil {
-		return nil
+	if err != nil || !IsEchoRequest(pkt) || !lengthsAgree(ip, pkt) {
+		return Echo{}, false
 	}
 	msg := pkt[ip.ipHdrLen:]
-	switch {
-	case !ip.v6 && ip.proto == 1 && len(msg) >= 8 && msg[0] == 8 && msg[1] == 0:
-		if binary.BigEndian.Uint16(pkt[6:])&0x3fff != 0 || int(binary.BigEndian.Uint16(pkt[2:])) != len(pkt) {
-			return nil // a fragment, or a length that lies
-		}
-		r := append([]byte(nil), pkt...)
-		copy(r[12:16], pkt[16:20])
-		copy(r[16:20], pkt[12:16])
-		r[8] = 64
-		ipv4HeaderChecksum(r, ip.ipHdrLen)
-		m := r[ip.ipHdrLen:]
-		m[0], m[2], m[3] = 0, 0, 0
+	return Echo{
+		Src: ip.src, Dst: ip.dst,
+		ID:   binary.BigEndian.Uint16(msg[4:]),
+		Seq:  binary.BigEndian.Uint16(msg[6:]),
+		Data: append([]byte(nil), msg[8:]...),
+	}, true
+}
+
+// MaxEchoData bounds the data of an echo reply EchoReply builds: what
+// fits in one IPv4 packet.
+const MaxEchoData = 65535 - 20 - 8
+
+// EchoReply builds the IP packet that answers the echo request e, from
+// e.Dst to e.Src, with e's identifier, sequence number and data; nil if
+// the data cannot fit. A tun Tunnel in flow mode writes it into the device
+// when the exit heard the destination's own reply.
+func EchoReply(e Echo) []byte {
+	if len(e.Data) > MaxEchoData || !e.Src.IsValid() || e.Src.Is4() != e.Dst.Is4() {
+		return nil
+	}
+	hl, typ := 20, byte(0) // ICMP echo reply
+	if !e.Src.Is4() {
+		hl, typ = 40, 129 // ICMPv6 echo reply
+	}
+	r := make([]byte, hl+8+len(e.Data))
+	m := r[hl:]
+	m[0] = typ
+	binary.BigEndian.PutUint16(m[4:], e.ID)
+	binary.BigEndian.PutUint16(m[6:], e.Seq)
+	copy(m[8:], e.Data)
+	if e.Src.Is4() {
+		r[0] = 0x45
+		binary.BigEndian.PutUint16(r[2:], uint16(len(r)))
+		r[8], r[9] = 64, 1
+		src, dst := e.Dst.As4(), e.Src.As4()
+		copy(r[12:], src[:])
+		copy(r[16:], dst[:])
+		ipv4HeaderChecksum(r, 20)
 		binary.BigEndian.PutUint16(m[2:], ^checksum.Checksum(m, 0))
 		return r
-	case ip.v6 && ip.proto == 58 && len(msg) >= 8 && msg[0] == 128 && msg[1] == 0:
-		if int(binary.BigEndian.Uint16(pkt[4:])) != len(msg) {
-			return nil
-		}
-		r := append([]byte(nil), pkt...)
-		copy(r[8:24], pkt[24:40])
-		copy(r[24:40], pkt[8:24])
-		r[7] = 64
-		m := r[ip.ipHdrLen:]
-		m[0], m[2], m[3] = 129, 0, 0
-		binary.BigEndian.PutUint16(m[2:], ^checksum.Checksum(m, pseudoSum(ipInfo{v6: true, proto: 58}, r, len(m))))
-		return r
 	}
-	return nil
+	r[0] = 0x60
+	binary.BigEndian.PutUint16(r[4:], uint16(len(m)))
+	r[6], r[7] = 58, 64
+	src, dst := e.Dst.As16(), e.Src.As16()
+	copy(r[8:], src[:])
+	copy(r[24:], dst[:])
+	binary.BigEndian.PutUint16(m[2:], ^checksum.Checksum(m, pseudoSum(ipInfo{v6: true, proto: 58}, r, len(m))))
+	return r
 }

@@ -174,7 +174,9 @@ func addr4(a, b, c, d byte) tcpip.Address { return tcpip.AddrFrom4([4]byte{a, b,
 
 func addr(a netip.Addr) tcpip.Address { return tcpip.AddrFromSlice(a.AsSlice()) }
 
-func TestEchoReply(t *testing.T) {
+// A flow-mode entry reads a ping's request, and answers it with the data
+// the exit's reply brought, in either family.
+func TestEchoRequestAndReply(t *testing.T) {
 	// An ICMP echo request 10.200.0.1 -> 10.77.0.1 with 8 bytes of data.
 	req := make([]byte, 36)
 	req[0], req[2], req[3], req[8], req[9] = 0x45, 0, 36, 64, 1
@@ -187,10 +189,12 @@ func TestEchoReply(t *testing.T) {
 	copy(req[28:], "hoplink!")
 	binary.BigEndian.PutUint16(req[22:], ^checksum.Checksum(req[20:], 0))
 
-	r := EchoReply(req)
-	if r == nil {
-		t.Fatal("no reply to an echo request")
+	e, ok := ParseEchoRequest(req)
+	want := Echo{Src: netip.MustParseAddr("10.200.0.1"), Dst: netip.MustParseAddr("10.77.0.1"), ID: 0x1234, Seq: 7}
+	if !ok || e.Src != want.Src || e.Dst != want.Dst || e.ID != want.ID || e.Seq != want.Seq || string(e.Data) != "hoplink!" {
+		t.Fatalf("parsed %+v, %v", e, ok)
 	}
+	r := EchoReply(e)
 	if !header.IPv4(r).IsChecksumValid() || header.IPv4(r).SourceAddress() != addr4(10, 77, 0, 1) || header.IPv4(r).DestinationAddress() != addr4(10, 200, 0, 1) {
 		t.Fatalf("reply header %x", r[:20])
 	}
@@ -198,19 +202,52 @@ func TestEchoReply(t *testing.T) {
 	if m.Type() != header.ICMPv4EchoReply || m.Ident() != 0x1234 || m.Sequence() != 7 || string(m.Payload()) != "hoplink!" || checksum.Checksum(r[20:], 0) != 0xffff {
 		t.Fatalf("reply message %x", r[20:])
 	}
-	if EchoReply(r) != nil {
-		t.Fatal("answered a reply")
+	if _, ok := ParseEchoRequest(r); ok {
+		t.Fatal("took a reply for a request")
 	}
-	tcp := superPacket(false, []byte("x"), 0x18)
-	if EchoReply(tcp) != nil {
-		t.Fatal("answered a TCP segment")
+	if _, ok := ParseEchoRequest(superPacket(false, []byte("x"), 0x18)); ok {
+		t.Fatal("took a TCP segment for a request")
+	}
+	frag := bytes.Clone(req)
+	frag[6] = 0x20 // more fragments
+	if _, ok := ParseEchoRequest(frag); ok {
+		t.Fatal("took a fragment for a whole request")
+	}
+
+	// ICMPv6: the checksum covers the pseudo-header.
+	e6 := Echo{Src: netip.MustParseAddr("fd20::1"), Dst: netip.MustParseAddr("fd77::9"), ID: 3, Seq: 9, Data: []byte("v6")}
+	r6 := EchoReply(e6)
+	h6 := header.IPv6(r6)
+	if h6.SourceAddress() != addr(e6.Dst) || h6.DestinationAddress() != addr(e6.Src) || h6.TransportProtocol() != header.ICMPv6ProtocolNumber || int(h6.PayloadLength()) != len(r6)-40 {
+		t.Fatalf("v6 reply header %x", r6[:40])
+	}
+	m6 := header.ICMPv6(r6[40:])
+	sum := header.PseudoHeaderChecksum(header.ICMPv6ProtocolNumber, h6.SourceAddress(), h6.DestinationAddress(), uint16(len(m6)))
+	if m6.Type() != header.ICMPv6EchoReply || m6.Ident() != 3 || m6.Sequence() != 9 || string(m6.Payload()) != "v6" || checksum.Checksum(m6, sum) != 0xffff {
+		t.Fatalf("v6 reply message %x", m6)
+	}
+	// A request built from the reply's addresses parses back.
+	q6 := bytes.Clone(r6)
+	copy(q6[8:24], r6[24:40])
+	copy(q6[24:40], r6[8:24])
+	q6[40] = 128
+	if e, ok := ParseEchoRequest(q6); !ok || e.Src != e6.Src || e.Dst != e6.Dst || e.Seq != 9 || string(e.Data) != "v6" {
+		t.Fatalf("v6 request parsed %+v, %v", e, ok)
+	}
+	if EchoReply(Echo{Src: e6.Src, Dst: want.Dst}) != nil {
+		t.Fatal("a reply across families")
 	}
 }
 
-func FuzzEchoReply(f *testing.F) {
+func FuzzEchoRequest(f *testing.F) {
 	f.Add(superPacket(false, nil, 0x02))
+	f.Add(EchoReply(Echo{Src: netip.MustParseAddr("fd20::1"), Dst: netip.MustParseAddr("fd77::9"), Data: []byte("x")}))
 	f.Fuzz(func(t *testing.T, pkt []byte) {
-		if r := EchoReply(pkt); r != nil && len(r) != len(pkt) {
+		e, ok := ParseEchoRequest(pkt)
+		if !ok {
+			return
+		}
+		if r := EchoReply(e); len(r) != len(pkt) {
 			t.Fatalf("reply of %d bytes to a %d-byte request", len(r), len(pkt))
 		}
 	})
