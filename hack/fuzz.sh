@@ -23,6 +23,7 @@ targets=(
   "./relay/tun        FuzzComplete         400000"
   "./relay/tun        FuzzClampMSS         400000"
   "./relay/tun        FuzzEchoRequest      400000"
+  "./relay/tun        FuzzICMPErrorAbout   400000"
   "./relay/tun        FuzzRebuildVnetHdr   400000"
 )
 for t in "${targets[@]}"; do

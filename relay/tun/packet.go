@@ -354,6 +354,33 @@ func IsEchoRequest(pkt []byte) bool {
 	return !ip.v6 && ip.proto == 1 && msg[0] == 8 || ip.v6 && ip.proto == 58 && msg[0] == 128
 }
 
+// ICMPErrorAbout returns the addresses of the packet an ICMP or ICMPv6
+// error quotes (destination unreachable, packet too big, time exceeded,
+// parameter problem), for a packet that is one: such an error comes from
+// a router on the path, whatever its address, and is admitted by the
+// packet it is about. The quote must be of the error's own IP version.
+func ICMPErrorAbout(pkt []byte) (src, dst netip.Addr, ok bool) {
+	ip, err := parseIP(pkt)
+	if err != nil {
+		return src, dst, false
+	}
+	msg := pkt[ip.ipHdrLen:]
+	if len(msg) < 8 {
+		return src, dst, false
+	}
+	switch {
+	case !ip.v6 && ip.proto == 1 && (msg[0] == 3 || msg[0] == 11 || msg[0] == 12):
+	case ip.v6 && ip.proto == 58 && msg[0] >= 1 && msg[0] <= 4:
+	default:
+		return src, dst, false
+	}
+	inner, err := parseIP(msg[8:])
+	if err != nil || inner.v6 != ip.v6 {
+		return src, dst, false
+	}
+	return inner.src, inner.dst, true
+}
+
 // Echo is an ICMP or ICMPv6 echo, by the addresses of its request.
 type Echo struct {
 	Src, Dst netip.Addr

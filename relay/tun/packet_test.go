@@ -239,6 +239,34 @@ func TestEchoRequestAndReply(t *testing.T) {
 	}
 }
 
+// An IPv6 packet too big, from a router behind the exit, names the packet
+// it is about.
+func TestICMPErrorAbout(t *testing.T) {
+	quoted := superPacket(true, []byte("x"), 0x18)[:48]
+	pkt := make([]byte, 40, 40+8+len(quoted))
+	pkt[0], pkt[6] = 0x60, 58
+	copy(pkt[8:], netip.MustParseAddr("fd00::99").AsSlice())
+	copy(pkt[24:], quoted[8:24]) // to the quoted packet's source
+	pkt = append(pkt, 2, 0, 0, 0, 0, 0, 0x05, 0x00)
+	pkt = append(pkt, quoted...)
+	binary.BigEndian.PutUint16(pkt[4:], uint16(len(pkt)-40))
+	src, dst, ok := ICMPErrorAbout(pkt)
+	wantSrc, _ := netip.AddrFromSlice(quoted[8:24])
+	wantDst, _ := netip.AddrFromSlice(quoted[24:40])
+	if !ok || src != wantSrc || dst != wantDst {
+		t.Fatalf("about %v -> %v, %v; want %v -> %v", src, dst, ok, wantSrc, wantDst)
+	}
+	pkt[40] = 128 // an echo request is no error
+	if _, _, ok := ICMPErrorAbout(pkt); ok {
+		t.Fatal("an echo request taken for an error")
+	}
+}
+
+func FuzzICMPErrorAbout(f *testing.F) {
+	f.Add(superPacket(false, nil, 0x02))
+	f.Fuzz(func(t *testing.T, pkt []byte) { ICMPErrorAbout(pkt) })
+}
+
 func FuzzEchoRequest(f *testing.F) {
 	f.Add(superPacket(false, nil, 0x02))
 	f.Add(EchoReply(Echo{Src: netip.MustParseAddr("fd20::1"), Dst: netip.MustParseAddr("fd77::9"), Data: []byte("x")}))
