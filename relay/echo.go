@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/net/icmp"
@@ -98,6 +99,53 @@ func echoTypes(v6 bool) (proto int, request, reply icmp.Type) {
 func marshalEcho(typ icmp.Type, id int, seq uint16, data []byte) []byte {
 	b, _ := (&icmp.Message{Type: typ, Body: &icmp.Echo{ID: id, Seq: int(seq), Data: data}}).Marshal(nil)
 	return b
+}
+
+// unreachable says, for an error sending to a destination, the code of the
+// ICMP or ICMPv6 destination unreachable a router would send: the exit
+// has no route. Other errors, and a ping that times out, are silent.
+func unreachable(err error, v6 bool) (code uint8, ok bool) {
+	switch {
+	case errors.Is(err, syscall.ENETUNREACH):
+		return 0, true // v4 net unreachable, v6 no route
+	case errors.Is(err, syscall.EHOSTUNREACH) && v6:
+		return 3, true // address unreachable
+	case errors.Is(err, syscall.EHOSTUNREACH):
+		return 1, true // host unreachable
+	}
+	return 0, false
+}
+
+// unreachableType is the family's destination unreachable.
+func unreachableType(v6 bool) icmp.Type {
+	if v6 {
+		return ipv6.ICMPTypeDestinationUnreachable
+	}
+	return ipv4.ICMPTypeDestinationUnreachable
+}
+
+// marshalUnreachable encodes, to cross the chain back, a destination
+// unreachable about the echo request of seq.
+func marshalUnreachable(v6 bool, code uint8, req icmp.Type, seq uint16, data []byte) []byte {
+	b, _ := (&icmp.Message{Type: unreachableType(v6), Code: int(code), Body: &icmp.DstUnreach{Data: marshalEcho(req, 0, seq, data)}}).Marshal(nil)
+	return b
+}
+
+// parseUnreachable decodes a destination unreachable about an echo
+// request of the family: its code, and the request's sequence number and
+// data.
+func parseUnreachable(v6 bool, b []byte) (code uint8, e *icmp.Echo, ok bool) {
+	proto, req, _ := echoTypes(v6)
+	m, err := icmp.ParseMessage(proto, b)
+	if err != nil || m.Type != unreachableType(v6) || m.Code < 0 || m.Code > 255 {
+		return 0, nil, false
+	}
+	d, ok := m.Body.(*icmp.DstUnreach)
+	if !ok {
+		return 0, nil, false
+	}
+	e, ok = parseEcho(proto, req, d.Data)
+	return uint8(m.Code), e, ok
 }
 
 // parseEcho decodes an echo message of type typ; false for anything else.
@@ -234,9 +282,12 @@ func (f *udpFlows) echoExit(from *nexthop.Hop, h *hop.Header, t *v1alpha1.Tunnel
 			return
 		}
 		last.Store(time.Now().UnixNano())
-		if p.send(uint16(e.Seq), e.Data) != nil {
-			// No route, or one the kernel refuses: unanswered.
+		if err := p.send(uint16(e.Seq), e.Data); err != nil {
 			f.m.TUNDropped.WithLabelValues(f.name, h.Tunnel, "send_failed").Inc()
+			// No route here: the sender hears so, as from a router.
+			if code, ok := unreachable(err, p.dst.Is6()); ok && back.Send(marshalUnreachable(p.dst.Is6(), code, p.req, uint16(e.Seq), e.Data)) == nil {
+				back.Flush()
+			}
 		}
 	}
 	back.Receive(toDst)

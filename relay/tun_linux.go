@@ -287,6 +287,16 @@ func (e *echoTable) run(k echoKey, q chan tun.Echo) {
 			e.dev.WritePacket(nil, pkt)
 		}
 	}
+	// The exit has no route to the destination: a destination
+	// unreachable, from it, about the request.
+	noRoute := func(code uint8, seq uint16, data []byte) {
+		if !wait.take(seq) {
+			return
+		}
+		if pkt := tun.EchoUnreachable(tun.Echo{Src: k.src, Dst: k.dst, ID: k.id, Seq: seq, Data: data}, code); pkt != nil {
+			e.dev.WritePacket(nil, pkt)
+		}
+	}
 	ctx, cancel := f.setupContext()
 	defer cancel()
 	_, route, err := f.udp.routes.routeOf(ctx, e.t)
@@ -308,7 +318,13 @@ func (e *echoTable) run(k echoKey, q chan tun.Echo) {
 			f.warn.Warn("cannot ping through a tun Tunnel", "tunnel", e.key, "target", k.dst, "err", err)
 			return
 		}
-		send = p.send
+		send = func(seq uint16, data []byte) error {
+			err := p.send(seq, data)
+			if code, ok := unreachable(err, k.dst.Is6()); ok {
+				noRoute(code, seq, data)
+			}
+			return err
+		}
 		go func() {
 			defer close(ended)
 			p.receive(reply, func() bool { return false }) // until closed
@@ -327,6 +343,8 @@ func (e *echoTable) run(k echoKey, q chan tun.Echo) {
 		deliver := func(b []byte) {
 			if m, ok := parseEcho(proto, rep, b); ok {
 				reply(uint16(m.Seq), m.Data)
+			} else if code, m, ok := parseUnreachable(k.dst.Is6(), b); ok {
+				noRoute(code, uint16(m.Seq), m.Data)
 			}
 		}
 		out.Receive(deliver)

@@ -28,7 +28,8 @@ import (
 // servers (on 10.77.1.1, 10.77.2.1, 10.77.3.1, fd77:1::1, fd77:2::1). Five
 // tun Tunnels share the relays: flow mode over QUIC, packet mode over QUIC,
 // packet mode over TLS, and IPv6 flow and packet mode over QUIC. Behind
-// each route, .9 (::9) is an address where nothing answers.
+// each route, .9 (::9) is an address where nothing answers; the flow
+// Tunnels also route 10.76.1.0/24 and fd76:1::/64, to which sv has no route.
 const tunManifests = `
 apiVersion: hoplink.dev/v1alpha1
 kind: RelayNode
@@ -58,7 +59,7 @@ spec: {entry: hk, exit: la, via: [mid], route: [hk, mid, la], transport: tls}
 apiVersion: hoplink.dev/v1alpha1
 kind: Tunnel
 metadata: {name: flow}
-spec: {chain: cq, protocol: tun, tun: {name: hl-flow, address: 10.201.0.1/24, routes: [10.77.1.0/24]}}
+spec: {chain: cq, protocol: tun, tun: {name: hl-flow, address: 10.201.0.1/24, routes: [10.77.1.0/24, 10.76.1.0/24]}}
 ---
 apiVersion: hoplink.dev/v1alpha1
 kind: Tunnel
@@ -73,7 +74,7 @@ spec: {chain: ct, protocol: tun, tun: {name: hl-pktt, address: 10.203.0.1/24, ro
 apiVersion: hoplink.dev/v1alpha1
 kind: Tunnel
 metadata: {name: flow6}
-spec: {chain: cq, protocol: tun, tun: {name: hl-flow6, address: "fd20:1::1/64", routes: ["fd77:1::/64"]}}
+spec: {chain: cq, protocol: tun, tun: {name: hl-flow6, address: "fd20:1::1/64", routes: ["fd77:1::/64", "fd76:1::/64"]}}
 ---
 apiVersion: hoplink.dev/v1alpha1
 kind: Tunnel
@@ -170,12 +171,12 @@ func TestTunTunnels(t *testing.T) {
 		return nil
 	})
 
-	for _, tc := range []struct{ name, addr, silent string }{
-		{"flow mode over QUIC", "10.77.1.1", "10.77.1.9"},
-		{"packet mode over QUIC", "10.77.2.1", "10.77.2.9"},
-		{"packet mode over TLS", "10.77.3.1", "10.77.3.9"},
-		{"IPv6 flow mode over QUIC", "fd77:1::1", "fd77:1::9"},
-		{"IPv6 packet mode over QUIC", "fd77:2::1", "fd77:2::9"},
+	for _, tc := range []struct{ name, addr, silent, noRoute string }{
+		{"flow mode over QUIC", "10.77.1.1", "10.77.1.9", "10.76.1.1"},
+		{"packet mode over QUIC", "10.77.2.1", "10.77.2.9", ""},
+		{"packet mode over TLS", "10.77.3.1", "10.77.3.9", ""},
+		{"IPv6 flow mode over QUIC", "fd77:1::1", "fd77:1::9", "fd76:1::1"},
+		{"IPv6 packet mode over QUIC", "fd77:2::1", "fd77:2::9", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			hostPort := net.JoinHostPort(tc.addr, "5201")
@@ -193,11 +194,17 @@ func TestTunTunnels(t *testing.T) {
 			// A ping is answered when its destination answers, and only
 			// then: a Tunnel that answered for it would say a host is up
 			// that is not.
-			if !pingAnswered(t, cl, tc.addr, 5) {
-				t.Errorf("no ICMP echo reply from %s", tc.addr)
+			if got := ping(t, cl, tc.addr, 5); got != "reply" {
+				t.Errorf("ping %s: %q; want an echo reply", tc.addr, got)
 			}
-			if pingAnswered(t, cl, tc.silent, 3) {
-				t.Errorf("an ICMP echo reply from %s, where nothing answers", tc.silent)
+			if got := ping(t, cl, tc.silent, 3); got != "" {
+				t.Errorf("ping %s, where nothing answers: %q; want no answer", tc.silent, got)
+			}
+			// Where the exit has no route, the sender hears so at once.
+			if tc.noRoute != "" {
+				if got := ping(t, cl, tc.noRoute, 3); got != "unreachable" {
+					t.Errorf("ping %s, which the exit has no route to: %q; want destination unreachable", tc.noRoute, got)
+				}
 			}
 			// Both devices' headers are rebuilt from the packets they
 			// come with; the kernel's own super-packets all pass.
@@ -321,16 +328,26 @@ func udpEcho(t *testing.T, ns *netns, addr string, sizes []int) {
 	}
 }
 
-// pingAnswered sends up to tries ICMP or ICMPv6 echo requests from ns, a
-// second apart, and says whether one was answered by addr.
+// pingAnswered says whether addr answers a ping from ns (ping, "reply").
 func pingAnswered(t *testing.T, ns *netns, addr string, tries int) bool {
+	t.Helper()
+	return ping(t, ns, addr, tries) == "reply"
+}
+
+// ping sends up to tries ICMP or ICMPv6 echo requests from ns to addr, a
+// second apart, and returns the first answer from addr about them: "reply"
+// (an echo reply), "unreachable" (a destination unreachable quoting the
+// request), or "" (none).
+func ping(t *testing.T, ns *netns, addr string, tries int) string {
 	t.Helper()
 	dst := net.ParseIP(addr)
 	network, laddr, proto := "ip4:icmp", "0.0.0.0", 1
-	var req, rep icmp.Type = ipv4.ICMPTypeEcho, ipv4.ICMPTypeEchoReply
+	var req, rep, unreach icmp.Type = ipv4.ICMPTypeEcho, ipv4.ICMPTypeEchoReply, ipv4.ICMPTypeDestinationUnreachable
+	hl := 20 // the quoted request's IP header
 	if dst.To4() == nil {
 		network, laddr, proto = "ip6:ipv6-icmp", "::", 58
-		req, rep = ipv6.ICMPTypeEchoRequest, ipv6.ICMPTypeEchoReply
+		req, rep, unreach = ipv6.ICMPTypeEchoRequest, ipv6.ICMPTypeEchoReply, ipv6.ICMPTypeDestinationUnreachable
+		hl = 40
 	}
 	var c *icmp.PacketConn
 	ns.do(func() {
@@ -354,16 +371,28 @@ func pingAnswered(t *testing.T, ns *netns, addr string, tries int) bool {
 			if err != nil {
 				break
 			}
-			reply, err := icmp.ParseMessage(proto, buf[:n])
-			if err != nil || reply.Type != rep || !from.(*net.IPAddr).IP.Equal(dst) {
+			m, err := icmp.ParseMessage(proto, buf[:n])
+			if err != nil || !from.(*net.IPAddr).IP.Equal(dst) {
 				continue
 			}
-			if e, ok := reply.Body.(*icmp.Echo); ok && e.ID == id && string(e.Data) == "hoplink" {
-				return true
+			switch m.Type {
+			case rep:
+				if e, ok := m.Body.(*icmp.Echo); ok && e.ID == id && string(e.Data) == "hoplink" {
+					return "reply"
+				}
+			case unreach:
+				// The quote: the request's IP header, then its echo.
+				if d, ok := m.Body.(*icmp.DstUnreach); ok && len(d.Data) >= hl+8 {
+					if q, err := icmp.ParseMessage(proto, d.Data[hl:]); err == nil && q.Type == req {
+						if e, ok := q.Body.(*icmp.Echo); ok && e.ID == id {
+							return "unreachable"
+						}
+					}
+				}
 			}
 		}
 	}
-	return false
+	return ""
 }
 
 // metricsIn reads the relay's /metrics inside a namespace.

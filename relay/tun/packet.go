@@ -410,17 +410,52 @@ func ParseEchoRequest(pkt []byte) (Echo, bool) {
 // fits in one IPv4 packet.
 const MaxEchoData = 65535 - 20 - 8
 
+// EchoUnreachable builds the ICMP or ICMPv6 destination unreachable (of
+// code) that answers the echo request e, from e.Dst to e.Src, quoting the
+// request as the kernel sent it (within 576 bytes for IPv4, 1280 for
+// IPv6, as a router quotes). A flow-mode entry writes it when the exit has
+// no route to the destination, so ping says so at once.
+func EchoUnreachable(e Echo, code uint8) []byte {
+	if !e.Src.IsValid() || e.Src.Is4() != e.Dst.Is4() {
+		return nil
+	}
+	// The request, rebuilt as it left: from e.Src to e.Dst.
+	req := echoPacket(Echo{Src: e.Dst, Dst: e.Src, ID: e.ID, Seq: e.Seq, Data: e.Data}, true)
+	hl, typ, max := 20, byte(3), 576
+	if !e.Src.Is4() {
+		hl, typ, max = 40, 1, 1280
+	}
+	if req == nil {
+		return nil
+	}
+	req = req[:min(len(req), max-hl-8)]
+	r := make([]byte, hl+8+len(req))
+	r[hl], r[hl+1] = typ, code
+	copy(r[hl+8:], req)
+	return finishICMP(r, e.Dst, e.Src)
+}
+
 // EchoReply builds the IP packet that answers the echo request e, from
 // e.Dst to e.Src, with e's identifier, sequence number and data; nil if
 // the data cannot fit. A tun Tunnel in flow mode writes it into the device
 // when the exit heard the destination's own reply.
-func EchoReply(e Echo) []byte {
+func EchoReply(e Echo) []byte { return echoPacket(e, false) }
+
+// echoPacket builds an echo reply from e.Dst to e.Src, or with request an
+// echo request (the caller swaps the addresses).
+func echoPacket(e Echo, request bool) []byte {
 	if len(e.Data) > MaxEchoData || !e.Src.IsValid() || e.Src.Is4() != e.Dst.Is4() {
 		return nil
 	}
 	hl, typ := 20, byte(0) // ICMP echo reply
+	if request {
+		typ = 8
+	}
 	if !e.Src.Is4() {
 		hl, typ = 40, 129 // ICMPv6 echo reply
+		if request {
+			typ = 128
+		}
 	}
 	r := make([]byte, hl+8+len(e.Data))
 	m := r[hl:]
@@ -428,23 +463,31 @@ func EchoReply(e Echo) []byte {
 	binary.BigEndian.PutUint16(m[4:], e.ID)
 	binary.BigEndian.PutUint16(m[6:], e.Seq)
 	copy(m[8:], e.Data)
-	if e.Src.Is4() {
+	return finishICMP(r, e.Dst, e.Src)
+}
+
+// finishICMP fills in the IP header of r (an ICMP message after room for
+// it) from src to dst, and the message's checksum.
+func finishICMP(r []byte, src, dst netip.Addr) []byte {
+	if src.Is4() {
 		r[0] = 0x45
 		binary.BigEndian.PutUint16(r[2:], uint16(len(r)))
 		r[8], r[9] = 64, 1
-		src, dst := e.Dst.As4(), e.Src.As4()
-		copy(r[12:], src[:])
-		copy(r[16:], dst[:])
+		s, d := src.As4(), dst.As4()
+		copy(r[12:], s[:])
+		copy(r[16:], d[:])
 		ipv4HeaderChecksum(r, 20)
+		m := r[20:]
 		binary.BigEndian.PutUint16(m[2:], ^checksum.Checksum(m, 0))
 		return r
 	}
+	m := r[40:]
 	r[0] = 0x60
 	binary.BigEndian.PutUint16(r[4:], uint16(len(m)))
 	r[6], r[7] = 58, 64
-	src, dst := e.Dst.As16(), e.Src.As16()
-	copy(r[8:], src[:])
-	copy(r[24:], dst[:])
+	s, d := src.As16(), dst.As16()
+	copy(r[8:], s[:])
+	copy(r[24:], d[:])
 	binary.BigEndian.PutUint16(m[2:], ^checksum.Checksum(m, pseudoSum(ipInfo{v6: true, proto: 58}, r, len(m))))
 	return r
 }

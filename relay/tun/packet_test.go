@@ -267,6 +267,35 @@ func FuzzICMPErrorAbout(f *testing.F) {
 	f.Fuzz(func(t *testing.T, pkt []byte) { ICMPErrorAbout(pkt) })
 }
 
+// A destination unreachable for a ping quotes its request as it left, so
+// the sender's kernel finds the socket it is for.
+func TestEchoUnreachable(t *testing.T) {
+	for _, c := range []struct{ src, dst string }{{"10.200.0.1", "10.76.0.1"}, {"fd20::1", "fd76::1"}} {
+		e := Echo{Src: netip.MustParseAddr(c.src), Dst: netip.MustParseAddr(c.dst), ID: 0x4242, Seq: 3, Data: bytes.Repeat([]byte("x"), 2000)}
+		r := EchoUnreachable(e, 1)
+		src, dst, err := Addresses(r)
+		if err != nil || src != e.Dst || dst != e.Src {
+			t.Fatalf("%s: unreachable %v -> %v, %v", c.dst, src, dst, err)
+		}
+		hl, typ, req, max := 20, byte(3), byte(8), 576
+		var sum uint16
+		if e.Src.Is6() {
+			hl, typ, req, max = 40, 1, 128, 1280
+			sum = header.PseudoHeaderChecksum(header.ICMPv6ProtocolNumber, addr(e.Dst), addr(e.Src), uint16(len(r)-40))
+		}
+		if r[hl] != typ || r[hl+1] != 1 || len(r) > max || checksum.Checksum(r[hl:], sum) != 0xffff {
+			t.Fatalf("%s: message %x (%d bytes)", c.dst, r[hl:hl+8], len(r))
+		}
+		if qs, qd, ok := ICMPErrorAbout(r); !ok || qs != e.Src || qd != e.Dst {
+			t.Fatalf("%s: quotes %v -> %v, %v", c.dst, qs, qd, ok)
+		}
+		q := r[hl+8:]
+		if q[hl] != req || binary.BigEndian.Uint16(q[hl+4:]) != 0x4242 || binary.BigEndian.Uint16(q[hl+6:]) != 3 {
+			t.Fatalf("%s: quoted message %x", c.dst, q[hl:hl+8])
+		}
+	}
+}
+
 func FuzzEchoRequest(f *testing.F) {
 	f.Add(superPacket(false, nil, 0x02))
 	f.Add(EchoReply(Echo{Src: netip.MustParseAddr("fd20::1"), Dst: netip.MustParseAddr("fd77::9"), Data: []byte("x")}))
