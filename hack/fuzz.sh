@@ -22,7 +22,8 @@ targets=(
   "./clusterset       FuzzDecode           60000"
   "./relay/tun        FuzzComplete         400000"
   "./relay/tun        FuzzClampMSS         400000"
-  "./relay/tun        FuzzEchoReply        400000"
+  "./relay/tun        FuzzEchoRequest      400000"
+  "./relay/tun        FuzzICMPErrorAbout   400000"
   "./relay/tun        FuzzRebuildVnetHdr   400000"
   "./relay/quic       FuzzChannelPacket    100000"
 )

@@ -245,11 +245,11 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"relay", "tunnel", "direction"}),
 		TUNDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hoplink_tun_dropped_packets_total",
-			Help: "Packets a tun Tunnel dropped, by reason (not_ip, not_routed, not_source, no_session, session_limit, send_failed, queue_full, write_failed, malformed, unsupported_gso, device_gone, egress_refused: a packet to the exit's own node).",
+			Help: "Packets a tun Tunnel dropped, by reason (not_ip, not_routed, not_source, no_session, session_limit, send_failed, queue_full, write_failed, malformed, unsupported_gso, device_gone, egress_refused: a packet to the exit's own node; echo_limit: a ping past a Tunnel's echo sessions, no_icmp_socket: an exit that may open no ICMP socket, so its pings go unanswered).",
 		}, []string{"relay", "tunnel", "reason"}),
 		TUNFlows: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hoplink_tun_flows_total",
-			Help: "Flows a tun Tunnel's stack terminated (flow mode), by protocol.",
+			Help: "Flows a tun Tunnel's stack terminated (flow mode), by protocol; icmp counts echo sessions, one per (source, destination, identifier) of the pings carried to the exit.",
 		}, []string{"relay", "tunnel", "protocol"}),
 	}
 	reg.MustRegister(m.Bytes, m.Flows, m.ActiveFlows, m.FlowSetup, m.FlowErrors, m.Rejected,

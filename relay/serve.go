@@ -70,6 +70,8 @@ func (d *dispatcher) Serve(in nexthop.Inbound) {
 		d.tcp.exit(from.Stream(), h, g.Tunnel)
 	case h.Kind == hop.KindTCP:
 		d.tcp.middle(from.Stream(), h, g.Tunnel, g.Chain)
+	case h.Kind == hop.KindEcho && g.Last:
+		d.udp.echoExit(from, h, g.Tunnel)
 	case g.Last:
 		d.udp.exit(from, h, g.Tunnel)
 	case from.Transport == v1alpha1.TransportTLS:

@@ -3,8 +3,10 @@
 package relay
 
 import (
+	"context"
 	"net"
 	"net/netip"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -64,7 +66,9 @@ func (f *tunFlows) open(t *v1alpha1.Tunnel, key string, addr netip.Prefix, route
 		return nil, err
 	}
 	var sessions atomic.Int64
+	echoes := f.newEchoTable(dev, t, key)
 	st, err := netstack.New(netstack.Options{
+		Echo:   echoes.request,
 		Device: dev, MTU: int(u.MTU),
 		Allowed: func(a netip.Addr) bool { return manifest.PrefixesHold(u.Routes, a) },
 		TCP:     func(c *netstack.TCPConn, dst netip.AddrPort) { f.entryTCP(c, dst, t, key) },
@@ -81,12 +85,14 @@ func (f *tunFlows) open(t *v1alpha1.Tunnel, key string, addr netip.Prefix, route
 	})
 	if err != nil {
 		dev.Close()
+		echoes.close()
 		return nil, err
 	}
 	f.log.Info("tun device up", "tunnel", key, "device", dev.Name, "offload", dev.Offload)
 	return func() {
 		dev.Close() // first: it ends the stack's reads
 		st.Close()
+		echoes.close()
 	}, nil
 }
 
@@ -194,6 +200,178 @@ func copyPackets(src, dst net.Conn, n flow.Counter) {
 		}
 		if _, err := dst.Write(buf[:k]); err == nil {
 			n.Add(float64(k))
+		}
+	}
+}
+
+// echoTable is a flow-mode Tunnel's echo sessions at its entry, one per
+// (source, destination, identifier) of the pings its device reads.
+type echoTable struct {
+	f   *tunFlows
+	dev *tun.Device
+	t   *v1alpha1.Tunnel
+	key string
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu       sync.Mutex
+	sessions map[echoKey]chan tun.Echo // each session's requests, bounded
+}
+
+type echoKey struct {
+	src, dst netip.Addr
+	id       uint16
+}
+
+func (f *tunFlows) newEchoTable(dev *tun.Device, t *v1alpha1.Tunnel, key string) *echoTable {
+	e := &echoTable{f: f, dev: dev, t: t, key: key, sessions: map[echoKey]chan tun.Echo{}}
+	e.ctx, e.cancel = context.WithCancel(f.ctx)
+	return e
+}
+
+// close ends the sessions and waits for them.
+func (e *echoTable) close() {
+	e.cancel()
+	e.wg.Wait()
+}
+
+// request takes an echo request the device read: it joins its session, or
+// starts one. It never blocks the device's reads: a full table or queue
+// drops the request, which the ping counts as lost.
+func (e *echoTable) request(r tun.Echo) {
+	k := echoKey{r.Src, r.Dst, r.ID}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	q := e.sessions[k]
+	if q == nil {
+		if len(e.sessions) >= maxEchoSessions || e.ctx.Err() != nil {
+			e.dev.Stats.Dropped("echo_limit")
+			return
+		}
+		q = make(chan tun.Echo, echoQueue)
+		e.sessions[k] = q
+		e.dev.Stats.Flowed("icmp")
+		e.wg.Add(1)
+		go func() {
+			defer e.wg.Done()
+			e.run(k, q)
+			e.mu.Lock()
+			delete(e.sessions, k)
+			e.mu.Unlock()
+		}()
+	}
+	select {
+	case q <- r:
+	default:
+		e.dev.Stats.Dropped("queue_full")
+	}
+}
+
+// run carries a session's requests to the exit, which pings the
+// destination, and writes into the device a reply for each request whose
+// destination answered there, until no request comes for echoIdle.
+func (e *echoTable) run(k echoKey, q chan tun.Echo) {
+	f := e.f
+	if !f.acquire(e.key, netip.Addr{}) {
+		return
+	}
+	defer f.release(e.key, netip.Addr{})
+	var wait echoWait
+	reply := func(seq uint16, data []byte) {
+		if !wait.take(seq) {
+			return
+		}
+		if pkt := tun.EchoReply(tun.Echo{Src: k.src, Dst: k.dst, ID: k.id, Seq: seq, Data: data}); pkt != nil {
+			e.dev.WritePacket(nil, pkt)
+		}
+	}
+	// The exit has no route to the destination: a destination
+	// unreachable, from it, about the request.
+	noRoute := func(code uint8, seq uint16, data []byte) {
+		if !wait.take(seq) {
+			return
+		}
+		if pkt := tun.EchoUnreachable(tun.Echo{Src: k.src, Dst: k.dst, ID: k.id, Seq: seq, Data: data}, code); pkt != nil {
+			e.dev.WritePacket(nil, pkt)
+		}
+	}
+	ctx, cancel := f.setupContext()
+	defer cancel()
+	_, route, err := f.udp.routes.routeOf(ctx, e.t)
+	if err != nil {
+		f.hopFailed(e.key, err)
+		return
+	}
+	var send func(seq uint16, data []byte) error
+	ended := make(chan struct{})
+	if len(route) == 1 {
+		// The entry is the exit: it pings the destination itself.
+		if err := f.egress.Check(k.dst); err != nil {
+			f.dialFailed(e.key, k.dst.String(), err)
+			return
+		}
+		p, err := openPinger(k.dst)
+		if err != nil {
+			e.dev.Stats.Dropped("no_icmp_socket")
+			f.warn.Warn("cannot ping through a tun Tunnel", "tunnel", e.key, "target", k.dst, "err", err)
+			return
+		}
+		send = func(seq uint16, data []byte) error {
+			err := p.send(seq, data)
+			if code, ok := unreachable(err, k.dst.Is6()); ok {
+				noRoute(code, seq, data)
+			}
+			return err
+		}
+		go func() {
+			defer close(ended)
+			p.receive(reply, func() bool { return false }) // until closed
+		}()
+		defer func() { p.close(); <-ended }()
+	} else {
+		next, err := f.udp.hops.Open(ctx, &hop.Header{Kind: hop.KindEcho, Tunnel: e.key, Route: route[1:], Target: netip.AddrPortFrom(k.dst, 0).String()},
+			// As a flow's UDP datagrams: the QUIC session they ride.
+			nexthop.OpenOptions{Came: v1alpha1.TransportQUIC})
+		if err != nil {
+			f.hopFailed(e.key, err)
+			return
+		}
+		out := next.Session(nexthop.SessionOptions{})
+		proto, req, rep := echoTypes(k.dst.Is6())
+		deliver := func(b []byte) {
+			if m, ok := parseEcho(proto, rep, b); ok {
+				reply(uint16(m.Seq), m.Data)
+			} else if code, m, ok := parseUnreachable(k.dst.Is6(), b); ok {
+				noRoute(code, uint16(m.Seq), m.Data)
+			}
+		}
+		out.Receive(deliver)
+		defer out.End(hop.CodeIdle)
+		go func() {
+			defer close(ended)
+			out.ReadFrames(deliver, nil) // until the exit ends the session
+		}()
+		send = func(seq uint16, data []byte) error { return out.Send(marshalEcho(req, int(k.id), seq, data)) }
+	}
+	cancel()
+	idle := time.NewTimer(echoIdle)
+	defer idle.Stop()
+	for {
+		select {
+		case r := <-q:
+			wait.add(r.Seq)
+			if send(r.Seq, r.Data) != nil {
+				e.dev.Stats.Dropped("send_failed")
+			}
+			idle.Reset(echoIdle)
+		case <-idle.C:
+			return
+		case <-ended:
+			return
+		case <-e.ctx.Done():
+			return
 		}
 	}
 }

@@ -25,6 +25,9 @@ type udpFlows struct {
 	// exits counts the sessions of each Tunnel this relay ends at their
 	// target, which spec.udp.maxSessions bounds here as at the entry.
 	exits sessionSlots
+	// echoes counts the echo sessions of each flow-mode tun Tunnel this
+	// relay is the exit of.
+	echoes sessionSlots
 }
 
 // pendingPackets bounds what a session queues while its stream is opening.

@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/net/icmp"
 	"golang.org/x/net/ipv4"
+	"golang.org/x/net/ipv6"
 
 	"github.com/hoplink/hoplink/internal/testing/procs"
 	"github.com/hoplink/hoplink/internal/testing/testutil"
@@ -24,8 +25,11 @@ import (
 // The tun test runs three relays as processes in three namespaces joined by
 // veth pairs, cl <-> mid <-> sv: the client's namespace holds the entry
 // relay and its devices, mid a middle relay, sv the exit relay and the
-// servers (on 10.77.1.1, 10.77.2.1, 10.77.3.1). Three tun Tunnels share the
-// relays: flow mode over QUIC, packet mode over QUIC, packet mode over TLS.
+// servers (on 10.77.1.1, 10.77.2.1, 10.77.3.1, fd77:1::1, fd77:2::1). Five
+// tun Tunnels share the relays: flow mode over QUIC, packet mode over QUIC,
+// packet mode over TLS, and IPv6 flow and packet mode over QUIC. Behind
+// each route, .9 (::9) is an address where nothing answers; the flow
+// Tunnels also route 10.76.1.0/24 and fd76:1::/64, to which sv has no route.
 const tunManifests = `
 apiVersion: hoplink.dev/v1alpha1
 kind: RelayNode
@@ -55,7 +59,7 @@ spec: {entry: hk, exit: la, via: [mid], route: [hk, mid, la], transport: tls}
 apiVersion: hoplink.dev/v1alpha1
 kind: Tunnel
 metadata: {name: flow}
-spec: {chain: cq, protocol: tun, tun: {name: hl-flow, address: 10.201.0.1/24, routes: [10.77.1.0/24]}}
+spec: {chain: cq, protocol: tun, tun: {name: hl-flow, address: 10.201.0.1/24, routes: [10.77.1.0/24, 10.76.1.0/24]}}
 ---
 apiVersion: hoplink.dev/v1alpha1
 kind: Tunnel
@@ -66,6 +70,16 @@ apiVersion: hoplink.dev/v1alpha1
 kind: Tunnel
 metadata: {name: pktt}
 spec: {chain: ct, protocol: tun, tun: {name: hl-pktt, address: 10.203.0.1/24, routes: [10.77.3.0/24], mode: packet}}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: Tunnel
+metadata: {name: flow6}
+spec: {chain: cq, protocol: tun, tun: {name: hl-flow6, address: "fd20:1::1/64", routes: ["fd77:1::/64", "fd76:1::/64"]}}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: Tunnel
+metadata: {name: pkt6}
+spec: {chain: cq, protocol: tun, tun: {name: hl-pkt6, address: "fd20:2::1/64", routes: ["fd77:2::/64"], mode: packet}}
 `
 
 func TestTunTunnels(t *testing.T) {
@@ -77,9 +91,22 @@ func TestTunTunnels(t *testing.T) {
 	clAddr, midA := link(t, cl, mid, 1, "to-mid", "to-cl")
 	midB, svAddr := link(t, mid, sv, 2, "to-sv", "to-mid")
 	_ = midB
+	// The servers' addresses, and a link the rest of each route leads to,
+	// where nothing answers (a veth whose other end holds no address).
+	procs.Run(t, "ip", "-n", sv.name, "link", "add", "void", "type", "veth", "peer", "name", "void-end")
+	procs.Run(t, "ip", "-n", sv.name, "link", "set", "void", "up")
+	procs.Run(t, "ip", "-n", sv.name, "link", "set", "void-end", "up")
 	for i := 1; i <= 3; i++ {
 		procs.Run(t, "ip", "-n", sv.name, "addr", "add", fmt.Sprintf("10.77.%d.1/32", i), "dev", "lo")
+		procs.Run(t, "ip", "-n", sv.name, "route", "add", fmt.Sprintf("10.77.%d.0/24", i), "dev", "void")
 	}
+	for i := 1; i <= 2; i++ {
+		procs.Run(t, "ip", "-n", sv.name, "addr", "add", fmt.Sprintf("fd77:%d::1/128", i), "dev", "lo", "nodad")
+		procs.Run(t, "ip", "-n", sv.name, "route", "add", fmt.Sprintf("fd77:%d::/64", i), "dev", "void")
+	}
+	// The exit pings from an unprivileged ICMP socket, as a relay without
+	// CAP_NET_RAW must (the relay's unit test covers the raw socket).
+	procs.Run(t, "ip", "netns", "exec", sv.name, "sh", "-c", "echo 0 2147483647 > /proc/sys/net/ipv4/ping_group_range")
 	m := strings.NewReplacer("CL", clAddr, "MID", midA, "SV", svAddr).Replace(tunManifests)
 	certs := procs.RelayFiles(t, bin, dir, "tun.yaml", m, "hk", "mid", "la")
 
@@ -93,8 +120,8 @@ func TestTunTunnels(t *testing.T) {
 		if tcpLn, err = net.Listen("tcp", ":5201"); err != nil {
 			t.Fatal(err)
 		}
-		for i := 1; i <= 3; i++ {
-			udpLn, err := net.ListenPacket("udp", fmt.Sprintf("10.77.%d.1:5353", i))
+		for _, a := range []string{"10.77.1.1", "10.77.2.1", "10.77.3.1", "[fd77:1::1]", "[fd77:2::1]"} {
+			udpLn, err := net.ListenPacket("udp", a+":5353")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -131,12 +158,12 @@ func TestTunTunnels(t *testing.T) {
 	})
 	procs.Run(t, "ip", "netns", "exec", cl.name, "true")
 	testutil.WaitFor(t, "devices up", func() error {
-		for _, dev := range []string{"hl-flow", "hl-pktq", "hl-pktt"} {
+		for _, dev := range []string{"hl-flow", "hl-pktq", "hl-pktt", "hl-flow6", "hl-pkt6"} {
 			if err := exec.Command("ip", "-n", cl.name, "link", "show", dev).Run(); err != nil {
 				return fmt.Errorf("%s not up in the client namespace", dev)
 			}
 		}
-		for _, dev := range []string{"hl-pktq", "hl-pktt"} {
+		for _, dev := range []string{"hl-pktq", "hl-pktt", "hl-pkt6"} {
 			if err := exec.Command("ip", "-n", sv.name, "link", "show", dev).Run(); err != nil {
 				return fmt.Errorf("exit device %s not up", dev)
 			}
@@ -144,24 +171,41 @@ func TestTunTunnels(t *testing.T) {
 		return nil
 	})
 
-	for _, tc := range []struct{ name, addr string }{
-		{"flow mode over QUIC", "10.77.1.1"},
-		{"packet mode over QUIC", "10.77.2.1"},
-		{"packet mode over TLS", "10.77.3.1"},
+	for _, tc := range []struct{ name, addr, silent, noRoute string }{
+		{"flow mode over QUIC", "10.77.1.1", "10.77.1.9", "10.76.1.1"},
+		{"packet mode over QUIC", "10.77.2.1", "10.77.2.9", ""},
+		{"packet mode over TLS", "10.77.3.1", "10.77.3.9", ""},
+		{"IPv6 flow mode over QUIC", "fd77:1::1", "fd77:1::9", "fd76:1::1"},
+		{"IPv6 packet mode over QUIC", "fd77:2::1", "fd77:2::9", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			hostPort := net.JoinHostPort(tc.addr, "5201")
 			dial := func() (net.Conn, error) {
 				var c net.Conn
 				var err error
-				cl.do(func() { c, err = net.DialTimeout("tcp", tc.addr+":5201", 3*time.Second) })
+				cl.do(func() { c, err = net.DialTimeout("tcp", hostPort, 3*time.Second) })
 				return c, err
 			}
 			testutil.WaitFor(t, "first flow", func() error { return testutil.TCPExchange(dial, 1<<10) })
 			if err := testutil.TCPExchange(dial, 32<<20); err != nil {
 				t.Fatalf("32 MiB both ways: %v", err)
 			}
-			udpEcho(t, cl, tc.addr+":5353", []int{10, 1200, 1400, 9000})
-			pingFrom(t, cl, tc.addr)
+			udpEcho(t, cl, net.JoinHostPort(tc.addr, "5353"), []int{10, 1200, 1400, 9000})
+			// A ping is answered when its destination answers, and only
+			// then: a Tunnel that answered for it would say a host is up
+			// that is not.
+			if got := ping(t, cl, tc.addr, 5); got != "reply" {
+				t.Errorf("ping %s: %q; want an echo reply", tc.addr, got)
+			}
+			if got := ping(t, cl, tc.silent, 3); got != "" {
+				t.Errorf("ping %s, where nothing answers: %q; want no answer", tc.silent, got)
+			}
+			// Where the exit has no route, the sender hears so at once.
+			if tc.noRoute != "" {
+				if got := ping(t, cl, tc.noRoute, 3); got != "unreachable" {
+					t.Errorf("ping %s, which the exit has no route to: %q; want destination unreachable", tc.noRoute, got)
+				}
+			}
 			// Both devices' headers are rebuilt from the packets they
 			// come with; the kernel's own super-packets all pass.
 			for _, ns := range []*netns{cl, sv} {
@@ -219,7 +263,7 @@ func TestTunTunnels(t *testing.T) {
 				t.Fatalf("%s did not exit within 10 s of SIGTERM", name)
 			}
 		}
-		for ns, devs := range map[*netns][]string{cl: {"hl-flow", "hl-pktq", "hl-pktt"}, sv: {"hl-pktq", "hl-pktt"}} {
+		for ns, devs := range map[*netns][]string{cl: {"hl-flow", "hl-pktq", "hl-pktt", "hl-flow6", "hl-pkt6"}, sv: {"hl-pktq", "hl-pktt", "hl-pkt6"}} {
 			out, _ := exec.Command("ip", "-n", ns.name, "link").CombinedOutput()
 			for _, d := range devs {
 				if strings.Contains(string(out), d) {
@@ -227,7 +271,9 @@ func TestTunTunnels(t *testing.T) {
 				}
 			}
 			routes, _ := exec.Command("ip", "-n", ns.name, "route").CombinedOutput()
-			if strings.Contains(string(routes), "10.77.") {
+			routes6, _ := exec.Command("ip", "-n", ns.name, "-6", "route").CombinedOutput()
+			routes = append(routes, routes6...)
+			if strings.Contains(string(routes), "10.77.") && ns == cl || strings.Contains(string(routes), "hl-") {
 				t.Errorf("routes left in %s:\n%s", ns.name, routes)
 			}
 		}
@@ -282,21 +328,40 @@ func udpEcho(t *testing.T, ns *netns, addr string, sizes []int) {
 	}
 }
 
-// pingFrom sends ICMP echo requests from ns and waits for a reply.
-func pingFrom(t *testing.T, ns *netns, addr string) {
+// pingAnswered says whether addr answers a ping from ns (ping, "reply").
+func pingAnswered(t *testing.T, ns *netns, addr string, tries int) bool {
 	t.Helper()
+	return ping(t, ns, addr, tries) == "reply"
+}
+
+// ping sends up to tries ICMP or ICMPv6 echo requests from ns to addr, a
+// second apart, and returns the first answer from addr about them: "reply"
+// (an echo reply), "unreachable" (a destination unreachable quoting the
+// request), or "" (none).
+func ping(t *testing.T, ns *netns, addr string, tries int) string {
+	t.Helper()
+	dst := net.ParseIP(addr)
+	network, laddr, proto := "ip4:icmp", "0.0.0.0", 1
+	var req, rep, unreach icmp.Type = ipv4.ICMPTypeEcho, ipv4.ICMPTypeEchoReply, ipv4.ICMPTypeDestinationUnreachable
+	hl := 20 // the quoted request's IP header
+	if dst.To4() == nil {
+		network, laddr, proto = "ip6:ipv6-icmp", "::", 58
+		req, rep, unreach = ipv6.ICMPTypeEchoRequest, ipv6.ICMPTypeEchoReply, ipv6.ICMPTypeDestinationUnreachable
+		hl = 40
+	}
 	var c *icmp.PacketConn
 	ns.do(func() {
 		var err error
-		if c, err = icmp.ListenPacket("ip4:icmp", "0.0.0.0"); err != nil {
+		if c, err = icmp.ListenPacket(network, laddr); err != nil {
 			t.Fatal(err)
 		}
 	})
 	defer c.Close()
-	for seq := 1; seq <= 5; seq++ {
-		msg := icmp.Message{Type: ipv4.ICMPTypeEcho, Body: &icmp.Echo{ID: os.Getpid() & 0xffff, Seq: seq, Data: []byte("hoplink")}}
-		b, _ := msg.Marshal(nil)
-		if _, err := c.WriteTo(b, &net.IPAddr{IP: net.ParseIP(addr)}); err != nil {
+	id := os.Getpid() & 0xffff
+	for seq := 1; seq <= tries; seq++ {
+		msg := icmp.Message{Type: req, Body: &icmp.Echo{ID: id, Seq: seq, Data: []byte("hoplink")}}
+		b, _ := msg.Marshal(nil) // the kernel sums ICMPv6
+		if _, err := c.WriteTo(b, &net.IPAddr{IP: dst}); err != nil {
 			t.Fatal(err)
 		}
 		c.SetReadDeadline(time.Now().Add(time.Second))
@@ -306,13 +371,28 @@ func pingFrom(t *testing.T, ns *netns, addr string) {
 			if err != nil {
 				break
 			}
-			reply, err := icmp.ParseMessage(1, buf[:n])
-			if err == nil && reply.Type == ipv4.ICMPTypeEchoReply && from.String() == addr {
-				return
+			m, err := icmp.ParseMessage(proto, buf[:n])
+			if err != nil || !from.(*net.IPAddr).IP.Equal(dst) {
+				continue
+			}
+			switch m.Type {
+			case rep:
+				if e, ok := m.Body.(*icmp.Echo); ok && e.ID == id && string(e.Data) == "hoplink" {
+					return "reply"
+				}
+			case unreach:
+				// The quote: the request's IP header, then its echo.
+				if d, ok := m.Body.(*icmp.DstUnreach); ok && len(d.Data) >= hl+8 {
+					if q, err := icmp.ParseMessage(proto, d.Data[hl:]); err == nil && q.Type == req {
+						if e, ok := q.Body.(*icmp.Echo); ok && e.ID == id {
+							return "unreachable"
+						}
+					}
+				}
 			}
 		}
 	}
-	t.Errorf("no ICMP echo reply from %s", addr)
+	return ""
 }
 
 // metricsIn reads the relay's /metrics inside a namespace.

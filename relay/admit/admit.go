@@ -8,6 +8,7 @@ package admit
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
 	"time"
 
@@ -87,13 +88,13 @@ func Stream(set *manifest.Set, self, peer string, h *hop.Header, tr Transport, n
 		return Grant{}, refuse(UnknownTunnel, "no Tunnel %q", h.Tunnel)
 	}
 	u := t.Spec.TUN
-	tunFlow := u != nil && u.Mode == v1alpha1.TunFlow && (h.Kind == hop.KindTCP || h.Kind == hop.KindUDP)
+	tunFlow := u != nil && u.Mode == v1alpha1.TunFlow && (h.Kind == hop.KindTCP || h.Kind == hop.KindUDP || h.Kind == hop.KindEcho)
 	tunPacket := u != nil && u.Mode == v1alpha1.TunPacket && h.Kind == hop.KindPacket
 	if string(t.Spec.Protocol) != h.Kind.String() && !tunFlow && !tunPacket {
 		return Grant{}, refuse(WrongProtocol, "Tunnel %q is %s, stream is %s", h.Tunnel, t.Spec.Protocol, h.Kind)
 	}
-	if h.Kind == hop.KindUDP && tunFlow && tr != QUIC {
-		return Grant{}, refuse(WrongProtocol, "a tun Tunnel's UDP flows ride QUIC, not TLS")
+	if (h.Kind == hop.KindUDP || h.Kind == hop.KindEcho) && tunFlow && tr != QUIC {
+		return Grant{}, refuse(WrongProtocol, "a tun Tunnel's UDP flows and echoes ride QUIC, not TLS")
 	}
 	chain := set.ChainOf(t)
 	if chain == nil {
@@ -110,6 +111,9 @@ func Stream(set *manifest.Set, self, peer string, h *hop.Header, tr Transport, n
 		// A tun Tunnel reaches the addresses of its routes, and no other.
 		if !manifest.TunReaches(t, h.Target) {
 			return Grant{}, refuse(BadTarget, "target %q is outside Tunnel %q's routes %v", h.Target, h.Tunnel, u.Routes)
+		}
+		if ap, _ := netip.ParseAddrPort(h.Target); h.Kind == hop.KindEcho && ap.Port() != 0 {
+			return Grant{}, refuse(BadTarget, "echo target %q names a port", h.Target)
 		}
 	case h.Target != t.Spec.Target:
 		return Grant{}, refuse(BadTarget, "target %q is not Tunnel %q's target", h.Target, h.Tunnel)

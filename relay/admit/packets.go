@@ -115,6 +115,9 @@ func (p *Packets) IntoExit(pkt []byte) (netip.Addr, string) {
 	switch {
 	case err != nil:
 		return src, NotIP
+	case p.errorAbout(pkt, dst, p.routes, p.sources):
+		// A router on the entry side tells a routed host of its reply.
+		return src, packetPass
 	case !holds(p.sources, src):
 		return src, NotSource
 	case holds(p.routes, dst):
@@ -135,12 +138,23 @@ func (p *Packets) IntoEntry(pkt []byte) string {
 	switch {
 	case err != nil:
 		return NotIP
-	case !holds(p.routes, src) && src != p.exit.Addr():
+	case !holds(p.routes, src) && src != p.exit.Addr() && !p.errorAbout(pkt, dst, p.sources, p.routes):
+		// Not from the routes, nor an error (unreachable, too big) a
+		// router behind the exit sends about a packet the entry side sent.
 		return NotRouted
 	case !holds(p.sources, dst):
 		return NotSource
 	}
 	return packetPass
+}
+
+// errorAbout says whether pkt, to dst, is an ICMP error about a packet dst
+// sent from the from side to the to side: the router that sends one may
+// have any address, and its errors (destination unreachable, packet too
+// big for path MTU discovery) matter to the sender.
+func (p *Packets) errorAbout(pkt []byte, dst netip.Addr, from, to []netip.Prefix) bool {
+	isrc, idst, ok := tun.ICMPErrorAbout(pkt)
+	return ok && isrc == dst && holds(from, isrc) && holds(to, idst)
 }
 
 func holds(ps []netip.Prefix, a netip.Addr) bool {

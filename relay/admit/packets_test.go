@@ -26,6 +26,17 @@ func ping(src, dst string) []byte {
 	return p
 }
 
+// icmpError makes an ICMP error of type typ from src to dst, quoting the
+// header of a packet from qsrc to qdst.
+func icmpError(typ byte, src, dst, qsrc, qdst string) []byte {
+	p := ipv4(src, dst)[:20]
+	p[9] = 1
+	p = append(p, typ, 0, 0, 0, 0, 0, 0, 0)
+	p = append(p, ipv4(qsrc, qdst)...)
+	binary.BigEndian.PutUint16(p[2:], uint16(len(p)))
+	return p
+}
+
 func TestPackets(t *testing.T) {
 	set := fixture(t)
 	rules, err := NewPackets(set.Tunnel("default/site"))
@@ -65,6 +76,11 @@ func TestPackets(t *testing.T) {
 		{ipv4("10.50.0.2", "10.77.2.9"), NotSource},
 		{ipv4("10.201.0.1", "10.50.0.2"), NotRouted},
 		{[]byte{0x45}, NotIP},
+		// A router on the entry side: unreachable, about a routed host's reply.
+		{icmpError(3, "10.50.0.1", "10.77.2.9", "10.77.2.9", "10.201.0.7"), ""},
+		{icmpError(3, "10.50.0.1", "10.77.2.9", "10.77.2.9", "10.50.0.3"), NotSource},
+		{icmpError(3, "10.50.0.1", "10.77.2.9", "10.77.2.8", "10.201.0.7"), NotSource},
+		{icmpError(0, "10.50.0.1", "10.77.2.9", "10.77.2.9", "10.201.0.7"), NotSource}, // an echo reply
 	}
 	for _, c := range exit {
 		if _, got := rules.IntoExit(c.pkt); got != c.reason {
@@ -81,6 +97,13 @@ func TestPackets(t *testing.T) {
 		{ipv4("10.77.2.9", "10.50.0.2"), NotSource}, // a host behind the entry
 		{ipv4("10.50.0.9", "10.201.0.1"), NotRouted},
 		{nil, NotIP},
+		// A router behind the exit: unreachable, too big, time exceeded.
+		{icmpError(3, "10.50.0.9", "10.201.0.1", "10.201.0.1", "10.77.2.9"), ""},
+		{icmpError(11, "10.50.0.9", "10.201.0.1", "10.201.0.1", "10.77.2.9"), ""},
+		{icmpError(3, "10.50.0.9", "10.201.0.1", "10.201.0.1", "10.50.0.2"), NotRouted},
+		{icmpError(3, "10.50.0.9", "10.201.0.1", "10.201.0.5", "10.77.2.9"), NotRouted},
+		{icmpError(8, "10.50.0.9", "10.201.0.1", "10.201.0.1", "10.77.2.9"), NotRouted},      // a request
+		{icmpError(3, "10.50.0.9", "10.201.0.1", "10.201.0.1", "10.77.2.9")[:40], NotRouted}, // quote cut short
 	}
 	for _, c := range back {
 		if got := rules.IntoEntry(c.pkt); got != c.reason {

@@ -15,6 +15,7 @@ func FuzzParse(f *testing.F) {
 		{Kind: KindTrace, Tunnel: "default/to-east", Route: []string{"la", "useast"}},
 		{Kind: KindLinks, Tunnel: "default/to-east", Route: []string{"hk", "useast"}},
 		{Kind: KindPacket, Tunnel: "default/site", Route: []string{"la"}},
+		{Kind: KindEcho, Tunnel: "default/subnet", Route: []string{"la"}, Target: "10.77.1.1:0"},
 		{Kind: KindTCP, Tunnel: "default/web", Route: []string{"la"}, Target: "10.0.0.1:80", Client: "192.0.2.7:51234", Listener: "[2001:db8::1]:8080"},
 	} {
 		b, _ := h.Append(nil)

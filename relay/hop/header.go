@@ -40,6 +40,12 @@ const (
 	// carries them as packet frames (WritePacketFrame). Tunnel names the
 	// Tunnel; there is no target.
 	KindPacket Kind = 5
+	// KindEcho: the ICMP echoes of one (source, destination, identifier)
+	// of a flow-mode tun Tunnel, so that a ping is answered only when its
+	// destination answers the exit. It rides as a UDP session does: each
+	// datagram is one ICMP or ICMPv6 message, echo requests toward the
+	// exit and echo replies back. Target is the destination as ip:0.
+	KindEcho Kind = 6
 )
 
 func (k Kind) String() string {
@@ -54,14 +60,16 @@ func (k Kind) String() string {
 		return "links"
 	case KindPacket:
 		return "packet"
+	case KindEcho:
+		return "echo"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
 
-func (k Kind) valid() bool { return k >= KindTCP && k <= KindPacket }
+func (k Kind) valid() bool { return k >= KindTCP && k <= KindEcho }
 
 // hasTarget reports whether headers of this kind name a target.
-func (k Kind) hasTarget() bool { return k == KindTCP || k == KindUDP }
+func (k Kind) hasTarget() bool { return k == KindTCP || k == KindUDP || k == KindEcho }
 
 // Limits of a header. A relay never reads more than PrefixLen+MaxBodyLen
 // bytes before deciding whether a stream is acceptable.

@@ -15,6 +15,7 @@ func TestHeaderRoundTrip(t *testing.T) {
 		{Kind: KindTrace, Tunnel: "default/to-east", Route: []string{"la", "useast"}},
 		{Kind: KindLinks, Tunnel: "default/to-east", Route: []string{"hk", "la", "useast"}},
 		{Kind: KindPacket, Tunnel: "default/site", Route: []string{"mid", "la"}},
+		{Kind: KindEcho, Tunnel: "default/subnet", Route: []string{"mid", "la"}, Target: "[fd77:1::1]:0"},
 		{Kind: KindTCP, Tunnel: "default/web", Route: []string{"la"}, Target: "10.0.0.1:80", Client: "192.0.2.7:51234", Listener: "198.51.100.1:8080"},
 		{Kind: KindUDP, Tunnel: "default/dns", Route: []string{"la"}, Target: "10.0.0.1:53", Client: "[2001:db8::7]:5353", Listener: "[2001:db8::1]:53"},
 	} {

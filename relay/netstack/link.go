@@ -31,6 +31,7 @@ type link struct {
 	mtu     uint32
 	offload bool
 	allowed func(netip.Addr) bool
+	echo    func(tun.Echo)
 
 	mu         sync.Mutex
 	dispatcher stack.NetworkDispatcher
@@ -40,8 +41,8 @@ type link struct {
 	closed     atomic.Bool
 }
 
-func newLink(dev *tun.Device, mtu int, allowed func(netip.Addr) bool) *link {
-	return &link{dev: dev, mtu: uint32(mtu), offload: dev.Offload, allowed: allowed, done: make(chan struct{})}
+func newLink(dev *tun.Device, mtu int, allowed func(netip.Addr) bool, echo func(tun.Echo)) *link {
+	return &link{dev: dev, mtu: uint32(mtu), offload: dev.Offload, allowed: allowed, echo: echo, done: make(chan struct{})}
 }
 
 func (l *link) MTU() uint32                      { return l.mtu }
@@ -166,14 +167,20 @@ func (l *link) read() {
 			continue
 		}
 		stats.Read(1, len(pkt))
-		if reply := tun.EchoReply(pkt); reply != nil {
-			// Pings to the Tunnel's destinations are answered here; the
-			// stack would not answer for addresses it only borrows.
-			if _, dst, err := tun.Addresses(pkt); err == nil && l.allowed(dst) {
-				stats.Flowed("icmp")
-				l.dev.WritePacket(nil, reply)
-			} else {
+		if tun.IsEchoRequest(pkt) {
+			// A ping is answered only if its destination answers at the
+			// exit: the relay carries it there (echo). Never here, which
+			// would say a host is up that may not be.
+			e, ok := tun.ParseEchoRequest(pkt)
+			switch {
+			case !ok:
+				stats.Dropped("malformed")
+			case !l.allowed(e.Dst):
 				stats.Dropped("not_routed")
+			case l.echo == nil:
+				stats.Dropped("not_routed")
+			default:
+				l.echo(e)
 			}
 			continue
 		}

@@ -43,6 +43,10 @@ type Options struct {
 	// UDP takes each new UDP flow (a source and destination pair), on its
 	// own goroutine, and owns it.
 	UDP func(c net.Conn, src, dst netip.AddrPort)
+	// Echo takes each ICMP or ICMPv6 echo request to an allowed
+	// destination, on the device's read goroutine: it must not block. The
+	// stack answers none itself; nil drops them.
+	Echo func(tun.Echo)
 	// MaxInFlight bounds TCP handshakes in progress.
 	MaxInFlight int
 }
@@ -95,7 +99,7 @@ func New(o Options) (*Stack, error) {
 		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol},
 		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol, icmp.NewProtocol4, icmp.NewProtocol6},
 	})
-	st := &Stack{s: s, link: newLink(o.Device, o.MTU, o.Allowed)}
+	st := &Stack{s: s, link: newLink(o.Device, o.MTU, o.Allowed, o.Echo)}
 	if err := setTCPOptions(s); err != nil {
 		return nil, err
 	}

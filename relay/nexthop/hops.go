@@ -107,7 +107,7 @@ func (hs *Hops) Open(ctx context.Context, h *hop.Header, o OpenOptions) (*Hop, e
 		return nil, err
 	}
 	switch {
-	case h.Kind != hop.KindUDP && h.Kind != hop.KindPacket:
+	case h.Kind != hop.KindUDP && h.Kind != hop.KindPacket && h.Kind != hop.KindEcho:
 		return hs.openFlow(ctx, h, o.Transport)
 	case o.Came == v1alpha1.TransportTLS:
 		return hs.openTLS(ctx, h, false, func() {})

@@ -354,42 +354,140 @@ func IsEchoRequest(pkt []byte) bool {
 	return !ip.v6 && ip.proto == 1 && msg[0] == 8 || ip.v6 && ip.proto == 58 && msg[0] == 128
 }
 
-// EchoReply answers an ICMP or ICMPv6 echo request from the address it was
-// sent to, or returns nil for any other packet. A tun Tunnel in flow mode
-// answers pings to its routed addresses itself: the exit relay cannot ping
-// without privileges, and the answer says the tunnel is up.
-func EchoReply(pkt []byte) []byte {
+// ICMPErrorAbout returns the addresses of the packet an ICMP or ICMPv6
+// error quotes (destination unreachable, packet too big, time exceeded,
+// parameter problem), for a packet that is one: such an error comes from
+// a router on the path, whatever its address, and is admitted by the
+// packet it is about. The quote must be of the error's own IP version.
+func ICMPErrorAbout(pkt []byte) (src, dst netip.Addr, ok bool) {
 	ip, err := parseIP(pkt)
 	if err != nil {
-		return nil
+		return src, dst, false
 	}
 	msg := pkt[ip.ipHdrLen:]
+	if len(msg) < 8 {
+		return src, dst, false
+	}
 	switch {
-	case !ip.v6 && ip.proto == 1 && len(msg) >= 8 && msg[0] == 8 && msg[1] == 0:
-		if binary.BigEndian.Uint16(pkt[6:])&0x3fff != 0 || int(binary.BigEndian.Uint16(pkt[2:])) != len(pkt) {
-			return nil // a fragment, or a length that lies
+	case !ip.v6 && ip.proto == 1 && (msg[0] == 3 || msg[0] == 11 || msg[0] == 12):
+	case ip.v6 && ip.proto == 58 && msg[0] >= 1 && msg[0] <= 4:
+	default:
+		return src, dst, false
+	}
+	inner, err := parseIP(msg[8:])
+	if err != nil || inner.v6 != ip.v6 {
+		return src, dst, false
+	}
+	return inner.src, inner.dst, true
+}
+
+// Echo is an ICMP or ICMPv6 echo, by the addresses of its request.
+type Echo struct {
+	Src, Dst netip.Addr
+	ID, Seq  uint16
+	Data     []byte
+}
+
+// ParseEchoRequest returns the ICMP or ICMPv6 echo request a packet
+// carries, its data copied; false for any other packet, a fragment, or one
+// whose lengths lie. IPv6 extension headers are not walked: a ping's
+// request has none.
+func ParseEchoRequest(pkt []byte) (Echo, bool) {
+	ip, err := parseIP(pkt)
+	if err != nil || !IsEchoRequest(pkt) || !lengthsAgree(ip, pkt) {
+		return Echo{}, false
+	}
+	msg := pkt[ip.ipHdrLen:]
+	return Echo{
+		Src: ip.src, Dst: ip.dst,
+		ID:   binary.BigEndian.Uint16(msg[4:]),
+		Seq:  binary.BigEndian.Uint16(msg[6:]),
+		Data: append([]byte(nil), msg[8:]...),
+	}, true
+}
+
+// MaxEchoData bounds the data of an echo reply EchoReply builds: what
+// fits in one IPv4 packet.
+const MaxEchoData = 65535 - 20 - 8
+
+// EchoUnreachable builds the ICMP or ICMPv6 destination unreachable (of
+// code) that answers the echo request e, from e.Dst to e.Src, quoting the
+// request as the kernel sent it (within 576 bytes for IPv4, 1280 for
+// IPv6, as a router quotes). A flow-mode entry writes it when the exit has
+// no route to the destination, so ping says so at once.
+func EchoUnreachable(e Echo, code uint8) []byte {
+	if !e.Src.IsValid() || e.Src.Is4() != e.Dst.Is4() {
+		return nil
+	}
+	// The request, rebuilt as it left: from e.Src to e.Dst.
+	req := echoPacket(Echo{Src: e.Dst, Dst: e.Src, ID: e.ID, Seq: e.Seq, Data: e.Data}, true)
+	hl, typ, max := 20, byte(3), 576
+	if !e.Src.Is4() {
+		hl, typ, max = 40, 1, 1280
+	}
+	if req == nil {
+		return nil
+	}
+	req = req[:min(len(req), max-hl-8)]
+	r := make([]byte, hl+8+len(req))
+	r[hl], r[hl+1] = typ, code
+	copy(r[hl+8:], req)
+	return finishICMP(r, e.Dst, e.Src)
+}
+
+// EchoReply builds the IP packet that answers the echo request e, from
+// e.Dst to e.Src, with e's identifier, sequence number and data; nil if
+// the data cannot fit. A tun Tunnel in flow mode writes it into the device
+// when the exit heard the destination's own reply.
+func EchoReply(e Echo) []byte { return echoPacket(e, false) }
+
+// echoPacket builds an echo reply from e.Dst to e.Src, or with request an
+// echo request (the caller swaps the addresses).
+func echoPacket(e Echo, request bool) []byte {
+	if len(e.Data) > MaxEchoData || !e.Src.IsValid() || e.Src.Is4() != e.Dst.Is4() {
+		return nil
+	}
+	hl, typ := 20, byte(0) // ICMP echo reply
+	if request {
+		typ = 8
+	}
+	if !e.Src.Is4() {
+		hl, typ = 40, 129 // ICMPv6 echo reply
+		if request {
+			typ = 128
 		}
-		r := append([]byte(nil), pkt...)
-		copy(r[12:16], pkt[16:20])
-		copy(r[16:20], pkt[12:16])
-		r[8] = 64
-		ipv4HeaderChecksum(r, ip.ipHdrLen)
-		m := r[ip.ipHdrLen:]
-		m[0], m[2], m[3] = 0, 0, 0
+	}
+	r := make([]byte, hl+8+len(e.Data))
+	m := r[hl:]
+	m[0] = typ
+	binary.BigEndian.PutUint16(m[4:], e.ID)
+	binary.BigEndian.PutUint16(m[6:], e.Seq)
+	copy(m[8:], e.Data)
+	return finishICMP(r, e.Dst, e.Src)
+}
+
+// finishICMP fills in the IP header of r (an ICMP message after room for
+// it) from src to dst, and the message's checksum.
+func finishICMP(r []byte, src, dst netip.Addr) []byte {
+	if src.Is4() {
+		r[0] = 0x45
+		binary.BigEndian.PutUint16(r[2:], uint16(len(r)))
+		r[8], r[9] = 64, 1
+		s, d := src.As4(), dst.As4()
+		copy(r[12:], s[:])
+		copy(r[16:], d[:])
+		ipv4HeaderChecksum(r, 20)
+		m := r[20:]
 		binary.BigEndian.PutUint16(m[2:], ^checksum.Checksum(m, 0))
 		return r
-	case ip.v6 && ip.proto == 58 && len(msg) >= 8 && msg[0] == 128 && msg[1] == 0:
-		if int(binary.BigEndian.Uint16(pkt[4:])) != len(msg) {
-			return nil
-		}
-		r := append([]byte(nil), pkt...)
-		copy(r[8:24], pkt[24:40])
-		copy(r[24:40], pkt[8:24])
-		r[7] = 64
-		m := r[ip.ipHdrLen:]
-		m[0], m[2], m[3] = 129, 0, 0
-		binary.BigEndian.PutUint16(m[2:], ^checksum.Checksum(m, pseudoSum(ipInfo{v6: true, proto: 58}, r, len(m))))
-		return r
 	}
-	return nil
+	m := r[40:]
+	r[0] = 0x60
+	binary.BigEndian.PutUint16(r[4:], uint16(len(m)))
+	r[6], r[7] = 58, 64
+	s, d := src.As16(), dst.As16()
+	copy(r[8:], s[:])
+	copy(r[24:], d[:])
+	binary.BigEndian.PutUint16(m[2:], ^checksum.Checksum(m, pseudoSum(ipInfo{v6: true, proto: 58}, r, len(m))))
+	return r
 }

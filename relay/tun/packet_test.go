@@ -174,7 +174,9 @@ func addr4(a, b, c, d byte) tcpip.Address { return tcpip.AddrFrom4([4]byte{a, b,
 
 func addr(a netip.Addr) tcpip.Address { return tcpip.AddrFromSlice(a.AsSlice()) }
 
-func TestEchoReply(t *testing.T) {
+// A flow-mode entry reads a ping's request, and answers it with the data
+// the exit's reply brought, in either family.
+func TestEchoRequestAndReply(t *testing.T) {
 	// An ICMP echo request 10.200.0.1 -> 10.77.0.1 with 8 bytes of data.
 	req := make([]byte, 36)
 	req[0], req[2], req[3], req[8], req[9] = 0x45, 0, 36, 64, 1
@@ -187,10 +189,12 @@ func TestEchoReply(t *testing.T) {
 	copy(req[28:], "hoplink!")
 	binary.BigEndian.PutUint16(req[22:], ^checksum.Checksum(req[20:], 0))
 
-	r := EchoReply(req)
-	if r == nil {
-		t.Fatal("no reply to an echo request")
+	e, ok := ParseEchoRequest(req)
+	want := Echo{Src: netip.MustParseAddr("10.200.0.1"), Dst: netip.MustParseAddr("10.77.0.1"), ID: 0x1234, Seq: 7}
+	if !ok || e.Src != want.Src || e.Dst != want.Dst || e.ID != want.ID || e.Seq != want.Seq || string(e.Data) != "hoplink!" {
+		t.Fatalf("parsed %+v, %v", e, ok)
 	}
+	r := EchoReply(e)
 	if !header.IPv4(r).IsChecksumValid() || header.IPv4(r).SourceAddress() != addr4(10, 77, 0, 1) || header.IPv4(r).DestinationAddress() != addr4(10, 200, 0, 1) {
 		t.Fatalf("reply header %x", r[:20])
 	}
@@ -198,19 +202,109 @@ func TestEchoReply(t *testing.T) {
 	if m.Type() != header.ICMPv4EchoReply || m.Ident() != 0x1234 || m.Sequence() != 7 || string(m.Payload()) != "hoplink!" || checksum.Checksum(r[20:], 0) != 0xffff {
 		t.Fatalf("reply message %x", r[20:])
 	}
-	if EchoReply(r) != nil {
-		t.Fatal("answered a reply")
+	if _, ok := ParseEchoRequest(r); ok {
+		t.Fatal("took a reply for a request")
 	}
-	tcp := superPacket(false, []byte("x"), 0x18)
-	if EchoReply(tcp) != nil {
-		t.Fatal("answered a TCP segment")
+	if _, ok := ParseEchoRequest(superPacket(false, []byte("x"), 0x18)); ok {
+		t.Fatal("took a TCP segment for a request")
+	}
+	frag := bytes.Clone(req)
+	frag[6] = 0x20 // more fragments
+	if _, ok := ParseEchoRequest(frag); ok {
+		t.Fatal("took a fragment for a whole request")
+	}
+
+	// ICMPv6: the checksum covers the pseudo-header.
+	e6 := Echo{Src: netip.MustParseAddr("fd20::1"), Dst: netip.MustParseAddr("fd77::9"), ID: 3, Seq: 9, Data: []byte("v6")}
+	r6 := EchoReply(e6)
+	h6 := header.IPv6(r6)
+	if h6.SourceAddress() != addr(e6.Dst) || h6.DestinationAddress() != addr(e6.Src) || h6.TransportProtocol() != header.ICMPv6ProtocolNumber || int(h6.PayloadLength()) != len(r6)-40 {
+		t.Fatalf("v6 reply header %x", r6[:40])
+	}
+	m6 := header.ICMPv6(r6[40:])
+	sum := header.PseudoHeaderChecksum(header.ICMPv6ProtocolNumber, h6.SourceAddress(), h6.DestinationAddress(), uint16(len(m6)))
+	if m6.Type() != header.ICMPv6EchoReply || m6.Ident() != 3 || m6.Sequence() != 9 || string(m6.Payload()) != "v6" || checksum.Checksum(m6, sum) != 0xffff {
+		t.Fatalf("v6 reply message %x", m6)
+	}
+	// A request built from the reply's addresses parses back.
+	q6 := bytes.Clone(r6)
+	copy(q6[8:24], r6[24:40])
+	copy(q6[24:40], r6[8:24])
+	q6[40] = 128
+	if e, ok := ParseEchoRequest(q6); !ok || e.Src != e6.Src || e.Dst != e6.Dst || e.Seq != 9 || string(e.Data) != "v6" {
+		t.Fatalf("v6 request parsed %+v, %v", e, ok)
+	}
+	if EchoReply(Echo{Src: e6.Src, Dst: want.Dst}) != nil {
+		t.Fatal("a reply across families")
 	}
 }
 
-func FuzzEchoReply(f *testing.F) {
+// An IPv6 packet too big, from a router behind the exit, names the packet
+// it is about.
+func TestICMPErrorAbout(t *testing.T) {
+	quoted := superPacket(true, []byte("x"), 0x18)[:48]
+	pkt := make([]byte, 40, 40+8+len(quoted))
+	pkt[0], pkt[6] = 0x60, 58
+	copy(pkt[8:], netip.MustParseAddr("fd00::99").AsSlice())
+	copy(pkt[24:], quoted[8:24]) // to the quoted packet's source
+	pkt = append(pkt, 2, 0, 0, 0, 0, 0, 0x05, 0x00)
+	pkt = append(pkt, quoted...)
+	binary.BigEndian.PutUint16(pkt[4:], uint16(len(pkt)-40))
+	src, dst, ok := ICMPErrorAbout(pkt)
+	wantSrc, _ := netip.AddrFromSlice(quoted[8:24])
+	wantDst, _ := netip.AddrFromSlice(quoted[24:40])
+	if !ok || src != wantSrc || dst != wantDst {
+		t.Fatalf("about %v -> %v, %v; want %v -> %v", src, dst, ok, wantSrc, wantDst)
+	}
+	pkt[40] = 128 // an echo request is no error
+	if _, _, ok := ICMPErrorAbout(pkt); ok {
+		t.Fatal("an echo request taken for an error")
+	}
+}
+
+func FuzzICMPErrorAbout(f *testing.F) {
 	f.Add(superPacket(false, nil, 0x02))
+	f.Fuzz(func(t *testing.T, pkt []byte) { ICMPErrorAbout(pkt) })
+}
+
+// A destination unreachable for a ping quotes its request as it left, so
+// the sender's kernel finds the socket it is for.
+func TestEchoUnreachable(t *testing.T) {
+	for _, c := range []struct{ src, dst string }{{"10.200.0.1", "10.76.0.1"}, {"fd20::1", "fd76::1"}} {
+		e := Echo{Src: netip.MustParseAddr(c.src), Dst: netip.MustParseAddr(c.dst), ID: 0x4242, Seq: 3, Data: bytes.Repeat([]byte("x"), 2000)}
+		r := EchoUnreachable(e, 1)
+		src, dst, err := Addresses(r)
+		if err != nil || src != e.Dst || dst != e.Src {
+			t.Fatalf("%s: unreachable %v -> %v, %v", c.dst, src, dst, err)
+		}
+		hl, typ, req, max := 20, byte(3), byte(8), 576
+		var sum uint16
+		if e.Src.Is6() {
+			hl, typ, req, max = 40, 1, 128, 1280
+			sum = header.PseudoHeaderChecksum(header.ICMPv6ProtocolNumber, addr(e.Dst), addr(e.Src), uint16(len(r)-40))
+		}
+		if r[hl] != typ || r[hl+1] != 1 || len(r) > max || checksum.Checksum(r[hl:], sum) != 0xffff {
+			t.Fatalf("%s: message %x (%d bytes)", c.dst, r[hl:hl+8], len(r))
+		}
+		if qs, qd, ok := ICMPErrorAbout(r); !ok || qs != e.Src || qd != e.Dst {
+			t.Fatalf("%s: quotes %v -> %v, %v", c.dst, qs, qd, ok)
+		}
+		q := r[hl+8:]
+		if q[hl] != req || binary.BigEndian.Uint16(q[hl+4:]) != 0x4242 || binary.BigEndian.Uint16(q[hl+6:]) != 3 {
+			t.Fatalf("%s: quoted message %x", c.dst, q[hl:hl+8])
+		}
+	}
+}
+
+func FuzzEchoRequest(f *testing.F) {
+	f.Add(superPacket(false, nil, 0x02))
+	f.Add(EchoReply(Echo{Src: netip.MustParseAddr("fd20::1"), Dst: netip.MustParseAddr("fd77::9"), Data: []byte("x")}))
 	f.Fuzz(func(t *testing.T, pkt []byte) {
-		if r := EchoReply(pkt); r != nil && len(r) != len(pkt) {
+		e, ok := ParseEchoRequest(pkt)
+		if !ok {
+			return
+		}
+		if r := EchoReply(e); len(r) != len(pkt) {
 			t.Fatalf("reply of %d bytes to a %d-byte request", len(r), len(pkt))
 		}
 	})
