@@ -148,9 +148,11 @@ type UDPOptions struct {
 	// +kubebuilder:default=4096
 	// +optional
 	MaxSessions int32 `json:"maxSessions,omitempty"`
-	// Mode says how a session's datagrams cross the relays: datagram (QUIC
-	// datagrams: unreliable and unordered like UDP itself, best for
-	// real-time traffic and for tunnels of congestion-controlled protocols),
+	// Mode says how a session's datagrams cross the relays: datagram
+	// (datagrams between relays, at the rate the sender sends, paced only
+	// when a link congests: unreliable and unordered like UDP itself, best
+	// for real-time traffic and for tunnels of congestion-controlled
+	// protocols),
 	// stream (framed on a reliable stream: nothing dropped between relays,
 	// for bulk; on a chain with transport auto it rides the link's bulk
 	// transport, TLS until measured otherwise), or auto: datagrams until a
