@@ -32,6 +32,9 @@ type snapshot struct {
 	flows   map[sample]float64
 	info    map[hop]string     // bulk transport (reason)
 	goodput map[sample]float64 // reason left empty
+	// udpDrops: hoplink_udp_dropped_packets_total by relay, tunnel and
+	// reason.
+	udpDrops map[udpDrop]float64
 }
 
 var labelRE = regexp.MustCompile(`(\w+)="([^"]*)"`)
@@ -39,7 +42,7 @@ var labelRE = regexp.MustCompile(`(\w+)="([^"]*)"`)
 // snapshot reads every relay's metrics; a relay that does not answer
 // leaves its figures out.
 func (nw *network) snapshot() snapshot {
-	s := snapshot{flows: map[sample]float64{}, info: map[hop]string{}, goodput: map[sample]float64{}}
+	s := snapshot{flows: map[sample]float64{}, info: map[hop]string{}, goodput: map[sample]float64{}, udpDrops: map[udpDrop]float64{}}
 	if len(nw.procs) == 0 {
 		return s
 	}
@@ -52,7 +55,7 @@ func (nw *network) snapshot() snapshot {
 		for sc.Scan() {
 			line := sc.Text()
 			name, rest, ok := strings.Cut(line, "{")
-			if !ok || !strings.HasPrefix(name, "hoplink_link_") {
+			if !ok || !strings.HasPrefix(name, "hoplink_link_") && name != "hoplink_udp_dropped_packets_total" {
 				continue
 			}
 			labels, value, ok := strings.Cut(rest, "} ")
@@ -77,6 +80,8 @@ func (nw *network) snapshot() snapshot {
 				}
 			case "hoplink_link_goodput_bits_per_second":
 				s.goodput[sample{h, l["transport"], ""}] = v
+			case "hoplink_udp_dropped_packets_total":
+				s.udpDrops[udpDrop{l["relay"], l["tunnel"], l["reason"]}] = v
 			}
 		}
 	}
