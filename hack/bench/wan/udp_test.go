@@ -212,3 +212,36 @@ func TestPathRTT(t *testing.T) {
 		}
 	}
 }
+
+// TestRenderUDP checks the UDP table between the markers, alone under
+// -udp-only and after the TCP table otherwise, and nothing of it without
+// UDP rows.
+func TestRenderUDP(t *testing.T) {
+	o := options{hoplink: "/nonexistent", g: geography{names: []string{"hk", "seattle", "la", "useast"}, direct: 300 * time.Millisecond,
+		legs: []time.Duration{152 * time.Millisecond, 32 * time.Millisecond, 69 * time.Millisecond}}, streams: 8,
+		udp: udpOptions{rates: []float64{16}, d: 10 * time.Second, size: 1200, only: true}}
+	urows := []udpRow{
+		{cc: "cubic", loss: 1, p: path{}, rate: 16, udpResult: udpResult{sent: 100, got: 99, delivered: 99, p50: 152 * time.Millisecond, p99: 160 * time.Millisecond, drops: "–"}},
+		{cc: "cubic", loss: 1, p: path{3, "quic", false}, rate: 16, udpResult: udpResult{sent: 100, got: 87, delivered: 87, dups: 2, late: 5,
+			p50: 2237 * time.Millisecond, p99: 2871 * time.Millisecond, drops: "seattle queue_full 13", kernel: "useast rcvbuf 1"}},
+	}
+	out := render(o, nil, urows, time.Minute)
+	for _, want := range []string{"<!-- wan:begin -->", "| cubic | 1 | direct | 16 | 99.0 | 152 | 160 | 0 | 0 | – |",
+		"| cubic | 1 | 3 hops, quic | 16 | 87.0 | 2237 | 2871 | 2 | 5 | seattle queue_full 13; sockets: useast rcvbuf 1 |", "<!-- wan:end -->"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("render lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "1 stream Mbit/s") {
+		t.Errorf("-udp-only rendered the TCP table:\n%s", out)
+	}
+	o.udp.only = false
+	rows := []row{{cc: "cubic", loss: 1, p: path{}}}
+	if out := render(o, rows, urows, time.Minute); !strings.Contains(out, "1 stream Mbit/s") || !strings.Contains(out, "| 3 hops, quic | 16 |") {
+		t.Errorf("render with both:\n%s", out)
+	}
+	o.udp = udpOptions{}
+	if out := render(o, rows, nil, time.Minute); strings.Contains(out, "UDP") {
+		t.Errorf("render without UDP rows mentions UDP:\n%s", out)
+	}
+}
