@@ -32,11 +32,14 @@ import (
 const udpPort = 7002
 
 // A datagram starts with the magic, the measurement's id, its sequence
-// number (probeBit set: a probe, not counted) and its scheduled send time
-// in nanoseconds since epoch; the rest is padding up to -udp-size.
+// number (probeBit set: a probe, not counted), its scheduled send time and
+// the time it was handed to the kernel, in nanoseconds since epoch; the
+// rest is padding up to -udp-size. The lag is behind the schedule; the
+// path's own lag, behind the send, tells a sender that fell behind (a
+// busy machine) from a slow path.
 const (
 	udpMagic  = 0x686c7775 // "hlwu"
-	udpHeader = 24
+	udpHeader = 32
 	probeBit  = 1 << 63
 )
 
@@ -127,9 +130,13 @@ type udpResult struct {
 	delivered       float64
 	p50, p99        time.Duration
 	behind          time.Duration // most the sender was behind schedule
-	sendErrs        int
-	drops, kernel   string
-	err             error
+	// pathP50 is the p50 of arrival less actual send time; slowWrite and
+	// slowSleep the longest one write and one millisecond's sleep took.
+	pathP50              time.Duration
+	slowWrite, slowSleep time.Duration
+	sendErrs             int
+	drops, kernel        string
+	err                  error
 }
 
 // summarize turns what a receiver saw into the row's figures: delivered
@@ -151,6 +158,7 @@ type udpCollector struct {
 	n      int
 	seen   []bool
 	lags   []time.Duration
+	path   []time.Duration // arrival less actual send time
 	dups   int
 	late   int
 	closed bool
@@ -206,17 +214,18 @@ func (r *udpReceiver) serve() {
 		run := binary.BigEndian.Uint32(buf[4:])
 		seq := binary.BigEndian.Uint64(buf[8:])
 		sched := time.Duration(binary.BigEndian.Uint64(buf[16:]))
+		sent := time.Duration(binary.BigEndian.Uint64(buf[24:]))
 		r.mu.Lock()
 		if c := r.cur; c != nil && c.run == run {
-			c.add(seq, at-sched)
+			c.add(seq, at-sched, at-sent)
 		}
 		r.mu.Unlock()
 	}
 }
 
 // add counts a datagram of the measurement that lagged lag behind its
-// schedule.
-func (c *udpCollector) add(seq uint64, lag time.Duration) {
+// schedule and path behind its send.
+func (c *udpCollector) add(seq uint64, lag, path time.Duration) {
 	switch {
 	case seq&probeBit != 0:
 		select {
@@ -232,11 +241,12 @@ func (c *udpCollector) add(seq uint64, lag time.Duration) {
 	default:
 		c.seen[seq] = true
 		c.lags = append(c.lags, lag)
+		c.path = append(c.path, path)
 	}
 }
 
 func (r *udpReceiver) start(run uint32, n int) *udpCollector {
-	c := &udpCollector{run: run, n: n, seen: make([]bool, n), lags: make([]time.Duration, 0, n), probe: make(chan struct{}, 1)}
+	c := &udpCollector{run: run, n: n, seen: make([]bool, n), lags: make([]time.Duration, 0, n), path: make([]time.Duration, 0, n), probe: make(chan struct{}, 1)}
 	r.mu.Lock()
 	r.cur = c
 	r.mu.Unlock()
@@ -244,11 +254,11 @@ func (r *udpReceiver) start(run uint32, n int) *udpCollector {
 }
 
 // close ends a measurement's window: later datagrams count as late.
-func (r *udpReceiver) close(c *udpCollector) (lags []time.Duration, dups int) {
+func (r *udpReceiver) close(c *udpCollector) (lags, path []time.Duration, dups int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	c.closed = true
-	return slices.Clone(c.lags), c.dups
+	return slices.Clone(c.lags), slices.Clone(c.path), c.dups
 }
 
 // late is how many unique datagrams of the latest measurement came after
@@ -300,7 +310,10 @@ func measureUDP(node *linkemu.Node, addr string, recv *udpReceiver, mbps float64
 	put := func(seq uint64, sched time.Duration) error {
 		binary.BigEndian.PutUint64(buf[8:], seq)
 		binary.BigEndian.PutUint64(buf[16:], uint64(sched))
+		t := sinceEpoch()
+		binary.BigEndian.PutUint64(buf[24:], uint64(t))
 		_, err := c.Write(buf)
+		r.slowWrite = max(r.slowWrite, sinceEpoch()-t)
 		return err
 	}
 	// Probes until one arrives: the session is set up through the relays
@@ -315,6 +328,7 @@ func measureUDP(node *linkemu.Node, addr string, recv *udpReceiver, mbps float64
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+	r.slowWrite = 0
 	if !probed {
 		recv.close(col)
 		r.err = errors.New("no probe crossed within 30s")
@@ -335,13 +349,17 @@ func measureUDP(node *linkemu.Node, addr string, recv *udpReceiver, mbps float64
 			}
 		}
 		if sent < n {
+			t := sinceEpoch()
 			time.Sleep(time.Millisecond)
+			r.slowSleep = max(r.slowSleep, sinceEpoch()-t)
 		}
 	}
 	time.Sleep(wait)
-	lags, dups := recv.close(col)
+	lags, path, dups := recv.close(col)
 	res := summarize(n, lags, dups)
-	res.behind, res.sendErrs = r.behind, r.sendErrs
+	slices.Sort(path)
+	res.pathP50 = percentile(path, 0.5)
+	res.behind, res.sendErrs, res.slowWrite, res.slowSleep = r.behind, r.sendErrs, r.slowWrite, r.slowSleep
 	return res
 }
 
@@ -444,6 +462,11 @@ type udpRow struct {
 	udpResult
 }
 
+// senderLate is how far behind schedule a sender may fall (a burst of
+// what fell due during a millisecond's sleep on a busy machine) before
+// its row says so.
+const senderLate = 50 * time.Millisecond
+
 // pathRTT is the round trip of path p's links.
 func pathRTT(g geography, p path) time.Duration {
 	if p.hops <= 1 {
@@ -485,10 +508,10 @@ func udpRows(o options, nw *network, cc string, loss float64, settle time.Durati
 				fmt.Fprintf(os.Stderr, "%s | %g%% | %-13s | udp %g Mbit/s | failed: %v\n", cc, loss, p, rate, res.err)
 				continue
 			}
-			fmt.Fprintf(os.Stderr, "%s | %g%% | %-13s | udp %g Mbit/s | delivered %.1f%% (%d of %d, %d dup, %d late) | lag p50 %v p99 %v | relays' drops %s | sockets %s | sender behind ≤ %v, %d send errors\n",
+			fmt.Fprintf(os.Stderr, "%s | %g%% | %-13s | udp %g Mbit/s | delivered %.1f%% (%d of %d, %d dup, %d late) | lag p50 %v p99 %v (behind the send: p50 %v) | relays' drops %s | sockets %s | sender behind ≤ %v (slowest write %v, 1ms sleep %v), %d send errors\n",
 				cc, loss, p, rate, res.delivered, res.got, res.sent, res.dups, res.late,
-				res.p50.Round(time.Millisecond), res.p99.Round(time.Millisecond), res.drops, or(res.kernel, "none"),
-				res.behind.Round(time.Millisecond), res.sendErrs)
+				res.p50.Round(time.Millisecond), res.p99.Round(time.Millisecond), res.pathP50.Round(time.Millisecond), res.drops, or(res.kernel, "none"),
+				res.behind.Round(time.Millisecond), res.slowWrite.Round(time.Microsecond), res.slowSleep.Round(time.Microsecond), res.sendErrs)
 		}
 	}
 	return out
@@ -521,6 +544,10 @@ func udpTable(b *strings.Builder, o options, rows []udpRow) {
 		drops := r.drops
 		if r.kernel != "" {
 			drops += "; sockets: " + r.kernel
+		}
+		if r.behind > senderLate {
+			// The lag then counts the sender's own lateness too.
+			drops += fmt.Sprintf("; the sender fell up to %.0f ms behind schedule (p50 lag behind the send %.0f ms)", ms(r.behind), ms(r.pathP50))
 		}
 		lag := func(d time.Duration) string {
 			if r.got == 0 {

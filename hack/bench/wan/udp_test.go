@@ -97,16 +97,19 @@ func TestPercentiles(t *testing.T) {
 func TestCollector(t *testing.T) {
 	r := &udpReceiver{}
 	c := r.start(1, 4)
-	c.add(probeBit|3, time.Second)
-	c.add(0, 150*time.Millisecond)
-	c.add(2, 160*time.Millisecond)
-	c.add(2, 170*time.Millisecond) // a copy
-	c.add(9, time.Millisecond)     // not of this schedule
-	lags, dups := r.close(c)
-	c.add(1, 5*time.Second) // after the window
-	c.add(0, 5*time.Second) // a late copy
+	c.add(probeBit|3, time.Second, time.Second)
+	c.add(0, 150*time.Millisecond, 140*time.Millisecond)
+	c.add(2, 160*time.Millisecond, 150*time.Millisecond)
+	c.add(2, 170*time.Millisecond, 170*time.Millisecond) // a copy
+	c.add(9, time.Millisecond, time.Millisecond)         // not of this schedule
+	lags, path, dups := r.close(c)
+	c.add(1, 5*time.Second, 5*time.Second) // after the window
+	c.add(0, 5*time.Second, 5*time.Second) // a late copy
 	if !slices.Equal(lags, []time.Duration{150 * time.Millisecond, 160 * time.Millisecond}) || dups != 1 {
 		t.Errorf("lags %v dups %d", lags, dups)
+	}
+	if !slices.Equal(path, []time.Duration{140 * time.Millisecond, 150 * time.Millisecond}) {
+		t.Errorf("path lags %v", path)
 	}
 	if r.late() != 1 || c.dups != 2 {
 		t.Errorf("late %d dups %d, want 1 and 2", r.late(), c.dups)
@@ -223,11 +226,12 @@ func TestRenderUDP(t *testing.T) {
 	urows := []udpRow{
 		{cc: "cubic", loss: 1, p: path{}, rate: 16, udpResult: udpResult{sent: 100, got: 99, delivered: 99, p50: 152 * time.Millisecond, p99: 160 * time.Millisecond, drops: "–"}},
 		{cc: "cubic", loss: 1, p: path{3, "quic", false}, rate: 16, udpResult: udpResult{sent: 100, got: 87, delivered: 87, dups: 2, late: 5,
-			p50: 2237 * time.Millisecond, p99: 2871 * time.Millisecond, drops: "seattle queue_full 13", kernel: "useast rcvbuf 1"}},
+			p50: 2237 * time.Millisecond, p99: 2871 * time.Millisecond, drops: "seattle queue_full 13", kernel: "useast rcvbuf 1",
+			behind: 300 * time.Millisecond, pathP50: 2000 * time.Millisecond}},
 	}
 	out := render(o, nil, urows, time.Minute)
 	for _, want := range []string{"<!-- wan:begin -->", "| cubic | 1 | direct | 16 | 99.0 | 152 | 160 | 0 | 0 | – |",
-		"| cubic | 1 | 3 hops, quic | 16 | 87.0 | 2237 | 2871 | 2 | 5 | seattle queue_full 13; sockets: useast rcvbuf 1 |", "<!-- wan:end -->"} {
+		"| cubic | 1 | 3 hops, quic | 16 | 87.0 | 2237 | 2871 | 2 | 5 | seattle queue_full 13; sockets: useast rcvbuf 1; the sender fell up to 300 ms behind schedule (p50 lag behind the send 2000 ms) |", "<!-- wan:end -->"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("render lacks %q:\n%s", want, out)
 		}
