@@ -51,41 +51,46 @@ func (nw *network) snapshot() snapshot {
 		if err != nil {
 			continue
 		}
-		sc := bufio.NewScanner(strings.NewReader(text))
-		for sc.Scan() {
-			line := sc.Text()
-			name, rest, ok := strings.Cut(line, "{")
-			if !ok || !strings.HasPrefix(name, "hoplink_link_") && name != "hoplink_udp_dropped_packets_total" {
-				continue
-			}
-			labels, value, ok := strings.Cut(rest, "} ")
-			if !ok {
-				continue
-			}
-			v, err := strconv.ParseFloat(value, 64)
-			if err != nil {
-				continue
-			}
-			l := map[string]string{}
-			for _, m := range labelRE.FindAllStringSubmatch(labels, -1) {
-				l[m[1]] = m[2]
-			}
-			h := hop{l["from"], l["to"]}
-			switch name {
-			case "hoplink_link_flows_total":
-				s.flows[sample{h, l["transport"], l["reason"]}] = v
-			case "hoplink_link_transport_info":
-				if v == 1 {
-					s.info[h] = fmt.Sprintf("%s (%s)", l["transport"], l["reason"])
-				}
-			case "hoplink_link_goodput_bits_per_second":
-				s.goodput[sample{h, l["transport"], ""}] = v
-			case "hoplink_udp_dropped_packets_total":
-				s.udpDrops[udpDrop{l["relay"], l["tunnel"], l["reason"]}] = v
-			}
-		}
+		s.add(text)
 	}
 	return s
+}
+
+// add reads one relay's metrics into s.
+func (s snapshot) add(text string) {
+	sc := bufio.NewScanner(strings.NewReader(text))
+	for sc.Scan() {
+		line := sc.Text()
+		name, rest, ok := strings.Cut(line, "{")
+		if !ok || !strings.HasPrefix(name, "hoplink_link_") && name != "hoplink_udp_dropped_packets_total" {
+			continue
+		}
+		labels, value, ok := strings.Cut(rest, "} ")
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			continue
+		}
+		l := map[string]string{}
+		for _, m := range labelRE.FindAllStringSubmatch(labels, -1) {
+			l[m[1]] = m[2]
+		}
+		h := hop{l["from"], l["to"]}
+		switch name {
+		case "hoplink_link_flows_total":
+			s.flows[sample{h, l["transport"], l["reason"]}] = v
+		case "hoplink_link_transport_info":
+			if v == 1 {
+				s.info[h] = fmt.Sprintf("%s (%s)", l["transport"], l["reason"])
+			}
+		case "hoplink_link_goodput_bits_per_second":
+			s.goodput[sample{h, l["transport"], ""}] = v
+		case "hoplink_udp_dropped_packets_total":
+			s.udpDrops[udpDrop{l["relay"], l["tunnel"], l["reason"]}] = v
+		}
+	}
 }
 
 // flowsSince are the flows auto opened on each hop of hops since before,

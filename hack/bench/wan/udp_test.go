@@ -249,3 +249,28 @@ func TestRenderUDP(t *testing.T) {
 		t.Errorf("render without UDP rows mentions UDP:\n%s", out)
 	}
 }
+
+// TestSnapshotUDPDrops reads the relays' UDP drop counters as a relay
+// exposes them.
+func TestSnapshotUDPDrops(t *testing.T) {
+	s := snapshot{flows: map[sample]float64{}, info: map[hop]string{}, goodput: map[sample]float64{}, udpDrops: map[udpDrop]float64{}}
+	s.add(`# HELP hoplink_udp_dropped_packets_total UDP packets a relay dropped.
+# TYPE hoplink_udp_dropped_packets_total counter
+hoplink_udp_dropped_packets_total{reason="queue_full",relay="seattle",tunnel="default/t1-udp"} 42
+hoplink_udp_dropped_packets_total{reason="no_session",relay="seattle",tunnel=""} 3
+hoplink_udp_sessions{relay="seattle",role="middle",tunnel="default/t1-udp"} 1
+hoplink_link_flows_total{from="hk",reason="explicit",to="seattle",transport="quic"} 5
+`)
+	want := map[udpDrop]float64{{"seattle", "default/t1-udp", "queue_full"}: 42, {"seattle", "", "no_session"}: 3}
+	if len(s.udpDrops) != len(want) {
+		t.Errorf("udpDrops %v, want %v", s.udpDrops, want)
+	}
+	for k, v := range want {
+		if s.udpDrops[k] != v {
+			t.Errorf("%v: %v, want %v", k, s.udpDrops[k], v)
+		}
+	}
+	if s.flows[sample{hop{"hk", "seattle"}, "quic", "explicit"}] != 5 {
+		t.Errorf("flows %v", s.flows)
+	}
+}
