@@ -30,6 +30,21 @@
 // Tunnel's device, and the entry's userspace stack (gvisor's netstack)
 // ends the client's TCP on that host, so the long legs are the relays'.
 //
+// With -udp RATES (Mbit/s) it then measures UDP too, one path (tun ones
+// left out) and rate at a time: a sender on the client's host paces
+// -udp-size datagrams at the rate for -udp-time through a UDP Tunnel of
+// the path's Chain (-udp-mode its spec.udp.mode; direct: straight to the
+// target's host), each stamped with its sequence number and scheduled
+// send time; a receiver on the target's host counts the unique ones and
+// their lag behind schedule (sender and receiver share this process's
+// clock). It reports the share delivered within the sending time and
+// 2 s and the path's round trip after, p50 and p99 lag, copies, and the
+// relays' hoplink_udp_dropped_packets_total by reason. -udp-only skips
+// the echoes and bulk: a quick UDP look, under 2 minutes per loss at
+// three rates on direct and chain:
+//
+//	go run ./hack/bench/wan -hoplink bin/hoplink -cc cubic -loss 1 -paths direct,chain -transports quic -udp 4,16,40 -udp-only
+//
 // Under transport auto it also reports which transport the relays took
 // for each (hoplink_link_flows_total on each relay's metrics port).
 //
@@ -136,6 +151,7 @@ type options struct {
 	echoes, size     int
 	warm, timeout    time.Duration
 	echoApart        bool
+	udp              udpOptions
 	out, commandLine string
 }
 
@@ -172,6 +188,11 @@ func main() {
 	flag.DurationVar(&o.warm, "warm", 2*time.Second, "least time each relay path carries warm-up echoes before it is measured")
 	flag.DurationVar(&o.timeout, "timeout", 3*time.Minute, "most time the request/response shape may take")
 	flag.BoolVar(&o.echoApart, "echo-apart", false, "measure the paths' request/response shapes one after another, not all at once")
+	udpRates := flag.String("udp", "", "UDP rates in Mbit/s (such as 1,4,16,40,80): per path (not tun ones) and rate, a sender on the client's host paces datagrams through a UDP Tunnel (direct: straight) to a receiver on the target's host; empty: no UDP rows")
+	flag.DurationVar(&o.udp.d, "udp-time", 10*time.Second, "how long each UDP sender sends")
+	flag.IntVar(&o.udp.size, "udp-size", 1200, "bytes per UDP datagram (payload)")
+	flag.StringVar(&o.udp.mode, "udp-mode", "", "the UDP Tunnels' spec.udp.mode: auto, datagram or stream (empty: the Tunnel's default)")
+	flag.BoolVar(&o.udp.only, "udp-only", false, "measure the UDP rows only: no echoes, no bulk")
 	flag.StringVar(&o.out, "out", "", "Markdown file to write the table into (between the wan markers)")
 	cpuprofile := flag.String("cpuprofile", "", "write this process's CPU profile (the link emulator's) here")
 	flag.Parse()
@@ -214,6 +235,15 @@ func main() {
 	}
 	if len(o.ccs) == 0 || len(o.losses) == 0 || len(o.paths) == 0 {
 		fail(errors.New("nothing to measure"))
+	}
+	if o.udp.rates, err = parseRates(*udpRates); err != nil {
+		fail(err)
+	}
+	if err := checkUDP(o.udp); err != nil {
+		fail(err)
+	}
+	if len(o.udp.rates) > 0 && len(udpPaths(o.paths)) == 0 {
+		fail(errors.New("-udp: no path to measure it on (tun paths carry no UDP rows)"))
 	}
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
@@ -274,17 +304,19 @@ func run(o options) error {
 
 	start := time.Now()
 	var rows []row
+	var urows []udpRow
 	for _, cc := range o.ccs {
 		for _, loss := range o.losses {
-			rs, err := runOne(o, cc, loss)
+			rs, us, err := runOne(o, cc, loss)
 			rows = append(rows, rs...)
+			urows = append(urows, us...)
 			if err != nil {
 				return fmt.Errorf("%s, %g%% loss: %w", cc, loss, err)
 			}
 		}
 	}
 	took := time.Since(start)
-	table := render(o, rows, took)
+	table := render(o, rows, urows, took)
 	fmt.Print(table)
 	if o.out != "" {
 		return writeBetween(o.out, table)
@@ -311,10 +343,10 @@ type row struct {
 	info, goodput      string
 }
 
-func runOne(o options, cc string, loss float64) ([]row, error) {
+func runOne(o options, cc string, loss float64) ([]row, []udpRow, error) {
 	t0 := time.Now()
 	fmt.Fprintf(os.Stderr, "== hosts' TCP %s, loss %g%%: building the network\n", cc, loss)
-	nw, err := build(o.hoplink, o.g, cc, loss/100, o.paths)
+	nw, err := build(o.hoplink, o.g, cc, loss/100, o.paths, o.udp)
 	if nw != nil {
 		nw.tag = fmt.Sprintf("%s-%g", cc, loss)
 	}
@@ -328,7 +360,7 @@ func runOne(o options, cc string, loss float64) ([]row, error) {
 		nw.close()
 	}()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// Let what setting up sent leave the links.
 	settle := max(time.Second, 2*o.g.direct)
@@ -349,6 +381,27 @@ func runOne(o options, cc string, loss float64) ([]row, error) {
 	}
 	wg.Wait()
 	time.Sleep(settle)
+	if !o.udp.only {
+		if err := tcpRows(o, nw, rows, addrs, settle); err != nil {
+			return rows, nil, err
+		}
+	} else {
+		rows = nil
+	}
+	var urows []udpRow
+	if len(o.udp.rates) > 0 {
+		urows = udpRows(o, nw, cc, loss, settle)
+	}
+	time.Sleep(settle)
+	fmt.Fprintf(os.Stderr, "   links:%s\n   (%v)\n", nw.linkStats(), time.Since(t0).Round(time.Second))
+	return rows, urows, nil
+}
+
+// tcpRows measures the TCP shapes of rows (addrs: each path's echo and
+// sink addresses): every path's echoes at once (unless -echo-apart), then
+// each path's bulk in turn.
+func tcpRows(o options, nw *network, rows []row, addrs [][2]string, settle time.Duration) error {
+	var wg sync.WaitGroup
 	// The request/response shape of every path at once, unless -echo-apart:
 	// a connection with one small message in flight loads neither a link
 	// nor a core, and paths share links but no connection (each Tunnel has
@@ -371,8 +424,8 @@ func runOne(o options, cc string, loss float64) ([]row, error) {
 		r := &rows[i]
 		if p.hops == 0 {
 			r.tcpCC = r.echo.cc
-			if r.echo.cc != "" && r.echo.cc != cc {
-				return rows, fmt.Errorf("the client's socket runs %s, not the host's %s", r.echo.cc, cc)
+			if r.echo.cc != "" && r.echo.cc != r.cc {
+				return fmt.Errorf("the client's socket runs %s, not the host's %s", r.echo.cc, r.cc)
 			}
 		}
 		if p.transport == "auto" {
@@ -414,15 +467,13 @@ func runOne(o options, cc string, loss float64) ([]row, error) {
 			r.info, r.goodput = endState(after, r.hops)
 		}
 		fmt.Fprintf(os.Stderr, "%s | %g%% | %-13s | 1 stream %6.1f Mbit/s %v | %d streams %6.1f Mbit/s %v | echo total %v p99 %v first %v (%d done) %v | tcp %s\n",
-			cc, loss, p, r.one, errOrEmpty(r.oneErr), o.streams, r.eight, errOrEmpty(r.eightErr),
+			r.cc, r.loss, p, r.one, errOrEmpty(r.oneErr), o.streams, r.eight, errOrEmpty(r.eightErr),
 			r.echo.total.Round(time.Millisecond), r.echo.p99.Round(time.Millisecond), r.echo.first.Round(time.Millisecond), r.echo.done, errOrEmpty(r.echo.err), r.tcpCC)
 		if p.transport == "auto" {
 			fmt.Fprintf(os.Stderr, "   auto: echo %s; bulk %s; end %s; %s\n", perHop(r.hops, r.autoEcho), perHop(r.hops, r.autoBulk), r.info, r.goodput)
 		}
 	}
-	time.Sleep(settle)
-	fmt.Fprintf(os.Stderr, "   links:%s\n   (%v)\n", nw.linkStats(), time.Since(t0).Round(time.Second))
-	return rows, nil
+	return nil
 }
 
 func errOrEmpty(err error) string {
@@ -483,7 +534,7 @@ func or(s, dflt string) string {
 	return s
 }
 
-func render(o options, rows []row, took time.Duration) string {
+func render(o options, rows []row, urows []udpRow, took time.Duration) string {
 	var b strings.Builder
 	version, _ := exec.Command(o.hoplink, "version").Output()
 	rev, _ := exec.Command("git", "describe", "--always", "--dirty").Output()
@@ -511,15 +562,22 @@ func render(o options, rows []row, took time.Duration) string {
 		time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), strings.TrimSpace(string(version)), strings.TrimSpace(string(rev)), o.commandLine, took.Round(time.Minute))
 	fmt.Fprintf(&b, "Hosts %s, one network namespace each, with its own `hoplink relay`. Links (round trips): direct %s-%s %v; chain %s. Every link: %s%s. "+
 		"**Loss** is per direction, on the direct link and the chain's longest leg; the shorter legs lose %g of it. "+
-		"**Hosts' CC** is every host's TCP congestion control (the namespace's default: clients, targets and relays' TCP hops alike); "+
-		"**TCP CC seen** is what ran: the client's socket on the direct path, the relays' busiest hop socket halfway through the one stream on relay paths (– where none carried 64 KiB: QUIC); "+
+		"**Hosts' CC** is every host's TCP congestion control (the namespace's default: clients, targets and relays' TCP hops alike); ",
+		chain, names[0], names[len(names)-1], g.direct, strings.Join(legs, ", "), rate, jitter, g.shortShare)
+	if o.udp.only {
+		fmt.Fprintf(&b, "relay paths first carry TCP warm-up echoes (rounds of 4 flows, at least %v). 1 hop: relays on the two end hosts, over the direct link; %d hops: a relay on every host.\n\n",
+			o.warm, len(g.legs))
+		udpTable(&b, o, urows)
+		fmt.Fprintln(&b, "<!-- wan:end -->")
+		return b.String()
+	}
+	fmt.Fprintf(&b, "**TCP CC seen** is what ran: the client's socket on the direct path, the relays' busiest hop socket halfway through the one stream on relay paths (– where none carried 64 KiB: QUIC); "+
 		"on tun flow paths also the client's socket and the entry's userspace stack (gvisor netstack) that ends it on the client's host. "+
 		"Bulk: goodput the target received while the sender sent, connects included, one stream for %v, then %d at once for %v. "+
 		"Echo: seed 002's shape, one connection and %d sequential %d-byte echoes%s; p99 of their round trips by nearest rank; first byte is the connect and the first echo. "+
 		"Relay paths first carry warm-up echoes (rounds of 4 flows, at least %v). 1 hop: relays on the two end hosts, over the direct link; %d hops: a relay on every host. "+
 		"**tun flow**: the entry is a flow-mode tun Tunnel, whose device takes a /24 of the target's host's addresses; the client dials the target's address, and the echo and bulk flows share that one Tunnel (under auto, its learned shape too), where other paths have a TCP Tunnel per target port. "+
 		"The hosts' TCP buffers (this machine's, which namespaces copy, unless -wmem set them): %s.\n\n",
-		chain, names[0], names[len(names)-1], g.direct, strings.Join(legs, ", "), rate, jitter, g.shortShare,
 		o.bulk, o.streams, o.bulk8, o.echoes, o.size, together, o.warm, len(g.legs), buffers())
 	fmt.Fprintf(&b, "| hosts' CC | loss %% | path | 1 stream Mbit/s | × direct | %d streams Mbit/s | × direct | echo total s | × direct | echo p99 ms | first byte ms | TCP CC seen | auto took (echo; bulk) |\n", o.streams)
 	fmt.Fprintln(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -564,6 +622,10 @@ func render(o options, rows []row, took time.Duration) string {
 			r.cc, r.loss, r.p, one, vsOne, eight, vsEight, total, vsEcho, p99, first, or(r.tcpCC, "–"), auto)
 	}
 	autoRows(&b, rows, o.streams)
+	if len(urows) > 0 {
+		fmt.Fprintln(&b)
+		udpTable(&b, o, urows)
+	}
 	fmt.Fprintln(&b, "<!-- wan:end -->")
 	return b.String()
 }

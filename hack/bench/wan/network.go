@@ -74,15 +74,17 @@ type network struct {
 	dir    string
 	lns    []net.Listener
 	sink   *sinkServer
-	tag    string // the run's congestion control and loss, naming kept logs
+	udp    *udpReceiver // nil without -udp
+	tag    string       // the run's congestion control and loss, naming kept logs
 	procs  []*exec.Cmd
 	logs   []*os.File
 	closed sync.Once
 }
 
 // build makes the network with every host's TCP on cc, loss as the
-// geography splits it, and relays for the relay paths among ps.
-func build(hoplink string, g geography, cc string, loss float64, ps []path) (nw *network, err error) {
+// geography splits it, and relays for the relay paths among ps; with UDP
+// rates, a UDP receiver on the target's host and UDP Tunnels to it.
+func build(hoplink string, g geography, cc string, loss float64, ps []path, u udpOptions) (nw *network, err error) {
 	dir, err := os.MkdirTemp("", "wanbench")
 	if err != nil {
 		return nil, err
@@ -137,6 +139,11 @@ func build(hoplink string, g geography, cc string, loss float64, ps []path) (nw 
 		nw.lns = append(nw.lns, l)
 		go accept(l, serve)
 	}
+	if len(u.rates) > 0 {
+		if nw.udp, err = listenUDP(last); err != nil {
+			return nw, err
+		}
+	}
 	if !slices.ContainsFunc(ps, func(p path) bool { return p.hops > 0 }) {
 		return nw, nil
 	}
@@ -148,7 +155,7 @@ func build(hoplink string, g geography, cc string, loss float64, ps []path) (nw 
 			}
 		}
 	}
-	if err := nw.startRelays(hoplink, ps); err != nil {
+	if err := nw.startRelays(hoplink, ps, u); err != nil {
 		return nw, err
 	}
 	for i, p := range ps {
@@ -185,8 +192,10 @@ func (nw *network) pathAddr(i int, p path, port int) string {
 
 // manifests are the relays, and a Chain per relay path of ps with its
 // Tunnels: a TCP Tunnel per target port, or one flow-mode tun Tunnel that
-// carries both, as one would carry a site's traffic.
-func manifests(nodes []*linkemu.Node, ps []path) string {
+// carries both, as one would carry a site's traffic; with UDP rates, on
+// the paths that are not tun, a UDP Tunnel to the UDP receiver too
+// (udp.mode u.mode, when set).
+func manifests(nodes []*linkemu.Node, ps []path, u udpOptions) string {
 	var m strings.Builder
 	names := make([]string, len(nodes))
 	for i, node := range nodes {
@@ -214,14 +223,25 @@ func manifests(nodes []*linkemu.Node, ps []path) string {
 			fmt.Fprintf(&m, "apiVersion: hoplink.dev/v1alpha1\nkind: Tunnel\nmetadata: {name: t%d-%d}\nspec: {chain: c%d, listen: {address: 127.0.0.1, port: %d}, target: \"127.0.0.1:%d\"}\n---\n",
 				i, port, i, tunnelBase+10*i+port-echoPort, port)
 		}
+		if len(u.rates) > 0 {
+			mode := ""
+			if u.mode != "" {
+				mode = ", udp: {mode: " + u.mode + "}"
+			}
+			fmt.Fprintf(&m, "apiVersion: hoplink.dev/v1alpha1\nkind: Tunnel\nmetadata: {name: %s}\nspec: {chain: c%d, protocol: udp, listen: {address: 127.0.0.1, port: %d}, target: \"127.0.0.1:%d\"%s}\n---\n",
+				udpTunnel(i), i, tunnelBase+10*i+udpPort-echoPort, udpPort, mode)
+		}
 	}
 	return m.String()
 }
 
-func (nw *network) startRelays(hoplink string, ps []path) error {
+// udpTunnel names path i's UDP Tunnel.
+func udpTunnel(i int) string { return fmt.Sprintf("t%d-udp", i) }
+
+func (nw *network) startRelays(hoplink string, ps []path, u udpOptions) error {
 	names := nw.g.names
 	file := filepath.Join(nw.dir, "m.yaml")
-	if err := os.WriteFile(file, []byte(manifests(nw.nodes, ps)), 0o644); err != nil {
+	if err := os.WriteFile(file, []byte(manifests(nw.nodes, ps, u)), 0o644); err != nil {
 		return err
 	}
 	certs := filepath.Join(nw.dir, "certs")
@@ -334,6 +354,9 @@ func (nw *network) close() error {
 			l.Close()
 		}
 		nw.sink.closeAll()
+		if nw.udp != nil {
+			nw.udp.c.Close()
+		}
 		for _, f := range nw.logs {
 			f.Close()
 			if keepLogs != "" {

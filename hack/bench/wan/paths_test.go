@@ -46,7 +46,7 @@ func TestManifests(t *testing.T) {
 		nodes = append(nodes, &linkemu.Node{Name: name, Addr: netip.AddrFrom4([4]byte{10, 213, 0, byte(i + 1)})})
 	}
 	ps := []path{{}, {3, "auto", true}, {1, "auto", true}, {3, "auto", false}}
-	set, err := manifest.Parse("m.yaml", []byte(manifests(nodes, ps)))
+	set, err := manifest.Parse("m.yaml", []byte(manifests(nodes, ps, udpOptions{})))
 	if err != nil {
 		t.Fatal(err)
 	}

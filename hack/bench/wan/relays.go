@@ -32,6 +32,9 @@ type snapshot struct {
 	flows   map[sample]float64
 	info    map[hop]string     // bulk transport (reason)
 	goodput map[sample]float64 // reason left empty
+	// udpDrops: hoplink_udp_dropped_packets_total by relay, tunnel and
+	// reason.
+	udpDrops map[udpDrop]float64
 }
 
 var labelRE = regexp.MustCompile(`(\w+)="([^"]*)"`)
@@ -39,7 +42,7 @@ var labelRE = regexp.MustCompile(`(\w+)="([^"]*)"`)
 // snapshot reads every relay's metrics; a relay that does not answer
 // leaves its figures out.
 func (nw *network) snapshot() snapshot {
-	s := snapshot{flows: map[sample]float64{}, info: map[hop]string{}, goodput: map[sample]float64{}}
+	s := snapshot{flows: map[sample]float64{}, info: map[hop]string{}, goodput: map[sample]float64{}, udpDrops: map[udpDrop]float64{}}
 	if len(nw.procs) == 0 {
 		return s
 	}
@@ -48,39 +51,46 @@ func (nw *network) snapshot() snapshot {
 		if err != nil {
 			continue
 		}
-		sc := bufio.NewScanner(strings.NewReader(text))
-		for sc.Scan() {
-			line := sc.Text()
-			name, rest, ok := strings.Cut(line, "{")
-			if !ok || !strings.HasPrefix(name, "hoplink_link_") {
-				continue
-			}
-			labels, value, ok := strings.Cut(rest, "} ")
-			if !ok {
-				continue
-			}
-			v, err := strconv.ParseFloat(value, 64)
-			if err != nil {
-				continue
-			}
-			l := map[string]string{}
-			for _, m := range labelRE.FindAllStringSubmatch(labels, -1) {
-				l[m[1]] = m[2]
-			}
-			h := hop{l["from"], l["to"]}
-			switch name {
-			case "hoplink_link_flows_total":
-				s.flows[sample{h, l["transport"], l["reason"]}] = v
-			case "hoplink_link_transport_info":
-				if v == 1 {
-					s.info[h] = fmt.Sprintf("%s (%s)", l["transport"], l["reason"])
-				}
-			case "hoplink_link_goodput_bits_per_second":
-				s.goodput[sample{h, l["transport"], ""}] = v
-			}
-		}
+		s.add(text)
 	}
 	return s
+}
+
+// add reads one relay's metrics into s.
+func (s snapshot) add(text string) {
+	sc := bufio.NewScanner(strings.NewReader(text))
+	for sc.Scan() {
+		line := sc.Text()
+		name, rest, ok := strings.Cut(line, "{")
+		if !ok || !strings.HasPrefix(name, "hoplink_link_") && name != "hoplink_udp_dropped_packets_total" {
+			continue
+		}
+		labels, value, ok := strings.Cut(rest, "} ")
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			continue
+		}
+		l := map[string]string{}
+		for _, m := range labelRE.FindAllStringSubmatch(labels, -1) {
+			l[m[1]] = m[2]
+		}
+		h := hop{l["from"], l["to"]}
+		switch name {
+		case "hoplink_link_flows_total":
+			s.flows[sample{h, l["transport"], l["reason"]}] = v
+		case "hoplink_link_transport_info":
+			if v == 1 {
+				s.info[h] = fmt.Sprintf("%s (%s)", l["transport"], l["reason"])
+			}
+		case "hoplink_link_goodput_bits_per_second":
+			s.goodput[sample{h, l["transport"], ""}] = v
+		case "hoplink_udp_dropped_packets_total":
+			s.udpDrops[udpDrop{l["relay"], l["tunnel"], l["reason"]}] = v
+		}
+	}
 }
 
 // flowsSince are the flows auto opened on each hop of hops since before,
