@@ -319,7 +319,7 @@ func run(o options) error {
 	table := render(o, rows, urows, took)
 	fmt.Print(table)
 	if o.out != "" {
-		return writeBetween(o.out, table)
+		return writeBetween(o.out, o.marker(), table)
 	}
 	return nil
 }
@@ -557,7 +557,7 @@ func render(o options, rows []row, urows []udpRow, took time.Duration) string {
 	if o.echoApart {
 		together = ", one path at a time"
 	}
-	fmt.Fprintln(&b, "<!-- wan:begin -->")
+	fmt.Fprintf(&b, "<!-- %s:begin -->\n", o.marker())
 	fmt.Fprintf(&b, "Measured %s on this machine (%d cores), %s (tree %s), by `%s` (as root), in %v.\n\n",
 		time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), strings.TrimSpace(string(version)), strings.TrimSpace(string(rev)), o.commandLine, took.Round(time.Minute))
 	fmt.Fprintf(&b, "Hosts %s, one network namespace each, with its own `hoplink relay`. Links (round trips): direct %s-%s %v; chain %s. Every link: %s%s. "+
@@ -568,7 +568,7 @@ func render(o options, rows []row, urows []udpRow, took time.Duration) string {
 		fmt.Fprintf(&b, "relay paths first carry TCP warm-up echoes (rounds of 4 flows, at least %v). 1 hop: relays on the two end hosts, over the direct link; %d hops: a relay on every host.\n\n",
 			o.warm, len(g.legs))
 		udpTable(&b, o, urows)
-		fmt.Fprintln(&b, "<!-- wan:end -->")
+		fmt.Fprintf(&b, "<!-- %s:end -->\n", o.marker())
 		return b.String()
 	}
 	fmt.Fprintf(&b, "**TCP CC seen** is what ran: the client's socket on the direct path, the relays' busiest hop socket halfway through the one stream on relay paths (– where none carried 64 KiB: QUIC); "+
@@ -679,15 +679,23 @@ func mbit(v float64, err error) string {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-var markers = regexp.MustCompile(`(?s)<!-- wan:begin -->.*?<!-- wan:end -->\n?`)
+// marker names the part of -out a run writes: a UDP-only run has a table
+// of its own, and leaves the TCP one alone.
+func (o options) marker() string {
+	if o.udp.only {
+		return "wan-udp"
+	}
+	return "wan"
+}
 
-func writeBetween(path, table string) error {
+func writeBetween(path, marker, table string) error {
 	doc, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
+	markers := regexp.MustCompile(`(?s)<!-- ` + marker + `:begin -->.*?<!-- ` + marker + `:end -->\n?`)
 	if !markers.Match(doc) {
-		return fmt.Errorf("%s has no <!-- wan:begin --> marker", path)
+		return fmt.Errorf("%s has no <!-- %s:begin --> marker", path, marker)
 	}
 	return os.WriteFile(path, markers.ReplaceAllLiteral(doc, []byte(table)), 0o644)
 }
