@@ -49,11 +49,11 @@ type dgChannel struct {
 	pacing  bool // the pacer goroutine runs
 	// The feedback interval being measured: the feedback that opened it
 	// and what had been sent up to its highest counter.
-	fbOpen  dgFeedback
-	fbSent  dgSent
-	fbAt    time.Time // when the last feedback arrived
-	unheard int       // datagrams sent since then
-	lastHi  time.Time // when this end last answered a hello
+	fbOpen       dgFeedback
+	fbSent       dgSent
+	unheard      int       // datagrams sent since the last feedback
+	unheardSince time.Time // when the first of them went
+	lastHi       time.Time // when this end last answered a hello
 
 	replay replayWindow
 	rmu    sync.Mutex
@@ -114,7 +114,7 @@ const (
 	// helloEvery and helloTries bound the hellos one end sends.
 	helloEvery = 250 * time.Millisecond
 	helloTries = 20
-	// unheardMax datagrams sent without feedback for unheardAfter: the
+	// unheardMax datagrams sent over unheardAfter without feedback: the
 	// peer no longer gets them, and the connection's datagrams go back to
 	// QUIC.
 	unheardMax   = 1000
@@ -207,7 +207,7 @@ func (ch *dgChannel) send(id uint64, payload []byte) error {
 	}
 	now := time.Now()
 	ch.mu.Lock()
-	if ch.unheard > unheardMax && now.Sub(ch.fbAt) > unheardAfter {
+	if ch.unheard > unheardMax && now.Sub(ch.unheardSince) > unheardAfter {
 		// Feedback stopped while datagrams went: back to QUIC's, and
 		// hello again, which a peer still there answers.
 		ch.unheard = 0
@@ -272,6 +272,9 @@ func (ch *dgChannel) sealLocked(now time.Time, id uint64, payload []byte) (pkt [
 	ch.sentPkt += uint64(1 + copies)
 	ch.sentB += uint64((1 + copies) * len(pkt))
 	ch.ring[ch.counter%dgRingSize] = dgSent{counter: ch.counter, at: now, pkts: ch.sentPkt, bytes: ch.sentB}
+	if ch.unheard == 0 {
+		ch.unheardSince = now
+	}
 	ch.unheard++
 	return pkt, copies
 }
@@ -394,7 +397,7 @@ func (ch *dgChannel) receive(b []byte) {
 func (ch *dgChannel) onFeedback(now time.Time, f dgFeedback) {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
-	ch.fbAt, ch.unheard = now, 0
+	ch.unheard = 0
 	sent := ch.ring[f.highest%dgRingSize]
 	if sent.counter != f.highest || f.highest == 0 {
 		return // too old to judge, or nothing yet

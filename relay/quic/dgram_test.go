@@ -148,3 +148,47 @@ func TestChannelFallsBackToQUIC(t *testing.T) {
 func asTooLarge(err error, target **quicgo.DatagramTooLargeError) bool {
 	return errors.As(err, target)
 }
+
+// A peer that stops taking the channel's packets (its reader lost them;
+// a middlebox began dropping what is not QUIC) costs the datagrams of a
+// few seconds at most: without feedback the sender goes back to QUIC's
+// datagrams, which arrive.
+func TestChannelWithoutFeedbackGoesBackToQUIC(t *testing.T) {
+	ca, err := pki.NewCA("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan *Conn, 1)
+	a, b := testEndpoint(t, ca, "a", nil), testEndpoint(t, ca, "b", accepted)
+	near, far := connected(t, a, b, accepted)
+	waitLive(t, near, far)
+	got := make(chan []byte, 64)
+	far.Register(8, func(p []byte) {
+		select {
+		case got <- p:
+		default:
+		}
+	})
+	b.channels.remove(far.channel.Load().rx.id) // b no longer reads them
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 0; ; i++ {
+		if err := near.SendFlowDatagram(8, []byte("after")); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-got:
+			if near.channel.Load().usable() {
+				t.Fatal("a datagram arrived on a channel its peer no longer reads")
+			}
+			if i < unheardMax {
+				t.Fatalf("back to QUIC after %d datagrams", i)
+			}
+			return
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d datagrams over 10 s, none arrived", i)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
