@@ -35,6 +35,8 @@ type snapshot struct {
 	// udpDrops: hoplink_udp_dropped_packets_total by relay, tunnel and
 	// reason.
 	udpDrops map[udpDrop]float64
+	// copies: hoplink_udp_datagram_copies_total, all relays together.
+	copies float64
 }
 
 var labelRE = regexp.MustCompile(`(\w+)="([^"]*)"`)
@@ -57,12 +59,12 @@ func (nw *network) snapshot() snapshot {
 }
 
 // add reads one relay's metrics into s.
-func (s snapshot) add(text string) {
+func (s *snapshot) add(text string) {
 	sc := bufio.NewScanner(strings.NewReader(text))
 	for sc.Scan() {
 		line := sc.Text()
 		name, rest, ok := strings.Cut(line, "{")
-		if !ok || !strings.HasPrefix(name, "hoplink_link_") && name != "hoplink_udp_dropped_packets_total" {
+		if !ok || !strings.HasPrefix(name, "hoplink_link_") && name != "hoplink_udp_dropped_packets_total" && name != "hoplink_udp_datagram_copies_total" {
 			continue
 		}
 		labels, value, ok := strings.Cut(rest, "} ")
@@ -89,6 +91,8 @@ func (s snapshot) add(text string) {
 			s.goodput[sample{h, l["transport"], ""}] = v
 		case "hoplink_udp_dropped_packets_total":
 			s.udpDrops[udpDrop{l["relay"], l["tunnel"], l["reason"]}] = v
+		case "hoplink_udp_datagram_copies_total":
+			s.copies += v
 		}
 	}
 }

@@ -135,8 +135,11 @@ type udpResult struct {
 	pathP50              time.Duration
 	slowWrite, slowSleep time.Duration
 	sendErrs             int
-	drops, kernel        string
-	err                  error
+	// copies: datagrams the relays sent twice, in percent of those sent
+	// times the hops (the bandwidth loss repair added between relays).
+	copies        float64
+	drops, kernel string
+	err           error
 }
 
 // summarize turns what a receiver saw into the row's figures: delivered
@@ -500,6 +503,9 @@ func udpRows(o options, nw *network, cc string, loss float64, settle time.Durati
 			res.drops = "–"
 			if p.hops > 0 {
 				res.drops = udpDropsSince(before.udpDrops, after.udpDrops, tunnel)
+				if res.sent > 0 {
+					res.copies = 100 * (after.copies - before.copies) / float64(res.sent*p.hops)
+				}
 			}
 			res.kernel = socketDropsSince(kb, ka, o.g.names)
 			r := udpRow{cc: cc, loss: loss, p: p, rate: rate, udpResult: res}
@@ -508,9 +514,9 @@ func udpRows(o options, nw *network, cc string, loss float64, settle time.Durati
 				fmt.Fprintf(os.Stderr, "%s | %g%% | %-13s | udp %g Mbit/s | failed: %v\n", cc, loss, p, rate, res.err)
 				continue
 			}
-			fmt.Fprintf(os.Stderr, "%s | %g%% | %-13s | udp %g Mbit/s | delivered %.1f%% (%d of %d, %d dup, %d late) | lag p50 %v p99 %v (behind the send: p50 %v) | relays' drops %s | sockets %s | sender behind ≤ %v (slowest write %v, 1ms sleep %v), %d send errors\n",
+			fmt.Fprintf(os.Stderr, "%s | %g%% | %-13s | udp %g Mbit/s | delivered %.1f%% (%d of %d, %d dup, %d late) | lag p50 %v p99 %v (behind the send: p50 %v) | copies %.1f%% | relays' drops %s | sockets %s | sender behind ≤ %v (slowest write %v, 1ms sleep %v), %d send errors\n",
 				cc, loss, p, rate, res.delivered, res.got, res.sent, res.dups, res.late,
-				res.p50.Round(time.Millisecond), res.p99.Round(time.Millisecond), res.pathP50.Round(time.Millisecond), res.drops, or(res.kernel, "none"),
+				res.p50.Round(time.Millisecond), res.p99.Round(time.Millisecond), res.pathP50.Round(time.Millisecond), res.copies, res.drops, or(res.kernel, "none"),
 				res.behind.Round(time.Millisecond), res.slowWrite.Round(time.Microsecond), res.slowSleep.Round(time.Microsecond), res.sendErrs)
 		}
 	}
@@ -532,13 +538,14 @@ func udpTable(b *strings.Builder, o options, rows []udpRow) {
 		"direct straight to the receiver on the target's host. **Delivered**: unique datagrams received within the sending time and 2 s and the path's round trip after, over those sent "+
 		"(**late**: unique ones that came later still, before the path fell quiet; **dup**: copies of one already received). "+
 		"**Lag**: arrival less the datagram's scheduled send time (one clock: sender and receiver are one process), p50 and p99 of the delivered by nearest rank. "+
+		"**Copies**: datagrams the relays sent twice for loss (`hoplink_udp_datagram_copies_total`), in percent of those sent times the relay hops: what loss repair added to the links between relays. "+
 		"**Drops**: the relays' `hoplink_udp_dropped_packets_total` (the Tunnel's, and a relay's own from peers) by relay and reason, and datagrams a host's kernel dropped at a full socket buffer, if any.\n\n",
 		o.udp.size, o.udp.d, mode)
-	fmt.Fprintln(b, "| hosts' CC | loss % | path | rate Mbit/s | delivered % | p50 lag ms | p99 lag ms | dup | late | drops |")
-	fmt.Fprintln(b, "|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(b, "| hosts' CC | loss % | path | rate Mbit/s | delivered % | p50 lag ms | p99 lag ms | dup | late | copies % | drops |")
+	fmt.Fprintln(b, "|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range rows {
 		if r.err != nil {
-			fmt.Fprintf(b, "| %s | %g | %s | %g | failed: %v | – | – | – | – | %s |\n", r.cc, r.loss, r.p, r.rate, r.err, r.drops)
+			fmt.Fprintf(b, "| %s | %g | %s | %g | failed: %v | – | – | – | – | – | %s |\n", r.cc, r.loss, r.p, r.rate, r.err, r.drops)
 			continue
 		}
 		drops := r.drops
@@ -555,7 +562,11 @@ func udpTable(b *strings.Builder, o options, rows []udpRow) {
 			}
 			return fmt.Sprintf("%.0f", ms(d))
 		}
-		fmt.Fprintf(b, "| %s | %g | %s | %g | %.1f | %s | %s | %d | %d | %s |\n",
-			r.cc, r.loss, r.p, r.rate, r.delivered, lag(r.p50), lag(r.p99), r.dups, r.late, drops)
+		copies := "–"
+		if r.p.hops > 0 {
+			copies = fmt.Sprintf("%.1f", r.copies)
+		}
+		fmt.Fprintf(b, "| %s | %g | %s | %g | %.1f | %s | %s | %d | %d | %s | %s |\n",
+			r.cc, r.loss, r.p, r.rate, r.delivered, lag(r.p50), lag(r.p99), r.dups, r.late, copies, drops)
 	}
 }

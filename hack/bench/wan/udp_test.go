@@ -231,8 +231,8 @@ func TestRenderUDP(t *testing.T) {
 	}
 	out := render(o, nil, urows, time.Minute)
 	// Its own markers: a UDP-only run leaves the TCP table in -out alone.
-	for _, want := range []string{"<!-- wan-udp:begin -->", "| cubic | 1 | direct | 16 | 99.0 | 152 | 160 | 0 | 0 | – |",
-		"| cubic | 1 | 3 hops, quic | 16 | 87.0 | 2237 | 2871 | 2 | 5 | seattle queue_full 13; sockets: useast rcvbuf 1; the sender fell up to 300 ms behind schedule (p50 lag behind the send 2000 ms) |", "<!-- wan-udp:end -->"} {
+	for _, want := range []string{"<!-- wan-udp:begin -->", "| cubic | 1 | direct | 16 | 99.0 | 152 | 160 | 0 | 0 | – | – |",
+		"| cubic | 1 | 3 hops, quic | 16 | 87.0 | 2237 | 2871 | 2 | 5 | 0.0 | seattle queue_full 13; sockets: useast rcvbuf 1; the sender fell up to 300 ms behind schedule (p50 lag behind the send 2000 ms) |", "<!-- wan-udp:end -->"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("render lacks %q:\n%s", want, out)
 		}
@@ -261,7 +261,13 @@ hoplink_udp_dropped_packets_total{reason="queue_full",relay="seattle",tunnel="de
 hoplink_udp_dropped_packets_total{reason="no_session",relay="seattle",tunnel=""} 3
 hoplink_udp_sessions{relay="seattle",role="middle",tunnel="default/t1-udp"} 1
 hoplink_link_flows_total{from="hk",reason="explicit",to="seattle",transport="quic"} 5
+hoplink_udp_datagram_copies_total{relay="seattle"} 7
 `)
+	s.add(`hoplink_udp_datagram_copies_total{relay="la"} 2
+`)
+	if s.copies != 9 {
+		t.Errorf("copies %v, want 9 (both relays')", s.copies)
+	}
 	want := map[udpDrop]float64{{"seattle", "default/t1-udp", "queue_full"}: 42, {"seattle", "", "no_session"}: 3}
 	if len(s.udpDrops) != len(want) {
 		t.Errorf("udpDrops %v, want %v", s.udpDrops, want)
