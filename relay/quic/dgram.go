@@ -51,9 +51,10 @@ type dgChannel struct {
 	// and what had been sent up to its highest counter.
 	fbOpen       dgFeedback
 	fbSent       dgSent
-	unheard      int       // datagrams sent since the last feedback
-	unheardSince time.Time // when the first of them went
-	lastHi       time.Time // when this end last answered a hello
+	fbRTT        time.Duration // the least round trip of the interval's feedback
+	unheard      int           // datagrams sent since the last feedback
+	unheardSince time.Time     // when the first of them went
+	lastHi       time.Time     // when this end last answered a hello
 
 	replay replayWindow
 	rmu    sync.Mutex
@@ -402,7 +403,11 @@ func (ch *dgChannel) onFeedback(now time.Time, f dgFeedback) {
 	if sent.counter != f.highest || f.highest == 0 {
 		return // too old to judge, or nothing yet
 	}
-	rtt := now.Sub(sent.at) - time.Duration(f.delayUs)*time.Microsecond
+	// The interval's least round trip: one packet's can carry a stall of
+	// either relay, the least of a few is the path's.
+	if rtt := now.Sub(sent.at) - time.Duration(f.delayUs)*time.Microsecond; rtt > 0 && (ch.fbRTT == 0 || rtt < ch.fbRTT) {
+		ch.fbRTT = rtt
+	}
 	open := ch.fbOpen
 	if open.clockUs == 0 || f.clockUs <= open.clockUs || sent.pkts < ch.fbSent.pkts {
 		ch.fbOpen, ch.fbSent = f, sent
@@ -412,7 +417,8 @@ func (ch *dgChannel) onFeedback(now time.Time, f dgFeedback) {
 	if dt < sampleEvery {
 		return
 	}
-	s := dgSample{rtt: rtt, sent: float64(sent.pkts - ch.fbSent.pkts)}
+	s := dgSample{rtt: ch.fbRTT, sent: float64(sent.pkts - ch.fbSent.pkts)}
+	ch.fbRTT = 0
 	if got := float64(f.pkts - open.pkts); got < s.sent {
 		s.lost = s.sent - got
 	}

@@ -36,6 +36,18 @@ type dgControl struct {
 	winLost    float64
 	winCongest bool
 	sendRate   float64 // bytes a second offered, the last sample's
+
+	// queuedRounds counts samples in a row whose round trip showed a
+	// queue: one alone is a scheduling stall or jitter, not a queue.
+	queuedRounds int
+	// delivered holds recent delivery rates: on congestion the rate is
+	// the most the link delivered lately, not the last interval's,
+	// which a stall can make any figure.
+	delivered [16]struct {
+		at   time.Time
+		rate float64
+	}
+	deliveredNext int
 }
 
 const (
@@ -83,10 +95,20 @@ func (c *dgControl) onSample(now time.Time, s dgSample) {
 			c.srtt = (7*c.srtt + s.rtt) / 8
 		}
 	}
+	c.delivered[c.deliveredNext%len(c.delivered)] = struct {
+		at   time.Time
+		rate float64
+	}{now, s.delivered}
+	c.deliveredNext++
 	queued := s.rtt > 0 && s.rtt-c.minRTT > max(c.minRTT/4, queueDelayMin)
+	if queued {
+		c.queuedRounds++
+	} else {
+		c.queuedRounds = 0
+	}
 	lossy := s.sent >= 50 && s.lost/s.sent > 3*c.baseLoss+0.02
-	if queued || lossy {
-		c.congested(now, s.delivered)
+	if c.queuedRounds >= 2 || lossy {
+		c.congested(now, c.deliveredLately(now))
 	}
 	c.judgeLoss(s, queued || lossy)
 	if c.capacity > 0 && now.Sub(c.capacityAt) > capacityHold {
@@ -102,15 +124,30 @@ func (c *dgControl) onSample(now time.Time, s dgSample) {
 		return
 	}
 	// Probe for more while the sender has more to send and the link
-	// shows no queue: a quarter more each round trip.
+	// shows no queue: half more each round trip, so a rate cut by
+	// mistake (the link had room) costs a few round trips at most.
 	if !queued && !lossy && now.Sub(c.backlogAt) < c.roundTrip() && now.Sub(c.lastGrow) >= c.roundTrip() && now.Sub(c.lastCut) >= c.roundTrip() {
-		c.rate *= 1.25
+		c.rate *= 1.5
 		c.lastGrow = now
 	}
 }
 
-// congested paces at what the link delivered, copies off; once a round
-// trip, since what was sent before the cut still arrives as congested.
+// deliveredLately is the most the link delivered over the last two round
+// trips (200 ms at least).
+func (c *dgControl) deliveredLately(now time.Time) float64 {
+	window := max(2*c.roundTrip(), 200*time.Millisecond)
+	most := 0.0
+	for _, d := range c.delivered {
+		if !d.at.IsZero() && now.Sub(d.at) <= window {
+			most = max(most, d.rate)
+		}
+	}
+	return most
+}
+
+// congested paces at what the link delivered lately, copies off; once a
+// round trip, since what was sent before the cut still arrives as
+// congested.
 func (c *dgControl) congested(now time.Time, delivered float64) {
 	if !c.lastCut.IsZero() && now.Sub(c.lastCut) < c.roundTrip() {
 		return

@@ -116,3 +116,25 @@ func TestLagBound(t *testing.T) {
 		}
 	}
 }
+
+// A relay's stall (a busy core) shows as one interval with a long round
+// trip and little delivered: no pacing, and when a queue does show, the
+// rate is what the link delivered lately, not the stalled interval's.
+func TestControlRidesOutAStall(t *testing.T) {
+	var c dgControl
+	steady := func(time.Duration) dgSample {
+		return dgSample{rtt: 300 * time.Millisecond, delivered: 4 * mbit, offered: 4 * mbit, sent: 21}
+	}
+	now := feed(&c, time.Unix(1000, 0), 2*time.Second, steady)
+	now = now.Add(50 * time.Millisecond)
+	c.onSample(now, dgSample{rtt: 420 * time.Millisecond, delivered: 0.2 * mbit, offered: 4 * mbit, sent: 21})
+	now = feed(&c, now, time.Second, steady)
+	if c.paced {
+		t.Fatalf("one stalled interval paced the channel at %.2f Mbit/s", c.rate/mbit)
+	}
+	c.onSample(now.Add(50*time.Millisecond), dgSample{rtt: 420 * time.Millisecond, delivered: 0.2 * mbit, offered: 4 * mbit, sent: 21})
+	c.onSample(now.Add(100*time.Millisecond), dgSample{rtt: 430 * time.Millisecond, delivered: 0.3 * mbit, offered: 4 * mbit, sent: 21})
+	if !c.paced || c.rate < 3.5*mbit {
+		t.Fatalf("a queue after a steady 4 Mbit/s: paced %v at %.2f Mbit/s, want about 3.8", c.paced, c.rate/mbit)
+	}
+}
