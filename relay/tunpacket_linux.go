@@ -392,6 +392,9 @@ func (x *packetExit) admit(from packetPeer, pkt []byte) bool {
 			return false
 		}
 	}
+	if !src.IsValid() {
+		return true // an ICMP error about a packet the Tunnel carried: nothing to learn
+	}
 	x.mu.Lock()
 	if x.sources[src] != from {
 		if len(x.sources) >= maxExitSources {

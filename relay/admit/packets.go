@@ -108,8 +108,8 @@ func (p *Packets) IntoSession(pkt []byte) string {
 // exit's network: from the entry side, to a network the Tunnel reaches.
 // The exit's own address takes pings alone: a client behind the entry must
 // not reach the services the exit host runs (on a host-network exit, the
-// node's kubelet and metrics). It returns the packet's source, and the drop
-// reason or "".
+// node's kubelet and metrics). It returns the packet's source (invalid for
+// an ICMP error, whose source is a router's), and the drop reason or "".
 func (p *Packets) IntoExit(pkt []byte) (netip.Addr, string) {
 	src, dst, err := tun.Addresses(pkt)
 	switch {
@@ -117,7 +117,9 @@ func (p *Packets) IntoExit(pkt []byte) (netip.Addr, string) {
 		return src, NotIP
 	case p.errorAbout(pkt, dst, p.routes, p.sources):
 		// A router on the entry side tells a routed host of its reply.
-		return src, packetPass
+		// Its source is the router's, outside the Tunnel's sources: no
+		// address to learn a session by (an invalid one).
+		return netip.Addr{}, packetPass
 	case !holds(p.sources, src):
 		return src, NotSource
 	case holds(p.routes, dst):

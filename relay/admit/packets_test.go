@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"net/netip"
 	"testing"
+
+	"github.com/hoplink/hoplink/relay/tun"
 )
 
 // ipv4 makes a minimal IPv4 header from src to dst.
@@ -35,6 +37,18 @@ func icmpError(typ byte, src, dst, qsrc, qdst string) []byte {
 	p = append(p, ipv4(qsrc, qdst)...)
 	binary.BigEndian.PutUint16(p[2:], uint16(len(p)))
 	return p
+}
+
+// fragment marks p as the first fragment of a larger packet.
+func fragment(p []byte) []byte {
+	p = append([]byte(nil), p...)
+	p[6] |= 0x20 // more fragments
+	return p
+}
+
+func tunICMPError(p []byte) (netip.Addr, bool) {
+	_, dst, ok := tun.ICMPErrorAbout(p)
+	return dst, ok
 }
 
 func TestPackets(t *testing.T) {
@@ -81,10 +95,17 @@ func TestPackets(t *testing.T) {
 		{icmpError(3, "10.50.0.1", "10.77.2.9", "10.77.2.9", "10.50.0.3"), NotSource},
 		{icmpError(3, "10.50.0.1", "10.77.2.9", "10.77.2.8", "10.201.0.7"), NotSource},
 		{icmpError(0, "10.50.0.1", "10.77.2.9", "10.77.2.9", "10.201.0.7"), NotSource}, // an echo reply
+		{fragment(icmpError(3, "10.50.0.1", "10.77.2.9", "10.77.2.9", "10.201.0.7")), NotSource},
 	}
 	for _, c := range exit {
-		if _, got := rules.IntoExit(c.pkt); got != c.reason {
+		src, got := rules.IntoExit(c.pkt)
+		if got != c.reason {
 			t.Errorf("IntoExit(% x) = %q, want %q", c.pkt, got, c.reason)
+		}
+		// A router's error names no source to learn replies' way by: its
+		// address is no client's.
+		if _, isErr := tunICMPError(c.pkt); got == "" && isErr == src.IsValid() {
+			t.Errorf("IntoExit(% x): source %v for an ICMP error %v", c.pkt, src, isErr)
 		}
 	}
 	back := []struct {

@@ -1,6 +1,7 @@
 package quic
 
 import (
+	"context"
 	"encoding/binary"
 	"net"
 	"sync"
@@ -26,8 +27,13 @@ import (
 // round-robin by the sessions, and each datagram sent twice where the link
 // loses packets and has room for the copies.
 //
-// A channel starts once each end heard the other's hello: a peer that does
-// not speak it never answers, and its connection's datagrams stay QUIC's.
+// An end sends on the channel once it knows the peer hears it: the peer's
+// hello said it heard this end's, or the peer's feedback or datagrams came
+// (it sends them only once it knows as much). A peer that does not speak
+// the channel never answers, and its connection's datagrams stay QUIC's.
+// A channel whose datagrams go unanswered goes back to QUIC's and hellos
+// again: a path that drops what is not QUIC (one way or both) costs a
+// second of datagrams, not the session.
 type dgChannel struct {
 	c    *Conn
 	e    *Endpoint
@@ -35,13 +41,24 @@ type dgChannel struct {
 	tx   dgKeys
 	rx   dgKeys
 	max  atomic.Int64 // largest datagram (flow id included) it takes
-	live atomic.Bool  // the peer's hello was heard
+	live atomic.Bool  // the peer hears this end: datagrams go here
+	// fresh: since going back to QUIC's, only a hello saying the peer
+	// heard this end's makes the channel live again, not the peer's
+	// datagrams (a path that drops only this end's packets).
+	fresh atomic.Bool
+	// heard: a packet of the peer's arrived (since the channel last went
+	// back to QUIC's), so this end's hellos say so.
+	heard atomic.Bool
+	// in holds packets off the socket for the channel's goroutine: the
+	// socket's reader serves every connection on it and never waits on
+	// a flow's sink.
+	in chan []byte
 
 	mu      sync.Mutex
 	counter uint64
-	ring    [dgRingSize]dgSent
-	sentPkt uint64 // packets sent, copies included
-	sentB   uint64 // bytes sent, copies included
+	ring    []dgSent // made at the first datagram: a channel that carries none costs little
+	sentPkt uint64   // packets sent, copies included
+	sentB   uint64   // bytes sent, copies included
 	ctl     dgControl
 	queue   dgQueue
 	tokens  float64
@@ -60,6 +77,7 @@ type dgChannel struct {
 	rmu    sync.Mutex
 	got    dgFeedback // what this end received, as it reports it
 	gotAt  time.Time  // when got.highest arrived
+	top    uint64     // the highest data counter that arrived
 	epoch  time.Time
 	lastFb time.Time
 }
@@ -72,13 +90,17 @@ type dgSent struct {
 	bytes   uint64
 }
 
-// dgRingSize counters are remembered for the feedback that names them:
-// more than a second of datagrams at 100 Mbit/s.
-const dgRingSize = 1 << 14
+// Every dgRingStep-th counter is remembered, dgRingSize of them, for the
+// feedback that names a counter near it: 32,768 datagrams, a round trip
+// of 300 ms at 100,000 a second.
+const (
+	dgRingSize = 1 << 12
+	dgRingStep = 8
+)
 
-// dgFeedback is what a receiver reports: the highest counter it got and
-// how long ago, the packets and bytes it got (copies included), and its
-// clock.
+// dgFeedback is what a receiver reports: the highest data counter it got
+// of those the sender remembers (a multiple of dgRingStep) and how long
+// ago, the packets and bytes it got (copies included), and its clock.
 type dgFeedback struct {
 	highest uint64
 	delayUs uint64
@@ -115,13 +137,19 @@ const (
 	// helloEvery and helloTries bound the hellos one end sends.
 	helloEvery = 250 * time.Millisecond
 	helloTries = 20
-	// unheardMax datagrams sent over unheardAfter without feedback: the
-	// peer no longer gets them, and the connection's datagrams go back to
-	// QUIC.
-	unheardMax   = 1000
-	unheardAfter = 3 * time.Second
-	// dgQueueBytes bounds what a channel holds back while it paces.
+	// A receiver answers each datagram within feedbackEvery; two or more
+	// sent without an answer for unheardAfter (or four round trips, if
+	// longer) say the peer no longer gets them, and the connection's
+	// datagrams go back to QUIC's.
+	unheardAfter = time.Second
+	// dgQueueBytes bounds what a channel holds back while it paces, in
+	// bytes on the wire.
 	dgQueueBytes = 4 << 20
+	// dgInQueue bounds the packets waiting for the channel's goroutine.
+	dgInQueue = 1024
+	// copyHorizon: a counter this far behind the highest that arrives
+	// again is a replay, not a copy, and does not count as received.
+	copyHorizon = 64
 )
 
 // startChannel derives the connection's channel and says hello, where the
@@ -140,7 +168,7 @@ func (c *Conn) startChannel(e *Endpoint) {
 	if err != nil {
 		return
 	}
-	ch := &dgChannel{c: c, e: e, out: out, tx: client, rx: server, epoch: time.Now()}
+	ch := &dgChannel{c: c, e: e, out: out, tx: client, rx: server, epoch: time.Now(), in: make(chan []byte, dgInQueue)}
 	if !c.dialed {
 		ch.tx, ch.rx = server, client
 	}
@@ -149,14 +177,26 @@ func (c *Conn) startChannel(e *Endpoint) {
 		return
 	}
 	c.channel.Store(ch)
-	go func() {
-		<-c.Context().Done()
-		e.channels.remove(ch.rx.id)
-	}()
+	go ch.run()
 	go ch.hello()
 }
 
-// hello says hello until the peer's is heard, within helloTries.
+// run takes the channel's packets off the socket's reader until the
+// connection ends.
+func (ch *dgChannel) run() {
+	defer ch.e.channels.remove(ch.rx.id)
+	done := ch.c.Context().Done()
+	for {
+		select {
+		case b := <-ch.in:
+			ch.receive(b)
+		case <-done:
+			return
+		}
+	}
+}
+
+// hello says hello until the peer hears this end, within helloTries.
 func (ch *dgChannel) hello() {
 	t := time.NewTicker(helloEvery)
 	defer t.Stop()
@@ -164,13 +204,22 @@ func (ch *dgChannel) hello() {
 		if ch.live.Load() {
 			return
 		}
-		ch.sendControl(dgTypeHello, nil)
+		ch.sendHello()
 		select {
 		case <-t.C:
 		case <-ch.c.Context().Done():
 			return
 		}
 	}
+}
+
+// sendHello says hello, and whether this end heard the peer.
+func (ch *dgChannel) sendHello() {
+	heard := byte(0)
+	if ch.heard.Load() {
+		heard = 1
+	}
+	ch.sendControl(dgTypeHello, []byte{heard})
 }
 
 func (ch *dgChannel) sendControl(typ byte, payload []byte) {
@@ -196,6 +245,10 @@ func (ch *dgChannel) write(pkt []byte) {
 // usable says whether datagrams go on the channel now.
 func (ch *dgChannel) usable() bool { return ch != nil && ch.live.Load() }
 
+// wire is what a datagram of size (flow id included) takes on the link,
+// copies included.
+func wire(size, copies int) int { return (dgOverhead + size) * (1 + copies) }
+
 // send sends one flow's datagram: now, while the channel need not pace
 // and nothing waits; else after what waits, within the lag bound.
 func (ch *dgChannel) send(id uint64, payload []byte) error {
@@ -206,18 +259,26 @@ func (ch *dgChannel) send(id uint64, payload []byte) error {
 			return &quicgo.DatagramTooLargeError{MaxDatagramPayloadSize: m}
 		}
 	}
+	if err := ch.c.Context().Err(); err != nil {
+		return context.Cause(ch.c.Context())
+	}
 	now := time.Now()
 	ch.mu.Lock()
-	if ch.unheard > unheardMax && now.Sub(ch.unheardSince) > unheardAfter {
-		// Feedback stopped while datagrams went: back to QUIC's, and
-		// hello again, which a peer still there answers.
+	if ch.unheard >= 2 && now.Sub(ch.unheardSince) > max(unheardAfter, 4*ch.ctl.roundTrip()) {
+		// No answer: back to QUIC's, and hello again, which a peer
+		// that hears this end answers.
 		ch.unheard = 0
 		ch.mu.Unlock()
+		// What this end heard so far proves nothing now: its hellos say
+		// it heard the peer only once a packet arrives again.
+		ch.heard.Store(false)
+		ch.fresh.Store(true)
 		ch.live.Store(false)
+		ch.e.opts.Log.Info("UDP datagrams to the peer went unanswered: they ride QUIC until the datagram channel answers again", "peer", ch.c.Peer)
 		go ch.hello()
 		return ch.c.sendQUICDatagram(id, payload)
 	}
-	if ch.queue.empty() && ch.mayPassLocked(now, size) {
+	if ch.queue.empty() && ch.mayPassLocked(now, wire(size, ch.copiesLocked())) {
 		pkt, copies := ch.sealLocked(now, id, payload)
 		ch.mu.Unlock()
 		ch.write(pkt)
@@ -237,8 +298,15 @@ func (ch *dgChannel) send(id uint64, payload []byte) error {
 	return nil
 }
 
-// mayPassLocked says whether a datagram of size may go now, taking its
-// tokens while paced.
+func (ch *dgChannel) copiesLocked() int {
+	if ch.ctl.copies {
+		return 1
+	}
+	return 0
+}
+
+// mayPassLocked says whether size bytes on the wire may go now, taking
+// their tokens while paced.
 func (ch *dgChannel) mayPassLocked(now time.Time, size int) bool {
 	if !ch.ctl.paced {
 		return true
@@ -272,7 +340,12 @@ func (ch *dgChannel) sealLocked(now time.Time, id uint64, payload []byte) (pkt [
 	}
 	ch.sentPkt += uint64(1 + copies)
 	ch.sentB += uint64((1 + copies) * len(pkt))
-	ch.ring[ch.counter%dgRingSize] = dgSent{counter: ch.counter, at: now, pkts: ch.sentPkt, bytes: ch.sentB}
+	if ch.counter%dgRingStep == 0 {
+		if ch.ring == nil {
+			ch.ring = make([]dgSent, dgRingSize)
+		}
+		ch.ring[(ch.counter/dgRingStep)%dgRingSize] = dgSent{counter: ch.counter, at: now, pkts: ch.sentPkt, bytes: ch.sentB}
+	}
 	if ch.unheard == 0 {
 		ch.unheardSince = now
 	}
@@ -293,8 +366,7 @@ func (ch *dgChannel) pace() {
 		pkts = pkts[:0]
 		for !ch.queue.empty() {
 			q := ch.queue.head()
-			size := quicvarint.Len(q.id) + len(q.p)
-			if !ch.mayPassLocked(now, size) {
+			if !ch.mayPassLocked(now, wire(quicvarint.Len(q.id)+len(q.p), ch.copiesLocked())) {
 				break
 			}
 			ch.queue.pop()
@@ -325,7 +397,8 @@ func (ch *dgChannel) pace() {
 	}
 }
 
-// receive takes one of the channel's packets off the socket.
+// receive handles one of the channel's packets, on the channel's
+// goroutine.
 func (ch *dgChannel) receive(b []byte) {
 	typ, counter, payload, err := ch.rx.open(b)
 	if err != nil {
@@ -334,11 +407,21 @@ func (ch *dgChannel) receive(b []byte) {
 	}
 	now := time.Now()
 	fresh := ch.replay.accept(counter)
+	ch.heard.Store(true)
 	if typ == dgTypeData {
 		ch.rmu.Lock()
-		ch.got.pkts++
-		ch.got.bytes += uint64(len(b))
-		if fresh && counter > ch.got.highest {
+		// A copy counts as received (the sender counts the copies it
+		// sent); an old counter again is a replay, and does not.
+		if fresh || counter+copyHorizon > ch.top {
+			ch.got.pkts++
+			ch.got.bytes += uint64(len(b))
+		}
+		if fresh && counter > ch.top {
+			ch.top = counter
+		}
+		// The sender remembers every dgRingStep-th counter: the
+		// feedback names the highest of those that arrived.
+		if fresh && counter%dgRingStep == 0 && counter > ch.got.highest {
 			ch.got.highest, ch.gotAt = counter, now
 		}
 		var fb []byte
@@ -357,14 +440,11 @@ func (ch *dgChannel) receive(b []byte) {
 	if !fresh {
 		return // a copy, or a replay
 	}
-	if !ch.live.Load() {
-		ch.live.Store(true)
-	}
 	switch typ {
 	case dgTypeData:
+		ch.peerHears(false)
 		id, p, err := hop.ParseDatagram(payload)
 		if err != nil || id%4 != 0 { // a session's flow id, never a control one
-
 			ch.e.dropped("bad_datagram")
 			return
 		}
@@ -375,8 +455,16 @@ func (ch *dgChannel) receive(b []byte) {
 			ch.e.dropped("bad_datagram")
 			return
 		}
+		ch.peerHears(false)
 		ch.onFeedback(now, f)
 	case dgTypeHello:
+		if len(payload) != 1 {
+			ch.e.dropped("bad_datagram")
+			return
+		}
+		if payload[0] == 1 {
+			ch.peerHears(true)
+		}
 		// The peer says hello until it hears this end: answer, at most
 		// once per helloEvery/2.
 		ch.mu.Lock()
@@ -386,11 +474,25 @@ func (ch *dgChannel) receive(b []byte) {
 		}
 		ch.mu.Unlock()
 		if answer {
-			ch.sendControl(dgTypeHello, nil)
+			ch.sendHello()
 		}
 	default:
 		ch.e.dropped("bad_datagram")
 	}
+}
+
+// peerHears records that the peer hears this end: its hello said so
+// (byHello), or it sent what it sends only once it knew, which counts
+// only until the channel went back to QUIC's.
+func (ch *dgChannel) peerHears(byHello bool) {
+	if ch.live.Load() || !byHello && ch.fresh.Load() {
+		return
+	}
+	ch.mu.Lock()
+	ch.unheard = 0
+	ch.mu.Unlock()
+	ch.fresh.Store(false)
+	ch.live.Store(true)
 }
 
 // onFeedback turns the receiver's report into a sample for the controller
@@ -399,9 +501,13 @@ func (ch *dgChannel) onFeedback(now time.Time, f dgFeedback) {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
 	ch.unheard = 0
-	sent := ch.ring[f.highest%dgRingSize]
-	if sent.counter != f.highest || f.highest == 0 {
-		return // too old to judge, or nothing yet
+	at := f.highest
+	if ch.ring == nil || at == 0 || at%dgRingStep != 0 {
+		return
+	}
+	sent := ch.ring[(at/dgRingStep)%dgRingSize]
+	if sent.counter != at {
+		return // too old to judge
 	}
 	// The interval's least round trip: one packet's can carry a stall of
 	// either relay, the least of a few is the path's.
@@ -469,5 +575,9 @@ func (cs *channels) packet(e *Endpoint, b []byte) {
 		e.dropped("no_session")
 		return
 	}
-	ch.receive(b)
+	select {
+	case ch.in <- append([]byte(nil), b...): // b is the reader's buffer
+	default:
+		e.dropped("queue_full")
+	}
 }

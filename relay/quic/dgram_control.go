@@ -106,11 +106,15 @@ func (c *dgControl) onSample(now time.Time, s dgSample) {
 	} else {
 		c.queuedRounds = 0
 	}
-	lossy := s.sent >= 50 && s.lost/s.sent > 3*c.baseLoss+0.02
+	// Loss is read against the link's usual once that is known: a link
+	// that loses 3% at random is not congested for it.
+	lossy := c.baseJudged && s.sent >= 50 && s.lost/s.sent > 3*c.baseLoss+0.02
 	if c.queuedRounds >= 2 || lossy {
 		c.congested(now, c.deliveredLately(now))
 	}
-	c.judgeLoss(s, queued || lossy)
+	// The usual loss is judged over windows without a queue: a loss
+	// burst cannot keep it from being learnt.
+	c.judgeLoss(s, queued)
 	if c.capacity > 0 && now.Sub(c.capacityAt) > capacityHold {
 		c.capacity = 0
 	}

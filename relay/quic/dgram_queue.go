@@ -10,7 +10,7 @@ type dgQueue struct {
 	flows map[uint64][]dgQueued
 	order []uint64 // flows with datagrams waiting, in turn
 	next  int
-	bytes int
+	bytes int // on the wire: the channel's overhead counted
 	n     int
 }
 
@@ -32,7 +32,7 @@ func (q *dgQueue) push(d dgQueued, limit int) (dropped int) {
 		q.order = append(q.order, d.id)
 	}
 	q.flows[d.id] = append(q.flows[d.id], d)
-	q.bytes += len(d.p)
+	q.bytes += dgOverhead + len(d.p)
 	q.n++
 	for q.bytes > limit {
 		longest, most := uint64(0), 0
@@ -69,7 +69,7 @@ func (q *dgQueue) dropHead(id uint64) {
 	if len(f) == 0 {
 		return
 	}
-	q.bytes -= len(f[0].p)
+	q.bytes -= dgOverhead + len(f[0].p)
 	q.n--
 	f[0] = dgQueued{}
 	if f = f[1:]; len(f) > 0 {

@@ -23,7 +23,7 @@ func TestQueueTakesTurns(t *testing.T) {
 	if want := []uint64{4, 8, 4, 8, 4}; !equal(order, want) {
 		t.Fatalf("turns %v, want %v", order, want)
 	}
-	if q.n != 97 || q.bytes != 9700 {
+	if q.n != 97 || q.bytes != 97*(100+dgOverhead) {
 		t.Fatalf("%d datagrams, %d bytes left", q.n, q.bytes)
 	}
 }
@@ -33,15 +33,15 @@ func TestQueueBoundDropsFromTheLongest(t *testing.T) {
 	var q dgQueue
 	at := time.Unix(1000, 0)
 	for i := range 10 {
-		q.push(dgQueued{id: 4, p: []byte{byte(i)}, at: at}, 12)
+		q.push(dgQueued{id: 4, p: []byte{byte(i)}, at: at}, 12*(1+dgOverhead))
 	}
-	if d := q.push(dgQueued{id: 8, p: []byte{1}, at: at}, 12); d != 0 {
+	if d := q.push(dgQueued{id: 8, p: []byte{1}, at: at}, 12*(1+dgOverhead)); d != 0 {
 		t.Fatalf("dropped %d within the bound", d)
 	}
-	if d := q.push(dgQueued{id: 8, p: []byte{2}, at: at}, 12); d != 0 {
+	if d := q.push(dgQueued{id: 8, p: []byte{2}, at: at}, 12*(1+dgOverhead)); d != 0 {
 		t.Fatalf("dropped %d within the bound", d)
 	}
-	if d := q.push(dgQueued{id: 8, p: []byte{3}, at: at}, 12); d != 1 {
+	if d := q.push(dgQueued{id: 8, p: []byte{3}, at: at}, 12*(1+dgOverhead)); d != 1 {
 		t.Fatalf("dropped %d past the bound, want 1", d)
 	}
 	if len(q.flows[8]) != 3 || q.flows[4][0].p[0] != 1 {

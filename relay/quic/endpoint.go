@@ -153,7 +153,9 @@ func Listen(opts Options) (*Endpoint, error) {
 			ConnectionIDLength: datagramConnIDLen}
 	}
 	e.tr = transport(udp, &e.lossy)
-	e.dialLossy = e.lossy
+	if !opts.SeparateDialPort {
+		e.dialLossy = e.lossy
+	}
 	e.links = &Links{e: e, links: map[linkKey]*Link{}}
 	// Past a rate of new connections, a client must prove its address (a
 	// Retry, one round trip) before any handshake work: a flood of spoofed

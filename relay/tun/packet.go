@@ -365,7 +365,8 @@ func ICMPErrorAbout(pkt []byte) (src, dst netip.Addr, ok bool) {
 		return src, dst, false
 	}
 	msg := pkt[ip.ipHdrLen:]
-	if len(msg) < 8 {
+	if len(msg) < 8 || !ip.v6 && binary.BigEndian.Uint16(pkt[6:8])&0x3fff != 0 {
+		// A fragment's "error" could quote anything past the first.
 		return src, dst, false
 	}
 	switch {
