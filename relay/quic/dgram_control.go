@@ -109,8 +109,20 @@ func (c *dgControl) onSample(now time.Time, s dgSample) {
 	// Loss is read against the link's usual once that is known: a link
 	// that loses 3% at random is not congested for it.
 	lossy := c.baseJudged && s.sent >= 50 && s.lost/s.sent > 3*c.baseLoss+0.02
-	if c.queuedRounds >= 2 || lossy {
-		c.congested(now, c.deliveredLately(now))
+	lately := c.deliveredLately(now)
+	if queued && c.copies {
+		// Copies are the first load to shed, at the first sign of a
+		// queue: they may be what fills it.
+		c.copies = false
+		c.copiesAfter = now.Add(copyPause)
+		c.capacity, c.capacityAt = lately, now
+	}
+	// A queue the channel's own datagrams did not make (the link lately
+	// delivered what it is offered) is another sender's, or a stall of
+	// the hosts: pacing below the offer would only drop its datagrams.
+	overLink := s.offered > 1.05*lately
+	if c.queuedRounds >= 2 && overLink || lossy {
+		c.congested(now, lately)
 	}
 	// The usual loss is judged over windows without a queue: a loss
 	// burst cannot keep it from being learnt.

@@ -132,9 +132,37 @@ func TestControlRidesOutAStall(t *testing.T) {
 	if c.paced {
 		t.Fatalf("one stalled interval paced the channel at %.2f Mbit/s", c.rate/mbit)
 	}
+	// Two stalled intervals: still the hosts, since the link lately
+	// delivered all the channel offers.
 	c.onSample(now.Add(50*time.Millisecond), dgSample{rtt: 420 * time.Millisecond, delivered: 0.2 * mbit, offered: 4 * mbit, sent: 21})
-	c.onSample(now.Add(100*time.Millisecond), dgSample{rtt: 430 * time.Millisecond, delivered: 0.3 * mbit, offered: 4 * mbit, sent: 21})
-	if !c.paced || c.rate < 3.5*mbit {
-		t.Fatalf("a queue after a steady 4 Mbit/s: paced %v at %.2f Mbit/s, want about 3.8", c.paced, c.rate/mbit)
+	now = now.Add(100 * time.Millisecond)
+	c.onSample(now, dgSample{rtt: 430 * time.Millisecond, delivered: 0.3 * mbit, offered: 4 * mbit, sent: 21})
+	if c.paced {
+		t.Fatalf("a queue the link delivered through paced the channel at %.2f Mbit/s", c.rate/mbit)
+	}
+	// The sender doubles its rate and a queue builds: paced at what the
+	// link delivered lately, not the stalled interval's.
+	now = feed(&c, now, 300*time.Millisecond, steady)
+	for i := 1; i <= 2; i++ {
+		c.onSample(now.Add(time.Duration(i)*50*time.Millisecond), dgSample{rtt: 420 * time.Millisecond, delivered: 0.3 * mbit, offered: 8 * mbit, sent: 42})
+	}
+	if !c.paced || c.rate < 3.5*mbit || c.rate > 4*mbit {
+		t.Fatalf("a queue after a steady 4 Mbit/s, 8 offered: paced %v at %.2f Mbit/s, want about 3.8", c.paced, c.rate/mbit)
+	}
+}
+
+// A queue that shows while copies go stops the copies at once, before
+// any pacing.
+func TestControlShedsCopiesFirst(t *testing.T) {
+	var c dgControl
+	now := feed(&c, time.Unix(1000, 0), 3*time.Second, func(time.Duration) dgSample {
+		return dgSample{rtt: 100 * time.Millisecond, delivered: 40 * mbit, offered: 40 * mbit, sent: 200, lost: 2}
+	})
+	if !c.copies {
+		t.Fatal("no copies on a lossy link with room")
+	}
+	c.onSample(now.Add(50*time.Millisecond), dgSample{rtt: 140 * time.Millisecond, delivered: 79 * mbit, offered: 80 * mbit, sent: 400, lost: 4})
+	if c.copies || c.paced {
+		t.Fatalf("the first queued interval: copies %v, paced %v", c.copies, c.paced)
 	}
 }
