@@ -54,8 +54,11 @@ const (
 	// minRTTWindow is how long a minimum round trip stands.
 	minRTTWindow = 10 * time.Second
 	// queueDelayMin is the least queueing delay read as congestion; a
-	// quarter of the minimum round trip, if more.
-	queueDelayMin = 10 * time.Millisecond
+	// quarter of the minimum round trip, if more. A busy host's relays
+	// and scheduler add tens of milliseconds now and then: a queue must
+	// last queuedRoundsMin intervals (150 ms) to count.
+	queueDelayMin   = 20 * time.Millisecond
+	queuedRoundsMin = 3
 	// lossWindow is the packets a loss judgement takes.
 	lossWindow = 1000
 	// copyLoss is the usual loss from which datagrams go twice.
@@ -63,9 +66,11 @@ const (
 	// copyHeadroom: copies only while twice what is offered stays below
 	// this share of the capacity last seen.
 	copyHeadroom = 0.8
-	// copyPause is how long copies stay off after they congested a link;
-	// capacityHold how long a capacity seen stands.
+	// copyPause is how long copies stay off after they congested a link,
+	// copyShed after a queue showed while they went; capacityHold how
+	// long a capacity seen stands.
 	copyPause    = 30 * time.Second
+	copyShed     = 5 * time.Second
 	capacityHold = time.Minute
 	// unpaceAfter without a backlog, pacing ends: the sender's rate fits.
 	unpaceAfter = 2 * time.Second
@@ -110,18 +115,21 @@ func (c *dgControl) onSample(now time.Time, s dgSample) {
 	// that loses 3% at random is not congested for it.
 	lossy := c.baseJudged && s.sent >= 50 && s.lost/s.sent > 3*c.baseLoss+0.02
 	lately := c.deliveredLately(now)
-	if queued && c.copies {
-		// Copies are the first load to shed, at the first sign of a
-		// queue: they may be what fills it.
-		c.copies = false
-		c.copiesAfter = now.Add(copyPause)
-		c.capacity, c.capacityAt = lately, now
-	}
 	// A queue the channel's own datagrams did not make (the link lately
 	// delivered what it is offered) is another sender's, or a stall of
 	// the hosts: pacing below the offer would only drop its datagrams.
-	overLink := s.offered > 1.05*lately
-	if c.queuedRounds >= 2 && overLink || lossy {
+	overLink := s.offered > 1.1*lately
+	if queued && c.copies {
+		// Copies are the first load to shed, at the first sign of a
+		// queue: they may be what fills it. Where the link did not
+		// keep up, what it delivered is its capacity.
+		c.copies = false
+		c.copiesAfter = now.Add(copyShed)
+		if overLink {
+			c.capacity, c.capacityAt = lately, now
+		}
+	}
+	if c.queuedRounds >= queuedRoundsMin && overLink || lossy {
 		c.congested(now, lately)
 	}
 	// The usual loss is judged over windows without a queue: a loss
@@ -130,8 +138,13 @@ func (c *dgControl) onSample(now time.Time, s dgSample) {
 	if c.capacity > 0 && now.Sub(c.capacityAt) > capacityHold {
 		c.capacity = 0
 	}
+	// What the sender offers without its copies, twice, must fit.
+	offer := c.sendRate
+	if c.copies {
+		offer /= 2
+	}
 	c.copies = c.baseJudged && c.baseLoss >= copyLoss && !now.Before(c.copiesAfter) &&
-		(c.capacity == 0 || 2*c.sendRate < copyHeadroom*c.capacity) && !c.paced
+		(c.capacity == 0 || 2*offer < copyHeadroom*c.capacity) && !c.paced
 	if !c.paced {
 		return
 	}

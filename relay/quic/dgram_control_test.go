@@ -132,18 +132,19 @@ func TestControlRidesOutAStall(t *testing.T) {
 	if c.paced {
 		t.Fatalf("one stalled interval paced the channel at %.2f Mbit/s", c.rate/mbit)
 	}
-	// Two stalled intervals: still the hosts, since the link lately
+	// Stalled intervals in a row: still the hosts, since the link lately
 	// delivered all the channel offers.
-	c.onSample(now.Add(50*time.Millisecond), dgSample{rtt: 420 * time.Millisecond, delivered: 0.2 * mbit, offered: 4 * mbit, sent: 21})
-	now = now.Add(100 * time.Millisecond)
-	c.onSample(now, dgSample{rtt: 430 * time.Millisecond, delivered: 0.3 * mbit, offered: 4 * mbit, sent: 21})
+	for range queuedRoundsMin {
+		now = now.Add(50 * time.Millisecond)
+		c.onSample(now, dgSample{rtt: 430 * time.Millisecond, delivered: 0.3 * mbit, offered: 4 * mbit, sent: 21})
+	}
 	if c.paced {
 		t.Fatalf("a queue the link delivered through paced the channel at %.2f Mbit/s", c.rate/mbit)
 	}
 	// The sender doubles its rate and a queue builds: paced at what the
 	// link delivered lately, not the stalled interval's.
 	now = feed(&c, now, 300*time.Millisecond, steady)
-	for i := 1; i <= 2; i++ {
+	for i := 1; i <= queuedRoundsMin; i++ {
 		c.onSample(now.Add(time.Duration(i)*50*time.Millisecond), dgSample{rtt: 420 * time.Millisecond, delivered: 0.3 * mbit, offered: 8 * mbit, sent: 42})
 	}
 	if !c.paced || c.rate < 3.5*mbit || c.rate > 4*mbit {
