@@ -320,10 +320,18 @@ func (ch *dgChannel) mayPassLocked(now time.Time, size int) bool {
 	return true
 }
 
+// refillLocked adds the tokens the rate earned since the last refill. An
+// idle channel keeps 4 ms of them (a burst the link's queue absorbs); one
+// with datagrams waiting keeps up to 50 ms, since its pacer sleeps a
+// millisecond that a busy host stretches to tens: capped at 4 ms, a pacer
+// that slept 12 sent a third of its rate.
 func (ch *dgChannel) refillLocked(now time.Time) {
 	if !ch.filled.IsZero() {
-		burst := max(ch.ctl.rate*0.004, 3000) // 4 ms at the rate
-		ch.tokens = min(ch.tokens+ch.ctl.rate*now.Sub(ch.filled).Seconds(), burst)
+		keep := 0.004
+		if !ch.queue.empty() {
+			keep = 0.050
+		}
+		ch.tokens = min(ch.tokens+ch.ctl.rate*now.Sub(ch.filled).Seconds(), max(ch.ctl.rate*keep, 3000))
 	}
 	ch.filled = now
 }

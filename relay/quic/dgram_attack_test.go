@@ -267,3 +267,31 @@ func TestControlLearnsLargeRandomLoss(t *testing.T) {
 		t.Errorf("a healthy link with 3%% random loss: paced at %.0f B/s for 60 s, the application sends %.0f", c.rate, app)
 	}
 }
+
+// A pacer whose sleeps a busy host stretches (1 ms asked, 12 taken) still
+// sends at its rate: the tokens of the long sleep are kept while
+// datagrams wait.
+func TestPacerKeepsItsRateThroughLongSleeps(t *testing.T) {
+	tx, _, err := channelKeys(make([]byte, 2*dgKeyLen))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := &dgChannel{tx: tx}
+	ch.ctl.paced, ch.ctl.rate = true, 1e6 // bytes a second
+	now := time.Now()
+	payload := make([]byte, 1000)
+	for range 1200 { // more waiting than the rate takes
+		ch.queue.push(dgQueued{id: 8, p: payload, at: now}, 1<<30)
+	}
+	sent := 0
+	for step := range 84 { // a second of 12 ms sleeps
+		at := now.Add(time.Duration(step) * 12 * time.Millisecond)
+		for !ch.queue.empty() && ch.mayPassLocked(at, wire(1+len(payload), 0)) {
+			ch.queue.pop()
+			sent += wire(1+len(payload), 0)
+		}
+	}
+	if float64(sent) < 0.9*ch.ctl.rate {
+		t.Errorf("paced at %.0f B/s with 12 ms sleeps, the channel sent %d in a second", ch.ctl.rate, sent)
+	}
+}
