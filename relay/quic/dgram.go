@@ -75,9 +75,11 @@ type dgChannel struct {
 
 	replay replayWindow
 	rmu    sync.Mutex
-	got    dgFeedback // what this end received, as it reports it
+	got    dgFeedback // what this end reports: counts as of got.highest's arrival
 	gotAt  time.Time  // when got.highest arrived
 	top    uint64     // the highest data counter that arrived
+	rxPkts uint64     // data packets received, copies included
+	rxB    uint64     // their bytes
 	epoch  time.Time
 	lastFb time.Time
 }
@@ -100,7 +102,8 @@ const (
 
 // dgFeedback is what a receiver reports: the highest data counter it got
 // of those the sender remembers (a multiple of dgRingStep) and how long
-// ago, the packets and bytes it got (copies included), and its clock.
+// ago, and, as of that counter's arrival, the packets and bytes it got
+// (copies included) and its clock.
 type dgFeedback struct {
 	highest uint64
 	delayUs uint64
@@ -421,23 +424,26 @@ func (ch *dgChannel) receive(b []byte) {
 		// A copy counts as received (the sender counts the copies it
 		// sent); an old counter again is a replay, and does not.
 		if fresh || counter+copyHorizon > ch.top {
-			ch.got.pkts++
-			ch.got.bytes += uint64(len(b))
+			ch.rxPkts++
+			ch.rxB += uint64(len(b))
 		}
 		if fresh && counter > ch.top {
 			ch.top = counter
 		}
 		// The sender remembers every dgRingStep-th counter: the
 		// feedback names the highest of those that arrived.
+		// The counts go with it, as of its arrival: the sender's
+		// record of the counter says what went before it, so the two
+		// match whenever the feedback is sent.
 		if fresh && counter%dgRingStep == 0 && counter > ch.got.highest {
-			ch.got.highest, ch.gotAt = counter, now
+			ch.got = dgFeedback{highest: counter, pkts: ch.rxPkts, bytes: ch.rxB, clockUs: uint64(now.Sub(ch.epoch) / time.Microsecond)}
+			ch.gotAt = now
 		}
 		var fb []byte
 		if now.Sub(ch.lastFb) >= feedbackEvery {
 			ch.lastFb = now
 			f := ch.got
 			f.delayUs = uint64(now.Sub(ch.gotAt) / time.Microsecond)
-			f.clockUs = uint64(now.Sub(ch.epoch) / time.Microsecond)
 			fb = f.append(make([]byte, 0, dgFeedbackLen))
 		}
 		ch.rmu.Unlock()

@@ -113,7 +113,7 @@ func (c *dgControl) onSample(now time.Time, s dgSample) {
 	}
 	// Loss is read against the link's usual once that is known: a link
 	// that loses 3% at random is not congested for it.
-	lossy := c.baseJudged && s.sent >= 50 && s.lost/s.sent > 3*c.baseLoss+0.02
+	lossy := c.baseJudged && s.sent >= 100 && s.lost/s.sent > 3*c.baseLoss+0.02
 	lately := c.deliveredLately(now)
 	// A queue the channel's own datagrams did not make (the link lately
 	// delivered what it is offered) is another sender's, or a stall of
