@@ -203,7 +203,10 @@ func (l *fairLink) tick(now time.Time, dt time.Duration) (empty bool) {
 		return false
 	}
 	if total == 0 && !backlog {
-		l.busy = 0 // quiet: its next traffic fills buffers anew
+		// Quiet: its next traffic fills buffers anew, and its capacity
+		// is learnt anew, not reckoned from Tunnels that went.
+		l.busy, l.capacity = 0, 0
+		return false
 	}
 	if l.busy++; l.busy <= warmup {
 		// Writes fill the sockets' buffers first: more than the link
@@ -269,7 +272,13 @@ func (l *fairLink) allocate(now time.Time) {
 	switch {
 	case short:
 		for i, t := range ts {
-			if t.on.Load() || t.avg > share[i] {
+			switch {
+			case t.ceiling > 0 && share[i] >= t.ceiling:
+				// Its own limit holds it to its share: a second
+				// bucket at the same rate would only lose it the
+				// tokens one of them wastes.
+				t.uncap()
+			case t.on.Load() || t.avg > share[i]:
 				t.capAt(share[i])
 			}
 		}

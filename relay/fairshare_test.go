@@ -217,3 +217,28 @@ func TestFairPacerCountsAWriteUnderWay(t *testing.T) {
 type nopCounter struct{}
 
 func (nopCounter) Add(float64) {}
+
+// TestFairShareDoesNotCapALimitedTunnelAtItsLimit: the link carried more
+// before a quiet spell (another pair of Tunnels); then greedy, short of a
+// share reckoned from that, must not get a Tunnel held to 20 Mbit/s by
+// its own limit capped at 20 as well: two buckets at one rate lose
+// tokens between them, and hack/bench/share's limited Tunnel carried
+// 18.4 of 20 under auto.
+func TestFairShareDoesNotCapALimitedTunnelAtItsLimit(t *testing.T) {
+	s := newFairSim(t)
+	greedy, _ := s.fs.join("peer", "greedy", 0, nil)
+	limited, _ := s.fs.join("peer", "limited", 20*mbit, nil)
+	ts := []*fairTunnel{greedy, limited}
+	for range 20 {
+		s.window(ts, []float64{105, 0}, []bool{true, false})
+	}
+	for range 2 {
+		s.window(ts, []float64{0, 0}, []bool{false, false})
+	}
+	for w := range 20 {
+		s.window(ts, []float64{77, 20.2}, []bool{true, false})
+		if limited.on.Load() {
+			t.Fatalf("window %d: a Tunnel limited to 20 capped at %.1f by its fair share", w, capOf(limited))
+		}
+	}
+}
