@@ -26,6 +26,9 @@ type Metrics struct {
 	UDPSessions *prometheus.GaugeVec
 	UDPDropped  *prometheus.CounterVec
 	RateWaited  *prometheus.CounterVec
+	// FairWaited is time flows waited for their Tunnel's fair share of a
+	// link.
+	FairWaited *prometheus.CounterVec
 	// UDPFramed counts sessions that turned to stream mode (udp.mode auto).
 	UDPFramed *prometheus.CounterVec
 	// SendLost counts packets the host refused to send (a local firewall
@@ -147,6 +150,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "hoplink_tunnel_rate_wait_seconds_total",
 			Help: "Time a Tunnel's TCP flows waited at this relay for its rate limit (spec.limits.rateMbps), by direction: up at the entry (client to target), down at the exit. Growing about one second a second per busy flow: the Tunnel sends at its limit.",
 		}, []string{"relay", "tunnel", "direction"}),
+		FairWaited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hoplink_tunnel_fair_share_wait_seconds_total",
+			Help: "Time a Tunnel's TCP flows waited at this relay before writing to the peer (the next relay toward the target or toward the client), held to the Tunnel's fair share of that link while another Tunnel that wants more got less than its own. Growing: the Tunnel would take more than an even share of a contended link.",
+		}, []string{"relay", "tunnel", "peer"}),
 		UDPDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hoplink_udp_dropped_packets_total",
 			Help: "UDP packets a relay dropped, by reason (session_limit, source_limit, queue_full, send_failed, write_failed, rate_limit: over the Tunnel's spec.limits.rateMbps, setup_failed: held for a session that could not be set up; with an empty tunnel label, datagrams from peers: no_session for a session the relay does not know, bad_datagram, probe_limit for link probes past the echo rate; and datagrams a relay's datagram channel held back while pacing to a congested link: late when one waited longer than the link's round trip, queue_full past 4 MiB held).",
@@ -253,7 +260,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"relay", "tunnel", "protocol"}),
 	}
 	reg.MustRegister(m.Bytes, m.Flows, m.ActiveFlows, m.FlowSetup, m.FlowErrors, m.Rejected,
-		m.Ready, m.CertExpiry, m.TunnelOpen, m.PeerUp, m.Handshakes, m.UDPSessions, m.UDPDropped, m.RateWaited, m.UDPFramed, m.SendLost, m.RedundantCopies, m.DatagramCopies, m.UDPBuffer, m.DrainNotices, m.ConnsEvicted, m.ReloadsRejected,
+		m.Ready, m.CertExpiry, m.TunnelOpen, m.PeerUp, m.Handshakes, m.UDPSessions, m.UDPDropped, m.RateWaited, m.FairWaited, m.UDPFramed, m.SendLost, m.RedundantCopies, m.DatagramCopies, m.UDPBuffer, m.DrainNotices, m.ConnsEvicted, m.ReloadsRejected,
 		m.LinkUp, m.LinkRTT, m.LinkRTTMin, m.LinkSmoothed, m.LinkJitter, m.LinkLoss, m.LinkProbes, m.LinkTransport, m.LinkGoodput, m.LinkCongestion, m.LinkFlows,
 		m.TargetRTT, m.TargetUp, m.ChainRoute, m.TUNPackets, m.TUNBytes, m.TUNDropped, m.TUNFlows)
 	m.Route = NewRoute(reg)

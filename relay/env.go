@@ -46,6 +46,8 @@ type env struct {
 	openTCP atomic.Int64
 	// limits holds Tunnels to their spec.limits.rateMbps.
 	limits rateLimits
+	// fair shares each link this relay sends into by Tunnel.
+	fair fairShare
 
 	ctx context.Context // ends when the relay closes
 	wg  *sync.WaitGroup // the relay's goroutines, waited for by Close
@@ -134,6 +136,23 @@ func (e *env) pace(fc flowCounters, t *v1alpha1.Tunnel, up, down bool) (_ flowCo
 		fc.down = pacedCounter{fc.down, tr.down, e.m.RateWaited.WithLabelValues(e.name, key, "down")}
 	}
 	return fc, true
+}
+
+// share holds a flow's direction that sends to peer (up at the entry,
+// down at the exit, both ways at a middle relay) to its Tunnel's fair
+// share of that link (fairShare); release it when the flow ends.
+func (e *env) share(c flow.Counter, t *v1alpha1.Tunnel, peer string) (_ flow.Counter, release func()) {
+	key := manifest.Key(t.Namespace, t.Name)
+	ceiling := 0.0
+	if rateLimited(t) {
+		ceiling = float64(t.Spec.Limits.RateMbps) * 1e6 / 8
+	}
+	ft, leave := e.fair.join(peer, key, ceiling, e.m.FairWaited.WithLabelValues(e.name, key, peer))
+	p := &fairPacer{Counter: c, t: ft}
+	return p, func() {
+		p.done()
+		leave()
+	}
 }
 
 func (e *env) flowError(tunnel, reason string) {

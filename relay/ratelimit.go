@@ -120,13 +120,18 @@ type pacedCounter struct {
 // drain that long.
 const paceStep = 100 * time.Millisecond
 
-func (p pacedCounter) Pace(n int, gone func() bool) {
+func (p pacedCounter) Pace(n int, gone func() bool) { wait(p.b, n, gone, p.waited) }
+
+// wait takes n bytes from b, waiting until it has them or gone says the
+// flow failed, and counts the time waited into waited (if not nil).
+func wait(b *rate.Limiter, n int, gone func() bool, waited flow.Counter) {
 	now := time.Now()
-	var rs []*rate.Reservation
+	var held [2]*rate.Reservation // a write takes one bucket's burst or two
+	rs := held[:0]
 	var wait time.Duration
 	for left := n; left > 0; {
-		take := min(left, p.b.Burst())
-		r := p.b.ReserveN(now, take)
+		take := min(left, b.Burst())
+		r := b.ReserveN(now, take)
 		rs = append(rs, r)
 		wait = max(wait, r.DelayFrom(now))
 		left -= take
@@ -134,7 +139,9 @@ func (p pacedCounter) Pace(n int, gone func() bool) {
 	if wait <= 0 {
 		return
 	}
-	defer func() { p.waited.Add(time.Since(now).Seconds()) }()
+	if waited != nil {
+		defer func() { waited.Add(time.Since(now).Seconds()) }()
+	}
 	for until := now.Add(wait); ; {
 		d := time.Until(until)
 		if d <= 0 {

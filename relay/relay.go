@@ -218,6 +218,7 @@ func (r *Relay) Start() error {
 		r.openTunnel(t)
 	}
 	e.spawn(r.retryTunnels)
+	e.spawn(func() { e.fair.run(e.ctx) })
 	e.spawn(r.measure.probeLoop)
 	e.spawn(r.watchCertificates)
 	r.routingUpdated(set)

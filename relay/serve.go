@@ -67,16 +67,16 @@ func (d *dispatcher) Serve(in nexthop.Inbound) {
 	case x != nil:
 		d.packets.serve(from, x)
 	case h.Kind == hop.KindTCP && g.Last:
-		d.tcp.exit(from.Stream(), h, g.Tunnel)
+		d.tcp.exit(from.Stream(), from.Peer, h, g.Tunnel)
 	case h.Kind == hop.KindTCP:
-		d.tcp.middle(from.Stream(), h, g.Tunnel, g.Chain)
+		d.tcp.middle(from.Stream(), from.Peer, h, g.Tunnel, g.Chain)
 	case h.Kind == hop.KindEcho && g.Last:
 		d.udp.echoExit(from, h, g.Tunnel)
 	case g.Last:
 		d.udp.exit(from, h, g.Tunnel)
 	case from.Transport == v1alpha1.TransportTLS:
 		// A session framed on a byte stream goes on as one, over TLS.
-		d.tcp.middle(from.Stream(), h, g.Tunnel, g.Chain)
+		d.tcp.middle(from.Stream(), from.Peer, h, g.Tunnel, g.Chain)
 	default: // a UDP or packet session over QUIC: datagrams and frames
 		d.udp.middle(from, h)
 	}

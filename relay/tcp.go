@@ -122,6 +122,9 @@ func (f *tcpFlows) entry(in flow.End, t *v1alpha1.Tunnel, key, target string) {
 	if paced {
 		via.Unmeasured()
 	}
+	var release func()
+	fc.up, release = f.share(fc.up, t, next.Peer)
+	defer release()
 	f.m.FlowSetup.WithLabelValues(f.name, key, "entry").Observe(time.Since(start).Seconds())
 	f.join(key, sideClient, sideNextHop, flow.Join(in, out, via.Count(fc.up, flow.Up), via.Count(fc.down, flow.Down), tcpIdle(t)))
 	via.Done()
@@ -206,7 +209,7 @@ func (f *tcpFlows) tellTarget(tc *net.TCPConn, t *v1alpha1.Tunnel, client, liste
 
 // middle carries a flow one hop further, over the chain's transport (under
 // auto, this relay's choice for its link to the next).
-func (f *tcpFlows) middle(in flow.End, h *hop.Header, t *v1alpha1.Tunnel, chain *v1alpha1.Chain) {
+func (f *tcpFlows) middle(in flow.End, prev string, h *hop.Header, t *v1alpha1.Tunnel, chain *v1alpha1.Chain) {
 	fc, done := f.beginTCP(h.Tunnel, "middle")
 	defer done()
 	if h.Kind == hop.KindUDP {
@@ -228,12 +231,17 @@ func (f *tcpFlows) middle(in flow.End, h *hop.Header, t *v1alpha1.Tunnel, chain 
 	if rateLimited(t) {
 		via.Unmeasured() // the entry or the exit holds it to its rate
 	}
+	up, releaseUp := f.share(fc.up, t, next.Peer)
+	defer releaseUp()
+	down, releaseDown := f.share(fc.down, t, prev)
+	defer releaseDown()
+	fc.up, fc.down = up, down
 	f.join(h.Tunnel, sidePrevHop, sideNextHop, flow.Join(in, out, via.Count(fc.up, flow.Up), via.Count(fc.down, flow.Down), tcpIdle(t)))
 	via.Done()
 }
 
 // exit connects a flow to its target.
-func (f *tcpFlows) exit(in flow.End, h *hop.Header, t *v1alpha1.Tunnel) {
+func (f *tcpFlows) exit(in flow.End, prev string, h *hop.Header, t *v1alpha1.Tunnel) {
 	start := time.Now()
 	fc, done := f.beginTCP(h.Tunnel, "exit")
 	defer done()
@@ -249,6 +257,9 @@ func (f *tcpFlows) exit(in flow.End, h *hop.Header, t *v1alpha1.Tunnel) {
 		return
 	}
 	fc, _ = f.pace(fc, t, false, true)
+	var release func()
+	fc.down, release = f.share(fc.down, t, prev)
+	defer release()
 	f.joinTarget(in, sidePrevHop, tc, fc, t)
 }
 

@@ -29,7 +29,20 @@ func NewMeter() *Meter { return &Meter{epoch: time.Now()} }
 
 // Count returns c, a counter of direction dir (Up or Down), counting into
 // the meter as well.
-func (m *Meter) Count(c Counter, dir int32) Counter { return meterCounter{m, c, dir} }
+func (m *Meter) Count(c Counter, dir int32) Counter {
+	if p, ok := c.(Pacer); ok {
+		// A flow held to its Tunnel's share of a link is paced still.
+		return meterPacer{meterCounter{m, c, dir}, p}
+	}
+	return meterCounter{m, c, dir}
+}
+
+type meterPacer struct {
+	meterCounter
+	p Pacer
+}
+
+func (mp meterPacer) Pace(n int, gone func() bool) { mp.p.Pace(n, gone) }
 
 // Turns is how many times the direction changed.
 func (m *Meter) Turns() int64 { return m.turns.Load() }

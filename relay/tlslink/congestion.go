@@ -90,11 +90,24 @@ func (s *ccSetting) load() string {
 	return ""
 }
 
+// notSentLowat is the most a link socket holds unsent before a write
+// waits (TCP_NOTSENT_LOWAT; what is in flight is the congestion window's,
+// and not bounded by it). The kernel grows a socket's buffer with its
+// window, to 4 MiB, and wakes a blocked writer only once half of it
+// drained: a flow's writes then came in lumps of megabytes, and what a
+// relay wrote to a link in a quarter of a second said little of what the
+// link carried, so a Tunnel's fair share (relay/fairshare.go) was set
+// from noise, and a Tunnel's flows kept competing with what they had
+// queued seconds before their cap. 512 KiB is 4 ms at 1 Gbit/s: time
+// enough for the flow's copy to write again.
+const notSentLowat = 512 << 10
+
 // control sets the algorithm on a socket before it connects or listens
 // (accepted connections inherit the listener's). A kernel that refuses
 // what a probe socket took (a module unloaded since) leaves the host's
 // default, which still carries the link: that is only said, not failed.
 func (e *Endpoint) control(_, _ string, rc syscall.RawConn) error {
+	rc.Control(func(fd uintptr) { setNotSentLowat(fd) })
 	name := e.cc.load()
 	if name == "" {
 		return nil

@@ -42,3 +42,9 @@ func SocketCongestion(c *net.TCPConn) string {
 	})
 	return name
 }
+
+// setNotSentLowat bounds what a link socket holds that it has not sent
+// yet (notSentLowat).
+func setNotSentLowat(fd uintptr) error {
+	return unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_NOTSENT_LOWAT, notSentLowat)
+}

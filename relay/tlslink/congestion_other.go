@@ -15,3 +15,5 @@ func setSocketCongestion(uintptr, string) error { return errNoCongestion }
 
 // SocketCongestion is "" where the kernel does not say.
 func SocketCongestion(*net.TCPConn) string { return "" }
+
+func setNotSentLowat(uintptr) error { return nil }

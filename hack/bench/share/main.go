@@ -14,6 +14,9 @@
 //   - limited: Tunnel limited (spec.limits.rateMbps -limit) with 4
 //     streams beside greedy's 8: its rate against the limit.
 //
+// With -baseline, each transport is measured with that binary too, in the
+// same run, for a before and after on the same machine and load.
+//
 // Each figure is what the target received over -duration, after -warmup.
 //
 //	CGO_ENABLED=0 go build -o bin/hoplink ./cmd/hoplink
@@ -40,6 +43,7 @@ import (
 
 type options struct {
 	hoplink          string
+	baseline         string
 	cc               string
 	rate             int64 // Mbit/s
 	rtt              time.Duration
@@ -52,6 +56,7 @@ func main() {
 	var o options
 	var transports string
 	flag.StringVar(&o.hoplink, "hoplink", "bin/hoplink", "the hoplink binary")
+	flag.StringVar(&o.baseline, "baseline", "", "another hoplink binary to measure each transport with too (a build before a change)")
 	flag.StringVar(&o.cc, "cc", "cubic", "the hosts' TCP congestion control")
 	flag.Int64Var(&o.rate, "rate", 100, "the link's rate, Mbit/s each way")
 	flag.DurationVar(&o.rtt, "rtt", 20*time.Millisecond, "the link's round trip")
@@ -85,8 +90,19 @@ func run(o options) error {
 	fmt.Println("| path | greedy (8 streams), Mbit/s | polite (1 stream), Mbit/s | polite's share | both | limited (4 streams, limit) |")
 	fmt.Println("|---|---|---|---|---|---|")
 	direct := -1.0
-	for _, tr := range append([]string{"direct"}, o.transports...) {
-		r, err := measure(o, tr)
+	type row struct{ transport, binary string }
+	rows := []row{{"direct", ""}}
+	for _, tr := range o.transports {
+		if o.baseline != "" {
+			rows = append(rows, row{tr, o.baseline})
+		}
+		rows = append(rows, row{tr, o.hoplink})
+	}
+	for _, rw := range rows {
+		tr := rw.transport
+		ob := o
+		ob.hoplink = rw.binary
+		r, err := measure(ob, tr)
 		if err != nil {
 			return fmt.Errorf("%s: %w", tr, err)
 		}
@@ -104,6 +120,9 @@ func run(o options) error {
 		name := "direct"
 		if tr != "direct" {
 			name = "1 hop, transport " + tr
+		}
+		if o.baseline != "" && tr != "direct" {
+			name += ", " + filepath.Base(rw.binary)
 		}
 		fmt.Printf("| %s | %.1f | %.1f | %.1f%% | %.1f%s | %s |\n", name, r.greedy, r.polite, 100*r.polite/both, both, ratio, limited)
 	}
@@ -129,11 +148,19 @@ func measure(o options, transport string) (result, error) {
 	if err != nil {
 		return r, err
 	}
+	// Allowed again for each pair of hosts: a benchmark running beside
+	// this one may have put the host's list back since run allowed it.
+	restore, err := linkemu.AllowCongestionControl([]string{o.cc})
+	if err != nil {
+		return r, err
+	}
 	for _, node := range []*linkemu.Node{a, b} {
 		if err := node.SetCongestionControl(o.cc); err != nil {
+			restore()
 			return r, err
 		}
 	}
+	restore()
 	if _, err := n.Connect(a, b, linkemu.Params{Delay: o.rtt / 2, Rate: o.rate * 1e6, Queue: o.rtt}); err != nil {
 		return r, err
 	}
