@@ -132,14 +132,7 @@ func testSinkStreamWrite(t *testing.T, noChannel bool) {
 // packets with the fixed bit clear, toward b only): a low-rate flow goes
 // back to QUIC's datagrams within a second or so, and arrives.
 func TestChannelOneWayLossLowRate(t *testing.T) {
-	ca, err := pki.NewCA("test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	accepted := make(chan *Conn, 1)
-	a, b := testEndpoint(t, ca, "a", nil), testEndpoint(t, ca, "b", accepted)
-	near, far := connected(t, a, b, accepted)
-	waitLive(t, near, far)
+	_, b, near, far := livePair(t)
 	b.channels.remove(far.channel.Load().rx.id) // a's channel packets now die at b
 	var got atomic.Int64
 	far.Register(8, func([]byte) { got.Add(1) })
@@ -160,14 +153,7 @@ func TestChannelOneWayLossLowRate(t *testing.T) {
 // which still arrive, do not make a's channel live again after it went
 // back to QUIC's.
 func TestChannelOneWayLossTwoWayFlow(t *testing.T) {
-	ca, err := pki.NewCA("test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	accepted := make(chan *Conn, 1)
-	a, b := testEndpoint(t, ca, "a", nil), testEndpoint(t, ca, "b", accepted)
-	near, far := connected(t, a, b, accepted)
-	waitLive(t, near, far)
+	_, b, near, far := livePair(t)
 	b.channels.remove(far.channel.Load().rx.id)
 	var got atomic.Int64
 	far.Register(8, func([]byte) { got.Add(1) })
@@ -199,14 +185,7 @@ func TestChannelOneWayLossTwoWayFlow(t *testing.T) {
 // Once the connection is closed, a datagram fails as QUIC's would: the
 // session learns its hop is gone.
 func TestChannelSendAfterClose(t *testing.T) {
-	ca, err := pki.NewCA("test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	accepted := make(chan *Conn, 1)
-	a, b := testEndpoint(t, ca, "a", nil), testEndpoint(t, ca, "b", accepted)
-	near, far := connected(t, a, b, accepted)
-	waitLive(t, near, far)
+	_, _, near, _ := livePair(t)
 	near.CloseWithError(0, "bye")
 	<-near.Context().Done()
 	if err := near.SendFlowDatagram(8, []byte("x")); err == nil {

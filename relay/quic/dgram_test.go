@@ -35,6 +35,21 @@ func connected(t *testing.T, a, b *Endpoint, accepted <-chan *Conn) (near, far *
 	return c, far
 }
 
+// livePair starts relays a and b and returns both ends of a's connection
+// to b, their datagram channel running.
+func livePair(t *testing.T) (a, b *Endpoint, near, far *Conn) {
+	t.Helper()
+	ca, err := pki.NewCA("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan *Conn, 1)
+	a, b = testEndpoint(t, ca, "a", nil), testEndpoint(t, ca, "b", accepted)
+	near, far = connected(t, a, b, accepted)
+	waitLive(t, near, far)
+	return a, b, near, far
+}
+
 func waitLive(t *testing.T, cs ...*Conn) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
@@ -51,14 +66,7 @@ func waitLive(t *testing.T, cs ...*Conn) {
 // Datagrams ride the channel, not QUIC, once both ends said hello, in both
 // directions, whole; QUIC sends none of them.
 func TestChannelCarriesDatagrams(t *testing.T) {
-	ca, err := pki.NewCA("test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	accepted := make(chan *Conn, 1)
-	a, b := testEndpoint(t, ca, "a", nil), testEndpoint(t, ca, "b", accepted)
-	near, far := connected(t, a, b, accepted)
-	waitLive(t, near, far)
+	_, _, near, far := livePair(t)
 
 	const flow, n = 8, 500
 	for _, dir := range []struct {
@@ -154,14 +162,7 @@ func asTooLarge(err error, target **quicgo.DatagramTooLargeError) bool {
 // few seconds at most: without feedback the sender goes back to QUIC's
 // datagrams, which arrive.
 func TestChannelWithoutFeedbackGoesBackToQUIC(t *testing.T) {
-	ca, err := pki.NewCA("test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	accepted := make(chan *Conn, 1)
-	a, b := testEndpoint(t, ca, "a", nil), testEndpoint(t, ca, "b", accepted)
-	near, far := connected(t, a, b, accepted)
-	waitLive(t, near, far)
+	_, b, near, far := livePair(t)
 	got := make(chan []byte, 64)
 	far.Register(8, func(p []byte) {
 		select {
