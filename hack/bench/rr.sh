@@ -1,25 +1,38 @@
 #!/usr/bin/env bash
-# Request/response through 1 hop (hk -> la), two builds side by side in one
-# run: each build's relays run at once, and rounds alternate A B A B so both
-# see the same machine load. It prints every round's figures and the medians.
+# Request/response (hack/bench/flowbench rr) through hoplink relays beside
+# the direct path and peers, all set up at once, rounds alternating over
+# every path so each sees the same machine load. It prints every round's
+# figures, the medians, and the latency each path adds over direct.
 #
-#   OLD=/tmp/hoplink-old hack/bench/rr.sh          # old against this tree's build
-#   ROUNDS=4 RR_SECONDS=15 RR_CLIENTS=300 CHAIN=one-auto hack/bench/rr.sh
+#   PEERS=1 DIRECT=1 CHAINS="one-auto three-auto" hack/bench/rr.sh
+#                                                   # the issue-41 table
+#   OLD=/tmp/hoplink-old hack/bench/rr.sh          # old build against this tree's
+#   ROUNDS=4 RR_SECONDS=15 RR_CLIENTS=300 CHAINS=one-auto hack/bench/rr.sh
 #   PPROF=1 ...                                    # relays also serve /debug/pprof
-# CHAIN: one-auto (default), one (quic), one-tls, three-auto, three, three-tls;
-# CHAIN_OLD / CHAIN_NEW give each side its own (e.g. one build, two transports).
+#
+# CHAINS: any of one-auto (default), one (quic), one-tls, three-auto, three,
+# three-tls; every shape runs through one set of four relays per build.
+# OLD: a second build, run with the same shapes (tags old:SHAPE).
+# PEERS=1: haproxy as one plain TCP proxy (haproxy), and as two processes
+# with mutual TLS between them (haproxy-tls: the shape of one hoplink hop).
+# Each path's CPU per request is its processes' user+system time over the
+# round divided by its requests (relays for hoplink, haproxy's processes for
+# the peers; the clients and echo server are not counted anywhere).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
 RR_SECONDS=${RR_SECONDS:-15}
 RR_CLIENTS=${RR_CLIENTS:-300}
 ROUNDS=${ROUNDS:-4}
-CHAIN=${CHAIN:-one-auto}
-: "${OLD:?OLD=path to the build to compare}"
+CHAINS=${CHAINS:-${CHAIN:-one-auto}}
 NEW=${NEW:-$root/bin/hoplink}
 [[ -n ${NEW_BUILT:-} ]] || make -s build
 go build -o bin/flowbench ./hack/bench/flowbench
 FB=$root/bin/flowbench
+if [[ -n ${PEERS:-} ]] && ! command -v haproxy >/dev/null; then
+  echo "PEERS=1 needs haproxy (apt-get install haproxy)" >&2
+  exit 1
+fi
 work=$(mktemp -d)
 pids=()
 cleanup() {
@@ -34,10 +47,24 @@ start() { local name=$1; shift; (exec "$@") >"$work/$name.log" 2>&1 & last_pid=$
 ECHO=7100 IPERF=5301
 start echo $FB echo -addr 127.0.0.1:$ECHO
 # BULK_SECONDS: each round also runs one iperf3 stream through the same
-# chain, to see that a change for small requests costs bulk nothing.
+# path, to see that a change for small requests costs bulk nothing.
 [[ -n ${BULK_SECONDS:-} ]] && start iperf3 iperf3 -s -p $IPERF
-# setup BUILD TAG BASE: four relays and the tunnels of each chain shape,
-# on ports from BASE; the Tunnel for CHAIN listens on BASE+100.
+
+declare -A port_of pids_of
+# shape_spec SHAPE: the Chain spec of a chain shape.
+shape_spec() {
+  case $1 in
+    one-auto) echo '{entry: hk, exit: la, route: [hk, la]}' ;;
+    one) echo '{entry: hk, exit: la, route: [hk, la], transport: quic}' ;;
+    one-tls) echo '{entry: hk, exit: la, route: [hk, la], transport: tls}' ;;
+    three-auto) echo '{entry: hk, exit: la, via: [m1, m2], route: [hk, m1, m2, la]}' ;;
+    three) echo '{entry: hk, exit: la, via: [m1, m2], route: [hk, m1, m2, la], transport: quic}' ;;
+    three-tls) echo '{entry: hk, exit: la, via: [m1, m2], route: [hk, m1, m2, la], transport: tls}' ;;
+    *) echo "unknown chain shape $1" >&2; return 2 ;;
+  esac
+}
+# setup BUILD TAG BASE: four relays, and for the i-th shape of CHAINS a
+# Chain and an echo Tunnel on BASE+100+2i (its bulk Tunnel on the next port).
 setup() {
   local bin=$1 tag=$2 base=$3 dir=$work/$2
   mkdir -p "$dir"
@@ -46,85 +73,173 @@ setup() {
     i=$((i + 1))
     printf -- '---\napiVersion: hoplink.dev/v1alpha1\nkind: RelayNode\nmetadata: {name: %s}\nspec: {listen: {address: 127.0.0.1, port: %s}, endpoints: ["127.0.0.1:%s"]}\n' $r $((base + i)) $((base + i)) >>"$dir/bench.yaml"
   done
-  local spec chain=$4
-  case $chain in
-    one-auto) spec='{entry: hk, exit: la, route: [hk, la]}' ;;
-    one) spec='{entry: hk, exit: la, route: [hk, la], transport: quic}' ;;
-    one-tls) spec='{entry: hk, exit: la, route: [hk, la], transport: tls}' ;;
-    three-auto) spec='{entry: hk, exit: la, via: [m1, m2], route: [hk, m1, m2, la]}' ;;
-    three) spec='{entry: hk, exit: la, via: [m1, m2], route: [hk, m1, m2, la], transport: quic}' ;;
-    three-tls) spec='{entry: hk, exit: la, via: [m1, m2], route: [hk, m1, m2, la], transport: tls}' ;;
-    *) echo "unknown CHAIN $chain" >&2; exit 2 ;;
-  esac
-  printf -- '---\napiVersion: hoplink.dev/v1alpha1\nkind: Chain\nmetadata: {name: c}\nspec: %s\n---\napiVersion: hoplink.dev/v1alpha1\nkind: Tunnel\nmetadata: {name: echo}\nspec: {chain: c, protocol: tcp, listen: {address: 127.0.0.1, port: %s}, target: "127.0.0.1:%s"}\n' \
-    "$spec" $((base + 100)) $ECHO >>"$dir/bench.yaml"
-  printf -- '---\napiVersion: hoplink.dev/v1alpha1\nkind: Tunnel\nmetadata: {name: bulk}\nspec: {chain: c, protocol: tcp, listen: {address: 127.0.0.1, port: %s}, target: "127.0.0.1:%s"}\n' \
-    $((base + 101)) $IPERF >>"$dir/bench.yaml"
+  i=0
+  for shape in $CHAINS; do
+    local p=$((base + 100 + 2 * i))
+    printf -- '---\napiVersion: hoplink.dev/v1alpha1\nkind: Chain\nmetadata: {name: c%s}\nspec: %s\n' $i "$(shape_spec "$shape")" >>"$dir/bench.yaml"
+    printf -- '---\napiVersion: hoplink.dev/v1alpha1\nkind: Tunnel\nmetadata: {name: echo%s}\nspec: {chain: c%s, protocol: tcp, listen: {address: 127.0.0.1, port: %s}, target: "127.0.0.1:%s"}\n' $i $i $p $ECHO >>"$dir/bench.yaml"
+    printf -- '---\napiVersion: hoplink.dev/v1alpha1\nkind: Tunnel\nmetadata: {name: bulk%s}\nspec: {chain: c%s, protocol: tcp, listen: {address: 127.0.0.1, port: %s}, target: "127.0.0.1:%s"}\n' $i $i $((p + 1)) $IPERF >>"$dir/bench.yaml"
+    port_of[$tag:$shape]=$p
+    i=$((i + 1))
+  done
   $bin cert ca --certs "$dir/certs" >/dev/null
   $bin cert issue --certs "$dir/certs" hk m1 m2 la >/dev/null
-  local port=$((base + 50)) relays=(hk la)
-  [[ $chain == three* ]] && relays=(la m2 m1 hk)
-  for r in "${relays[@]}"; do
+  local port=$((base + 50)) all=""
+  for r in la m2 m1 hk; do
     start "$tag-$r" $bin relay -f "$dir/bench.yaml" --name $r --certs "$dir/certs" --metrics-addr 127.0.0.1:$port --log-level warn ${PPROF:+--pprof}
     echo "$tag $r pid $last_pid metrics 127.0.0.1:$port" >&2
-    relay_pids[$tag]+=" $last_pid"
+    all+=" $last_pid"
     port=$((port + 1))
   done
+  for shape in $CHAINS; do pids_of[$tag:$shape]=$all; done
 }
-declare -A relay_pids
-# cpu_ticks TAG: user+system clock ticks the build's relays used so far.
-cpu_ticks() { local t=0 p; for p in ${relay_pids[$1]}; do t=$((t + $(awk '{print $14+$15}' /proc/$p/stat))); done; echo $t; }
+tags=""
+[[ -n ${DIRECT:-} ]] && { tags+=" direct"; port_of[direct]=$ECHO; pids_of[direct]=""; }
+
+# --- peers: haproxy, plain and as a TLS pair ------------------------------
+if [[ -n ${PEERS:-} ]]; then
+  H_PLAIN=18500 H_ENTRY=18502 H_EXIT=18504
+  # The pair authenticates both ways, as relays do: ECDSA P-256 keys under
+  # one CA, TLS 1.3.
+  (
+    cd "$work"
+    openssl ecparam -name prime256v1 -genkey -noout -out ca.key 2>/dev/null
+    openssl req -x509 -new -key ca.key -subj /CN=bench-ca -days 2 -out ca.pem 2>/dev/null
+    for n in entry exit; do
+      openssl ecparam -name prime256v1 -genkey -noout -out $n.key 2>/dev/null
+      openssl req -new -key $n.key -subj /CN=$n -out $n.csr 2>/dev/null
+      openssl x509 -req -in $n.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -out $n.crt 2>/dev/null
+      cat $n.crt $n.key >$n.pem
+    done
+  )
+  cat >"$work/haproxy.cfg" <<CFG
+global
+  maxconn 8000
+  ssl-default-bind-options ssl-min-ver TLSv1.3
+  ssl-default-server-options ssl-min-ver TLSv1.3
+defaults
+  mode tcp
+  timeout connect 5s
+  timeout client 1m
+  timeout server 1m
+listen plain
+  bind 127.0.0.1:$H_PLAIN
+  server t 127.0.0.1:$ECHO
+listen plain-bulk
+  bind 127.0.0.1:$((H_PLAIN + 1))
+  server t 127.0.0.1:$IPERF
+CFG
+  # The entry and the exit of the pair are processes of their own, as two
+  # relays are.
+  cat >"$work/haproxy-exit.cfg" <<CFG
+global
+  maxconn 8000
+  ssl-default-bind-options ssl-min-ver TLSv1.3
+defaults
+  mode tcp
+  timeout connect 5s
+  timeout client 1m
+  timeout server 1m
+listen exit
+  bind 127.0.0.1:$H_EXIT ssl crt $work/exit.pem ca-file $work/ca.pem verify required
+  server t 127.0.0.1:$ECHO
+listen exit-bulk
+  bind 127.0.0.1:$((H_EXIT + 1)) ssl crt $work/exit.pem ca-file $work/ca.pem verify required
+  server t 127.0.0.1:$IPERF
+CFG
+  cat >"$work/haproxy-entry.cfg" <<CFG
+global
+  maxconn 8000
+  ssl-default-server-options ssl-min-ver TLSv1.3
+defaults
+  mode tcp
+  timeout connect 5s
+  timeout client 1m
+  timeout server 1m
+listen entry
+  bind 127.0.0.1:$H_ENTRY
+  server t 127.0.0.1:$H_EXIT ssl crt $work/entry.pem ca-file $work/ca.pem verify required verifyhost exit
+listen entry-bulk
+  bind 127.0.0.1:$((H_ENTRY + 1))
+  server t 127.0.0.1:$((H_EXIT + 1)) ssl crt $work/entry.pem ca-file $work/ca.pem verify required verifyhost exit
+CFG
+  start haproxy haproxy -f "$work/haproxy.cfg" -db
+  port_of[haproxy]=$H_PLAIN pids_of[haproxy]=$last_pid
+  start haproxy-exit haproxy -f "$work/haproxy-exit.cfg" -db
+  p_exit=$last_pid
+  start haproxy-entry haproxy -f "$work/haproxy-entry.cfg" -db
+  port_of[haproxy-tls]=$H_ENTRY pids_of[haproxy-tls]="$last_pid $p_exit"
+  tags+=" haproxy haproxy-tls"
+fi
+
+if [[ -n ${OLD:-} ]]; then
+  setup "$OLD" old 18000
+  for s in $CHAINS; do tags+=" old:$s"; done
+fi
+setup "$NEW" new 18200
+for s in $CHAINS; do tags+=" new:$s"; done
+
+# cpu_ticks TAG: user+system clock ticks the path's processes used so far.
+cpu_ticks() { local t=0 p; for p in ${pids_of[$1]}; do t=$((t + $(awk '{print $14+$15}' /proc/$p/stat))); done; echo $t; }
 udp_out() { awk '/^Udp:/{n++; if(n==2) print $5}' /proc/net/snmp; }
 udp_drops() { awk '/^Udp:/{n++; if(n==2) print $6}' /proc/net/snmp; }
-setup "$OLD" old 18000 "${CHAIN_OLD:-$CHAIN}"
-setup "$NEW" new 18200 "${CHAIN_NEW:-$CHAIN}"
 sleep 0.5
-for port in $ECHO 18100 18300; do
+for tag in $tags; do
+  port=${port_of[$tag]}
   for i in $(seq 100); do
     $FB ttfb -addr 127.0.0.1:$port -n 1 >/dev/null 2>&1 && break
-    [[ $i == 100 ]] && { echo "port $port never answered" >&2; tail -n 5 "$work"/*.log >&2; exit 1; }
+    [[ $i == 100 ]] && { echo "$tag (port $port) never answered" >&2; tail -n 5 "$work"/*.log >&2; exit 1; }
     sleep 0.2
   done
 done
 kv() { sed -n "s/.*$1=\([^ ]*\).*/\1/p"; }
-echo "chain ${CHAIN_OLD:-$CHAIN} / ${CHAIN_NEW:-$CHAIN}, $RR_CLIENTS clients, ${RR_SECONDS}s a round, $ROUNDS rounds each; load before: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+echo "paths:$tags; $RR_CLIENTS clients, ${RR_SECONDS}s a round, $ROUNDS rounds each; host tcp_congestion_control $(sysctl -n net.ipv4.tcp_congestion_control); load before: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 declare -A res
-tags="old new"
-# DIRECT=1: each round also times the clients against the echo server with
-# no relay, what this machine's load alone makes of a request.
-[[ -n ${DIRECT:-} ]] && tags="direct old new"
 for round in $(seq "$ROUNDS"); do
   for tag in $tags; do
-    if [[ $tag == direct ]]; then
-      out=$($FB rr -addr 127.0.0.1:$ECHO -clients "$RR_CLIENTS" -duration "${RR_SECONDS}s")
-      echo "round $round direct: $out" >&2
-      res[direct]+="$out"$'\n'
-      continue
-    fi
-    port=18100; [[ $tag == new ]] && port=18300
+    port=${port_of[$tag]}
     t0=$(cpu_ticks $tag) u0=$(udp_out) d0=$(udp_drops)
     out=$($FB rr -addr 127.0.0.1:$port -clients "$RR_CLIENTS" -duration "${RR_SECONDS}s")
     t1=$(cpu_ticks $tag) u1=$(udp_out) d1=$(udp_drops)
-    # The relays' CPU time per request, in microseconds.
-    out+=" relay_cpu_us=$(python3 -c "print('%.1f' % (($t1-$t0)/$(getconf CLK_TCK)*1e6/max(1,$(echo "$out" | kv count))))")"
-    # UDP datagrams the host sent per request: the QUIC hop's packets,
-    # both ways, ACKs included (anything else on the host adds to it).
-    out+=" udp_per_req=$(python3 -c "print('%.2f' % (($u1-$u0)/max(1,$(echo "$out" | kv count))))")"
-    # Datagrams the host dropped for a full receive buffer meanwhile.
-    out+=" rcvbuf_drops=$((d1 - d0))"
+    if [[ $tag != direct ]]; then
+      # The path's CPU time per request, in microseconds.
+      out+=" cpu_us=$(python3 -c "print('%.1f' % (($t1-$t0)/$(getconf CLK_TCK)*1e6/max(1,$(echo "$out" | kv count))))")"
+    fi
+    if [[ $tag == *:* ]]; then
+      # UDP datagrams the host sent per request: the QUIC hops' packets,
+      # both ways, ACKs included (anything else on the host adds to it).
+      out+=" udp_per_req=$(python3 -c "print('%.2f' % (($u1-$u0)/max(1,$(echo "$out" | kv count))))")"
+      # Datagrams the host dropped for a full receive buffer meanwhile.
+      out+=" rcvbuf_drops=$((d1 - d0))"
+    fi
     if [[ -n ${BULK_SECONDS:-} ]]; then
-      out+=" bulk_gbps=$(iperf3 -c 127.0.0.1 -p $((port + 1)) -t "$BULK_SECONDS" -J | python3 -c "import json,sys; print('%.2f' % (json.load(sys.stdin)['end']['sum_received']['bits_per_second']/1e9))")"
+      out+=" bulk_gbps=$(iperf3 -c 127.0.0.1 -p $([[ $tag == direct ]] && echo $IPERF || echo $((port + 1))) -t "$BULK_SECONDS" -J | python3 -c "import json,sys; print('%.2f' % (json.load(sys.stdin)['end']['sum_received']['bits_per_second']/1e9))")"
     fi
     echo "round $round $tag: $out" >&2
     res[$tag]+="$out"$'\n'
   done
 done
+median() { sort -g | awk '{a[NR]=$1} END{if (NR) print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+declare -A med
 for tag in $tags; do
   printf '%s median:' "$tag"
-  for k in count p50_us p99_us avg_us relay_cpu_us udp_per_req rcvbuf_drops bulk_gbps; do
-    v=$(echo -n "${res[$tag]}" | kv $k | sort -g | awk '{a[NR]=$1} END{if (NR) print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}')
-    [[ -n $v ]] && printf ' %s=%s' "$k" "$v"
+  for k in count p50_us p99_us avg_us cpu_us udp_per_req rcvbuf_drops bulk_gbps; do
+    v=$(echo -n "${res[$tag]}" | kv $k | median)
+    [[ -n $v ]] && printf ' %s=%s' "$k" "$v" && med[$tag:$k]=$v
   done
   echo
 done
+# Added latency: each round's figure minus the direct path's in the same
+# round, then the median over rounds.
+if [[ -n ${DIRECT:-} ]]; then
+  for tag in $tags; do
+    [[ $tag == direct ]] && continue
+    printf '%s added over direct (median of rounds):' "$tag"
+    for k in p50_us p99_us; do
+      v=$(paste <(echo -n "${res[$tag]}" | kv $k) <(echo -n "${res[direct]}" | kv $k) | awk '{print $1-$2}' | median)
+      printf ' %s=%s' "$k" "$v"
+    done
+    echo
+  done
+fi
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
