@@ -17,7 +17,8 @@
 # with mutual TLS between them (haproxy-tls: the shape of one hoplink hop).
 # Each path's CPU per request is its processes' user+system time over the
 # round divided by its requests (relays for hoplink, haproxy's processes for
-# the peers; the clients and echo server are not counted anywhere).
+# the peers; the clients and echo server are not counted anywhere); with
+# perf installed, their system calls and context switches per request too.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -192,15 +193,32 @@ for tag in $tags; do
     sleep 0.2
   done
 done
+have_perf=""
+perf stat -e raw_syscalls:sys_enter -x, -o /dev/null -- true 2>/dev/null && have_perf=1
 kv() { sed -n "s/.*$1=\([^ ]*\).*/\1/p"; }
 echo "paths:$tags; $RR_CLIENTS clients, ${RR_SECONDS}s a round, $ROUNDS rounds each; host tcp_congestion_control $(sysctl -n net.ipv4.tcp_congestion_control); load before: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 declare -A res
 for round in $(seq "$ROUNDS"); do
   for tag in $tags; do
     port=${port_of[$tag]}
+    perf_pid=""
+    if [[ -n $have_perf && -n ${pids_of[$tag]} ]]; then
+      # System calls and context switches of the path's processes, all
+      # their threads, while the round runs: what a request costs in
+      # kernel crossings and wake-ups, which the machine's load does not
+      # change the way it changes latency.
+      perf stat -e raw_syscalls:sys_enter,context-switches -x, -p "$(echo ${pids_of[$tag]} | tr ' ' ,)" -o "$work/perf.out" &
+      perf_pid=$!
+    fi
     t0=$(cpu_ticks $tag) u0=$(udp_out) d0=$(udp_drops)
     out=$($FB rr -addr 127.0.0.1:$port -clients "$RR_CLIENTS" -duration "${RR_SECONDS}s")
     t1=$(cpu_ticks $tag) u1=$(udp_out) d1=$(udp_drops)
+    if [[ -n $perf_pid ]]; then
+      kill -INT $perf_pid; wait $perf_pid || true
+      n=$(echo "$out" | kv count)
+      out+=" syscalls_per_req=$(awk -F, -v n="$n" '$3=="raw_syscalls:sys_enter"{printf "%.1f", $1/(n>0?n:1)}' "$work/perf.out")"
+      out+=" switches_per_req=$(awk -F, -v n="$n" '$3=="context-switches"{printf "%.1f", $1/(n>0?n:1)}' "$work/perf.out")"
+    fi
     if [[ $tag != direct ]]; then
       # The path's CPU time per request, in microseconds.
       out+=" cpu_us=$(python3 -c "print('%.1f' % (($t1-$t0)/$(getconf CLK_TCK)*1e6/max(1,$(echo "$out" | kv count))))")"
@@ -223,7 +241,7 @@ median() { sort -g | awk '{a[NR]=$1} END{if (NR) print (NR%2 ? a[(NR+1)/2] : (a[
 declare -A med
 for tag in $tags; do
   printf '%s median:' "$tag"
-  for k in count p50_us p99_us avg_us cpu_us udp_per_req rcvbuf_drops bulk_gbps; do
+  for k in count p50_us p99_us avg_us cpu_us syscalls_per_req switches_per_req udp_per_req rcvbuf_drops bulk_gbps; do
     v=$(echo -n "${res[$tag]}" | kv $k | median)
     [[ -n $v ]] && printf ' %s=%s' "$k" "$v" && med[$tag:$k]=$v
   done
