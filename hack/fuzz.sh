@@ -18,6 +18,7 @@ targets=(
   "./relay            FuzzLinkTable        50000"
   "./route            FuzzCandidates       40000"
   "./relay/admit      FuzzStream           250000"
+  "./relay/admit      FuzzPackets          100000"
   "./adminapi         FuzzHandler          90000"
   "./clusterset       FuzzDecode           60000"
   "./relay/tun        FuzzComplete         400000"

@@ -131,6 +131,19 @@ func TestClampMSS(t *testing.T) {
 	if ClampMSS(syn, 1300) {
 		t.Fatal("an MSS already below the limit was raised")
 	}
+	// IPv6: the same option, the checksum over the IPv6 pseudo-header.
+	syn6 := superPacket(true, nil, 0x02)
+	copy(syn6[60:72], []byte{1, 1, 2, 4, 0x05, 0xa0, 1, 1, 1, 1, 1, 1})
+	info6, _ := parseIP(syn6)
+	transportChecksum(info6, syn6)
+	if !IsSYN(syn6) || !ClampMSS(syn6, 1220) || binary.BigEndian.Uint16(syn6[64:]) != 1220 {
+		t.Fatalf("IPv6 MSS 1440 not clamped to 1220: % x", syn6[60:72])
+	}
+	src6, _ := netip.AddrFromSlice(syn6[8:24])
+	dst6, _ := netip.AddrFromSlice(syn6[24:40])
+	if !header.TCP(syn6[40:]).IsChecksumValid(addr(src6), addr(dst6), 0, 0) {
+		t.Fatal("IPv6 checksum wrong after clamping")
+	}
 	ack := superPacket(false, nil, 0x10)
 	if IsSYN(ack) {
 		t.Fatal("an ACK seen as a SYN")
@@ -165,6 +178,7 @@ func FuzzComplete(f *testing.F) {
 
 func FuzzClampMSS(f *testing.F) {
 	f.Add(superPacket(false, nil, 0x02), uint16(1200))
+	f.Add(superPacket(true, nil, 0x02), uint16(1220))
 	f.Fuzz(func(t *testing.T, pkt []byte, mss uint16) {
 		ClampMSS(pkt, mss)
 	})
@@ -264,7 +278,18 @@ func TestICMPErrorAbout(t *testing.T) {
 
 func FuzzICMPErrorAbout(f *testing.F) {
 	f.Add(superPacket(false, nil, 0x02))
-	f.Fuzz(func(t *testing.T, pkt []byte) { ICMPErrorAbout(pkt) })
+	// An IPv6 packet too big quoting a TCP segment.
+	ptb := make([]byte, 40, 96)
+	ptb[0], ptb[6] = 0x60, 58
+	ptb = append(append(ptb, 2, 0, 0, 0, 0, 0, 0x05, 0), superPacket(true, []byte("x"), 0x18)...)
+	binary.BigEndian.PutUint16(ptb[4:], uint16(len(ptb)-40))
+	f.Add(ptb)
+	f.Fuzz(func(t *testing.T, pkt []byte) {
+		src, dst, ok := ICMPErrorAbout(pkt)
+		if ok && (src.Is4() != dst.Is4() || src.Is4() != (pkt[0]>>4 == 4)) {
+			t.Fatalf("an error quoting %v -> %v in a packet of version %d", src, dst, pkt[0]>>4)
+		}
+	})
 }
 
 // A destination unreachable for a ping quotes its request as it left, so
