@@ -2,6 +2,8 @@ package systest
 
 import (
 	"bytes"
+	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +19,7 @@ import (
 	"golang.org/x/net/icmp"
 	"golang.org/x/net/ipv4"
 	"golang.org/x/net/ipv6"
+	"golang.org/x/sys/unix"
 
 	"github.com/hoplink/hoplink/internal/testing/procs"
 	"github.com/hoplink/hoplink/internal/testing/testutil"
@@ -25,11 +28,15 @@ import (
 // The tun test runs three relays as processes in three namespaces joined by
 // veth pairs, cl <-> mid <-> sv: the client's namespace holds the entry
 // relay and its devices, mid a middle relay, sv the exit relay and the
-// servers (on 10.77.1.1, 10.77.2.1, 10.77.3.1, fd77:1::1, fd77:2::1). Five
-// tun Tunnels share the relays: flow mode over QUIC, packet mode over QUIC,
-// packet mode over TLS, and IPv6 flow and packet mode over QUIC. Behind
+// servers (on 10.77.N.1 and fd77:N::1). Seven tun Tunnels share the
+// relays: flow mode over QUIC, packet mode over QUIC, packet mode over TLS,
+// IPv6 flow and packet mode over QUIC, and a flow and a packet Tunnel that
+// each route an IPv4 and an IPv6 subnet through one device (dual). Behind
 // each route, .9 (::9) is an address where nothing answers; the flow
 // Tunnels also route 10.76.1.0/24 and fd76:1::/64, to which sv has no route.
+// A dual device holds its IPv4 address only: IPv6 leaves it from the
+// client host's own address, fd30::1, which the packet Tunnel lists in its
+// sources.
 const tunManifests = `
 apiVersion: hoplink.dev/v1alpha1
 kind: RelayNode
@@ -80,6 +87,16 @@ apiVersion: hoplink.dev/v1alpha1
 kind: Tunnel
 metadata: {name: pkt6}
 spec: {chain: cq, protocol: tun, tun: {name: hl-pkt6, address: "fd20:2::1/64", routes: ["fd77:2::/64"], mode: packet}}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: Tunnel
+metadata: {name: dualf}
+spec: {chain: cq, protocol: tun, tun: {name: hl-dualf, address: 10.204.0.1/24, routes: [10.77.4.0/24, "fd77:4::/64"]}}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: Tunnel
+metadata: {name: dualp}
+spec: {chain: cq, protocol: tun, tun: {name: hl-dualp, address: 10.205.0.1/24, routes: [10.77.5.0/24, "fd77:5::/64"], mode: packet, sources: [10.205.0.0/24, "fd30::/64"]}}
 `
 
 func TestTunTunnels(t *testing.T) {
@@ -96,14 +113,16 @@ func TestTunTunnels(t *testing.T) {
 	procs.Run(t, "ip", "-n", sv.name, "link", "add", "void", "type", "veth", "peer", "name", "void-end")
 	procs.Run(t, "ip", "-n", sv.name, "link", "set", "void", "up")
 	procs.Run(t, "ip", "-n", sv.name, "link", "set", "void-end", "up")
-	for i := 1; i <= 3; i++ {
+	for _, i := range []int{1, 2, 3, 4, 5} {
 		procs.Run(t, "ip", "-n", sv.name, "addr", "add", fmt.Sprintf("10.77.%d.1/32", i), "dev", "lo")
 		procs.Run(t, "ip", "-n", sv.name, "route", "add", fmt.Sprintf("10.77.%d.0/24", i), "dev", "void")
 	}
-	for i := 1; i <= 2; i++ {
+	for _, i := range []int{1, 2, 4, 5} {
 		procs.Run(t, "ip", "-n", sv.name, "addr", "add", fmt.Sprintf("fd77:%d::1/128", i), "dev", "lo", "nodad")
 		procs.Run(t, "ip", "-n", sv.name, "route", "add", fmt.Sprintf("fd77:%d::/64", i), "dev", "void")
 	}
+	// The client host's IPv6 address, as a dual-stack node has one.
+	procs.Run(t, "ip", "-n", cl.name, "addr", "add", "fd30::1/128", "dev", "lo", "nodad")
 	// The exit pings from an unprivileged ICMP socket, as a relay without
 	// CAP_NET_RAW must (the relay's unit test covers the raw socket).
 	procs.Run(t, "ip", "netns", "exec", sv.name, "sh", "-c", "echo 0 2147483647 > /proc/sys/net/ipv4/ping_group_range")
@@ -120,7 +139,7 @@ func TestTunTunnels(t *testing.T) {
 		if tcpLn, err = net.Listen("tcp", ":5201"); err != nil {
 			t.Fatal(err)
 		}
-		for _, a := range []string{"10.77.1.1", "10.77.2.1", "10.77.3.1", "[fd77:1::1]", "[fd77:2::1]"} {
+		for _, a := range []string{"10.77.1.1", "10.77.2.1", "10.77.3.1", "10.77.4.1", "10.77.5.1", "[fd77:1::1]", "[fd77:2::1]", "[fd77:4::1]", "[fd77:5::1]"} {
 			udpLn, err := net.ListenPacket("udp", a+":5353")
 			if err != nil {
 				t.Fatal(err)
@@ -158,12 +177,12 @@ func TestTunTunnels(t *testing.T) {
 	})
 	procs.Run(t, "ip", "netns", "exec", cl.name, "true")
 	testutil.WaitFor(t, "devices up", func() error {
-		for _, dev := range []string{"hl-flow", "hl-pktq", "hl-pktt", "hl-flow6", "hl-pkt6"} {
+		for _, dev := range []string{"hl-flow", "hl-pktq", "hl-pktt", "hl-flow6", "hl-pkt6", "hl-dualf", "hl-dualp"} {
 			if err := exec.Command("ip", "-n", cl.name, "link", "show", dev).Run(); err != nil {
 				return fmt.Errorf("%s not up in the client namespace", dev)
 			}
 		}
-		for _, dev := range []string{"hl-pktq", "hl-pktt", "hl-pkt6"} {
+		for _, dev := range []string{"hl-pktq", "hl-pktt", "hl-pkt6", "hl-dualp"} {
 			if err := exec.Command("ip", "-n", sv.name, "link", "show", dev).Run(); err != nil {
 				return fmt.Errorf("exit device %s not up", dev)
 			}
@@ -171,33 +190,47 @@ func TestTunTunnels(t *testing.T) {
 		return nil
 	})
 
-	for _, tc := range []struct{ name, addr, silent, noRoute string }{
-		{"flow mode over QUIC", "10.77.1.1", "10.77.1.9", "10.76.1.1"},
-		{"packet mode over QUIC", "10.77.2.1", "10.77.2.9", ""},
-		{"packet mode over TLS", "10.77.3.1", "10.77.3.9", ""},
-		{"IPv6 flow mode over QUIC", "fd77:1::1", "fd77:1::9", "fd76:1::1"},
-		{"IPv6 packet mode over QUIC", "fd77:2::1", "fd77:2::9", ""},
+	// The dual rows cross the dual Tunnels' devices, both families on one
+	// device, as src (the IPv6 rows from the host's own address). They move
+	// 4 MiB to keep the test short: the 32 MiB rows proved volume already.
+	for _, tc := range []struct {
+		name, addr, silent, noRoute, src string
+		size                             int64
+	}{
+		{"flow mode over QUIC", "10.77.1.1", "10.77.1.9", "10.76.1.1", "", 32 << 20},
+		{"packet mode over QUIC", "10.77.2.1", "10.77.2.9", "", "", 32 << 20},
+		{"packet mode over TLS", "10.77.3.1", "10.77.3.9", "", "", 32 << 20},
+		{"IPv6 flow mode over QUIC", "fd77:1::1", "fd77:1::9", "fd76:1::1", "", 32 << 20},
+		{"IPv6 packet mode over QUIC", "fd77:2::1", "fd77:2::9", "", "", 32 << 20},
+		{"dual flow mode, IPv4", "10.77.4.1", "10.77.4.9", "", "", 4 << 20},
+		{"dual flow mode, IPv6", "fd77:4::1", "fd77:4::9", "", "fd30::1", 4 << 20},
+		{"dual packet mode, IPv4", "10.77.5.1", "10.77.5.9", "", "", 4 << 20},
+		{"dual packet mode, IPv6", "fd77:5::1", "fd77:5::9", "", "fd30::1", 4 << 20},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			hostPort := net.JoinHostPort(tc.addr, "5201")
+			d := net.Dialer{Timeout: 3 * time.Second}
+			if tc.src != "" {
+				d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(tc.src)}
+			}
 			dial := func() (net.Conn, error) {
 				var c net.Conn
 				var err error
-				cl.do(func() { c, err = net.DialTimeout("tcp", hostPort, 3*time.Second) })
+				cl.do(func() { c, err = d.Dial("tcp", hostPort) })
 				return c, err
 			}
 			testutil.WaitFor(t, "first flow", func() error { return testutil.TCPExchange(dial, 1<<10) })
-			if err := testutil.TCPExchange(dial, 32<<20); err != nil {
-				t.Fatalf("32 MiB both ways: %v", err)
+			if err := testutil.TCPExchange(dial, tc.size); err != nil {
+				t.Fatalf("%d MiB both ways: %v", tc.size>>20, err)
 			}
-			udpEcho(t, cl, net.JoinHostPort(tc.addr, "5353"), []int{10, 1200, 1400, 9000})
+			udpEchoFrom(t, cl, tc.src, net.JoinHostPort(tc.addr, "5353"), []int{10, 1200, 1400, 9000})
 			// A ping is answered when its destination answers, and only
 			// then: a Tunnel that answered for it would say a host is up
 			// that is not.
-			if got := ping(t, cl, tc.addr, 5); got != "reply" {
+			if got := pingFrom(t, cl, tc.src, tc.addr, 5); got != "reply" {
 				t.Errorf("ping %s: %q; want an echo reply", tc.addr, got)
 			}
-			if got := ping(t, cl, tc.silent, 3); got != "" {
+			if got := pingFrom(t, cl, tc.src, tc.silent, 3); got != "" {
 				t.Errorf("ping %s, where nothing answers: %q; want no answer", tc.silent, got)
 			}
 			// Where the exit has no route, the sender hears so at once.
@@ -215,6 +248,48 @@ func TestTunTunnels(t *testing.T) {
 			}
 		})
 	}
+
+	t.Run("too big", func(t *testing.T) {
+		// Nothing fragments on the way and nothing is dropped silently for
+		// size: a sender whose packet does not fit hears how much does, by
+		// ICMPv6 packet too big (IPv6's path MTU discovery) or, for IPv4
+		// with DF, fragmentation needed. Two places can say so: the entry
+		// host, for a packet a host behind it (lan) routes into a device
+		// (MTU 1420); and a router behind a packet-mode exit, whose answer
+		// must come back through the Tunnel (sv, toward a 1280 link).
+		lan := newNetns(t, tag+"-lan")
+		link(t, cl, lan, 3, "to-lan", "to-cl")
+		procs.Run(t, "ip", "-n", cl.name, "addr", "add", "fd31::1/64", "dev", "to-lan", "nodad")
+		procs.Run(t, "ip", "-n", lan.name, "addr", "add", "fd31::2/64", "dev", "to-cl", "nodad")
+		procs.Run(t, "ip", "-n", lan.name, "route", "add", "default", "via", "10.231.3.1")
+		procs.Run(t, "ip", "-n", lan.name, "-6", "route", "add", "default", "via", "fd31::1")
+		for _, ns := range []*netns{cl, sv} {
+			procs.Run(t, "ip", "netns", "exec", ns.name, "sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1")
+		}
+		for _, a := range []string{"10.77.2.7/32", "fd77:2::7/128", "fd77:5::7/128"} {
+			procs.Run(t, "ip", "-n", sv.name, "route", "add", a, "dev", "void", "mtu", "1280")
+		}
+		for _, c := range []struct {
+			name    string
+			ns      *netns
+			src     string
+			dst     string
+			size    int // the echo's data
+			wantMTU int
+		}{
+			{"into the flow device", lan, "", "10.77.1.1", 1400, 1420},
+			{"into the flow device, IPv6", lan, "", "fd77:1::1", 1400, 1420},
+			{"into the packet device", lan, "", "10.77.2.1", 1400, 1420},
+			{"into the packet device, IPv6", lan, "", "fd77:2::1", 1400, 1420},
+			{"behind the packet exit", cl, "", "10.77.2.7", 1300, 1280},
+			{"behind the packet exit, IPv6", cl, "", "fd77:2::7", 1300, 1280},
+			{"behind the dual packet exit, IPv6", cl, "fd30::1", "fd77:5::7", 1300, 1280},
+		} {
+			if got := tooBig(t, c.ns, c.src, c.dst, c.size, 3); got != c.wantMTU {
+				t.Errorf("%s: a %d-byte echo to %s told MTU %d; want %d", c.name, c.size, c.dst, got, c.wantMTU)
+			}
+		}
+	})
 
 	t.Run("outside the routes", func(t *testing.T) {
 		// Routed into the flow Tunnel's device by the kernel, but not one
@@ -263,7 +338,7 @@ func TestTunTunnels(t *testing.T) {
 				t.Fatalf("%s did not exit within 10 s of SIGTERM", name)
 			}
 		}
-		for ns, devs := range map[*netns][]string{cl: {"hl-flow", "hl-pktq", "hl-pktt", "hl-flow6", "hl-pkt6"}, sv: {"hl-pktq", "hl-pktt", "hl-pkt6"}} {
+		for ns, devs := range map[*netns][]string{cl: {"hl-flow", "hl-pktq", "hl-pktt", "hl-flow6", "hl-pkt6", "hl-dualf", "hl-dualp"}, sv: {"hl-pktq", "hl-pktt", "hl-pkt6", "hl-dualp"}} {
 			out, _ := exec.Command("ip", "-n", ns.name, "link").CombinedOutput()
 			for _, d := range devs {
 				if strings.Contains(string(out), d) {
@@ -313,10 +388,20 @@ func echoIntact(c net.Conn, size int) bool {
 // udpEcho sends packets of the given sizes from ns and checks each echo.
 func udpEcho(t *testing.T, ns *netns, addr string, sizes []int) {
 	t.Helper()
+	udpEchoFrom(t, ns, "", addr, sizes)
+}
+
+// udpEchoFrom is udpEcho from the address src ("": the kernel's choice).
+func udpEchoFrom(t *testing.T, ns *netns, src, addr string, sizes []int) {
+	t.Helper()
 	var c net.Conn
 	ns.do(func() {
 		var err error
-		if c, err = net.Dial("udp", addr); err != nil {
+		d := net.Dialer{}
+		if src != "" {
+			d.LocalAddr = &net.UDPAddr{IP: net.ParseIP(src)}
+		}
+		if c, err = d.Dial("udp", addr); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -340,6 +425,12 @@ func pingAnswered(t *testing.T, ns *netns, addr string, tries int) bool {
 // request), or "" (none).
 func ping(t *testing.T, ns *netns, addr string, tries int) string {
 	t.Helper()
+	return pingFrom(t, ns, "", addr, tries)
+}
+
+// pingFrom is ping from the address src ("": the kernel's choice).
+func pingFrom(t *testing.T, ns *netns, src, addr string, tries int) string {
+	t.Helper()
 	dst := net.ParseIP(addr)
 	network, laddr, proto := "ip4:icmp", "0.0.0.0", 1
 	var req, rep, unreach icmp.Type = ipv4.ICMPTypeEcho, ipv4.ICMPTypeEchoReply, ipv4.ICMPTypeDestinationUnreachable
@@ -348,6 +439,9 @@ func ping(t *testing.T, ns *netns, addr string, tries int) string {
 		network, laddr, proto = "ip6:ipv6-icmp", "::", 58
 		req, rep, unreach = ipv6.ICMPTypeEchoRequest, ipv6.ICMPTypeEchoReply, ipv6.ICMPTypeDestinationUnreachable
 		hl = 40
+	}
+	if src != "" {
+		laddr = src
 	}
 	var c *icmp.PacketConn
 	ns.do(func() {
@@ -393,6 +487,78 @@ func ping(t *testing.T, ns *netns, addr string, tries int) string {
 		}
 	}
 	return ""
+}
+
+// tooBig sends up to tries echo requests of size bytes of data to addr
+// from ns (from src, when given), with don't-fragment, and returns the MTU
+// that the first packet too big (IPv6) or fragmentation needed (IPv4) about
+// them tells, whichever router sent it; 0 if none came.
+func tooBig(t *testing.T, ns *netns, src, addr string, size, tries int) int {
+	t.Helper()
+	dst := net.ParseIP(addr)
+	v6 := dst.To4() == nil
+	network, laddr, hl := "ip4:icmp", "0.0.0.0", 20
+	req, want, code := byte(8), byte(3), byte(4)
+	if v6 {
+		network, laddr, hl = "ip6:ipv6-icmp", "::", 40
+		req, want, code = 128, 2, 0
+	}
+	if src != "" {
+		laddr = src
+	}
+	// Probe: don't fragment, and send whatever the sender's kernel learnt
+	// of the path, so that every try reaches the router that objects.
+	lc := net.ListenConfig{Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		err := rc.Control(func(fd uintptr) {
+			if v6 {
+				serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_PROBE)
+			} else {
+				serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_PROBE)
+			}
+		})
+		return errors.Join(err, serr)
+	}}
+	var c net.PacketConn
+	ns.do(func() {
+		var err error
+		if c, err = lc.ListenPacket(context.Background(), network, laddr); err != nil {
+			t.Fatal(err)
+		}
+	})
+	defer c.Close()
+	id := (os.Getpid() + 1) & 0xffff
+	for seq := 1; seq <= tries; seq++ {
+		msg := icmp.Message{Type: ipv4.ICMPTypeEcho, Body: &icmp.Echo{ID: id, Seq: seq, Data: bytes.Repeat([]byte{'x'}, size)}}
+		if v6 {
+			msg.Type = ipv6.ICMPTypeEchoRequest
+		}
+		b, _ := msg.Marshal(nil)
+		if _, err := c.WriteTo(b, &net.IPAddr{IP: dst}); err != nil {
+			t.Fatalf("send a %d-byte echo to %s: %v", size, addr, err)
+		}
+		c.SetReadDeadline(time.Now().Add(time.Second))
+		buf := make([]byte, 2048)
+		for {
+			n, _, err := c.ReadFrom(buf)
+			if err != nil {
+				break
+			}
+			m := buf[:n] // the ICMP message: Go strips IPv4's header
+			if len(m) < 8+hl+8 || m[0] != want || m[1] != code {
+				continue
+			}
+			q := m[8+hl:] // the quoted echo request
+			if q[0] != req || int(binary.BigEndian.Uint16(q[4:])) != id {
+				continue
+			}
+			if v6 {
+				return int(binary.BigEndian.Uint32(m[4:]))
+			}
+			return int(binary.BigEndian.Uint16(m[6:]))
+		}
+	}
+	return 0
 }
 
 // metricsIn reads the relay's /metrics inside a namespace.
