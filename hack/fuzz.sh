@@ -26,6 +26,7 @@ targets=(
   "./relay/tun        FuzzEchoRequest      400000"
   "./relay/tun        FuzzICMPErrorAbout   400000"
   "./relay/tun        FuzzRebuildVnetHdr   400000"
+  "./relay/tun        FuzzHiddenICMP       150000"
   "./relay/quic       FuzzChannelPacket    100000"
 )
 for t in "${targets[@]}"; do

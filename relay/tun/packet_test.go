@@ -437,3 +437,77 @@ func FuzzRebuildVnetHdr(f *testing.F) {
 		}
 	})
 }
+
+// v6Chain builds an IPv6 packet whose headers follow the fixed one: hdrs
+// are (next header, its bytes) pairs, last the upper layer's message.
+func v6Chain(first uint8, hdrs ...[]byte) []byte {
+	p := make([]byte, 40)
+	p[0], p[6], p[7] = 0x60, first, 64
+	copy(p[8:], netip.MustParseAddr("fd20::1").AsSlice())
+	copy(p[24:], netip.MustParseAddr("fd77::9").AsSlice())
+	for _, h := range hdrs {
+		p = append(p, h...)
+	}
+	binary.BigEndian.PutUint16(p[4:], uint16(len(p)-40))
+	return p
+}
+
+// What a flow-mode stack must not see: pieces of pings, and pings behind
+// IPv6 extension headers; TCP and UDP, fragmented or not, pass.
+func TestHiddenICMP(t *testing.T) {
+	echo6 := []byte{128, 0, 0, 0, 0, 1, 0, 1}
+	frag := func(next uint8, offset uint16) []byte { // a fragment header
+		h := []byte{next, 0, 0, 0, 0, 0, 0, 42}
+		binary.BigEndian.PutUint16(h[2:], offset<<3|1)
+		return h
+	}
+	opts := func(next uint8) []byte { return []byte{next, 0, 1, 4, 0, 0, 0, 0} } // 8 bytes of padding
+	v4 := func(proto uint8, flags uint16) []byte {
+		p := make([]byte, 28)
+		p[0], p[9] = 0x45, proto
+		binary.BigEndian.PutUint16(p[2:], 28)
+		binary.BigEndian.PutUint16(p[6:], flags)
+		return p
+	}
+	for _, c := range []struct {
+		name string
+		pkt  []byte
+		want bool
+	}{
+		{"IPv6 echo request", v6Chain(58, echo6), false},
+		{"IPv6 first fragment of a ping", v6Chain(44, frag(58, 0), echo6), true},
+		{"IPv6 later fragment of a ping", v6Chain(44, frag(58, 185), []byte("zzzzzzzz")), true},
+		{"IPv6 ping behind destination options", v6Chain(60, opts(58), echo6), true},
+		{"IPv6 ping behind hop-by-hop", v6Chain(0, opts(58), echo6), true},
+		{"IPv6 fragment behind hop-by-hop", v6Chain(0, opts(44), frag(58, 0), echo6), true},
+		{"IPv6 fragment of extension headers", v6Chain(44, frag(60, 0), opts(58), echo6), true},
+		{"IPv6 UDP fragment", v6Chain(44, frag(17, 0), make([]byte, 8)), false},
+		{"IPv6 TCP behind destination options", v6Chain(60, opts(6), make([]byte, 20)), false},
+		{"IPv6 UDP", v6Chain(17, make([]byte, 8)), false},
+		{"IPv6 options cut short", v6Chain(60, []byte{58}), true},
+		{"IPv6 fragment header cut short", v6Chain(44, []byte{58, 0}), true},
+		{"IPv6 endless options", v6Chain(60, bytes.Repeat(opts(60), 9)), true},
+		{"IPv4 echo request", v4(1, 0), false},
+		{"IPv4 first fragment of a ping", v4(1, 0x2000), true},
+		{"IPv4 later fragment of a ping", v4(1, 185), true},
+		{"IPv4 don't fragment", v4(1, 0x4000), false},
+		{"IPv4 UDP fragment", v4(17, 0x2000), false},
+		{"not IP", []byte{0x10, 0}, false},
+	} {
+		if got := HiddenICMP(c.pkt); got != c.want {
+			t.Errorf("%s: HiddenICMP = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+func FuzzHiddenICMP(f *testing.F) {
+	f.Add(v6Chain(44, []byte{58, 0, 0, 1, 0, 0, 0, 42}, []byte{128, 0, 0, 0, 0, 1, 0, 1}))
+	f.Add(v6Chain(60, []byte{58, 0, 1, 4, 0, 0, 0, 0}, []byte{128, 0, 0, 0, 0, 1, 0, 1}))
+	f.Add(superPacket(false, nil, 0x02))
+	f.Fuzz(func(t *testing.T, pkt []byte) {
+		// A plain echo request is never hidden: the stack's Echo takes it.
+		if _, ok := ParseEchoRequest(pkt); ok && HiddenICMP(pkt) {
+			t.Fatalf("a whole echo request taken for a hidden one: % x", pkt)
+		}
+	})
+}
