@@ -233,6 +233,19 @@ func TestTunTunnels(t *testing.T) {
 			if got := pingFrom(t, cl, tc.src, tc.silent, 3); got != "" {
 				t.Errorf("ping %s, where nothing answers: %q; want no answer", tc.silent, got)
 			}
+			// A ping larger than the device's MTU leaves the sender in
+			// fragments. Packet mode carries them and the destination
+			// answers; flow mode's exit cannot ping with them, and its
+			// stack must not answer for the destination either.
+			big := bytes.Repeat([]byte("hoplink!"), 375)
+			if got := pingData(t, cl, tc.src, tc.silent, big, 1); got != "" {
+				t.Errorf("3000-byte ping %s, where nothing answers: %q; want no answer", tc.silent, got)
+			}
+			if strings.Contains(tc.name, "packet mode") {
+				if got := pingData(t, cl, tc.src, tc.addr, big, 3); got != "reply" {
+					t.Errorf("3000-byte ping %s: %q; want an echo reply", tc.addr, got)
+				}
+			}
 			// Where the exit has no route, the sender hears so at once.
 			if tc.noRoute != "" {
 				if got := ping(t, cl, tc.noRoute, 3); got != "unreachable" {
@@ -431,6 +444,12 @@ func ping(t *testing.T, ns *netns, addr string, tries int) string {
 // pingFrom is ping from the address src ("": the kernel's choice).
 func pingFrom(t *testing.T, ns *netns, src, addr string, tries int) string {
 	t.Helper()
+	return pingData(t, ns, src, addr, []byte("hoplink"), tries)
+}
+
+// pingData is pingFrom with data in the requests.
+func pingData(t *testing.T, ns *netns, src, addr string, data []byte, tries int) string {
+	t.Helper()
 	dst := net.ParseIP(addr)
 	network, laddr, proto := "ip4:icmp", "0.0.0.0", 1
 	var req, rep, unreach icmp.Type = ipv4.ICMPTypeEcho, ipv4.ICMPTypeEchoReply, ipv4.ICMPTypeDestinationUnreachable
@@ -453,13 +472,13 @@ func pingFrom(t *testing.T, ns *netns, src, addr string, tries int) string {
 	defer c.Close()
 	id := os.Getpid() & 0xffff
 	for seq := 1; seq <= tries; seq++ {
-		msg := icmp.Message{Type: req, Body: &icmp.Echo{ID: id, Seq: seq, Data: []byte("hoplink")}}
+		msg := icmp.Message{Type: req, Body: &icmp.Echo{ID: id, Seq: seq, Data: data}}
 		b, _ := msg.Marshal(nil) // the kernel sums ICMPv6
 		if _, err := c.WriteTo(b, &net.IPAddr{IP: dst}); err != nil {
 			t.Fatal(err)
 		}
 		c.SetReadDeadline(time.Now().Add(time.Second))
-		buf := make([]byte, 1500)
+		buf := make([]byte, 65535)
 		for {
 			n, from, err := c.ReadFrom(buf)
 			if err != nil {
@@ -471,7 +490,7 @@ func pingFrom(t *testing.T, ns *netns, src, addr string, tries int) string {
 			}
 			switch m.Type {
 			case rep:
-				if e, ok := m.Body.(*icmp.Echo); ok && e.ID == id && string(e.Data) == "hoplink" {
+				if e, ok := m.Body.(*icmp.Echo); ok && e.ID == id && bytes.Equal(e.Data, data) {
 					return "reply"
 				}
 			case unreach:
