@@ -19,6 +19,7 @@ targets=(
   "./route            FuzzCandidates       40000"
   "./relay/admit      FuzzStream           250000"
   "./relay/admit      FuzzPackets          100000"
+  "./relay/admit      FuzzTunSpec          10000"
   "./adminapi         FuzzHandler          90000"
   "./clusterset       FuzzDecode           60000"
   "./relay/tun        FuzzComplete         400000"
@@ -27,6 +28,7 @@ targets=(
   "./relay/tun        FuzzICMPErrorAbout   400000"
   "./relay/tun        FuzzRebuildVnetHdr   400000"
   "./relay/tun        FuzzHiddenICMP       150000"
+  "./manifest         FuzzTunReaches       100000"
   "./relay/quic       FuzzChannelPacket    100000"
 )
 for t in "${targets[@]}"; do

@@ -2,9 +2,12 @@ package admit
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"net/netip"
+	"slices"
 	"testing"
 
+	"github.com/hoplink/hoplink/manifest"
 	"github.com/hoplink/hoplink/relay/tun"
 )
 
@@ -317,6 +320,69 @@ func FuzzPackets(f *testing.F) {
 		}
 		if rules.IntoEntry(pkt) == "" && (err != nil || !holds(rules.Sources(), dst)) {
 			t.Fatalf("into the entry: %v -> %v, %v", src, dst, err)
+		}
+	})
+}
+
+// Whatever a packet-mode spec.tun holds, one that loads gives rules a relay
+// can open both devices with: the exit's address another in the entry's
+// prefix, no source routed twice, prefixes as written and of a real family.
+func FuzzTunSpec(f *testing.F) {
+	f.Add("10.201.0.1/24", "10.77.2.0/24", "", "")
+	f.Add("fd20::1/64", "fd77::/64", "fd20::9/64", "fd20::/64")
+	f.Add("10.201.0.1/24", "fd77::/64", "", "fd30::/64")
+	f.Add("fd20::ffff:ffff:ffff:ffff/64", "fd77::/64", "", "")
+	f.Add("::ffff:10.201.0.1/120", "::ffff:10.77.0.0/112", "", "")
+	const head = `apiVersion: hoplink.dev/v1alpha1
+kind: RelayNode
+metadata: {name: hk}
+spec: {endpoints: ["127.0.0.1:7401"]}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: RelayNode
+metadata: {name: la}
+spec: {endpoints: ["127.0.0.1:7402"]}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: Chain
+metadata: {name: c}
+spec: {entry: hk, exit: la, route: [hk, la]}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: Tunnel
+metadata: {name: site}
+spec: {chain: c, protocol: tun, tun: `
+	f.Fuzz(func(t *testing.T, addr, route, exit, source string) {
+		u := map[string]any{"name": "hl0", "address": addr, "routes": []string{route}, "mode": "packet"}
+		if exit != "" {
+			u["exitAddress"] = exit
+		}
+		if source != "" {
+			u["sources"] = []string{source}
+		}
+		j, _ := json.Marshal(u) // JSON is YAML
+		set, err := manifest.Parse("fuzz.yaml", []byte(head+string(j)+"}\n"))
+		if err != nil {
+			return
+		}
+		rules, err := NewPackets(set.Tunnel("default/site"))
+		if err != nil {
+			t.Fatalf("%s loads, but its rules do not: %v", j, err)
+		}
+		entry, exitP := rules.EntryAddress(), rules.ExitAddress()
+		if entry.Masked() != exitP.Masked() || entry.Addr() == exitP.Addr() {
+			t.Fatalf("%s: entry %v, exit %v", j, entry, exitP)
+		}
+		for _, p := range append(slices.Clone(rules.Routes()), rules.SourceRoutes()...) {
+			if p != p.Masked() || p.Addr().Is4In6() {
+				t.Fatalf("%s: prefix %v", j, p)
+			}
+			if p == exitP.Masked() && slices.Contains(rules.SourceRoutes(), p) {
+				t.Fatalf("%s: the device's prefix %v routed again", j, p)
+			}
+		}
+		if entry.Addr().Is4In6() {
+			t.Fatalf("%s: address %v", j, entry)
 		}
 	})
 }
