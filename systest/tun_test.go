@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -318,6 +319,16 @@ func TestTunTunnels(t *testing.T) {
 		if !errors.Is(err, syscall.ECONNREFUSED) {
 			t.Fatalf("connect outside the routes: %v; want connection refused", err)
 		}
+		procs.Run(t, "ip", "-n", cl.name, "route", "add", "fd78::/64", "dev", "hl-flow6")
+		cl.do(func() {
+			var c net.Conn
+			if c, err = net.DialTimeout("tcp", "[fd78::1]:5201", 3*time.Second); err == nil {
+				c.Close()
+			}
+		})
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Fatalf("connect outside the IPv6 routes: %v; want connection refused", err)
+		}
 		// And the packet Tunnel's entry drops what the kernel routed into
 		// its device outside the Tunnel's prefixes.
 		procs.Run(t, "ip", "-n", cl.name, "route", "add", "10.79.0.0/24", "dev", "hl-pktq")
@@ -328,9 +339,26 @@ func TestTunTunnels(t *testing.T) {
 				c.Close()
 			}
 		})
-		testutil.WaitFor(t, "the drop counted", func() error {
-			if !strings.Contains(metricsIn(t, cl), `hoplink_tun_dropped_packets_total{reason="not_routed",relay="hk",tunnel="default/pktq"}`) {
+		// The kernel's own IPv6 traffic on the device (router
+		// solicitations, MLD) counts as not_routed too: the IPv6 drop
+		// must add to what is there.
+		pkt6Drops := `hoplink_tun_dropped_packets_total{reason="not_routed",relay="hk",tunnel="default/pkt6"}`
+		before := metricValue(metricsIn(t, cl), pkt6Drops)
+		procs.Run(t, "ip", "-n", cl.name, "route", "add", "fd79::/64", "dev", "hl-pkt6")
+		cl.do(func() {
+			c, err := net.Dial("udp", "[fd79::1]:5353")
+			if err == nil {
+				c.Write([]byte("x"))
+				c.Close()
+			}
+		})
+		testutil.WaitFor(t, "the drops counted", func() error {
+			m := metricsIn(t, cl)
+			if !strings.Contains(m, `hoplink_tun_dropped_packets_total{reason="not_routed",relay="hk",tunnel="default/pktq"}`) {
 				return errors.New("no not_routed drop on hk")
+			}
+			if metricValue(m, pkt6Drops) <= before {
+				return errors.New("no IPv6 not_routed drop on hk")
 			}
 			return nil
 		})
@@ -575,6 +603,17 @@ func tooBig(t *testing.T, ns *netns, src, addr string, size, tries int) int {
 				return int(binary.BigEndian.Uint32(m[4:]))
 			}
 			return int(binary.BigEndian.Uint16(m[6:]))
+		}
+	}
+	return 0
+}
+
+// metricValue is the value of one series in a /metrics page (0 if absent).
+func metricValue(page, series string) float64 {
+	for _, l := range strings.Split(page, "\n") {
+		if v, ok := strings.CutPrefix(l, series+" "); ok {
+			f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return f
 		}
 	}
 	return 0
