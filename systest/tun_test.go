@@ -37,7 +37,7 @@ import (
 // Tunnels also route 10.76.1.0/24 and fd76:1::/64, to which sv has no route.
 // A dual device holds its IPv4 address only: IPv6 leaves it from the
 // client host's own address, fd30::1, which the packet Tunnel lists in its
-// sources.
+// sources. The dual devices run at IPv6's least MTU, 1280.
 const tunManifests = `
 apiVersion: hoplink.dev/v1alpha1
 kind: RelayNode
@@ -92,12 +92,12 @@ spec: {chain: cq, protocol: tun, tun: {name: hl-pkt6, address: "fd20:2::1/64", r
 apiVersion: hoplink.dev/v1alpha1
 kind: Tunnel
 metadata: {name: dualf}
-spec: {chain: cq, protocol: tun, tun: {name: hl-dualf, address: 10.204.0.1/24, routes: [10.77.4.0/24, "fd77:4::/64"]}}
+spec: {chain: cq, protocol: tun, tun: {name: hl-dualf, address: 10.204.0.1/24, mtu: 1280, routes: [10.77.4.0/24, "fd77:4::/64"]}}
 ---
 apiVersion: hoplink.dev/v1alpha1
 kind: Tunnel
 metadata: {name: dualp}
-spec: {chain: cq, protocol: tun, tun: {name: hl-dualp, address: 10.205.0.1/24, routes: [10.77.5.0/24, "fd77:5::/64"], mode: packet, sources: [10.205.0.0/24, "fd30::/64"]}}
+spec: {chain: cq, protocol: tun, tun: {name: hl-dualp, address: 10.205.0.1/24, mtu: 1280, routes: [10.77.5.0/24, "fd77:5::/64"], mode: packet, sources: [10.205.0.0/24, "fd30::/64"]}}
 `
 
 func TestTunTunnels(t *testing.T) {
@@ -269,8 +269,9 @@ func TestTunTunnels(t *testing.T) {
 		// ICMPv6 packet too big (IPv6's path MTU discovery) or, for IPv4
 		// with DF, fragmentation needed. Two places can say so: the entry
 		// host, for a packet a host behind it (lan) routes into a device
-		// (MTU 1420); and a router behind a packet-mode exit, whose answer
-		// must come back through the Tunnel (sv, toward a 1280 link).
+		// (MTU 1420, the dual ones 1280); and a router behind a packet-mode
+		// exit, whose answer must come back through the Tunnel (sv, toward
+		// a smaller link).
 		lan := newNetns(t, tag+"-lan")
 		link(t, cl, lan, 3, "to-lan", "to-cl")
 		procs.Run(t, "ip", "-n", cl.name, "addr", "add", "fd31::1/64", "dev", "to-lan", "nodad")
@@ -280,26 +281,28 @@ func TestTunTunnels(t *testing.T) {
 		for _, ns := range []*netns{cl, sv} {
 			procs.Run(t, "ip", "netns", "exec", ns.name, "sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1")
 		}
-		for _, a := range []string{"10.77.2.7/32", "fd77:2::7/128", "fd77:5::7/128"} {
-			procs.Run(t, "ip", "-n", sv.name, "route", "add", a, "dev", "void", "mtu", "1280")
+		// (Below the 1280-byte dual device, only IPv4 can meet a smaller link.)
+		for a, mtu := range map[string]string{"10.77.2.7/32": "1280", "fd77:2::7/128": "1280", "10.77.5.7/32": "1200"} {
+			procs.Run(t, "ip", "-n", sv.name, "route", "add", a, "dev", "void", "mtu", mtu)
 		}
 		for _, c := range []struct {
 			name    string
 			ns      *netns
-			src     string
 			dst     string
 			size    int // the echo's data
 			wantMTU int
 		}{
-			{"into the flow device", lan, "", "10.77.1.1", 1400, 1420},
-			{"into the flow device, IPv6", lan, "", "fd77:1::1", 1400, 1420},
-			{"into the packet device", lan, "", "10.77.2.1", 1400, 1420},
-			{"into the packet device, IPv6", lan, "", "fd77:2::1", 1400, 1420},
-			{"behind the packet exit", cl, "", "10.77.2.7", 1300, 1280},
-			{"behind the packet exit, IPv6", cl, "", "fd77:2::7", 1300, 1280},
-			{"behind the dual packet exit, IPv6", cl, "fd30::1", "fd77:5::7", 1300, 1280},
+			{"into the flow device", lan, "10.77.1.1", 1400, 1420},
+			{"into the flow device, IPv6", lan, "fd77:1::1", 1400, 1420},
+			{"into the packet device", lan, "10.77.2.1", 1400, 1420},
+			{"into the packet device, IPv6", lan, "fd77:2::1", 1400, 1420},
+			{"into the dual flow device at 1280, IPv6", lan, "fd77:4::1", 1300, 1280},
+			{"into the dual packet device at 1280", lan, "10.77.5.1", 1300, 1280},
+			{"behind the packet exit", cl, "10.77.2.7", 1300, 1280},
+			{"behind the packet exit, IPv6", cl, "fd77:2::7", 1300, 1280},
+			{"behind the dual packet exit", cl, "10.77.5.7", 1220, 1200},
 		} {
-			if got := tooBig(t, c.ns, c.src, c.dst, c.size, 3); got != c.wantMTU {
+			if got := tooBig(t, c.ns, c.dst, c.size, 3); got != c.wantMTU {
 				t.Errorf("%s: a %d-byte echo to %s told MTU %d; want %d", c.name, c.size, c.dst, got, c.wantMTU)
 			}
 		}
@@ -537,10 +540,10 @@ func pingData(t *testing.T, ns *netns, src, addr string, data []byte, tries int)
 }
 
 // tooBig sends up to tries echo requests of size bytes of data to addr
-// from ns (from src, when given), with don't-fragment, and returns the MTU
+// from ns, with don't-fragment, and returns the MTU
 // that the first packet too big (IPv6) or fragmentation needed (IPv4) about
 // them tells, whichever router sent it; 0 if none came.
-func tooBig(t *testing.T, ns *netns, src, addr string, size, tries int) int {
+func tooBig(t *testing.T, ns *netns, addr string, size, tries int) int {
 	t.Helper()
 	dst := net.ParseIP(addr)
 	v6 := dst.To4() == nil
@@ -549,9 +552,6 @@ func tooBig(t *testing.T, ns *netns, src, addr string, size, tries int) int {
 	if v6 {
 		network, laddr, hl = "ip6:ipv6-icmp", "::", 40
 		req, want, code = 128, 2, 0
-	}
-	if src != "" {
-		laddr = src
 	}
 	// Probe: don't fragment, and send whatever the sender's kernel learnt
 	// of the path, so that every try reaches the router that objects.
