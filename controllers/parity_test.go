@@ -56,6 +56,10 @@ func TestLocalValidationMatchesCRDs(t *testing.T) {
 		{"max flows zero or less", "kind: Tunnel\nmetadata: {name: x}\nspec: {chain: c, listen: {port: 8080}, target: \"10.0.0.1:80\", limits: {maxFlows: -1}}", "spec.limits.maxFlows"},
 		{"limits on tun", "kind: Tunnel\nmetadata: {name: x}\nspec: {chain: c, protocol: tun, tun: {address: 10.200.0.1/24, routes: [10.77.0.0/16]}, limits: {rateMbps: 10}}", "spec.limits"},
 		{"tun without a device", "kind: Tunnel\nmetadata: {name: x}\nspec: {chain: c, protocol: tun}", "spec.tun"},
+		{"tun IPv6 below 1280", "kind: Tunnel\nmetadata: {name: x}\nspec: {chain: c, protocol: tun, tun: {address: \"fd20::1/64\", mtu: 1200, routes: [\"fd77::/64\"]}}", "spec.tun.mtu"},
+		{"tun IPv6 address without prefix", "kind: Tunnel\nmetadata: {name: x}\nspec: {chain: c, protocol: tun, tun: {address: \"fd20::1\", routes: [\"fd77::/64\"]}}", "spec.tun.address"},
+		{"tun IPv4-mapped route", "kind: Tunnel\nmetadata: {name: x}\nspec: {chain: c, protocol: tun, tun: {address: 10.200.0.1/24, routes: [\"::ffff:10.77.0.0/112\"]}}", "spec.tun.routes"},
+		{"tun IPv6 source not a prefix", "kind: Tunnel\nmetadata: {name: x}\nspec: {chain: c, protocol: tun, tun: {address: \"fd20::1/64\", routes: [\"fd77::/64\"], mode: packet, sources: [\"fd30::/129\"]}}", "spec.tun.sources"},
 		{"relay port zero", "kind: RelayNode\nmetadata: {name: x}\nspec: {listen: {port: 0}}", "spec.listen.port"},
 	}
 	for _, tc := range cases {

@@ -143,6 +143,21 @@ func TestCRDValidationRejectsBadSpecs(t *testing.T) {
 			tn.Spec.TUN.MTU = 576
 			return tn
 		}, "spec.tun.mtu: Invalid value: 576"},
+		{"tun IPv6 device below 1280", func() client.Object {
+			tn := tunTunnel(ns, "t", "c", v1alpha1.TunFlow)
+			tn.Spec.TUN.Address, tn.Spec.TUN.Routes, tn.Spec.TUN.MTU = "fd20::1/64", []string{"fd77::/64"}, 1279
+			return tn
+		}, "spec.tun.mtu: Invalid value: 1279"},
+		{"tun IPv4-mapped route", func() client.Object {
+			tn := tunTunnel(ns, "t", "c", v1alpha1.TunFlow)
+			tn.Spec.TUN.Routes = []string{"fd77::/64", "::ffff:10.77.0.0/112"}
+			return tn
+		}, "spec.tun.routes must be prefixes"},
+		{"tun IPv6 exit address without prefix", func() client.Object {
+			tn := tunTunnel(ns, "t", "c", v1alpha1.TunPacket)
+			tn.Spec.TUN.Address, tn.Spec.TUN.Routes, tn.Spec.TUN.ExitAddress = "fd20::1/64", []string{"fd77::/64"}, "fd20::2"
+			return tn
+		}, "spec.tun.exitAddress must be an address with its prefix"},
 		{"tun device name too long", func() client.Object {
 			tn := tunTunnel(ns, "t", "c", v1alpha1.TunFlow)
 			tn.Spec.TUN.Name = "a-very-long-device"
@@ -195,6 +210,17 @@ func TestCRDValidationRejectsBadSpecs(t *testing.T) {
 				t.Fatalf("error %q\nwant it to contain %q", err, tc.expect)
 			}
 		})
+	}
+	// And what the rules must let through: IPv6 alone at its least MTU,
+	// and both families on one device.
+	six := tunTunnel(ns, "six", "c", v1alpha1.TunFlow)
+	six.Spec.TUN.Address, six.Spec.TUN.Routes, six.Spec.TUN.MTU = "fd20::1/64", []string{"fd77::/64", "2001:db8::/32"}, 1280
+	dual := tunTunnel(ns, "dual", "c", v1alpha1.TunPacket)
+	dual.Spec.TUN.Routes, dual.Spec.TUN.Sources = []string{"10.77.0.0/16", "fd77::/64"}, []string{"10.200.0.0/24", "fd30::/64"}
+	for _, tn := range []*v1alpha1.Tunnel{six, dual} {
+		if err := k8s.Create(ctx, tn); err != nil {
+			t.Errorf("Tunnel %s refused: %v", tn.Name, err)
+		}
 	}
 }
 

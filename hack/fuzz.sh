@@ -18,6 +18,8 @@ targets=(
   "./relay            FuzzLinkTable        50000"
   "./route            FuzzCandidates       40000"
   "./relay/admit      FuzzStream           250000"
+  "./relay/admit      FuzzPackets          100000"
+  "./relay/admit      FuzzTunSpec          10000"
   "./adminapi         FuzzHandler          90000"
   "./clusterset       FuzzDecode           60000"
   "./relay/tun        FuzzComplete         400000"
@@ -25,6 +27,8 @@ targets=(
   "./relay/tun        FuzzEchoRequest      400000"
   "./relay/tun        FuzzICMPErrorAbout   400000"
   "./relay/tun        FuzzRebuildVnetHdr   400000"
+  "./relay/tun        FuzzHiddenICMP       150000"
+  "./manifest         FuzzTunReaches       100000"
   "./relay/quic       FuzzChannelPacket    100000"
 )
 for t in "${targets[@]}"; do

@@ -163,6 +163,34 @@ func TestLoadRejects(t *testing.T) {
 			[]string{`spec.tun.name: "way-too-long-name" is not a device name`, `spec.tun.address: "10.200.0.1" is not an address with its prefix`,
 				`spec.tun.mtu: 100 is out of range`, `spec.tun.routes[0]: "10.77.1.0/16" has host bits set; write 10.77.0.0/16`,
 				`spec.tun.routes[1]: "nope" is not a prefix`}},
+		{"tun IPv6 fields",
+			relays + chain + tunTunnel(`tun: {address: "fd20::1", mtu: 1200, routes: ["fd77:1::1/64", "::ffff:10.77.0.0/112", "fe80::1%eth0/64", "fd77:2::/64"]}`),
+			[]string{`spec.tun.address: "fd20::1" is not an address with its prefix`,
+				`spec.tun.mtu: 1200 is below 1280, the least IPv6 allows, and the device carries IPv6; use 1280-9000`,
+				`spec.tun.routes[0]: "fd77:1::1/64" has host bits set; write fd77:1::/64`,
+				`spec.tun.routes[1]: "::ffff:10.77.0.0/112" is IPv4-mapped IPv6, which no packet carries; write 10.77.0.0/16`,
+				`spec.tun.routes[2]: "fe80::1%eth0/64" is not a prefix`}},
+		{"tun IPv4 device routing IPv6 below 1280",
+			relays + chain + tunTunnel(`tun: {address: 10.200.0.1/24, mtu: 1279, routes: [10.77.0.0/16, "fd77::/64"]}`),
+			[]string{`spec.tun.mtu: 1279 is below 1280, the least IPv6 allows`}},
+		{"tun IPv6 device below 1280",
+			relays + chain + tunTunnel(`tun: {address: "fd20::1/64", mtu: 1000, routes: ["fd77::/64"], mode: packet}`),
+			[]string{`spec.tun.mtu: 1000 is below 1280, the least IPv6 allows`}},
+		{"tun IPv4-mapped address",
+			relays + chain + tunTunnel(`tun: {address: "::ffff:10.200.0.1/120", routes: [10.77.0.0/16]}`),
+			[]string{`spec.tun.address: "::ffff:10.200.0.1/120" is IPv4-mapped IPv6, which never crosses a device; write 10.200.0.1/24`}},
+		{"tun IPv6 exit address outside the prefix",
+			relays + chain + tunTunnel(`tun: {address: "fd20::1/64", routes: ["fd77::/64"], mode: packet, exitAddress: "fd21::2/64"}`),
+			[]string{`spec.tun.exitAddress: fd21::2/64 must be another address in the prefix of spec.tun.address (fd20::/64)`}},
+		{"tun IPv6 exit address of the other family",
+			relays + chain + tunTunnel(`tun: {address: "fd20::1/64", routes: ["fd77::/64"], mode: packet, exitAddress: 10.200.0.2/24}`),
+			[]string{`spec.tun.exitAddress: 10.200.0.2/24 must be another address in the prefix of spec.tun.address (fd20::/64)`}},
+		{"tun IPv6 address at the end of its prefix",
+			relays + chain + tunTunnel(`tun: {address: "fd20::ffff:ffff:ffff:ffff/64", routes: ["fd77::/64"], mode: packet}`),
+			[]string{`spec.tun.exitAddress: fd20::ffff:ffff:ffff:ffff/64 leaves no next address in its prefix for the exit`}},
+		{"tun IPv6 sources",
+			relays + chain + tunTunnel(`tun: {address: 10.200.0.1/24, routes: [10.77.0.0/16, "fd77::/64"], mode: packet, sources: [10.200.0.0/24, "fd30::1/64", "fd31::/129"]}`),
+			[]string{`spec.tun.sources[1]: "fd30::1/64" has host bits set; write fd30::/64`, `spec.tun.sources[2]: "fd31::/129" is not a prefix`}},
 		{"tun exit address outside the prefix",
 			relays + chain + tunTunnel("tun: {address: 10.200.0.1/24, routes: [10.77.0.0/16], mode: packet, exitAddress: 10.9.0.2/24}"),
 			[]string{`spec.tun.exitAddress: 10.9.0.2/24 must be another address in the prefix of spec.tun.address (10.200.0.0/24)`}},
@@ -414,6 +442,16 @@ func TestTunTunnel(t *testing.T) {
 	u := s.Tunnel("default/sub").Spec.TUN
 	if u.Name != "hl-sub" || u.MTU != 1420 || u.Mode != "flow" {
 		t.Errorf("defaults: %+v", u)
+	}
+	// IPv6 alone, and both families on one device, at IPv6's least MTU.
+	for _, tun := range []string{
+		`tun: {address: "fd20::1/64", mtu: 1280, routes: ["fd77::/64", "2001:db8::/32"]}`,
+		`tun: {address: "fd20::1/64", routes: ["fd77::/64"], mode: packet, exitAddress: "fd20::9/64", sources: ["fd20::/64", "fd30::/48"]}`,
+		`tun: {address: 10.200.0.1/24, mtu: 1280, routes: [10.77.0.0/16, "fd77::/64"], mode: packet, sources: [10.200.0.0/24, "fd30::/64"]}`,
+	} {
+		if _, err := Parse("x.yaml", []byte(relays+chain+tunTunnel(tun))); err != nil {
+			t.Errorf("%s: %v", tun, err)
+		}
 	}
 	// One host cannot hold both ends of a packet-mode Tunnel.
 	s, err = Parse("x.yaml", []byte(relays+chain+tunTunnel("tun: {address: 10.200.0.1/24, routes: [10.77.0.0/16], mode: packet}")))

@@ -309,27 +309,40 @@ func validateTun(t *v1alpha1.Tunnel, bad func(field, format string, args ...any)
 		bad("spec.tun.name", "%q is not a device name: 1-15 letters, digits, '-', '_' or '.'", u.Name)
 	}
 	addr, err := netip.ParsePrefix(u.Address)
-	if err != nil {
-		bad("spec.tun.address", "%q is not an address with its prefix, such as 10.200.0.1/24", u.Address)
+	switch {
+	case err != nil:
+		bad("spec.tun.address", "%q is not an address with its prefix, such as 10.200.0.1/24 or fd20::1/64", u.Address)
+	case addr.Addr().Is4In6():
+		bad("spec.tun.address", "%q is IPv4-mapped IPv6, which never crosses a device; write %s/%d", u.Address, addr.Addr().Unmap(), max(addr.Bits()-96, 0))
 	}
-	if u.MTU < 1280 || u.MTU > 9000 {
-		bad("spec.tun.mtu", "%d is out of range; use 1280-9000", u.MTU)
-	}
-	if len(u.Routes) == 0 {
-		bad("spec.tun.routes", "required: the prefixes the device carries, e.g. [10.77.0.0/16]")
-	}
+	// IPv6 carries 1280-byte packets on every link, a device too: below
+	// that the kernel keeps IPv6 off the device.
+	v6 := addr.Addr().Is6()
 	checkPrefixes := func(field string, list []string) {
 		for i, r := range list {
 			p, err := netip.ParsePrefix(r)
 			switch {
 			case err != nil:
-				bad(fmt.Sprintf("%s[%d]", field, i), "%q is not a prefix, such as 10.77.0.0/16", r)
+				bad(fmt.Sprintf("%s[%d]", field, i), "%q is not a prefix, such as 10.77.0.0/16 or fd77::/64", r)
+			case p.Addr().Is4In6():
+				bad(fmt.Sprintf("%s[%d]", field, i), "%q is IPv4-mapped IPv6, which no packet carries; write %s", r, netip.PrefixFrom(p.Addr().Unmap(), max(p.Bits()-96, 0)).Masked())
 			case p != p.Masked():
 				bad(fmt.Sprintf("%s[%d]", field, i), "%q has host bits set; write %s", r, p.Masked())
+			default:
+				v6 = v6 || p.Addr().Is6()
 			}
 		}
 	}
+	if len(u.Routes) == 0 {
+		bad("spec.tun.routes", "required: the prefixes the device carries, e.g. [10.77.0.0/16]")
+	}
 	checkPrefixes("spec.tun.routes", u.Routes)
+	switch {
+	case u.MTU < 1280 && v6:
+		bad("spec.tun.mtu", "%d is below 1280, the least IPv6 allows, and the device carries IPv6; use 1280-9000", u.MTU)
+	case u.MTU < 1280 || u.MTU > 9000:
+		bad("spec.tun.mtu", "%d is out of range; use 1280-9000", u.MTU)
+	}
 	switch u.Mode {
 	case v1alpha1.TunFlow:
 		if u.ExitAddress != "" || len(u.Sources) > 0 {

@@ -49,18 +49,20 @@ type TunOptions struct {
 	// +optional
 	Name string `json:"name,omitempty"`
 	// Address is the entry relay's address on the device with its prefix,
-	// e.g. 10.200.0.1/24.
+	// e.g. 10.200.0.1/24 or fd20::1/64.
 	// +kubebuilder:validation:MaxLength=49
 	// +kubebuilder:validation:XValidation:rule="isCIDR(self)",message="spec.tun.address must be an address with its prefix, such as 10.200.0.1/24"
 	Address string `json:"address"`
-	// MTU of the device.
+	// MTU of the device: at least 1280, the least IPv6 allows on a link.
 	// +kubebuilder:validation:Minimum=1280
 	// +kubebuilder:validation:Maximum=9000
 	// +kubebuilder:default=1420
 	// +optional
 	MTU int32 `json:"mtu,omitempty"`
 	// Routes are the destination prefixes sent into the device, and the
-	// only destinations the exit relay reaches for this Tunnel.
+	// only destinations the exit relay reaches for this Tunnel: IPv4, IPv6
+	// or both. The other family than Address's leaves the entry host from
+	// its own address of that family.
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=64
 	// +kubebuilder:validation:items:MaxLength=49
@@ -78,7 +80,9 @@ type TunOptions struct {
 	ExitAddress string `json:"exitAddress,omitempty"`
 	// Sources are, in packet mode, the prefixes on the entry's side: the
 	// exit accepts packets from them only and routes replies to them back
-	// into its device. Default: the prefix of Address.
+	// into its device. Default: the prefix of Address. A device carrying
+	// both families lists the entry host's network of the other family
+	// too, e.g. [10.200.0.0/24, "fd30::/64"].
 	// +kubebuilder:validation:MaxItems=64
 	// +kubebuilder:validation:items:MaxLength=49
 	// +kubebuilder:validation:XValidation:rule="self.all(r, isCIDR(r))",message="spec.tun.sources must be prefixes, such as 10.200.0.0/24"

@@ -6,13 +6,21 @@
 #   through hoplink tun Tunnels, entry relay in the client's namespace and
 #     exit relay in the server's: flow mode and packet mode, over the TLS
 #     transport, over QUIC and with the default (auto), with offload on and off.
-# Each figure is the median of REPEAT runs. Reported: Gbit/s, retransmits,
-# CPU of the forwarders (the two relays, or the two wireguard-go processes)
-# in cores, and the relays' peak RSS. It writes its table into
-# docs/benchmarks.md between the tun markers. Needs root.
+# Each path is measured for each IP family of FAMILIES (default both): the
+# stream's own family, inside the tunnel; the relays' link and wireguard's
+# endpoints stay on IPv4, so that a path's two rows differ in that alone.
+# Each figure is the median of REPEAT runs. Reported: Gbit/s, its share of
+# wireguard-go's and (IPv6 rows) of IPv4's on the same path and mode,
+# retransmits, CPU of the forwarders (the two relays, or the two
+# wireguard-go processes) in cores, and the relays' peak RSS. It writes its
+# table into docs/benchmarks.md between the tun markers. Needs root.
 #
-#   hack/bench/tun.sh                         # DURATION=10 REPEAT=3, about 8 minutes
+#   hack/bench/tun.sh                         # DURATION=10 REPEAT=3, about 16 minutes
 #   DURATION=4 REPEAT=1 hack/bench/tun.sh     # a quick look
+#   FAMILIES=6 hack/bench/tun.sh              # IPv6 alone
+#   ONLY='^(direct|pkt-quic-true)' DURATION=2 REPEAT=1 hack/bench/tun.sh
+#       # the paths whose names (see the log) match, both families; a run
+#       # with ONLY prints its table and leaves docs/benchmarks.md alone
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -20,13 +28,21 @@ root=$PWD
 DURATION=${DURATION:-10}
 REPEAT=${REPEAT:-3}
 OUT=${OUT:-docs/benchmarks.md}
+FAMILIES=${FAMILIES:-4 6}
+ONLY=${ONLY:-}
 WG_VERSION=${WG_VERSION:-v0.0.0-20260522210424-ecfc5a8d5446} # the wireguard-go hoplink builds with
 
 log() { printf '\n== %s\n' "$*" >&2; }
+# wanted NAME: whether ONLY lets the path NAME (without its family) run.
+wanted() { [[ -z $ONLY || $1 =~ $ONLY ]]; }
+# fam_suffix F: what a path's name takes for family F ("" or "6").
+fam_suffix() { [[ $1 == 6 ]] && echo 6 || true; }
 
 # --- tools -------------------------------------------------------------------
 missing=()
-for p in iperf3 wg ip python3; do command -v "$p" >/dev/null || missing+=("$p"); done
+tools=(iperf3 ip python3)
+if wanted wireguard; then tools+=(wg); fi
+for p in "${tools[@]}"; do command -v "$p" >/dev/null || missing+=("$p"); done
 if ((${#missing[@]})); then
   pkgs=()
   for p in "${missing[@]}"; do
@@ -35,7 +51,7 @@ if ((${#missing[@]})); then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${pkgs[@]}"
 fi
 WGGO=$root/bin/wireguard-go-$WG_VERSION
-if [[ ! -x $WGGO ]]; then
+if wanted wireguard && [[ ! -x $WGGO ]]; then
   log "building wireguard-go $WG_VERSION (once; cached in bin/)"
   GOBIN=$root/bin/wg-tmp go install "golang.zx2c4.com/wireguard@$WG_VERSION"
   mv "$root/bin/wg-tmp/wireguard" "$WGGO" && rmdir "$root/bin/wg-tmp"
@@ -62,8 +78,12 @@ ip netns add "$A"; ip netns add "$B"
 ip -n "$A" link set lo up; ip -n "$B" link set lo up
 ip link add veth-a netns "$A" type veth peer name veth-b netns "$B"
 ip -n "$A" addr add 10.9.0.1/24 dev veth-a; ip -n "$B" addr add 10.9.0.2/24 dev veth-b
+ip -n "$A" addr add fd09::1/64 dev veth-a nodad; ip -n "$B" addr add fd09::2/64 dev veth-b nodad
 ip -n "$A" link set veth-a up; ip -n "$B" link set veth-b up
-for i in 1 2 3 4 5 6; do ip -n "$B" addr add "10.77.$i.1/32" dev lo; done
+for i in 1 2 3 4 5 6; do
+  ip -n "$B" addr add "10.77.$i.1/32" dev lo
+  ip -n "$B" addr add "fd77:$i::1/128" dev lo nodad
+done
 start iperf3 ip netns exec "$B" iperf3 -s
 
 cpu_ticks() { # summed utime+stime of pids, in clock ticks
@@ -106,24 +126,38 @@ PY
 
 declare -A RES
 
-log "direct veth"
-RES[direct]=$(measure direct 10.9.0.2); echo "direct: ${RES[direct]}" >&2
+# family_addr F V4 V6: the address of family F.
+family_addr() { [[ $1 == 6 ]] && echo "$3" || echo "$2"; }
 
-log "wireguard-go"
-ip netns exec "$A" wg genkey >"$work/ka"; ip netns exec "$A" wg pubkey <"$work/ka" >"$work/pa"
-ip netns exec "$B" wg genkey >"$work/kb"; ip netns exec "$B" wg pubkey <"$work/kb" >"$work/pb"
-start wga ip netns exec "$A" env WG_PROCESS_FOREGROUND=1 "$WGGO" wga0; wga=$last_pid
-start wgb ip netns exec "$B" env WG_PROCESS_FOREGROUND=1 "$WGGO" wgb0; wgb=$last_pid
-for _ in $(seq 50); do ip -n "$A" link show wga0 >/dev/null 2>&1 && ip -n "$B" link show wgb0 >/dev/null 2>&1 && break; sleep 0.1; done
-ip netns exec "$A" wg set wga0 private-key "$work/ka" listen-port 51820 peer "$(cat "$work/pb")" endpoint 10.9.0.2:51820 allowed-ips 10.10.0.2/32
-ip netns exec "$B" wg set wgb0 private-key "$work/kb" listen-port 51820 peer "$(cat "$work/pa")" endpoint 10.9.0.1:51820 allowed-ips 10.10.0.1/32
-ip -n "$A" addr add 10.10.0.1/24 dev wga0; ip -n "$B" addr add 10.10.0.2/24 dev wgb0
-ip -n "$A" link set wga0 up; ip -n "$B" link set wgb0 up
-# wireguard-go runs as "wireguard-go" children of ip netns exec: find their pids.
-wgpids=$(pgrep -f "$WGGO wg[ab]0" | tr '\n' ' ')
-RES[wireguard]=$(measure wireguard 10.10.0.2 $wgpids); echo "wireguard-go: ${RES[wireguard]}" >&2
-stop_all
-start iperf3 ip netns exec "$B" iperf3 -s
+if wanted direct; then
+  for fam in $FAMILIES; do
+    name=direct$(fam_suffix "$fam")
+    log "direct veth, IPv$fam"
+    RES[$name]=$(measure "$name" "$(family_addr "$fam" 10.9.0.2 fd09::2)"); echo "$name: ${RES[$name]}" >&2
+  done
+fi
+
+if wanted wireguard; then
+  log "wireguard-go"
+  ip netns exec "$A" wg genkey >"$work/ka"; ip netns exec "$A" wg pubkey <"$work/ka" >"$work/pa"
+  ip netns exec "$B" wg genkey >"$work/kb"; ip netns exec "$B" wg pubkey <"$work/kb" >"$work/pb"
+  start wga ip netns exec "$A" env WG_PROCESS_FOREGROUND=1 "$WGGO" wga0; wga=$last_pid
+  start wgb ip netns exec "$B" env WG_PROCESS_FOREGROUND=1 "$WGGO" wgb0; wgb=$last_pid
+  for _ in $(seq 50); do ip -n "$A" link show wga0 >/dev/null 2>&1 && ip -n "$B" link show wgb0 >/dev/null 2>&1 && break; sleep 0.1; done
+  ip netns exec "$A" wg set wga0 private-key "$work/ka" listen-port 51820 peer "$(cat "$work/pb")" endpoint 10.9.0.2:51820 allowed-ips 10.10.0.2/32,fd10::2/128
+  ip netns exec "$B" wg set wgb0 private-key "$work/kb" listen-port 51820 peer "$(cat "$work/pa")" endpoint 10.9.0.1:51820 allowed-ips 10.10.0.1/32,fd10::1/128
+  ip -n "$A" addr add 10.10.0.1/24 dev wga0; ip -n "$B" addr add 10.10.0.2/24 dev wgb0
+  ip -n "$A" addr add fd10::1/64 dev wga0 nodad; ip -n "$B" addr add fd10::2/64 dev wgb0 nodad
+  ip -n "$A" link set wga0 up; ip -n "$B" link set wgb0 up
+  # wireguard-go runs as "wireguard-go" children of ip netns exec: find their pids.
+  wgpids=$(pgrep -f "$WGGO wg[ab]0" | tr '\n' ' ')
+  for fam in $FAMILIES; do
+    name=wireguard$(fam_suffix "$fam")
+    RES[$name]=$(measure "$name" "$(family_addr "$fam" 10.10.0.2 fd10::2)" $wgpids); echo "$name: ${RES[$name]}" >&2
+  done
+  stop_all
+  start iperf3 ip netns exec "$B" iperf3 -s
+fi
 
 # --- hoplink -------------------------------------------------------------------
 cat >"$work/tun.yaml" <<YAML
@@ -182,38 +216,73 @@ kind: Tunnel
 metadata: {name: pkt-auto}
 spec: {chain: auto, protocol: tun, tun: {name: hl-pa, address: 10.206.0.1/24, routes: [10.77.6.0/24], mode: packet}}
 YAML
+# The IPv6 twins: the same chains and modes, an IPv6 device and route.
+for t in flow-tls:ft:tls:1 pkt-tls:pt:tls:2 flow-quic:fq:quic:3 pkt-quic:pq:quic:4 flow-auto:fa:auto:5 pkt-auto:pa:auto:6; do
+  IFS=: read -r name dev chain i <<<"$t"
+  mode=flow; [[ $name == pkt-* ]] && mode=packet
+  cat >>"$work/tun.yaml" <<YAML
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: Tunnel
+metadata: {name: ${name}6}
+spec: {chain: $chain, protocol: tun, tun: {name: hl-${dev}6, address: "fd20:$i::1/64", routes: ["fd77:$i::/64"], mode: $mode}}
+YAML
+done
 $HOPLINK cert ca --certs "$work/certs" >/dev/null
 $HOPLINK cert issue --certs "$work/certs" a b >/dev/null
 
 for offload in true false; do
+  any=
+  for t in flow-tls pkt-tls flow-quic pkt-quic flow-auto pkt-auto; do if wanted "$t-$offload"; then any=1; fi; done
+  [[ -n $any ]] || continue
   log "hoplink relays, --tun-offload=$offload"
   start "relay-b-$offload" ip netns exec "$B" "$HOPLINK" relay -f "$work/tun.yaml" --name b --certs "$work/certs" --tun-offload="$offload"
   rb=$last_pid
   start "relay-a-$offload" ip netns exec "$A" "$HOPLINK" relay -f "$work/tun.yaml" --name a --certs "$work/certs" --tun-offload="$offload"
   ra=$last_pid
-  for _ in $(seq 100); do ip -n "$A" link show hl-pa >/dev/null 2>&1 && ip -n "$B" link show hl-pa >/dev/null 2>&1 && break; sleep 0.1; done
+  for _ in $(seq 100); do ip -n "$A" link show hl-pa6 >/dev/null 2>&1 && ip -n "$B" link show hl-pa6 >/dev/null 2>&1 && break; sleep 0.1; done
   sleep 1
   for t in flow-tls:1 pkt-tls:2 flow-quic:3 pkt-quic:4 flow-auto:5 pkt-auto:6; do
-    name=${t%%:*}-$offload
-    RES[$name]=$(measure "$name" "10.77.${t#*:}.1" $ra $rb); echo "$name: ${RES[$name]}" >&2
+    wanted "${t%%:*}-$offload" || continue
+    i=${t#*:}
+    for fam in $FAMILIES; do
+      name=${t%%:*}$(fam_suffix "$fam")-$offload
+      RES[$name]=$(measure "$name" "$(family_addr "$fam" "10.77.$i.1" "fd77:$i::1")" $ra $rb); echo "$name: ${RES[$name]}" >&2
+    done
   done
   stop_all
   start iperf3 ip netns exec "$B" iperf3 -s
 done
 
 # --- table ---------------------------------------------------------------------
-f() { echo "${RES[$1]}" | cut -d' ' -f"$2"; }
-ratio() { python3 -c "print('%.2fx' % ($1/$2))"; }
-row() { # label key
-  printf '| %s | %s | %s | %s | %s | %s |\n' "$1" "$(f "$2" 1)" "$(ratio "$(f "$2" 1)" "$(f wireguard 1)")" "$(f "$2" 2)" "$(f "$2" 3)" "$(f "$2" 4 | sed "s/^$/-/")"
+f() { echo "${RES[$1]-}" | cut -d' ' -f"$2"; }
+ratio() { # a b: a/b, or - when either is missing
+  if [[ -z $1 || -z $2 ]]; then echo -; else python3 -c "print('%.2fx' % ($1/$2))"; fi
+}
+# row LABEL KEY: the path's row for each family measured. A key names the
+# IPv4 measure; its IPv6 twin takes a 6 before the offload suffix.
+row() {
+  local fam key v4key=$2 wg
+  for fam in $FAMILIES; do
+    key=$2
+    wg=wireguard
+    if [[ $fam == 6 ]]; then
+      wg=wireguard6
+      case $key in *-true | *-false) key=${key%-*}6-${key##*-} ;; *) key=${key}6 ;; esac
+    fi
+    [[ -n ${RES[$key]-} ]] || continue
+    local of4=-
+    [[ $fam == 6 ]] && of4=$(ratio "$(f "$key" 1)" "$(f "$v4key" 1)")
+    printf '| %s | IPv%s | %s | %s | %s | %s | %s | %s |\n' "$1" "$fam" "$(f "$key" 1)" "$(ratio "$(f "$key" 1)" "$(f "$wg" 1)")" "$of4" "$(f "$key" 2)" "$(f "$key" 3)" "$(f "$key" 4 | sed "s/^$/-/")"
+  done
 }
 {
   echo "<!-- tun:begin -->"
   echo "Measured $(date -u +%Y-%m-%d) on this machine ($(nproc) cores, kernel $(uname -r)), hoplink $($HOPLINK version | cut -d' ' -f2-3 | tr -d '(,'), by"
-  echo '`hack/bench/tun.sh`'" (DURATION=$DURATION s, median of REPEAT=$REPEAT runs). iperf3, one TCP stream, client and entry in one namespace, server and exit in the other, one veth between."
+  echo '`hack/bench/tun.sh`'" (DURATION=$DURATION s, median of REPEAT=$REPEAT runs). iperf3, one TCP stream, client and entry in one namespace, server and exit in the other, one veth between. The family is the stream's, inside the tunnel; relays and wireguard-go link over IPv4 in both; of IPv4 is the IPv6 row's share of the IPv4 row above it."
   echo
-  echo "| path | Gbit/s | of wireguard-go | retransmits | forwarder CPU (cores) | peak RSS MB (entry/exit) |"
-  echo "|---|---|---|---|---|---|"
+  echo "| path | family | Gbit/s | of wireguard-go | of IPv4 | retransmits | forwarder CPU (cores) | peak RSS MB (entry/exit) |"
+  echo "|---|---|---|---|---|---|---|---|"
   row "direct veth" direct
   row "wireguard-go $WG_VERSION" wireguard
   row "hoplink packet mode, default (auto), offload" pkt-auto-true
@@ -231,6 +300,10 @@ row() { # label key
   echo "<!-- tun:end -->"
 } >"$work/table.md"
 cat "$work/table.md"
+if [[ -n $ONLY ]]; then
+  log "ONLY is set: a partial table, not written to $OUT"
+  exit 0
+fi
 python3 - "$OUT" "$work/table.md" <<'PY'
 import re, sys
 out, table = sys.argv[1], open(sys.argv[2]).read().strip()

@@ -57,7 +57,7 @@ spec: {chain: fast, listen: {port: 15202}, target: "127.0.0.1:8080"}
 apiVersion: hoplink.dev/v1alpha1
 kind: Tunnel
 metadata: {name: subnet}
-spec: {chain: static, protocol: tun, tun: {name: hl0, address: 10.200.0.1/24, routes: [10.77.1.0/24]}}
+spec: {chain: static, protocol: tun, tun: {name: hl0, address: 10.200.0.1/24, routes: [10.77.1.0/24, "fd77:1::/64"]}}
 ---
 apiVersion: hoplink.dev/v1alpha1
 kind: Tunnel
@@ -112,6 +112,15 @@ func TestStream(t *testing.T) {
 		{"tun flow echo outside routes", "la", "seattle", &hop.Header{Kind: hop.KindEcho, Tunnel: "default/subnet", Route: []string{"la"}, Target: "10.50.0.2:0"}, QUIC, BadTarget, false},
 		{"tun flow echo with a port", "la", "seattle", &hop.Header{Kind: hop.KindEcho, Tunnel: "default/subnet", Route: []string{"la"}, Target: "10.77.1.9:7"}, QUIC, BadTarget, false},
 		{"tun flow echo over tls", "la", "seattle", &hop.Header{Kind: hop.KindEcho, Tunnel: "default/subnet", Route: []string{"la"}, Target: "10.77.1.9:0"}, TLS, WrongProtocol, false},
+		{"tun flow IPv6", "la", "seattle", tcp("default/subnet", []string{"la"}, "[fd77:1::9]:443"), QUIC, "", true},
+		{"tun flow IPv6 outside routes", "la", "seattle", tcp("default/subnet", []string{"la"}, "[fd77:2::9]:443"), QUIC, BadTarget, false},
+		{"tun flow IPv6 with a zone", "la", "seattle", tcp("default/subnet", []string{"la"}, "[fd77:1::9%eth0]:443"), QUIC, BadTarget, false},
+		{"tun flow IPv4-mapped, as its IPv4 address", "la", "seattle", tcp("default/subnet", []string{"la"}, "[::ffff:10.77.1.9]:443"), QUIC, "", true},
+		{"tun flow IPv4-mapped outside routes", "la", "seattle", tcp("default/subnet", []string{"la"}, "[::ffff:10.50.0.2]:443"), QUIC, BadTarget, false},
+		{"tun flow udp IPv6", "la", "seattle", &hop.Header{Kind: hop.KindUDP, Tunnel: "default/subnet", Route: []string{"la"}, Target: "[fd77:1::9]:53"}, QUIC, "", true},
+		{"tun flow echo IPv6", "la", "seattle", &hop.Header{Kind: hop.KindEcho, Tunnel: "default/subnet", Route: []string{"la"}, Target: "[fd77:1::9]:0"}, QUIC, "", true},
+		{"tun flow echo IPv6 with a port", "la", "seattle", &hop.Header{Kind: hop.KindEcho, Tunnel: "default/subnet", Route: []string{"la"}, Target: "[fd77:1::9]:7"}, QUIC, BadTarget, false},
+		{"tun flow echo IPv6 outside routes", "la", "seattle", &hop.Header{Kind: hop.KindEcho, Tunnel: "default/subnet", Route: []string{"la"}, Target: "[fd50::2]:0"}, QUIC, BadTarget, false},
 		{"echo header on a packet-mode tunnel", "la", "seattle", &hop.Header{Kind: hop.KindEcho, Tunnel: "default/site", Route: []string{"la"}, Target: "10.77.2.1:0"}, QUIC, WrongProtocol, false},
 		{"echo header on a udp tunnel", "la", "seattle", &hop.Header{Kind: hop.KindEcho, Tunnel: "default/dns", Route: []string{"la"}, Target: "127.0.0.1:0"}, QUIC, WrongProtocol, false},
 		{"packet header on a flow-mode tunnel", "la", "seattle", &hop.Header{Kind: hop.KindPacket, Tunnel: "default/subnet", Route: []string{"la"}}, QUIC, WrongProtocol, false},

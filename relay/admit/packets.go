@@ -53,7 +53,13 @@ func NewPackets(t *v1alpha1.Tunnel) (*Packets, error) {
 	if p.sources, err = prefixes(u.Sources, "spec.tun.sources"); err != nil {
 		return nil, err
 	}
-	p.sourceRoutes = p.sources
+	for _, s := range p.sources {
+		// The kernel routes the device's own prefix into it already; a
+		// second route to it would fail the device's opening.
+		if s.Masked() != p.exit.Masked() {
+			p.sourceRoutes = append(p.sourceRoutes, s)
+		}
+	}
 	if len(p.sources) == 0 {
 		// By default the entry side is the device's prefix: the entry's
 		// own address, and what the kernel routes into it from there.

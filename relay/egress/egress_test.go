@@ -99,6 +99,7 @@ func TestCheckRoutes(t *testing.T) {
 		netip.MustParsePrefix("10.244.1.0/24"), // another node's pods
 		netip.MustParsePrefix("172.18.0.0/16"), // the nodes' network
 		netip.MustParsePrefix("fd00:10:244::/64"),
+		netip.MustParsePrefix("::/0"), // IPv6's default
 	})
 	for _, c := range []struct {
 		route string
@@ -112,6 +113,11 @@ func TestCheckRoutes(t *testing.T) {
 		{"172.18.0.5/32", false},
 		{"fd00:10:244::/48", false},
 		{"fd00:77::/64", true},
+		{"fd00:10:244::5/128", false}, // one host of the node's IPv6 route
+		{"fd00::/8", false},           // over it
+		{"fd00:10:245::/64", true},    // beside it
+		{"2001:db8::/32", true},       // IPv6's default route is no objection
+		{"::/0", false},               // a default route into the device covers the node's
 	} {
 		err := p.CheckRoutes([]netip.Prefix{netip.MustParsePrefix(c.route)})
 		if (err == nil) != c.ok || (err != nil && !IsRefused(err)) {

@@ -167,6 +167,13 @@ func (l *link) read() {
 			continue
 		}
 		stats.Read(1, len(pkt))
+		if tun.HiddenICMP(pkt) {
+			// Perhaps a piece of a ping, which the stack would put
+			// together and answer itself: dropped, as is a ping too large
+			// for the device (see IsEchoRequest below).
+			stats.Dropped("hidden_icmp")
+			continue
+		}
 		if tun.IsEchoRequest(pkt) {
 			// A ping is answered only if its destination answers at the
 			// exit: the relay carries it there (echo). Never here, which

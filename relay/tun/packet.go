@@ -354,6 +354,45 @@ func IsEchoRequest(pkt []byte) bool {
 	return !ip.v6 && ip.proto == 1 && msg[0] == 8 || ip.v6 && ip.proto == 58 && msg[0] == 128
 }
 
+// HiddenICMP says whether a packet carries ICMP or ICMPv6 that
+// IsEchoRequest cannot judge: a fragment of a message (the type is in the
+// first fragment alone, the data across all of them), or an ICMPv6 message
+// behind IPv6 extension headers. A flow-mode stack handed one would
+// reassemble or unwrap a ping and answer it itself, for any address.
+func HiddenICMP(pkt []byte) bool {
+	ip, err := parseIP(pkt)
+	if err != nil {
+		return false
+	}
+	if !ip.v6 {
+		return ip.proto == 1 && binary.BigEndian.Uint16(pkt[6:])&0x3fff != 0
+	}
+	nh, off := ip.proto, 40
+	for range 8 { // more extension headers than any sender uses: hidden
+		switch nh {
+		case 58:
+			return off > 40
+		case 44: // a fragment: what it is a piece of, by the header's next
+			if len(pkt) < off+8 {
+				return true
+			}
+			switch pkt[off] {
+			case 58, 0, 43, 60: // ICMPv6, or extension headers that may lead to it
+				return true
+			}
+			return false
+		case 0, 43, 60: // hop-by-hop, routing, destination options
+			if len(pkt) < off+2 {
+				return true
+			}
+			nh, off = pkt[off], off+(int(pkt[off+1])+1)*8
+		default:
+			return false
+		}
+	}
+	return true
+}
+
 // ICMPErrorAbout returns the addresses of the packet an ICMP or ICMPv6
 // error quotes (destination unreachable, packet too big, time exceeded,
 // parameter problem), for a packet that is one: such an error comes from

@@ -131,6 +131,19 @@ func TestClampMSS(t *testing.T) {
 	if ClampMSS(syn, 1300) {
 		t.Fatal("an MSS already below the limit was raised")
 	}
+	// IPv6: the same option, the checksum over the IPv6 pseudo-header.
+	syn6 := superPacket(true, nil, 0x02)
+	copy(syn6[60:72], []byte{1, 1, 2, 4, 0x05, 0xa0, 1, 1, 1, 1, 1, 1})
+	info6, _ := parseIP(syn6)
+	transportChecksum(info6, syn6)
+	if !IsSYN(syn6) || !ClampMSS(syn6, 1220) || binary.BigEndian.Uint16(syn6[64:]) != 1220 {
+		t.Fatalf("IPv6 MSS 1440 not clamped to 1220: % x", syn6[60:72])
+	}
+	src6, _ := netip.AddrFromSlice(syn6[8:24])
+	dst6, _ := netip.AddrFromSlice(syn6[24:40])
+	if !header.TCP(syn6[40:]).IsChecksumValid(addr(src6), addr(dst6), 0, 0) {
+		t.Fatal("IPv6 checksum wrong after clamping")
+	}
 	ack := superPacket(false, nil, 0x10)
 	if IsSYN(ack) {
 		t.Fatal("an ACK seen as a SYN")
@@ -165,6 +178,7 @@ func FuzzComplete(f *testing.F) {
 
 func FuzzClampMSS(f *testing.F) {
 	f.Add(superPacket(false, nil, 0x02), uint16(1200))
+	f.Add(superPacket(true, nil, 0x02), uint16(1220))
 	f.Fuzz(func(t *testing.T, pkt []byte, mss uint16) {
 		ClampMSS(pkt, mss)
 	})
@@ -264,7 +278,18 @@ func TestICMPErrorAbout(t *testing.T) {
 
 func FuzzICMPErrorAbout(f *testing.F) {
 	f.Add(superPacket(false, nil, 0x02))
-	f.Fuzz(func(t *testing.T, pkt []byte) { ICMPErrorAbout(pkt) })
+	// An IPv6 packet too big quoting a TCP segment.
+	ptb := make([]byte, 40, 96)
+	ptb[0], ptb[6] = 0x60, 58
+	ptb = append(append(ptb, 2, 0, 0, 0, 0, 0, 0x05, 0), superPacket(true, []byte("x"), 0x18)...)
+	binary.BigEndian.PutUint16(ptb[4:], uint16(len(ptb)-40))
+	f.Add(ptb)
+	f.Fuzz(func(t *testing.T, pkt []byte) {
+		src, dst, ok := ICMPErrorAbout(pkt)
+		if ok && (src.Is4() != dst.Is4() || src.Is4() != (pkt[0]>>4 == 4)) {
+			t.Fatalf("an error quoting %v -> %v in a packet of version %d", src, dst, pkt[0]>>4)
+		}
+	})
 }
 
 // A destination unreachable for a ping quotes its request as it left, so
@@ -409,6 +434,80 @@ func FuzzRebuildVnetHdr(f *testing.F) {
 		plain.GSOType &^= GSOECN
 		if _, err := Complete(plain, pkt, nil); err != nil {
 			t.Fatalf("a rebuilt header %+v that Complete refuses: %v", h, err)
+		}
+	})
+}
+
+// v6Chain builds an IPv6 packet whose headers follow the fixed one: hdrs
+// are (next header, its bytes) pairs, last the upper layer's message.
+func v6Chain(first uint8, hdrs ...[]byte) []byte {
+	p := make([]byte, 40)
+	p[0], p[6], p[7] = 0x60, first, 64
+	copy(p[8:], netip.MustParseAddr("fd20::1").AsSlice())
+	copy(p[24:], netip.MustParseAddr("fd77::9").AsSlice())
+	for _, h := range hdrs {
+		p = append(p, h...)
+	}
+	binary.BigEndian.PutUint16(p[4:], uint16(len(p)-40))
+	return p
+}
+
+// What a flow-mode stack must not see: pieces of pings, and pings behind
+// IPv6 extension headers; TCP and UDP, fragmented or not, pass.
+func TestHiddenICMP(t *testing.T) {
+	echo6 := []byte{128, 0, 0, 0, 0, 1, 0, 1}
+	frag := func(next uint8, offset uint16) []byte { // a fragment header
+		h := []byte{next, 0, 0, 0, 0, 0, 0, 42}
+		binary.BigEndian.PutUint16(h[2:], offset<<3|1)
+		return h
+	}
+	opts := func(next uint8) []byte { return []byte{next, 0, 1, 4, 0, 0, 0, 0} } // 8 bytes of padding
+	v4 := func(proto uint8, flags uint16) []byte {
+		p := make([]byte, 28)
+		p[0], p[9] = 0x45, proto
+		binary.BigEndian.PutUint16(p[2:], 28)
+		binary.BigEndian.PutUint16(p[6:], flags)
+		return p
+	}
+	for _, c := range []struct {
+		name string
+		pkt  []byte
+		want bool
+	}{
+		{"IPv6 echo request", v6Chain(58, echo6), false},
+		{"IPv6 first fragment of a ping", v6Chain(44, frag(58, 0), echo6), true},
+		{"IPv6 later fragment of a ping", v6Chain(44, frag(58, 185), []byte("zzzzzzzz")), true},
+		{"IPv6 ping behind destination options", v6Chain(60, opts(58), echo6), true},
+		{"IPv6 ping behind hop-by-hop", v6Chain(0, opts(58), echo6), true},
+		{"IPv6 fragment behind hop-by-hop", v6Chain(0, opts(44), frag(58, 0), echo6), true},
+		{"IPv6 fragment of extension headers", v6Chain(44, frag(60, 0), opts(58), echo6), true},
+		{"IPv6 UDP fragment", v6Chain(44, frag(17, 0), make([]byte, 8)), false},
+		{"IPv6 TCP behind destination options", v6Chain(60, opts(6), make([]byte, 20)), false},
+		{"IPv6 UDP", v6Chain(17, make([]byte, 8)), false},
+		{"IPv6 options cut short", v6Chain(60, []byte{58}), true},
+		{"IPv6 fragment header cut short", v6Chain(44, []byte{58, 0}), true},
+		{"IPv6 endless options", v6Chain(60, bytes.Repeat(opts(60), 9)), true},
+		{"IPv4 echo request", v4(1, 0), false},
+		{"IPv4 first fragment of a ping", v4(1, 0x2000), true},
+		{"IPv4 later fragment of a ping", v4(1, 185), true},
+		{"IPv4 don't fragment", v4(1, 0x4000), false},
+		{"IPv4 UDP fragment", v4(17, 0x2000), false},
+		{"not IP", []byte{0x10, 0}, false},
+	} {
+		if got := HiddenICMP(c.pkt); got != c.want {
+			t.Errorf("%s: HiddenICMP = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+func FuzzHiddenICMP(f *testing.F) {
+	f.Add(v6Chain(44, []byte{58, 0, 0, 1, 0, 0, 0, 42}, []byte{128, 0, 0, 0, 0, 1, 0, 1}))
+	f.Add(v6Chain(60, []byte{58, 0, 1, 4, 0, 0, 0, 0}, []byte{128, 0, 0, 0, 0, 1, 0, 1}))
+	f.Add(superPacket(false, nil, 0x02))
+	f.Fuzz(func(t *testing.T, pkt []byte) {
+		// A plain echo request is never hidden: the stack's Echo takes it.
+		if _, ok := ParseEchoRequest(pkt); ok && HiddenICMP(pkt) {
+			t.Fatalf("a whole echo request taken for a hidden one: % x", pkt)
 		}
 	})
 }
