@@ -73,6 +73,13 @@ func (r *TunnelReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 			cond = metav1.Condition{Status: metav1.ConditionFalse, Reason: l.Reason, Message: l.Message}
 		}
 	}
+	if t.Spec.Protocol == v1alpha1.ProtocolTUN {
+		meta.RemoveStatusCondition(&status.Conditions, conditionLimited) // takes no limits
+	} else {
+		l := r.Reports.limited(&t)
+		l.ObservedGeneration = t.Generation
+		meta.SetStatusCondition(&status.Conditions, l)
+	}
 	cond.Type, cond.ObservedGeneration = conditionReady, t.Generation
 	meta.SetStatusCondition(&status.Conditions, cond)
 	return ctrl.Result{}, errors.Join(err, patchStatus(ctx, r.Client, &t, &t.Status, status))
