@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"maps"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -28,7 +29,10 @@ import (
 // is not counted, so raising a limit clears the condition at once. The
 // message holds no counts or times, so that the status is written only
 // when the condition changes; the relays' metrics have the figures.
-func (r *relayReports) limited(t *v1alpha1.Tunnel) metav1.Condition {
+// expires is how long until the latest hit counted is no longer recent
+// (0 without one): the reports do not change when a hit merely ages, so
+// the Tunnel is looked at again then.
+func (r *relayReports) limited(t *v1alpha1.Tunnel) (_ metav1.Condition, expires time.Duration) {
 	var l v1alpha1.TunnelLimits
 	if t.Spec.Limits != nil {
 		l = *t.Spec.Limits
@@ -62,13 +66,16 @@ func (r *relayReports) limited(t *v1alpha1.Tunnel) metav1.Condition {
 					continue
 				}
 				switch {
-				case h.Reason == adminapi.LimitFlows && (h.Limit == flowsLimit || !strings.HasPrefix(h.Limit, "spec.limits.")):
+				case h.Reason == adminapi.LimitFlows && (h.Limit == flowsLimit || relayShare.MatchString(h.Limit)):
 					flows[h.Limit] = appendNew(flows[h.Limit], where)
 				case h.Reason == adminapi.LimitRateDrop && rateLimit != "" && h.Limit == rateLimit:
 					drops[h.Limit] = appendNew(drops[h.Limit], where)
 				case h.Reason == adminapi.LimitRateWait && rateLimit != "" && h.Limit == rateLimit:
 					waits[h.Limit] = appendNew(waits[h.Limit], where)
+				default:
+					continue
 				}
+				expires = max(expires, recentLimit-time.Since(h.At))
 			}
 		}
 	}
@@ -105,8 +112,12 @@ func (r *relayReports) limited(t *v1alpha1.Tunnel) metav1.Condition {
 	if len(c.Message) > 1024 {
 		c.Message = c.Message[:1021] + "..."
 	}
-	return c
+	return c, expires
 }
+
+// relayShare is how a relay names its own share of flows for one Tunnel:
+// nothing else a relay says is copied into the condition.
+var relayShare = regexp.MustCompile(`^--max-flows-per-tunnel=[0-9]+$`)
 
 // relayReport is one RelayNode's reports.
 type relayReport struct {

@@ -36,7 +36,10 @@ func TestLimitedCondition(t *testing.T) {
 			{endpoint: "10.0.0.1:7401", status: &adminapi.Status{Relay: relay, Limited: hits}}}
 	}
 	now := time.Now()
-	c := r.limited(tn)
+	c, expires := r.limited(tn)
+	if expires != 0 {
+		t.Errorf("no hit, and the condition expires in %v", expires)
+	}
 	if c.Status != metav1.ConditionFalse || c.Reason != ReasonWithinLimits || !strings.Contains(c.Message, "limits: spec.limits.rateMbps=20, spec.limits.maxFlows=100") {
 		t.Errorf("no report: %+v", c)
 	}
@@ -44,31 +47,40 @@ func TestLimitedCondition(t *testing.T) {
 		adminapi.LimitHit{Tunnel: "edge/web", Reason: adminapi.LimitFlows, Limit: "spec.limits.maxFlows=50", At: now},                    // before the limit was raised
 		adminapi.LimitHit{Tunnel: "edge/web", Reason: adminapi.LimitRateDrop, Limit: "spec.limits.rateMbps=20", At: now.Add(-time.Hour)}, // long ago
 		adminapi.LimitHit{Tunnel: "edge/api", Reason: adminapi.LimitFlows, Limit: "spec.limits.maxFlows=100", At: now})                   // another Tunnel
-	if c := r.limited(tn); c.Status != metav1.ConditionFalse {
+	if c, expires := r.limited(tn); c.Status != metav1.ConditionFalse || expires != 0 {
 		t.Errorf("hits that are not this Tunnel's now: %+v", c)
 	}
 	report("la", adminapi.LimitHit{Tunnel: "edge/web", Reason: adminapi.LimitRateWait, Limit: "spec.limits.rateMbps=20", At: now})
-	c = r.limited(tn)
+	c, expires = r.limited(tn)
+	// Looked at again once the hit is no longer recent: the reports do
+	// not change when it merely ages.
+	if expires <= recentLimit-time.Minute || expires > recentLimit {
+		t.Errorf("a hit just seen expires in %v, want about %v", expires, recentLimit)
+	}
 	if c.Status != metav1.ConditionTrue || c.Reason != ReasonRateLimited || !strings.Contains(c.Message, "relay la (10.0.0.1:7401) paced TCP flows to spec.limits.rateMbps=20") ||
 		!strings.Contains(c.Message, "raise spec.limits.rateMbps") {
 		t.Errorf("paced to its rate: %+v", c)
 	}
 	// Flows refused come first: clients see them.
 	report("hk", adminapi.LimitHit{Tunnel: "edge/web", Reason: adminapi.LimitFlows, Limit: "spec.limits.maxFlows=100", At: now})
-	c = r.limited(tn)
+	c, _ = r.limited(tn)
 	if c.Reason != ReasonFlowLimitReached || !strings.Contains(c.Message, "relay hk (10.0.0.1:7401) refused new flows past spec.limits.maxFlows=100") ||
 		!strings.Contains(c.Message, "limits.hoplink.dev/max-flows") || !strings.Contains(c.Message, "paced TCP flows") {
 		t.Errorf("flows refused and paced: %+v", c)
 	}
 	// Without spec.limits, only the relay's share holds, and says so.
 	free := &v1alpha1.Tunnel{ObjectMeta: metav1.ObjectMeta{Namespace: "edge", Name: "api"}}
-	c = r.limited(free)
+	c, _ = r.limited(free)
 	if c.Reason != ReasonWithinLimits || !strings.Contains(c.Message, "no spec.limits") {
 		t.Errorf("a hit of a spec limit the Tunnel no longer has: %+v", c)
 	}
 	report("hk", adminapi.LimitHit{Tunnel: "edge/api", Reason: adminapi.LimitFlows, Limit: "--max-flows-per-tunnel=1024", At: now})
-	if c := r.limited(free); c.Reason != ReasonFlowLimitReached || !strings.Contains(c.Message, "its own share for one Tunnel (--max-flows-per-tunnel=1024") {
+	if c, _ := r.limited(free); c.Reason != ReasonFlowLimitReached || !strings.Contains(c.Message, "its own share for one Tunnel (--max-flows-per-tunnel=1024") {
 		t.Errorf("the relay's share: %+v", c)
+	}
+	report("hk", adminapi.LimitHit{Tunnel: "edge/api", Reason: adminapi.LimitFlows, Limit: "click here", At: now})
+	if c, _ := r.limited(free); c.Status != metav1.ConditionFalse || strings.Contains(c.Message, "click") {
+		t.Errorf("a relay's text that names no limit: %+v", c)
 	}
 	// A hit is a change the Tunnels see.
 	if summary(r.reports[types.NamespacedName{Namespace: "edge", Name: "hk"}]) == summary(nil) {
@@ -146,10 +158,17 @@ func TestTunnelLimitedByWhatRelaysReport(t *testing.T) {
 	// of listening: the Tunnel is still told.
 	relay.set(adminapi.LimitHit{Tunnel: key, Reason: adminapi.LimitRateDrop, Limit: "spec.limits.rateMbps=20"})
 	limited("datagrams dropped", ReasonRateLimited, metav1.ConditionTrue, "dropped UDP datagrams over spec.limits.rateMbps=20")
+
+	// A relay that stops refusing reports the same hit, growing old: the
+	// reports do not change, and the condition clears when it is no
+	// longer recent all the same.
+	relay.set(adminapi.LimitHit{Tunnel: key, Reason: adminapi.LimitFlows, Limit: "spec.limits.maxFlows=200", At: time.Now().Add(20*time.Second - recentLimit)})
+	limited("flows refused, then no more", ReasonFlowLimitReached, metav1.ConditionTrue, "spec.limits.maxFlows=200")
+	limited("the last refusal no longer recent", ReasonWithinLimits, metav1.ConditionFalse)
 }
 
 // limitedRelay answers the admin API's status as a relay named name whose
-// Limited are the hits set last, each as just seen.
+// Limited are the hits set last, each as just seen unless it has a time.
 type limitedRelay struct {
 	name string
 	mu   sync.Mutex
@@ -167,7 +186,10 @@ func (l *limitedRelay) Status(context.Context, string) (*adminapi.Status, error)
 	defer l.mu.Unlock()
 	s := &adminapi.Status{Relay: l.name, Ready: true}
 	for _, h := range l.hits {
-		h.At, h.Count = time.Now(), 1
+		if h.At.IsZero() {
+			h.At = time.Now()
+		}
+		h.Count = 1
 		s.Limited = append(s.Limited, h)
 	}
 	return s, nil

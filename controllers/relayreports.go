@@ -206,8 +206,8 @@ func summary(reports []endpointReport) string {
 }
 
 // limitedTunnels are the Tunnels of rn's namespace that reports name as
-// held by a limit lately: their Limited condition follows the reports of
-// every relay they cross, not only their entry's.
+// held by a limit: their Limited condition follows the reports of every
+// relay they cross, not only their entry's.
 func limitedTunnels(rn *v1alpha1.RelayNode, reports ...[]endpointReport) []types.NamespacedName {
 	var out []types.NamespacedName
 	for _, rs := range reports {
@@ -218,7 +218,7 @@ func limitedTunnels(rn *v1alpha1.RelayNode, reports ...[]endpointReport) []types
 			for _, h := range e.status.Limited {
 				ns, name, ok := strings.Cut(h.Tunnel, "/")
 				k := types.NamespacedName{Namespace: ns, Name: name}
-				if ok && ns == rn.Namespace && time.Since(h.At) < recentLimit && !slices.Contains(out, k) {
+				if ok && ns == rn.Namespace && !slices.Contains(out, k) {
 					out = append(out, k)
 				}
 			}
