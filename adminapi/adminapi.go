@@ -69,7 +69,39 @@ type Status struct {
 	TargetsDown []measure.Target `json:"targetsDown,omitempty"`
 	// Congestion is the TCP congestion control of the relay's TLS links.
 	Congestion *Congestion `json:"congestion,omitempty"`
+	// Limited are the Tunnels this relay held to one of their limits,
+	// latest first, at most MaxLimited.
+	Limited []LimitHit `json:"limited,omitempty"`
 }
+
+// LimitHit says a Tunnel met a limit at this relay. Reason is the reason
+// label of the relay's counter that grew: LimitFlows, LimitRateDrop or
+// LimitRateWait.
+type LimitHit struct {
+	Tunnel string `json:"tunnel"`
+	Reason string `json:"reason"`
+	// Limit is the bound that held when the count last grew, as the
+	// Tunnel's spec says it ("spec.limits.maxFlows=100") or, for flows
+	// past the relay's own share for one Tunnel, "--max-flows-per-tunnel=N".
+	Limit string `json:"limit"`
+	// Count is the counter since the relay started: flows refused,
+	// datagrams dropped, or seconds flows waited.
+	Count float64 `json:"count"`
+	// At is when the relay last saw Count grow (it looks when asked).
+	At time.Time `json:"at"`
+}
+
+// Limit reasons: the reason labels of hoplink_flow_errors_total and
+// hoplink_udp_dropped_packets_total, and for TCP flows paced to the rate,
+// hoplink_tunnel_rate_wait_seconds_total.
+const (
+	LimitFlows    = "tunnel_limit"
+	LimitRateDrop = "rate_limit"
+	LimitRateWait = "rate_wait"
+)
+
+// MaxLimited bounds the limit hits a relay reports.
+const MaxLimited = 64
 
 // Congestion is the TCP congestion control a relay's TLS links run: what
 // its RelayNode asks (auto or a name), what runs, why (auto, pinned,

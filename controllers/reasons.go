@@ -41,6 +41,10 @@ const (
 	ReasonTUNNotAllowed   = "TUNNotAllowed"
 	ReasonListening       = "Listening"
 	ReasonListenFailed    = "ListenFailed"
+	// Tunnel Limited.
+	ReasonWithinLimits     = "WithinLimits"
+	ReasonFlowLimitReached = "FlowLimitReached"
+	ReasonRateLimited      = "RateLimited"
 	// Events of what relays report.
 	ReasonTargetRefused    = "TargetRefused"
 	ReasonHandshakeRefused = "HandshakeRefused"

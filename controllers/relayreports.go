@@ -54,7 +54,11 @@ type endpointReport struct {
 const (
 	reportEvery   = 10 * time.Second
 	recentProblem = 10 * time.Minute
-	askTimeout    = 3 * time.Second
+	// recentLimit is how long a limit that held keeps a Tunnel's Limited
+	// condition True: a Tunnel at its limit in bursts stays Limited
+	// between them, and one that stopped is told within minutes.
+	recentLimit = 5 * time.Minute
+	askTimeout  = 3 * time.Second
 	// reportParallel bounds the RelayNodes asked at once: their endpoints
 	// are asked at once too, a few each (measuredReplicas of a sidecar's).
 	reportParallel = 16
@@ -143,17 +147,28 @@ func (r *relayReports) ask(ctx context.Context, rn *v1alpha1.RelayNode) {
 		case r.relays <- event.GenericEvent{Object: rn}:
 		default: // the next round will
 		}
-		r.touchTunnels(ctx, rn)
+		r.touchTunnels(ctx, rn, limitedTunnels(rn, old, got))
 	}
 	r.tell(ctx, rn, got)
 }
 
 // touchTunnels requeues the Tunnels that enter at a relay whose report
-// changed. Each is sent, not dropped when the channel is full: a report
-// changes once, and the next round would not send it again.
-func (r *relayReports) touchTunnels(ctx context.Context, rn *v1alpha1.RelayNode) {
+// changed, and those it names as held by a limit (limited). Each is sent,
+// not dropped when the channel is full: a report changes once, and the
+// next round would not send it again.
+func (r *relayReports) touchTunnels(ctx context.Context, rn *v1alpha1.RelayNode, limited []types.NamespacedName) {
+	keys := limited
+	seen := map[types.NamespacedName]bool{}
+	for _, k := range limited {
+		seen[k] = true
+	}
 	for _, req := range tunnelsAt(ctx, r.client, rn.Namespace, rn.Name, false) {
-		t := &v1alpha1.Tunnel{ObjectMeta: metav1.ObjectMeta{Namespace: req.Namespace, Name: req.Name}}
+		if !seen[req.NamespacedName] {
+			keys = append(keys, req.NamespacedName)
+		}
+	}
+	for _, k := range keys {
+		t := &v1alpha1.Tunnel{ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: k.Name}}
 		select {
 		case r.tunnels <- event.GenericEvent{Object: t}:
 		case <-ctx.Done():
@@ -181,8 +196,35 @@ func summary(reports []endpointReport) string {
 		if c := e.status.Congestion; c != nil {
 			fmt.Fprintf(&b, "cc=%s/%s;", c.Algorithm, c.Reason)
 		}
+		for _, h := range e.status.Limited {
+			if time.Since(h.At) < recentLimit {
+				fmt.Fprintf(&b, "lim=%s/%s/%s;", h.Tunnel, h.Reason, h.Limit)
+			}
+		}
 	}
 	return b.String()
+}
+
+// limitedTunnels are the Tunnels of rn's namespace that reports name as
+// held by a limit: their Limited condition follows the reports of every
+// relay they cross, not only their entry's.
+func limitedTunnels(rn *v1alpha1.RelayNode, reports ...[]endpointReport) []types.NamespacedName {
+	var out []types.NamespacedName
+	for _, rs := range reports {
+		for _, e := range rs {
+			if e.status == nil {
+				continue
+			}
+			for _, h := range e.status.Limited {
+				ns, name, ok := strings.Cut(h.Tunnel, "/")
+				k := types.NamespacedName{Namespace: ns, Name: name}
+				if ok && ns == rn.Namespace && !slices.Contains(out, k) {
+					out = append(out, k)
+				}
+			}
+		}
+	}
+	return out
 }
 
 // tell records an Event for each problem a relay counted since the last
@@ -380,6 +422,7 @@ func (r *relayReports) congestion(rn *v1alpha1.RelayNode) *metav1.Condition {
 // Condition types the reports set, beside Ready.
 const (
 	conditionListening         = "Listening"
+	conditionLimited           = "Limited"
 	conditionRelaysHealthy     = "RelaysHealthy"
 	conditionCongestionControl = "CongestionControl"
 )

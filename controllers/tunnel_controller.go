@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -73,9 +74,20 @@ func (r *TunnelReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 			cond = metav1.Condition{Status: metav1.ConditionFalse, Reason: l.Reason, Message: l.Message}
 		}
 	}
+	var res ctrl.Result
+	if t.Spec.Protocol == v1alpha1.ProtocolTUN {
+		meta.RemoveStatusCondition(&status.Conditions, conditionLimited) // takes no limits
+	} else {
+		l, expires := r.Reports.limited(&t)
+		l.ObservedGeneration = t.Generation
+		meta.SetStatusCondition(&status.Conditions, l)
+		if expires > 0 {
+			res.RequeueAfter = expires + time.Second
+		}
+	}
 	cond.Type, cond.ObservedGeneration = conditionReady, t.Generation
 	meta.SetStatusCondition(&status.Conditions, cond)
-	return ctrl.Result{}, errors.Join(err, patchStatus(ctx, r.Client, &t, &t.Status, status))
+	return res, errors.Join(err, patchStatus(ctx, r.Client, &t, &t.Status, status))
 }
 
 // listening is the Tunnel's Listening condition from its entry relays'

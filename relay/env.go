@@ -37,6 +37,8 @@ type env struct {
 	draining atomic.Bool
 	// problems keeps what went wrong lately, for the operator.
 	problems problemBook
+	// limited notes the Tunnels held to a limit lately, for the operator.
+	limited limitWatch
 	// egress is what exits may not reach (nil: anything).
 	egress *egress.Policy
 	// dials keeps how the last connect to each target went.

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	dto "github.com/prometheus/client_model/go"
 
@@ -57,6 +58,7 @@ func (r *Relay) status() *adminapi.Status {
 		probed = r.measure.targets
 	}
 	s.TargetsDown = targetsDown(r.env, probed, set)
+	s.Limited = r.env.limited.look(r.env, set, time.Now())
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, t := range set.EntryTunnels(r.cfg.Name) {
