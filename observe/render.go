@@ -38,7 +38,7 @@ func WriteReport(w io.Writer, r *Report) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%s\t%s\n", rl.Name, ready, orDash(s.Version), up, len(s.Peers), expires(s.CertificateExpires, r.Time), rl.Endpoint)
 	}
 	fmt.Fprintln(tw)
-	fmt.Fprintln(tw, "LINK\tUP\tRTT\tJITTER\tLOSS\tTRANSPORT\tTCP CC")
+	fmt.Fprintln(tw, "LINK\tUP\tFAMILY\tRTT\tJITTER\tLOSS\tTRANSPORT\tTCP CC")
 	var notes []string
 	for _, st := range r.answers() {
 		cc := "-"
@@ -57,7 +57,7 @@ func WriteReport(w io.Writer, r *Report) error {
 			if p.Draining {
 				up = "draining"
 			}
-			fmt.Fprintf(tw, "%s -> %s\t%s\t%s\t%s\t%.1f%%\t%s\t%s\n", st.Relay, p.Name, up, dur(p.RTT), dur(p.Jitter), 100*p.Loss, orDash(p.Transport), cc)
+			fmt.Fprintf(tw, "%s -> %s\t%s\t%s\t%s\t%s\t%.1f%%\t%s\t%s\n", st.Relay, p.Name, up, orDash(p.Family), dur(p.RTT), dur(p.Jitter), 100*p.Loss, orDash(p.Transport), cc)
 		}
 	}
 	fmt.Fprintln(tw)

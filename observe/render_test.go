@@ -124,3 +124,39 @@ func TestReportShowsTunnelLimits(t *testing.T) {
 		}
 	}
 }
+
+// The LINK table says which IP family each link runs on, and a dash for a
+// link that is down (no connection, no family).
+func TestReportSaysTheLinksFamily(t *testing.T) {
+	r := &Report{Time: time.Now(), Relays: []Relay{{Name: "hk", Status: &adminapi.Status{
+		Relay: "hk",
+		Peers: []adminapi.Peer{{Name: "seattle", Up: true, Family: "ipv6"}, {Name: "la", Up: true, Family: "ipv4"}, {Name: "useast"}},
+	}}}}
+	var b bytes.Buffer
+	if err := WriteReport(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string][]string{}
+	var header []string
+	for _, l := range strings.Split(b.String(), "\n") {
+		f := regexp.MustCompile(`\s{2,}`).Split(strings.TrimSpace(l), -1)
+		if f[0] == "LINK" {
+			header = f
+		}
+		rows[f[0]] = f
+	}
+	col := -1
+	for i, h := range header {
+		if h == "FAMILY" {
+			col = i
+		}
+	}
+	if col < 0 {
+		t.Fatalf("no FAMILY column:\n%s", b.String())
+	}
+	for link, want := range map[string]string{"hk -> seattle": "ipv6", "hk -> la": "ipv4", "hk -> useast": "-"} {
+		if r := rows[link]; len(r) <= col || r[col] != want {
+			t.Errorf("%s: %q, want FAMILY %s\n%s", link, r, want, b.String())
+		}
+	}
+}
