@@ -46,6 +46,8 @@ type Hop struct {
 	Jitter measure.Duration `json:"jitter,omitempty"`
 	Loss   float64          `json:"loss"`
 	Err    string           `json:"error,omitempty"`
+	// Family is the IP family the link runs on (ipv4, ipv6).
+	Family string `json:"family,omitempty"`
 }
 
 // ProbeChain measures chain (namespace/name, or a name in namespace ns)
@@ -119,7 +121,7 @@ func ProbeChain(ctx context.Context, set *manifest.Set, p Prober, chain, ns stri
 			}
 			for _, l := range t.Links {
 				if l.To == h.To {
-					h.RTT, h.Jitter, h.Loss = l.RTT, l.Jitter, l.Loss
+					h.RTT, h.Jitter, h.Loss, h.Family = l.RTT, l.Jitter, l.Loss, l.Family
 					if !l.Up {
 						h.Err = "no answer to this round's probes"
 					}

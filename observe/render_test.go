@@ -160,3 +160,19 @@ func TestReportSaysTheLinksFamily(t *testing.T) {
 		}
 	}
 }
+
+// hoplink probe's HOP table says which family each hop runs on.
+func TestProbeSaysTheHopsFamily(t *testing.T) {
+	var b bytes.Buffer
+	if err := WriteProbe(&b, &Probe{Chain: "default/c", Mode: "sum", Route: []string{"hk", "seattle", "la"},
+		Hops: []Hop{{From: "hk", To: "seattle", Family: "ipv6"}, {From: "seattle", To: "la", Err: "no answer to this round's probes"}}}); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []*regexp.Regexp{regexp.MustCompile(`(?m)^HOP\s+LINK\s+FAMILY\s+RTT`), regexp.MustCompile(`(?m)^1\s+hk -> seattle\s+ipv6\s`),
+		regexp.MustCompile(`(?m)^2\s+seattle -> la\s+-\s`)} {
+		if !want.MatchString(out) {
+			t.Errorf("no line matching %s:\n%s", want, out)
+		}
+	}
+}

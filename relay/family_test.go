@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"testing"
@@ -86,6 +87,14 @@ spec: {entry: a, exit: b, route: [a, b]}
 					}
 					if v := promtest.ToFloat64(m.PeerFamily.WithLabelValues("a", "b", tc.family)); v != 1 {
 						t.Errorf("hoplink_peer_family_info{family=%q} = %v, want 1", tc.family, v)
+					}
+					// hoplink probe's table, as the relay answers it.
+					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+					defer cancel()
+					a := relays["a"]
+					tb := a.measure.table(ctx, a.set.Load().Chain("default/c"), 0)
+					if len(tb.Links) != 1 || tb.Links[0].Family != tc.family {
+						t.Errorf("probe table's links %+v, want b's on %s", tb.Links, tc.family)
 					}
 					return
 				}
