@@ -91,3 +91,16 @@ func TestOneFamilyAsksEachPodOnce(t *testing.T) {
 		}
 	}
 }
+
+// A Tunnel's Service takes both families while its entry listens on every
+// address, one while it listens on one address.
+func TestServiceFamilies(t *testing.T) {
+	for listen, want := range map[string]corev1.IPFamilyPolicy{
+		"": corev1.IPFamilyPolicyPreferDualStack, "0.0.0.0": corev1.IPFamilyPolicyPreferDualStack, "::": corev1.IPFamilyPolicyPreferDualStack,
+		"10.0.0.1": corev1.IPFamilyPolicySingleStack, "fd00::1": corev1.IPFamilyPolicySingleStack, "127.0.0.1": corev1.IPFamilyPolicySingleStack,
+	} {
+		if got := serviceFamilies(listen); got != want {
+			t.Errorf("serviceFamilies(%q) = %s, want %s", listen, got, want)
+		}
+	}
+}
