@@ -104,3 +104,22 @@ func TestServiceFamilies(t *testing.T) {
 		}
 	}
 }
+
+// podIPs gives every family of a pod once, the primary first: a dual-stack
+// gateway pod then stands in an import's slice of each family.
+func TestPodIPs(t *testing.T) {
+	for _, tc := range []struct {
+		st   corev1.PodStatus
+		want []string
+	}{
+		{corev1.PodStatus{}, nil},
+		{corev1.PodStatus{PodIP: "10.244.0.5"}, []string{"10.244.0.5"}},
+		{corev1.PodStatus{PodIP: "fd00::5", PodIPs: []corev1.PodIP{{IP: "fd00::5"}}}, []string{"fd00::5"}},
+		{corev1.PodStatus{PodIP: "10.244.0.5", PodIPs: []corev1.PodIP{{IP: "10.244.0.5"}, {IP: "fd00::5"}}}, []string{"10.244.0.5", "fd00::5"}},
+		{corev1.PodStatus{PodIP: "fd00::5", PodIPs: []corev1.PodIP{{IP: "fd00::5"}, {IP: "10.244.0.5"}}}, []string{"fd00::5", "10.244.0.5"}},
+	} {
+		if got := podIPs(&corev1.Pod{Status: tc.st}); !slices.Equal(got, tc.want) {
+			t.Errorf("podIPs(%+v) = %q, want %q", tc.st, got, tc.want)
+		}
+	}
+}

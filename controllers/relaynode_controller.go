@@ -691,10 +691,7 @@ func podEndpoints(pods []corev1.Pod, port int32) []string {
 		if p.Status.Phase != corev1.PodRunning || !p.DeletionTimestamp.IsZero() {
 			continue
 		}
-		ips := []string{p.Status.PodIP}
-		for _, ip := range p.Status.PodIPs {
-			ips = append(ips, ip.IP)
-		}
+		ips := podIPs(&p)
 		if p.Spec.HostNetwork {
 			ips = []string{p.Status.HostIP}
 			for _, ip := range p.Status.HostIPs {
@@ -709,6 +706,27 @@ func podEndpoints(pods []corev1.Pod, port int32) []string {
 	}
 	sort.Strings(out)
 	return slices.Compact(out)
+}
+
+// podIPs are a pod's addresses of every family, status.podIP first (the
+// primary), without repeats; status.podIP alone where status.podIPs is
+// empty.
+func podIPs(p *corev1.Pod) []string {
+	var out []string
+	for _, ip := range append([]string{p.Status.PodIP}, podIPList(p.Status.PodIPs)...) {
+		if ip != "" && !slices.Contains(out, ip) {
+			out = append(out, ip)
+		}
+	}
+	return out
+}
+
+func podIPList(ips []corev1.PodIP) []string {
+	out := make([]string, len(ips))
+	for i, ip := range ips {
+		out[i] = ip.IP
+	}
+	return out
 }
 
 // oneFamily keeps, of endpoints that hold both IP families, those of the
