@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -112,4 +113,90 @@ func TestLinkDialOrder(t *testing.T) {
 	if got[0].Addr().Is4() {
 		t.Errorf("order %v: IPv6 first", got)
 	}
+}
+
+// udpForwarder relays datagrams from listen to target and the answers back
+// to the last sender, until closed: a path of its own for one family.
+func udpForwarder(t *testing.T, listen, target string) (addr string, stop func()) {
+	t.Helper()
+	in, err := net.ListenPacket("udp", listen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	to, err := net.ResolveUDPAddr("udp", target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := net.DialUDP("udp", nil, to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last atomic.Pointer[net.Addr]
+	go func() {
+		b := make([]byte, 65536)
+		for {
+			n, from, err := in.ReadFrom(b)
+			if err != nil {
+				return
+			}
+			last.Store(&from)
+			out.Write(b[:n])
+		}
+	}()
+	go func() {
+		b := make([]byte, 65536)
+		for {
+			n, err := out.Read(b)
+			if err != nil {
+				return
+			}
+			if p := last.Load(); p != nil {
+				in.WriteTo(b[:n], *p)
+			}
+		}
+	}()
+	stop = func() { in.Close(); out.Close() }
+	t.Cleanup(stop)
+	return in.LocalAddr().String(), stop
+}
+
+// A link up on IPv6 whose IPv6 path dies comes back on IPv4 once the
+// connection times out: each redial races both families again, and the
+// family metric follows.
+func TestLinkFallsBackWhenItsFamilyDies(t *testing.T) {
+	needIPv6Loopback(t)
+	ca, err := pki.NewCA("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := testEndpointOpts(t, ca, "b", func(c *Conn, s *quicgo.Stream) { s.Close() }, func(o *Options) { o.Listen = ":0" })
+	v4 := net.JoinHostPort("127.0.0.1", strconv.Itoa(b.Addr().(*net.UDPAddr).Port))
+	v6, cut := udpForwarder(t, "[::1]:0", v4) // b over IPv6, through a path the test can cut
+	reg := prometheus.NewRegistry()
+	a := testEndpointOpts(t, ca, "a", nil, func(o *Options) { o.Listen, o.Metrics = ":0", metrics.New(reg) })
+	link := a.Links().Link("b", Control, []string{v4, v6})
+	onFamily := func(family string, within time.Duration) {
+		t.Helper()
+		deadline := time.Now().Add(within)
+		for {
+			c := link.Live()
+			if c != nil && eyeballs.FamilyOf(c.RemoteAddr()) == family &&
+				promtest.ToFloat64(a.opts.Metrics.PeerFamily.WithLabelValues("a", "b", family)) == 1 &&
+				promtest.CollectAndCount(a.opts.Metrics.PeerFamily) == 1 {
+				return
+			}
+			if time.Now().After(deadline) {
+				var remote net.Addr
+				if c != nil {
+					remote = c.RemoteAddr()
+				}
+				t.Fatalf("link not up on %s within %v (connection to %v)", family, within, remote)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	onFamily(eyeballs.IPv6, 5*time.Second)
+	cut()
+	// The idle timeout (3 s), the first redial's backoff, one Delay.
+	onFamily(eyeballs.IPv4, 10*time.Second)
 }
