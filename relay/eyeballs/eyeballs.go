@@ -174,8 +174,10 @@ func Race[T any](ctx context.Context, addrs []netip.AddrPort, delay time.Duratio
 		}
 		select {
 		case <-next:
-			start()
-			timer.Reset(delay)
+			if ctx.Err() == nil { // called off: the pending attempts end
+				start()
+				timer.Reset(delay)
+			}
 		case r := <-results:
 			pending--
 			if r.err == nil {

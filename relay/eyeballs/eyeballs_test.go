@@ -247,3 +247,26 @@ func TestRaceDiscardsLateWinner(t *testing.T) {
 		}
 	})
 }
+
+// A race called off by its caller starts no more attempts and ends with
+// the pending ones.
+func TestRaceCalledOff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		addrs := aps(t, "[::1]:1", "127.0.0.1:1", "[::2]:1")
+		d := &dialer{started: map[netip.AddrPort]time.Duration{}, t0: time.Now()} // nothing answers
+		ctx, cancel := context.WithTimeout(context.Background(), Delay+Delay/2)
+		defer cancel()
+		_, _, err := Race(ctx, addrs, Delay, d.dial, nil)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("err = %v, want the caller's deadline", err)
+		}
+		if took := time.Since(d.t0); took != Delay+Delay/2 {
+			t.Errorf("ended after %v, want at the deadline", took)
+		}
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if len(d.started) != 2 {
+			t.Errorf("attempts %v, want the two started before the deadline", d.started)
+		}
+	})
+}
