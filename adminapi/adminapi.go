@@ -128,6 +128,9 @@ type Peer struct {
 	RTT      measure.Duration `json:"rtt,omitempty"`
 	Jitter   measure.Duration `json:"jitter,omitempty"`
 	Loss     float64          `json:"loss"`
+	// Family is the IP family (ipv4, ipv6) the connection runs on while it
+	// is up: with endpoints of both, the one that answered first.
+	Family string `json:"family,omitempty"`
 	// Transport is what bulk flows of transport: auto chains take on the
 	// link now, and why.
 	Transport       string `json:"transport,omitempty"`

@@ -80,8 +80,9 @@ func DerivedService(s *Service) *corev1.Service {
 // Carried reports whether relays carry a port's protocol (TCP and UDP).
 func Carried(p corev1.Protocol) bool { return p == corev1.ProtocolTCP || p == corev1.ProtocolUDP }
 
-// GatewayPod is one relay pod of a cluster's gateway RelayNode: where its
-// clients' flows to imported services enter the relays.
+// GatewayPod is one address of a relay pod of a cluster's gateway
+// RelayNode (a dual-stack pod has one of each family): where its clients'
+// flows to imported services enter the relays.
 type GatewayPod struct {
 	Address  string
 	Ready    bool

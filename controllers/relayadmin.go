@@ -79,9 +79,9 @@ func (a *relayAdmin) endpoints(ctx context.Context, namespace, relay string) ([]
 	if err := a.client.Get(ctx, types.NamespacedName{Namespace: namespace, Name: relay}, &rn); err != nil {
 		return nil, err
 	}
-	eps := rn.Status.Endpoints
+	eps := oneFamily(rn.Status.Endpoints)
 	if len(eps) == 0 {
-		eps = rn.Spec.Endpoints
+		eps = oneFamily(rn.Spec.Endpoints)
 	}
 	if rn.Spec.IsSidecar() {
 		// Replicas of one relay: a few of them, a different few each round,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"slices"
 	"sort"
 	"sync"
@@ -658,11 +659,11 @@ func (r *RelayNodeReconciler) deleteWorkload(ctx context.Context, rn *v1alpha1.R
 	return nil
 }
 
-// endpoints are spec.endpoints when given, else the address of every running
-// relay pod: the node's for host-network relays, the pod's otherwise. Running,
-// not ready: a relay is ready once it has applied its RelayNode, whose
-// relays need endpoints to be valid, so waiting for readiness deadlocked
-// every relay that started after a Chain named it.
+// endpoints are spec.endpoints when given, else the addresses of every
+// running relay pod (podEndpoints). Running, not ready: a relay is ready
+// once it has applied its RelayNode, whose relays need endpoints to be
+// valid, so waiting for readiness deadlocked every relay that started after
+// a Chain named it.
 func (r *RelayNodeReconciler) endpoints(ctx context.Context, rn *v1alpha1.RelayNode) ([]string, error) {
 	if len(rn.Spec.Endpoints) > 0 {
 		return slices.Clone(rn.Spec.Endpoints), nil
@@ -675,21 +676,103 @@ func (r *RelayNodeReconciler) endpoints(ctx context.Context, rn *v1alpha1.RelayN
 	if port == 0 {
 		port = v1alpha1.DefaultRelayPort
 	}
+	return podEndpoints(pods.Items, port), nil
+}
+
+// podEndpoints are the relay addresses of the running pods: the node's for
+// host-network relays, the pod's otherwise, of every family it has
+// (status.podIPs, status.hostIPs), so a dual-stack relay is published on
+// both and its peers dial what works (package relay/eyeballs). The
+// singular fields stand in where the plural ones are empty (a kubelet
+// before hostIPs, a pod written by hand), sorted and without repeats.
+func podEndpoints(pods []corev1.Pod, port int32) []string {
 	var out []string
-	for _, p := range pods.Items {
+	for _, p := range pods {
 		if p.Status.Phase != corev1.PodRunning || !p.DeletionTimestamp.IsZero() {
 			continue
 		}
-		ip := p.Status.PodIP
+		ips := podIPs(&p)
 		if p.Spec.HostNetwork {
-			ip = p.Status.HostIP
+			ips = []string{p.Status.HostIP}
+			for _, ip := range p.Status.HostIPs {
+				ips = append(ips, ip.IP)
+			}
 		}
-		if ip != "" {
-			out = append(out, net.JoinHostPort(ip, itoa(port)))
+		for _, ip := range ips {
+			if ip != "" {
+				out = append(out, net.JoinHostPort(ip, itoa(port)))
+			}
 		}
 	}
 	sort.Strings(out)
-	return slices.Compact(out), nil
+	return slices.Compact(out)
+}
+
+// podIPs are a pod's addresses of every family, status.podIP first (the
+// primary), without repeats; status.podIP alone where status.podIPs is
+// empty.
+func podIPs(p *corev1.Pod) []string {
+	var out []string
+	for _, ip := range append([]string{p.Status.PodIP}, podIPList(p.Status.PodIPs)...) {
+		if ip != "" && !slices.Contains(out, ip) {
+			out = append(out, ip)
+		}
+	}
+	return out
+}
+
+func podIPList(ips []corev1.PodIP) []string {
+	out := make([]string, len(ips))
+	for i, ip := range ips {
+		out[i] = ip.IP
+	}
+	return out
+}
+
+// oneFamily keeps, of endpoints that hold both IP families, those of the
+// family most of them have (the first's on a tie): each relay pod of a
+// dual-stack cluster then once, for the operator's own questions, whose
+// answers it merges across pods and must not count twice. Names and
+// single-family lists pass as they are.
+func oneFamily(eps []string) []string {
+	family := func(ep string) int {
+		host, _, err := net.SplitHostPort(ep)
+		if err != nil {
+			return 0
+		}
+		a, err := netip.ParseAddr(host)
+		switch {
+		case err != nil:
+			return 0
+		case a.Unmap().Is4():
+			return 4
+		default:
+			return 6
+		}
+	}
+	n := map[int]int{}
+	for _, ep := range eps {
+		n[family(ep)]++
+	}
+	if n[4] == 0 || n[6] == 0 {
+		return eps
+	}
+	keep := family(eps[0])
+	switch {
+	case n[4] > n[6]:
+		keep = 4
+	case n[6] > n[4]:
+		keep = 6
+	case keep == 0:
+		keep = 4
+	}
+	var out []string
+	for _, ep := range eps {
+		if f := family(ep); f == keep || f == 0 {
+			out = append(out, ep)
+		}
+	}
+	return out
 }
 
 // indexName indexes RelayNodes by name across namespaces, for the name

@@ -314,6 +314,29 @@ func TestEndpointsOfRunningRelayBeforeReady(t *testing.T) {
 	})
 }
 
+// A relay on a dual-stack node is published on both of its families, as the
+// API server stores them (status.hostIPs; podIPs mirror them on the host
+// network), so peers of either family reach it.
+func TestEndpointsOfDualStackRelay(t *testing.T) {
+	needAPI(t)
+	ctx := context.Background()
+	ns := namespace(t)
+	rn := relayNode(ns, "dual", listenPort(7601))
+	create(t, rn)
+	relayPod(t, rn, corev1.PodStatus{Phase: corev1.PodRunning,
+		HostIP: "172.18.0.7", HostIPs: []corev1.HostIP{{IP: "172.18.0.7"}, {IP: "fc00:f853:ccd:e793::7"}},
+		PodIP: "172.18.0.7", PodIPs: []corev1.PodIP{{IP: "172.18.0.7"}, {IP: "fc00:f853:ccd:e793::7"}}})
+	eventually(t, "endpoints of both families", func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(rn), rn); err != nil {
+			return err
+		}
+		if want := []string{"172.18.0.7:7601", "[fc00:f853:ccd:e793::7]:7601"}; !slices.Equal(rn.Status.Endpoints, want) {
+			return fmt.Errorf("status.endpoints %v, want %v", rn.Status.Endpoints, want)
+		}
+		return nil
+	})
+}
+
 // The operator, not the RelayNode, says which images run and where relays
 // may take the host network or a TUN device: a user sees why in the
 // RelayNode's Ready condition, and no DaemonSet runs until it is allowed.

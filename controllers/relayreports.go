@@ -121,7 +121,7 @@ func (r *relayReports) round(ctx context.Context) {
 // ask asks one RelayNode's relays, each endpoint at once.
 func (r *relayReports) ask(ctx context.Context, rn *v1alpha1.RelayNode) {
 	key := client.ObjectKeyFromObject(rn)
-	eps := rn.Status.Endpoints
+	eps := oneFamily(rn.Status.Endpoints)
 	if rn.Spec.IsSidecar() {
 		eps = eps[:min(len(eps), measuredReplicas)]
 	}

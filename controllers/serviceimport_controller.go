@@ -196,10 +196,14 @@ func (r *ServiceImportReconciler) sources(ctx context.Context, s *clusterset.Ser
 		return src, err
 	}
 	for _, p := range pods.Items {
-		if p.Status.PodIP == "" || p.DeletionTimestamp != nil {
+		if p.DeletionTimestamp != nil {
 			continue
 		}
-		src.Gateway = append(src.Gateway, clusterset.GatewayPod{Address: p.Status.PodIP, Ready: podReady(&p), NodeName: p.Spec.NodeName})
+		// An entry per address: a dual-stack gateway pod stands in the
+		// import's slice of each family.
+		for _, ip := range podIPs(&p) {
+			src.Gateway = append(src.Gateway, clusterset.GatewayPod{Address: ip, Ready: podReady(&p), NodeName: p.Spec.NodeName})
+		}
 	}
 	if s.Export(r.Set.self) != nil {
 		var l discoveryv1.EndpointSliceList

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -140,6 +141,7 @@ func (r *TunnelReconciler) reconcile(ctx context.Context, t *v1alpha1.Tunnel, st
 	if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, svc, func() error {
 		svc.Labels = map[string]string{labelName: "hoplink", labelComponent: "tunnel", labelManagedBy: managerName}
 		svc.Spec.Selector = map[string]string{LabelRelayNode: ch.Spec.Entry}
+		svc.Spec.IPFamilyPolicy = ptr.To(serviceFamilies(t.Spec.Listen.Address))
 		svc.Spec.Ports = []corev1.ServicePort{{
 			Name: string(t.Spec.Protocol), Protocol: proto,
 			Port: t.Spec.Listen.Port, TargetPort: intstr.FromInt32(t.Spec.Listen.Port),
@@ -166,6 +168,17 @@ func (r *TunnelReconciler) reconcile(ctx context.Context, t *v1alpha1.Tunnel, st
 	}
 	return metav1.Condition{Status: metav1.ConditionTrue, Reason: ReasonReady,
 		Message: fmt.Sprintf("clients connect to %s; entry relay %q", status.Address, ch.Spec.Entry)}, nil
+}
+
+// serviceFamilies is the IP family policy of a Tunnel's Service: both
+// families where the cluster has them while the entry relay listens on
+// every address (a dual-stack socket), so clients of either reach it; one
+// otherwise, as an address binds one family.
+func serviceFamilies(listen string) corev1.IPFamilyPolicy {
+	if a, err := netip.ParseAddr(listen); listen == "" || (err == nil && a.IsUnspecified()) {
+		return corev1.IPFamilyPolicyPreferDualStack
+	}
+	return corev1.IPFamilyPolicySingleStack
 }
 
 // reconcileSidecarEntry readies a Tunnel whose chain starts at sidecar

@@ -44,6 +44,11 @@ func TestTunnelConditions(t *testing.T) {
 	if svc.Spec.Selector[LabelRelayNode] != "t-hk" || svc.Spec.Ports[0].Port != 8080 || svc.Spec.Ports[0].Protocol != corev1.ProtocolTCP || !metav1.IsControlledBy(&svc, tn) {
 		t.Errorf("Service does not front the entry relay's port: %+v", svc.Spec)
 	}
+	// The entry listens on every address: clients of both families where
+	// the cluster has them (this API server has one).
+	if p := svc.Spec.IPFamilyPolicy; p == nil || *p != corev1.IPFamilyPolicyPreferDualStack || len(svc.Spec.ClusterIPs) == 0 {
+		t.Errorf("Service's family policy %v, cluster IPs %v; want PreferDualStack", p, svc.Spec.ClusterIPs)
+	}
 
 	loop := tunnel(ns, "local-only", "east", 8081)
 	loop.Spec.Listen.Address = "127.0.0.1"

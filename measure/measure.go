@@ -55,6 +55,9 @@ type Link struct {
 	TransportReason string `json:"transportReason,omitempty"`
 	// Draining: the peer said it drains (a planned stop, not a failure).
 	Draining bool `json:"draining,omitempty"`
+	// Family is the IP family (ipv4, ipv6) the link's connection runs on,
+	// empty while it has none.
+	Family string `json:"family,omitempty"`
 }
 
 // Target is an exit relay's measurement of a Tunnel's target.

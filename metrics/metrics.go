@@ -16,7 +16,11 @@ type Metrics struct {
 	FlowErrors  *prometheus.CounterVec
 	Rejected    *prometheus.CounterVec
 	PeerUp      *prometheus.GaugeVec
-	Ready       *prometheus.GaugeVec
+	// PeerFamily is 1 for the IP family the connection to a peer runs on
+	// while it is up: with endpoints of both families, the one that
+	// answered first.
+	PeerFamily *prometheus.GaugeVec
+	Ready      *prometheus.GaugeVec
 	// TunnelOpen is 1 while a Tunnel's entry is open on its entry relay,
 	// 0 while it cannot open (retried).
 	TunnelOpen *prometheus.GaugeVec
@@ -138,6 +142,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "hoplink_peer_up",
 			Help: "1 while a relay holds an established QUIC connection to a peer it forwards to.",
 		}, []string{"relay", "peer"}),
+		PeerFamily: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "hoplink_peer_family_info",
+			Help: "1 for the IP family (ipv4, ipv6) a relay's connection to a peer it forwards to runs on, while it is up: with endpoints of both families, the one that answered first.",
+		}, []string{"relay", "peer", "family"}),
 		Handshakes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hoplink_peer_handshakes_total",
 			Help: "Handshakes with peers, QUIC and TLS alike, by direction (dial, accept) and result (ok, failed, rejected).",
@@ -260,7 +268,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"relay", "tunnel", "protocol"}),
 	}
 	reg.MustRegister(m.Bytes, m.Flows, m.ActiveFlows, m.FlowSetup, m.FlowErrors, m.Rejected,
-		m.Ready, m.CertExpiry, m.TunnelOpen, m.PeerUp, m.Handshakes, m.UDPSessions, m.UDPDropped, m.RateWaited, m.FairWaited, m.UDPFramed, m.SendLost, m.RedundantCopies, m.DatagramCopies, m.UDPBuffer, m.DrainNotices, m.ConnsEvicted, m.ReloadsRejected,
+		m.Ready, m.CertExpiry, m.TunnelOpen, m.PeerUp, m.PeerFamily, m.Handshakes, m.UDPSessions, m.UDPDropped, m.RateWaited, m.FairWaited, m.UDPFramed, m.SendLost, m.RedundantCopies, m.DatagramCopies, m.UDPBuffer, m.DrainNotices, m.ConnsEvicted, m.ReloadsRejected,
 		m.LinkUp, m.LinkRTT, m.LinkRTTMin, m.LinkSmoothed, m.LinkJitter, m.LinkLoss, m.LinkProbes, m.LinkTransport, m.LinkGoodput, m.LinkCongestion, m.LinkFlows,
 		m.TargetRTT, m.TargetUp, m.ChainRoute, m.TUNPackets, m.TUNBytes, m.TUNDropped, m.TUNFlows)
 	m.Route = NewRoute(reg)

@@ -46,6 +46,8 @@ type Hop struct {
 	Jitter measure.Duration `json:"jitter,omitempty"`
 	Loss   float64          `json:"loss"`
 	Err    string           `json:"error,omitempty"`
+	// Family is the IP family the link runs on (ipv4, ipv6).
+	Family string `json:"family,omitempty"`
 }
 
 // ProbeChain measures chain (namespace/name, or a name in namespace ns)
@@ -64,12 +66,33 @@ func ProbeChain(ctx context.Context, set *manifest.Set, p Prober, chain, ns stri
 		return nil, fmt.Errorf("no Chain %q in the manifests (chains: %s)%s", chain, strings.Join(typed, ", "), manifest.DidYouMean(chain, typed))
 	}
 	key := manifest.Key(c.Namespace, c.Name)
+	var mu sync.Mutex
+	answered := map[string]string{}
 	endpoint := func(relay string) (string, error) {
 		rn := set.Relay(relay)
 		if rn == nil || len(rn.Spec.Endpoints) == 0 {
 			return "", fmt.Errorf("relay %s has no spec.endpoints to ask it at", relay)
 		}
-		return rn.Spec.Endpoints[0], nil
+		if len(rn.Spec.Endpoints) == 1 {
+			return rn.Spec.Endpoints[0], nil
+		}
+		// Several (pods, or both IP families of one): the first that
+		// answers, as status finds it, since this host may reach only one
+		// family.
+		mu.Lock()
+		ep, ok := answered[relay]
+		mu.Unlock()
+		if ok {
+			return ep, nil
+		}
+		r := ask(ctx, p, rn)
+		if r.Status == nil {
+			return "", fmt.Errorf("relay %s did not answer: %s", relay, r.Err)
+		}
+		mu.Lock()
+		answered[relay] = r.Endpoint
+		mu.Unlock()
+		return r.Endpoint, nil
 	}
 	entryEP, err := endpoint(c.Spec.Entry)
 	if err != nil {
@@ -119,7 +142,7 @@ func ProbeChain(ctx context.Context, set *manifest.Set, p Prober, chain, ns stri
 			}
 			for _, l := range t.Links {
 				if l.To == h.To {
-					h.RTT, h.Jitter, h.Loss = l.RTT, l.Jitter, l.Loss
+					h.RTT, h.Jitter, h.Loss, h.Family = l.RTT, l.Jitter, l.Loss, l.Family
 					if !l.Up {
 						h.Err = "no answer to this round's probes"
 					}

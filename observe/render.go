@@ -38,7 +38,7 @@ func WriteReport(w io.Writer, r *Report) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%s\t%s\n", rl.Name, ready, orDash(s.Version), up, len(s.Peers), expires(s.CertificateExpires, r.Time), rl.Endpoint)
 	}
 	fmt.Fprintln(tw)
-	fmt.Fprintln(tw, "LINK\tUP\tRTT\tJITTER\tLOSS\tTRANSPORT\tTCP CC")
+	fmt.Fprintln(tw, "LINK\tUP\tFAMILY\tRTT\tJITTER\tLOSS\tTRANSPORT\tTCP CC")
 	var notes []string
 	for _, st := range r.answers() {
 		cc := "-"
@@ -57,7 +57,7 @@ func WriteReport(w io.Writer, r *Report) error {
 			if p.Draining {
 				up = "draining"
 			}
-			fmt.Fprintf(tw, "%s -> %s\t%s\t%s\t%s\t%.1f%%\t%s\t%s\n", st.Relay, p.Name, up, dur(p.RTT), dur(p.Jitter), 100*p.Loss, orDash(p.Transport), cc)
+			fmt.Fprintf(tw, "%s -> %s\t%s\t%s\t%s\t%s\t%.1f%%\t%s\t%s\n", st.Relay, p.Name, up, orDash(p.Family), dur(p.RTT), dur(p.Jitter), 100*p.Loss, orDash(p.Transport), cc)
 		}
 	}
 	fmt.Fprintln(tw)
@@ -146,14 +146,14 @@ func verdict(w io.Writer, r *Report, ready string) error {
 func WriteProbe(w io.Writer, p *Probe) error {
 	fmt.Fprintf(w, "chain %s (%s), route %s\n\n", p.Chain, p.Mode, routeString(p.Route))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "HOP\tLINK\tRTT\tJITTER\tLOSS\tERROR")
+	fmt.Fprintln(tw, "HOP\tLINK\tFAMILY\tRTT\tJITTER\tLOSS\tERROR")
 	for i, h := range p.Hops {
 		loss, jitter := fmt.Sprintf("%.1f%%", 100*min(h.Loss, 1)), dur(h.Jitter)
 		if h.Err != "" {
 			// A link that did not answer has no loss or jitter to show.
 			loss, jitter = "-", "-"
 		}
-		fmt.Fprintf(tw, "%d\t%s -> %s\t%s\t%s\t%s\t%s\n", i+1, h.From, h.To, dur(h.RTT), jitter, loss, orDash(h.Err))
+		fmt.Fprintf(tw, "%d\t%s -> %s\t%s\t%s\t%s\t%s\t%s\n", i+1, h.From, h.To, orDash(h.Family), dur(h.RTT), jitter, loss, orDash(h.Err))
 	}
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "TARGET\tTUNNEL\tCONNECT\tUP\tERROR")

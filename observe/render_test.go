@@ -124,3 +124,55 @@ func TestReportShowsTunnelLimits(t *testing.T) {
 		}
 	}
 }
+
+// The LINK table says which IP family each link runs on, and a dash for a
+// link that is down (no connection, no family).
+func TestReportSaysTheLinksFamily(t *testing.T) {
+	r := &Report{Time: time.Now(), Relays: []Relay{{Name: "hk", Status: &adminapi.Status{
+		Relay: "hk",
+		Peers: []adminapi.Peer{{Name: "seattle", Up: true, Family: "ipv6"}, {Name: "la", Up: true, Family: "ipv4"}, {Name: "useast"}},
+	}}}}
+	var b bytes.Buffer
+	if err := WriteReport(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string][]string{}
+	var header []string
+	for _, l := range strings.Split(b.String(), "\n") {
+		f := regexp.MustCompile(`\s{2,}`).Split(strings.TrimSpace(l), -1)
+		if f[0] == "LINK" {
+			header = f
+		}
+		rows[f[0]] = f
+	}
+	col := -1
+	for i, h := range header {
+		if h == "FAMILY" {
+			col = i
+		}
+	}
+	if col < 0 {
+		t.Fatalf("no FAMILY column:\n%s", b.String())
+	}
+	for link, want := range map[string]string{"hk -> seattle": "ipv6", "hk -> la": "ipv4", "hk -> useast": "-"} {
+		if r := rows[link]; len(r) <= col || r[col] != want {
+			t.Errorf("%s: %q, want FAMILY %s\n%s", link, r, want, b.String())
+		}
+	}
+}
+
+// hoplink probe's HOP table says which family each hop runs on.
+func TestProbeSaysTheHopsFamily(t *testing.T) {
+	var b bytes.Buffer
+	if err := WriteProbe(&b, &Probe{Chain: "default/c", Mode: "sum", Route: []string{"hk", "seattle", "la"},
+		Hops: []Hop{{From: "hk", To: "seattle", Family: "ipv6"}, {From: "seattle", To: "la", Err: "no answer to this round's probes"}}}); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []*regexp.Regexp{regexp.MustCompile(`(?m)^HOP\s+LINK\s+FAMILY\s+RTT`), regexp.MustCompile(`(?m)^1\s+hk -> seattle\s+ipv6\s`),
+		regexp.MustCompile(`(?m)^2\s+seattle -> la\s+-\s`)} {
+		if !want.MatchString(out) {
+			t.Errorf("no line matching %s:\n%s", want, out)
+		}
+	}
+}

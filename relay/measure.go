@@ -14,6 +14,7 @@ import (
 	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/manifest"
 	"github.com/hoplink/hoplink/measure"
+	"github.com/hoplink/hoplink/relay/eyeballs"
 	"github.com/hoplink/hoplink/relay/flow"
 	"github.com/hoplink/hoplink/relay/hop"
 	"github.com/hoplink/hoplink/relay/nexthop"
@@ -125,6 +126,9 @@ func (m *measurer) table(ctx context.Context, c *v1alpha1.Chain, fresh time.Dura
 				tr, why := m.peers.LinkTransport(t.Links[i].To)
 				t.Links[i].Transport, t.Links[i].TransportReason = string(tr), why
 				t.Links[i].Draining = m.peers.Draining(t.Links[i].To)
+				if c := m.peers.Live(t.Links[i].To); c != nil {
+					t.Links[i].Family = eyeballs.FamilyOf(c.RemoteAddr())
+				}
 			}
 		}()
 	}

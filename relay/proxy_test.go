@@ -12,6 +12,8 @@ import (
 	proxyproto "github.com/pires/go-proxyproto"
 
 	"github.com/hoplink/hoplink/internal/testing/testutil"
+	"github.com/hoplink/hoplink/internal/testing/testutil/gate"
+	"github.com/hoplink/hoplink/relay"
 )
 
 // proxyTarget is a target that expects a PROXY header: on TCP first on the
@@ -166,4 +168,118 @@ func TestClientCannotSetItsProxyAddress(t *testing.T) {
 			}
 		})
 	}
+}
+
+// IPv6 clients through relays that listen and dial on IPv6 only (::1): the
+// target reads each client's IPv6 address and port and the Tunnel's
+// address in the PROXY header, TCP6 in v1, AF_INET6 in v2, on TCP and on
+// every UDP datagram, and the bytes after it intact.
+func TestProxyProtocolIPv6(t *testing.T) {
+	if c, err := net.Listen("tcp", "[::1]:0"); err != nil {
+		gate.Missing(t, "no IPv6 loopback: %v", err)
+	} else {
+		c.Close()
+	}
+	for _, tc := range []struct{ protocol, version string }{{"tcp", "v1"}, {"tcp", "v2"}, {"udp", "v2"}} {
+		t.Run(tc.protocol+"/"+tc.version, func(t *testing.T) {
+			seen := make(chan string, 16)
+			var target string
+			if tc.protocol == "tcp" {
+				ln, err := net.Listen("tcp", "[::1]:0")
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { ln.Close() })
+				go testutil.Serve(ln, func(c *net.TCPConn) {
+					c.SetDeadline(time.Now().Add(20 * time.Second))
+					r := bufio.NewReader(c)
+					h, err := proxyproto.Read(r)
+					if err != nil {
+						seen <- "error: " + err.Error()
+						return
+					}
+					seen <- fmt.Sprintf("v%d %s %s %s", h.Version, protoName(h.TransportProtocol), h.SourceAddr, h.DestinationAddr)
+					io.Copy(c, r)
+				})
+				target = ln.Addr().String()
+			} else {
+				pc, err := net.ListenPacket("udp", "[::1]:0")
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { pc.Close() })
+				go func() {
+					buf := make([]byte, 65536)
+					for {
+						n, from, err := pc.ReadFrom(buf)
+						if err != nil {
+							return
+						}
+						r := bufio.NewReader(bytes.NewReader(buf[:n]))
+						h, err := proxyproto.Read(r)
+						if err != nil {
+							seen <- "error: " + err.Error()
+							continue
+						}
+						seen <- fmt.Sprintf("v%d %s %s %s", h.Version, protoName(h.TransportProtocol), h.SourceAddr, h.DestinationAddr)
+						payload, _ := io.ReadAll(r)
+						pc.WriteTo(payload, from)
+					}
+				}()
+				target = pc.LocalAddr().String()
+			}
+			port := testutil.FreePort(t)
+			startLoopback(t, relay.Config{}, testutil.LoopbackChain{Relays: 2, Route: []string{"r0", "r1"}, Host: "::1",
+				Tunnels: []testutil.TunnelSpec{{Name: "p", Protocol: tc.protocol, Target: target, Port: port, Extra: ", proxyProtocol: " + tc.version}}})
+			listen := net.JoinHostPort("::1", fmt.Sprint(port))
+			c, err := net.DialTimeout(tc.protocol, listen, 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(30 * time.Second))
+			payload := bytes.Repeat([]byte("hoplink6"), 125)
+			headers, proto := 1, "TCP6"
+			if tc.protocol == "tcp" {
+				go func() { c.Write(payload); c.(*net.TCPConn).CloseWrite() }()
+				got, err := io.ReadAll(c)
+				if err != nil || !bytes.Equal(got, payload) {
+					t.Fatalf("echo: %d of %d bytes intact (%v)", len(got), len(payload), err)
+				}
+			} else {
+				headers, proto = 3, "UDP6"
+				for i := range headers {
+					if err := roundTrip(c.(*net.UDPConn), payload[:900+i]); err != nil {
+						t.Fatalf("datagram %d: %v", i, err)
+					}
+				}
+			}
+			want := fmt.Sprintf("%s %s %s %s", tc.version, proto, c.LocalAddr(), listen)
+			for range headers {
+				select {
+				case got := <-seen:
+					if got != want {
+						t.Fatalf("the target saw %q, want %q", got, want)
+					}
+				case <-time.After(5 * time.Second):
+					t.Fatal("the target saw no header")
+				}
+			}
+		})
+	}
+}
+
+// protoName spells a header's transport as v1 does (TCP6), for UDP too.
+func protoName(p proxyproto.AddressFamilyAndProtocol) string {
+	name := "UDP"
+	if p.IsStream() {
+		name = "TCP"
+	}
+	switch {
+	case p.IsIPv4():
+		return name + "4"
+	case p.IsIPv6():
+		return name + "6"
+	}
+	return "UNSPEC"
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/hoplink/hoplink/adminapi"
 	"github.com/hoplink/hoplink/manifest"
 	"github.com/hoplink/hoplink/measure"
+	"github.com/hoplink/hoplink/relay/eyeballs"
 	"github.com/hoplink/hoplink/relay/probe"
 )
 
@@ -81,6 +82,7 @@ func (r *Relay) peerStatus(peer string) adminapi.Peer {
 	if c := r.peers.Live(peer); c != nil {
 		st := c.ConnectionStats()
 		p.RTT, p.Jitter = measure.Duration(st.SmoothedRTT), measure.Duration(st.MeanDeviation)
+		p.Family = eyeballs.FamilyOf(c.RemoteAddr())
 		if st.PacketsSent > 0 {
 			p.Loss = float64(st.PacketsLost) / float64(st.PacketsSent)
 		}

@@ -146,9 +146,10 @@ func panels() []panel {
 		q(`sum by (relay, tunnel, reason) (rate(hoplink_udp_dropped_packets_total{relay=~"$relay", tunnel=~"$tunnel"}[$__rate_interval]))`, "{{relay}} {{tunnel}} {{reason}}")))
 
 	l.row("Relays")
-	l.add(8, timeseries("Relays ready and peers up", "short", "Whether each relay runs and is ready, and how many connections it has to its next hops.",
+	l.add(8, timeseries("Relays ready and peers up", "short", "Whether each relay runs and is ready, and how many connections it has to its next hops, in all and by the IP family they run on.",
 		q(`max by (relay) (hoplink_relay_ready{relay=~"$relay"})`, "{{relay}} ready"),
-		q(`sum by (relay) (hoplink_peer_up{relay=~"$relay"})`, "{{relay}} peers up")))
+		q(`sum by (relay) (hoplink_peer_up{relay=~"$relay"})`, "{{relay}} peers up"),
+		q(`sum by (relay, family) (hoplink_peer_family_info{relay=~"$relay"})`, "{{relay}} peers on {{family}}")))
 	l.add(8, timeseries("Flow errors", "ops", "Flows that failed, by reason.",
 		q(`sum by (relay, reason) (rate(hoplink_flow_errors_total{relay=~"$relay", tunnel=~"$tunnel"}[$__rate_interval]))`, "{{relay}} {{reason}}")))
 	// A relay that rejects nothing shows 0, not "no data", so that an

@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"net/netip"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	quicgo "github.com/quic-go/quic-go"
+
+	"github.com/hoplink/hoplink/relay/eyeballs"
 )
 
 // Redial backoff: quick at first so a restarted peer is back within a
@@ -207,9 +210,21 @@ func (l *Link) run() {
 			defer l.e.links.forget(l)
 		}
 	}
+	// The family series follows peer_up: the connection's, while it is up.
+	var family string
 	setUp := func(v float64) {
-		if up != nil {
-			up.Set(v)
+		if up == nil {
+			return
+		}
+		up.Set(v)
+		if family != "" {
+			m.PeerFamily.DeleteLabelValues(relay, l.peer, family)
+		}
+		family = ""
+		if c := l.Live(); v == 1 && c != nil {
+			if family = eyeballs.FamilyOf(c.RemoteAddr()); family != "" {
+				m.PeerFamily.WithLabelValues(relay, l.peer, family).Set(1)
+			}
 		}
 	}
 	setUp(0)
@@ -340,30 +355,44 @@ func (l *Link) run() {
 	}
 }
 
+// dial connects to one of the peer's endpoints. Where they hold both IP
+// families it races them (package eyeballs): a family that is dead on the
+// path costs a quarter of a second, not a handshake timeout per address.
 func (l *Link) dial() (*Conn, error) {
 	l.mu.Lock()
 	addrs := l.addrs
 	l.mu.Unlock()
-	var errs []error
-	for _, a := range addrs {
-		addr, err := net.ResolveUDPAddr("udp", a)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		ctx, cancel := context.WithTimeout(l.e.ctx, handshakeTimeout)
-		qc, err := l.e.dialTr.Dial(ctx, addr, l.e.opts.Identity.ClientConfig(l.peer), dialConfig())
-		cancel()
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", a, unanswered(err)))
-			continue
-		}
-		return newConn(qc, l.peer, true), nil
-	}
-	if len(errs) == 0 {
+	if len(addrs) == 0 {
 		return nil, fmt.Errorf("relay %q has no endpoints", l.peer)
 	}
-	return nil, errors.Join(errs...)
+	resolved, rerr := eyeballs.Resolve(l.e.ctx, net.DefaultResolver, addrs)
+	// A socket bound to one address sends to its own family only.
+	local := l.e.dialUDP.LocalAddr().(*net.UDPAddr).AddrPort().Addr()
+	var usable []netip.AddrPort
+	var errs []error
+	for _, a := range eyeballs.Order(resolved) {
+		if eyeballs.Reachable(local, a.Addr()) {
+			usable = append(usable, a)
+		} else {
+			errs = append(errs, fmt.Errorf("%s: not reachable from the relay's socket on %s", a, local))
+		}
+	}
+	qc, _, err := eyeballs.Race(l.e.ctx, usable, eyeballs.Delay, func(ctx context.Context, a netip.AddrPort) (*quicgo.Conn, error) {
+		ctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
+		defer cancel()
+		qc, err := l.e.dialTr.Dial(ctx, net.UDPAddrFromAddrPort(a), l.e.opts.Identity.ClientConfig(l.peer), dialConfig())
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", a, unanswered(err))
+		}
+		return qc, nil
+	}, func(qc *quicgo.Conn) { qc.CloseWithError(0, "another address answered first") })
+	if err == nil {
+		return newConn(qc, l.peer, true), nil
+	}
+	if !errors.Is(err, eyeballs.ErrNoAddress) {
+		errs = append(errs, err)
+	}
+	return nil, errors.Join(append([]error{rerr}, errs...)...)
 }
 
 // errUnanswered is a handshake nothing answered: the dial's deadline and

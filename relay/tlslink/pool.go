@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -17,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hoplink/hoplink/internal/errlist"
+	"github.com/hoplink/hoplink/relay/eyeballs"
 	"github.com/hoplink/hoplink/srcaddr"
 )
 
@@ -292,34 +294,43 @@ func (p *Pool) drain() {
 	p.spares = nil
 }
 
+// dial connects and handshakes with one of the peer's endpoints, racing
+// them where they hold both IP families (package eyeballs), so a family
+// that is dead on the path costs a quarter of a second.
 func (p *Pool) dial(ctx context.Context) (*tls.Conn, error) {
-	var errs []error
 	p.mu.Lock()
 	addrs := p.addrs
 	p.mu.Unlock()
-	for _, a := range addrs {
+	if len(addrs) == 0 {
+		return nil, fmt.Errorf("relay %q has no endpoints", p.peer)
+	}
+	resolved, rerr := eyeballs.Resolve(ctx, net.DefaultResolver, addrs)
+	c, _, err := eyeballs.Race(ctx, eyeballs.Order(resolved), eyeballs.Delay, func(ctx context.Context, a netip.AddrPort) (*tls.Conn, error) {
 		d := net.Dialer{Control: p.e.control}
-		raw, err := d.DialContext(ctx, "tcp", a)
+		raw, err := d.DialContext(ctx, "tcp", a.String())
 		if err != nil {
-			errs = append(errs, err)
-			continue
+			return nil, err
 		}
 		c := tls.Client(wrap(raw), p.conf.Load())
 		if err := c.HandshakeContext(ctx); err != nil {
 			raw.Close()
-			p.e.handshake("dial", "failed")
-			errs = append(errs, fmt.Errorf("%s: %w", a, err))
-			continue
+			if ctx.Err() == nil { // not an attempt the race called off
+				p.e.handshake("dial", "failed")
+			}
+			return nil, fmt.Errorf("%s: %w", a, err)
 		}
 		p.e.handshake("dial", "ok")
 		// The peer's host: its own dials to this relay likely come from it.
 		p.e.handshakes.learn(srcaddr.Of(raw.RemoteAddr()), time.Now())
 		return c, nil
+	}, func(c *tls.Conn) { c.Close() })
+	if err == nil {
+		return c, nil
 	}
-	if len(errs) == 0 {
-		return nil, fmt.Errorf("relay %q has no endpoints", p.peer)
+	if errors.Is(err, eyeballs.ErrNoAddress) {
+		return nil, rerr
 	}
-	return nil, errors.Join(errs...)
+	return nil, errors.Join(rerr, err)
 }
 
 // alive reports whether a spare's socket has no EOF and no error pending, as

@@ -20,7 +20,7 @@ var relayLayers = [][]string{
 	{"relay/admit", "relay/nexthop", "relay/probe"},                  // policy, the link layer, probes
 	{"relay/quic", "relay/tlslink", "relay/netstack", "relay/udpio"}, // transports and sockets
 	{"relay/flow", "relay/tun"},                                      // flow ends, devices
-	{"relay/hop", "relay/ratelog", "relay/egress"},                   // encodings, warnings, egress
+	{"relay/hop", "relay/ratelog", "relay/egress", "relay/eyeballs"}, // encodings, warnings, egress, dialing both families
 }
 
 // chainLogic is what decides routes and reads the manifests: the relay

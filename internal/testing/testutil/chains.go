@@ -3,12 +3,13 @@ package testutil
 import (
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 )
 
-// TunnelSpec is a Tunnel of a LoopbackChain, listening on 127.0.0.1:Port.
+// TunnelSpec is a Tunnel of a LoopbackChain, listening on its Host:Port.
 type TunnelSpec struct {
 	Name, Protocol, Target string
 	Port                   int
@@ -27,11 +28,18 @@ type LoopbackChain struct {
 	// is dialed at, for a proxy in front of it; free ports otherwise.
 	Ports     map[string]int
 	Endpoints map[string]string
+	// Host is the loopback address relays and Tunnels listen on and
+	// relays are dialed at: 127.0.0.1 when empty, ::1 for IPv6.
+	Host string
 }
 
 // Manifests writes c as YAML.
 func (c LoopbackChain) Manifests(t testing.TB) string {
 	t.Helper()
+	host := c.Host
+	if host == "" {
+		host = "127.0.0.1"
+	}
 	var b strings.Builder
 	for i := range c.Relays {
 		name := fmt.Sprintf("r%d", i)
@@ -41,9 +49,9 @@ func (c LoopbackChain) Manifests(t testing.TB) string {
 		}
 		endpoint := c.Endpoints[name]
 		if endpoint == "" {
-			endpoint = fmt.Sprintf("127.0.0.1:%d", p)
+			endpoint = net.JoinHostPort(host, strconv.Itoa(p))
 		}
-		fmt.Fprintf(&b, "---\napiVersion: hoplink.dev/v1alpha1\nkind: RelayNode\nmetadata: {name: %s}\nspec: {listen: {address: 127.0.0.1, port: %d}, endpoints: [%q]}\n", name, p, endpoint)
+		fmt.Fprintf(&b, "---\napiVersion: hoplink.dev/v1alpha1\nkind: RelayNode\nmetadata: {name: %s}\nspec: {listen: {address: %q, port: %d}, endpoints: [%q]}\n", name, host, p, endpoint)
 	}
 	via := ""
 	if len(c.Route) > 2 {
@@ -56,8 +64,8 @@ func (c LoopbackChain) Manifests(t testing.TB) string {
 	fmt.Fprintf(&b, "---\napiVersion: hoplink.dev/v1alpha1\nkind: Chain\nmetadata: {name: c}\nspec: {entry: %s, exit: %s, %sroute: [%s], transport: %s}\n",
 		c.Route[0], c.Route[len(c.Route)-1], via, strings.Join(c.Route, ", "), transport)
 	for _, tn := range c.Tunnels {
-		fmt.Fprintf(&b, "---\napiVersion: hoplink.dev/v1alpha1\nkind: Tunnel\nmetadata: {name: %s}\nspec: {chain: c, protocol: %s, listen: {address: 127.0.0.1, port: %d%s}, target: %q %s}\n",
-			tn.Name, tn.Protocol, tn.Port, tn.ListenExtra, tn.Target, tn.Extra)
+		fmt.Fprintf(&b, "---\napiVersion: hoplink.dev/v1alpha1\nkind: Tunnel\nmetadata: {name: %s}\nspec: {chain: c, protocol: %s, listen: {address: %q, port: %d%s}, target: %q %s}\n",
+			tn.Name, tn.Protocol, host, tn.Port, tn.ListenExtra, tn.Target, tn.Extra)
 	}
 	return b.String()
 }
