@@ -147,12 +147,20 @@ func (e *env) share(c flow.Counter, t *v1alpha1.Tunnel, peer string) (_ flow.Cou
 	if rateLimited(t) {
 		ceiling = float64(t.Spec.Limits.RateMbps) * 1e6 / 8
 	}
-	ft, leave := e.fair.join(peer, key, ceiling, e.m.FairWaited.WithLabelValues(e.name, key, peer))
+	ft, leave := e.fair.joinWeighted(peer, key, tunnelWeight(t), ceiling, e.m.FairWaited.WithLabelValues(e.name, key, peer))
 	p := &fairPacer{Counter: c, t: ft}
 	return p, func() {
 		p.done()
 		leave()
 	}
+}
+
+// tunnelWeight is t's spec.limits.weight, 1 when it sets none.
+func tunnelWeight(t *v1alpha1.Tunnel) int {
+	if t.Spec.Limits != nil && t.Spec.Limits.Weight > 0 {
+		return int(t.Spec.Limits.Weight)
+	}
+	return 1
 }
 
 func (e *env) flowError(tunnel, reason string) {

@@ -19,8 +19,8 @@ import (
 // flows took 89% beside a Tunnel of 1 (hack/bench/share). Each window the
 // relay looks at what each Tunnel wrote to the peer and whether its flows
 // were backlogged (their writes blocked, or they waited for their cap).
-// When a backlogged Tunnel gets less than its max-min fair share of the
-// link, the Tunnels over theirs are capped at theirs, with token buckets
+// When a backlogged Tunnel gets less than its weighted max-min fair share
+// of the link (spec.limits.weight), the Tunnels over theirs are capped at theirs, with token buckets
 // their flows wait on before each write (flow.Pacer, like
 // spec.limits.rateMbps); what they give up the other Tunnel takes through
 // its own congestion control. The caps hold while a Tunnel below them
@@ -99,7 +99,10 @@ type fairTunnel struct {
 	// ceiling is its spec.limits rate in bytes a second (0: none): it
 	// wants no more than that, whatever its flows' backlog says.
 	ceiling float64
-	waited  flow.Counter // may be nil
+	// weight is its spec.limits.weight (at least 1): its share of the
+	// link against the others' is in proportion to it.
+	weight float64
+	waited flow.Counter // may be nil
 
 	rate, avg float64 // bytes a second: this window's, smoothed
 	backlog   bool
@@ -115,6 +118,11 @@ type fairTunnel struct {
 // bytes a second, 0 for none; waited counts the time its flows wait for
 // their cap.
 func (fs *fairShare) join(peer, tunnel string, ceilingBps float64, waited flow.Counter) (*fairTunnel, func()) {
+	return fs.joinWeighted(peer, tunnel, 1, ceilingBps, waited)
+}
+
+// joinWeighted is join for a Tunnel of weight (below 1 taken for 1).
+func (fs *fairShare) joinWeighted(peer, tunnel string, weight int, ceilingBps float64, waited flow.Counter) (*fairTunnel, func()) {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	if fs.links == nil {
@@ -132,6 +140,7 @@ func (fs *fairShare) join(peer, tunnel string, ceilingBps float64, waited flow.C
 		l.tunnels[tunnel] = t
 	}
 	t.ceiling = ceilingBps
+	t.weight = float64(max(weight, 1))
 	t.flows.Add(1)
 	t.idle = 0
 	return t, func() { t.flows.Add(-1) }
@@ -305,13 +314,20 @@ func (l *fairLink) allocate(now time.Time) {
 	}
 }
 
-// waterfill is each Tunnel's max-min fair share of capacity: a Tunnel
-// that is not backlogged wants what it sends, one with a rate limit no
-// more than that, the others all they can get.
+// waterfill is each Tunnel's weighted max-min fair share of capacity: a
+// Tunnel that is not backlogged wants what it sends, one with a rate
+// limit no more than that, the others all they can get; what is left is
+// split in proportion to the weights of those that want more. Tunnels
+// are filled in order of want per weight, so that one whose want is under
+// its weighted part leaves the rest to the others.
 func waterfill(ts []*fairTunnel, capacity float64) []float64 {
 	want := make([]float64, len(ts))
+	weight := make([]float64, len(ts))
 	order := make([]int, len(ts))
+	weights := 0.0
 	for i, t := range ts {
+		weight[i] = max(t.weight, 1) // a Tunnel made without join weighs 1
+		weights += weight[i]
 		want[i] = math.Inf(1)
 		if !t.backlog {
 			want[i] = t.avg
@@ -321,13 +337,16 @@ func waterfill(ts []*fairTunnel, capacity float64) []float64 {
 		}
 		order[i] = i
 	}
-	sort.Slice(order, func(a, b int) bool { return want[order[a]] < want[order[b]] })
+	sort.Slice(order, func(a, b int) bool {
+		return want[order[a]]/weight[order[a]] < want[order[b]]/weight[order[b]]
+	})
 	share := make([]float64, len(ts))
 	left := capacity
-	for k, i := range order {
-		even := left / float64(len(ts)-k)
-		share[i] = min(want[i], even)
+	for _, i := range order {
+		part := left * weight[i] / weights
+		share[i] = min(want[i], part)
 		left -= share[i]
+		weights -= weight[i]
 	}
 	return share
 }

@@ -242,3 +242,60 @@ func TestFairShareDoesNotCapALimitedTunnelAtItsLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestWaterfillWeighted: shares follow spec.limits.weight among the
+// Tunnels that want more, and a heavy Tunnel that wants less than its
+// part leaves the rest to the others.
+func TestWaterfillWeighted(t *testing.T) {
+	cases := []struct {
+		name string
+		ts   []*fairTunnel
+		want []float64
+	}{
+		{"3:1 both backlogged", []*fairTunnel{{backlog: true, weight: 3}, {backlog: true, weight: 1}}, []float64{75, 25}},
+		{"weight 3 wanting 10", []*fairTunnel{{avg: 10, weight: 3}, {backlog: true, weight: 1}}, []float64{10, 90}},
+		{"3:1 the light one wanting 10", []*fairTunnel{{backlog: true, weight: 3}, {avg: 10, weight: 1}}, []float64{90, 10}},
+		{"2:1:1", []*fairTunnel{{backlog: true, weight: 2}, {backlog: true, weight: 1}, {backlog: true}}, []float64{50, 25, 25}},
+		{"3:1:1 the heavy one limited to 30", []*fairTunnel{{backlog: true, weight: 3, ceiling: 30}, {backlog: true, weight: 1}, {backlog: true, weight: 1}}, []float64{30, 35, 35}},
+		{"100:1", []*fairTunnel{{backlog: true, weight: 100}, {backlog: true, weight: 1}}, []float64{100 * 100.0 / 101, 100.0 / 101}},
+	}
+	for _, tc := range cases {
+		got := waterfill(tc.ts, 100)
+		for i := range tc.want {
+			if math.Abs(got[i]-tc.want[i]) > 1e-9 {
+				t.Errorf("%s: waterfill = %v, want %v", tc.name, got, tc.want)
+				break
+			}
+		}
+	}
+}
+
+// TestFairShareWeighsTunnels: a Tunnel of weight 3 and 1 connection beside
+// a Tunnel of weight 1 and 8, both backlogged: the allocator caps the
+// light one near a quarter of the link and the heavy one takes the rest.
+// Then the heavy one wants only 10: the light one's cap lifts to the rest.
+func TestFairShareWeighsTunnels(t *testing.T) {
+	s := newFairSim(t)
+	heavy, _ := s.fs.joinWeighted("peer", "heavy", 3, 0, nil)
+	light, _ := s.fs.joinWeighted("peer", "light", 1, 0, nil)
+	ts := []*fairTunnel{heavy, light}
+	var got []float64
+	for range 24 {
+		got = perConnection(100, []int{1, 8}, []float64{capOf(heavy), capOf(light)})
+		s.window(ts, got, []bool{true, true})
+	}
+	t.Logf("heavy %.1f, light %.1f, light capped at %.1f", got[0], got[1], capOf(light))
+	if share := got[0] / (got[0] + got[1]); share < 0.70 || share > 0.80 {
+		t.Fatalf("heavy (weight 3, 1 connection) got %.0f%% beside light (weight 1, 8 connections), want about 75%%", 100*share)
+	}
+	if heavy.on.Load() {
+		t.Errorf("heavy capped at %.1f: it never had more than its share", capOf(heavy))
+	}
+	for range 40 {
+		got = perConnection(100, []int{1, 8}, []float64{10, capOf(light)})
+		s.window(ts, got, []bool{false, true})
+	}
+	if got[1] < 85 {
+		t.Fatalf("with heavy wanting only 10, light carried %.1f (cap %.1f), want the other 90", got[1], capOf(light))
+	}
+}
