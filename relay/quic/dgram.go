@@ -23,9 +23,9 @@ import (
 // socket and 5-tuple, authenticated and encrypted with keys only the two
 // ends of the QUIC connection hold (dgram_wire.go), at the rate the
 // application sends, paced only when the link shows congestion
-// (dgram_control.go), with a hop's queue bounded in time and shared
-// round-robin by the sessions, and each datagram sent twice where the link
-// loses packets and has room for the copies.
+// (dgram_control.go), with a hop's queue bounded in time and shared by
+// Tunnel, then by session (dgQueue), and each datagram sent twice where
+// the link loses packets and has room for the copies.
 //
 // An end sends on the channel once it knows the peer hears it: the peer's
 // hello said it heard this end's, or the peer's feedback or datagrams came
@@ -254,7 +254,7 @@ func wire(size, copies int) int { return (dgOverhead + size) * (1 + copies) }
 
 // send sends one flow's datagram: now, while the channel need not pace
 // and nothing waits; else after what waits, within the lag bound.
-func (ch *dgChannel) send(id uint64, payload []byte) error {
+func (ch *dgChannel) send(id uint64, sh *Share, payload []byte) error {
 	size := quicvarint.Len(id) + len(payload)
 	if int64(size) > ch.max.Load() {
 		ch.max.Store(int64(ch.c.MaxDatagram()))
@@ -290,7 +290,7 @@ func (ch *dgChannel) send(id uint64, payload []byte) error {
 		}
 		return nil
 	}
-	if dropped := ch.queue.push(dgQueued{id: id, p: append([]byte(nil), payload...), at: now}, dgQueueBytes); dropped > 0 {
+	if dropped := ch.queue.push(dgQueued{id: id, p: append([]byte(nil), payload...), at: now, sh: sh}, dgQueueBytes); dropped > 0 {
 		ch.e.droppedN("queue_full", dropped)
 	}
 	if !ch.pacing {
