@@ -155,6 +155,22 @@ func (e *env) share(c flow.Counter, t *v1alpha1.Tunnel, peer string) (_ flow.Cou
 	}
 }
 
+// shareDatagrams joins a UDP session's direction that sends to peer to
+// its Tunnel's fair share of that link (fairDatagrams); the Share goes to
+// the session's options, for a datagram channel's queue. Release it when
+// the session ends.
+func (e *env) shareDatagrams(t *v1alpha1.Tunnel, peer string) (_ *fairDatagrams, _ *nexthop.Share, release func()) {
+	key := manifest.Key(t.Namespace, t.Name)
+	ceiling := 0.0
+	if rateLimited(t) {
+		ceiling = float64(t.Spec.Limits.RateMbps) * 1e6 / 8
+	}
+	w := tunnelWeight(t)
+	ft, leave := e.fair.joinWeighted(peer, key, w, ceiling, e.m.FairWaited.WithLabelValues(e.name, key, peer))
+	d := &fairDatagrams{t: ft, over: e.m.UDPDropped.WithLabelValues(e.name, key, "fair_share")}
+	return d, &nexthop.Share{Key: key, Weight: w, Dropped: d.lost}, leave
+}
+
 // tunnelWeight is t's spec.limits.weight, 1 when it sets none.
 func tunnelWeight(t *v1alpha1.Tunnel) int {
 	if t.Spec.Limits != nil && t.Spec.Limits.Weight > 0 {

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
 	"github.com/hoplink/hoplink/relay/flow"
@@ -94,8 +95,12 @@ type fairTunnel struct {
 	busy    atomic.Int64
 	writing atomic.Int64
 	flows   atomic.Int32
-	on      atomic.Bool // capped: its flows take from limit before each write
-	limit   *rate.Limiter
+	// pushed: datagrams of its UDP sessions were dropped this window for
+	// want of room (fairDatagrams.lost, or its cap): it wants more of the
+	// link than it gets, as a TCP flow whose writes block does.
+	pushed atomic.Bool
+	on     atomic.Bool // capped: its flows take from limit before each write
+	limit  *rate.Limiter
 	// ceiling is its spec.limits rate in bytes a second (0: none): it
 	// wants no more than that, whatever its flows' backlog says.
 	ceiling float64
@@ -199,9 +204,11 @@ func (l *fairLink) tick(now time.Time, dt time.Duration) (empty bool) {
 		if dt == 0 {
 			continue
 		}
-		t.rate = float64(b) / dt.Seconds()
+		// Below 0 when a datagram channel dropped more of its datagrams
+		// than it handed over this window (fairDatagrams.lost).
+		t.rate = max(float64(b), 0) / dt.Seconds()
 		t.avg = smooth(t.avg, t.rate)
-		t.backlog = float64(busy) >= backloggedBusy*float64(dt)
+		t.backlog = float64(busy) >= backloggedBusy*float64(dt) || t.pushed.Swap(false)
 		backlog = backlog || t.backlog
 		total += t.rate
 	}
@@ -410,4 +417,56 @@ func (p *fairPacer) done() {
 		p.t.busy.Add(fairClock())
 		p.t.writing.Add(-1)
 	}
+}
+
+// fairDatagrams is one direction of a UDP session that sends to a peer:
+// it counts the session's datagrams into its Tunnel's share of that link,
+// as fairPacer does a TCP flow's bytes, and drops those over the Tunnel's
+// cap while it has one (a datagram cannot wait for tokens: the session's
+// read loop serves every session of the Tunnel).
+//
+// A UDP Tunnel is backlogged (it wants more than it gets) when its
+// sessions' sends spent half the window blocked (a full QUIC datagram
+// queue, frames on a full stream or TLS connection), or when any of its
+// datagrams were dropped for want of room: by a datagram channel that
+// paces to a congested link (its queue full, or held past the lag bound:
+// lost) or by its cap. A sender that a UDP Tunnel offers more than the
+// link takes shows no blocked writes on the channel, which never blocks;
+// the drops are what say so. What the channel dropped is taken back out
+// of the bytes counted, so that the link's capacity and the Tunnel's rate
+// are what left, not what was offered.
+type fairDatagrams struct {
+	t    *fairTunnel
+	over prometheus.Counter // dropped over the cap: reason fair_share
+}
+
+// admit says whether a datagram of n bytes may go now; one over the
+// Tunnel's cap is dropped and counted.
+func (d *fairDatagrams) admit(n int) bool {
+	if !d.t.on.Load() || d.t.limit.AllowN(time.Now(), n) {
+		return true
+	}
+	d.t.pushed.Store(true)
+	d.over.Inc()
+	return false
+}
+
+// start and end bracket a send (or a flush of frames) of the session;
+// end counts the bytes it handed over.
+func (d *fairDatagrams) start() {
+	d.t.busy.Add(-fairClock())
+	d.t.writing.Add(1)
+}
+
+func (d *fairDatagrams) end(sent int) {
+	d.t.busy.Add(fairClock())
+	d.t.writing.Add(-1)
+	d.t.bytes.Add(int64(sent))
+}
+
+// lost is told of n bytes of a datagram the transport took and then
+// dropped for want of room (rquic.Share.Dropped).
+func (d *fairDatagrams) lost(n int) {
+	d.t.bytes.Add(-int64(n))
+	d.t.pushed.Store(true)
 }

@@ -4,6 +4,9 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // fairSim drives a fairShare window by window, with injected time, over a
@@ -297,5 +300,45 @@ func TestFairShareWeighsTunnels(t *testing.T) {
 	}
 	if got[1] < 85 {
 		t.Fatalf("with heavy wanting only 10, light carried %.1f (cap %.1f), want the other 90", got[1], capOf(light))
+	}
+}
+
+// TestFairShareCapsAUDPTunnel: a UDP Tunnel's datagrams count against the
+// link, and its drops say it wants more; beside a backlogged TCP Tunnel
+// short of its share, the UDP Tunnel is capped at its share, and the
+// datagrams over the cap are dropped and counted.
+func TestFairShareCapsAUDPTunnel(t *testing.T) {
+	s := newFairSim(t)
+	ft, _ := s.fs.join("peer", "flood", 0, nil)
+	over := prometheus.NewCounter(prometheus.CounterOpts{Name: "x"})
+	flood := &fairDatagrams{t: ft, over: over}
+	tcp, _ := s.fs.join("peer", "tcp", 0, nil)
+	// The channel takes 100 of flood's datagrams a window and drops a
+	// tenth of them: 90 carried. tcp gets what flood leaves of 100.
+	for range 20 {
+		carried := min(90, capOf(ft))
+		ft.bytes.Add(int64((carried + 10) * mbit * fairWindow.Seconds()))
+		flood.lost(int(10 * mbit * fairWindow.Seconds()))
+		s.window([]*fairTunnel{ft, tcp}, []float64{0, 100 - carried}, []bool{false, true})
+	}
+	if c := capOf(ft); c < 45 || c > 55 {
+		t.Fatalf("flood capped at %.1f beside a backlogged TCP Tunnel, want about 50", c)
+	}
+	if ft.avg/mbit > 57 {
+		t.Fatalf("flood's rate %.1f counted what the channel dropped", ft.avg/mbit)
+	}
+	// Over the cap, datagrams are dropped: a burst of 12.5 MB at once
+	// passes only the bucket's burst.
+	passed := 0
+	for range 12500 {
+		if flood.admit(1000) {
+			passed++
+		}
+	}
+	if passed == 12500 || promtest.ToFloat64(over) == 0 {
+		t.Fatalf("capped, %d of 12500 datagrams passed, %v counted over", passed, promtest.ToFloat64(over))
+	}
+	if !ft.pushed.Load() {
+		t.Error("a UDP Tunnel whose datagrams its cap dropped is not taken as wanting more")
 	}
 }
