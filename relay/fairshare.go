@@ -432,9 +432,12 @@ func (p *fairPacer) done() {
 // paces to a congested link (its queue full, or held past the lag bound:
 // lost) or by its cap. A sender that a UDP Tunnel offers more than the
 // link takes shows no blocked writes on the channel, which never blocks;
-// the drops are what say so. What the channel dropped is taken back out
-// of the bytes counted, so that the link's capacity and the Tunnel's rate
-// are what left, not what was offered.
+// the drops are what say so. What the channel dropped, and its share of
+// what the link lost past the relay (the channel's feedback), is taken
+// back out of the bytes counted, so that the link's capacity and the
+// Tunnel's rate are what the link carried, not what was offered: else a
+// Tunnel offering twice the link taught a capacity of twice the link, and
+// its cap at half of that held nothing back.
 type fairDatagrams struct {
 	t    *fairTunnel
 	over prometheus.Counter // dropped over the cap: reason fair_share
@@ -470,3 +473,8 @@ func (d *fairDatagrams) lost(n int) {
 	d.t.bytes.Add(-int64(n))
 	d.t.pushed.Store(true)
 }
+
+// lostOnLink is told of n bytes of its datagrams the link lost past this
+// relay (rquic.Share.Lost): not carried, so not counted. Not a sign that
+// the Tunnel wants more: random loss is counted too.
+func (d *fairDatagrams) lostOnLink(n int) { d.t.bytes.Add(-int64(n)) }

@@ -342,3 +342,25 @@ func TestFairShareCapsAUDPTunnel(t *testing.T) {
 		t.Error("a UDP Tunnel whose datagrams its cap dropped is not taken as wanting more")
 	}
 }
+
+// TestFairDatagramsLinkLoss: what the link lost past the relay is not
+// counted as carried, and, random loss being counted too, does not make
+// the Tunnel backlogged; what a channel dropped for want of room does.
+func TestFairDatagramsLinkLoss(t *testing.T) {
+	var fs fairShare
+	ft, _ := fs.join("peer", "u", 0, nil)
+	d := &fairDatagrams{t: ft}
+	fs.tick(time.Unix(1e9, 0))
+	d.start()
+	d.end(1000)
+	d.lostOnLink(400)
+	fs.tick(time.Unix(1e9, 0).Add(fairWindow))
+	if ft.rate != 600/fairWindow.Seconds() || ft.backlog {
+		t.Fatalf("rate %.0f B/s (want %.0f), backlogged %v (want not)", ft.rate, 600/fairWindow.Seconds(), ft.backlog)
+	}
+	d.lost(100)
+	fs.tick(time.Unix(1e9, 0).Add(2 * fairWindow))
+	if !ft.backlog || ft.rate != 0 {
+		t.Fatalf("after a drop for want of room: backlogged %v (want so), rate %.0f (want 0, not below)", ft.backlog, ft.rate)
+	}
+}

@@ -61,9 +61,12 @@ type dgChannel struct {
 	sentB   uint64   // bytes sent, copies included
 	ctl     dgControl
 	queue   dgQueue
-	tokens  float64
-	filled  time.Time
-	pacing  bool // the pacer goroutine runs
+	// sentBy is the payload bytes each Share's sessions sent since the
+	// last sample, for sharing out the loss the sample shows (onFeedback).
+	sentBy map[*Share]int
+	tokens float64
+	filled time.Time
+	pacing bool // the pacer goroutine runs
 	// The feedback interval being measured: the feedback that opened it
 	// and what had been sent up to its highest counter.
 	fbOpen       dgFeedback
@@ -283,6 +286,7 @@ func (ch *dgChannel) send(id uint64, sh *Share, payload []byte) error {
 	}
 	if ch.queue.empty() && ch.mayPassLocked(now, wire(size, ch.copiesLocked())) {
 		pkt, copies := ch.sealLocked(now, id, payload)
+		ch.sentByLocked(sh, len(payload))
 		ch.mu.Unlock()
 		ch.write(pkt)
 		for range copies {
@@ -364,6 +368,36 @@ func (ch *dgChannel) sealLocked(now time.Time, id uint64, payload []byte) (pkt [
 	return pkt, copies
 }
 
+// sentByLocked counts n payload bytes of sh's sent (sh may be nil).
+func (ch *dgChannel) sentByLocked(sh *Share, n int) {
+	if sh == nil || sh.Lost == nil {
+		return
+	}
+	if ch.sentBy == nil {
+		ch.sentBy = map[*Share]int{}
+	}
+	ch.sentBy[sh] += n
+}
+
+// shareLossLocked tells each Share of the bytes the link lost of what its
+// sessions sent since the last sample: the sample's loss, shared out by
+// bytes sent. Datagrams the link drops past this relay are otherwise
+// counted as carried, and a Tunnel that offers twice the link would seem
+// to carry twice what it does. While copies go the packets' loss is taken
+// for the datagrams': where a queue overflows both copies of a datagram,
+// sent back to back, go (random loss, which copies repair, is small).
+func (ch *dgChannel) shareLossLocked(s dgSample) {
+	if s.lost > 0 && s.sent > 0 {
+		f := min(s.lost/s.sent, 1)
+		for sh, n := range ch.sentBy {
+			if lost := int(f * float64(n)); lost > 0 {
+				sh.Lost(lost)
+			}
+		}
+	}
+	clear(ch.sentBy)
+}
+
 // pace sends what waits as the rate allows, dropping what waited past the
 // lag bound, until nothing waits.
 func (ch *dgChannel) pace() {
@@ -382,6 +416,7 @@ func (ch *dgChannel) pace() {
 			}
 			ch.queue.pop()
 			pkt, copies := ch.sealLocked(now, q.id, q.p)
+			ch.sentByLocked(q.sh, len(q.p))
 			for range 1 + copies {
 				pkts = append(pkts, pkt)
 			}
@@ -543,6 +578,7 @@ func (ch *dgChannel) onFeedback(now time.Time, f dgFeedback) {
 		s.lost = s.sent - got
 	}
 	s.delivered = float64(f.bytes-open.bytes) / dt.Seconds()
+	ch.shareLossLocked(s)
 	if span := sent.at.Sub(ch.fbSent.at); span > 0 {
 		s.offered = float64(sent.bytes-ch.fbSent.bytes) / span.Seconds()
 	}

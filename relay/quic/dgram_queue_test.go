@@ -180,3 +180,23 @@ func TestQueueBoundDropsFromTheLargestTunnel(t *testing.T) {
 		t.Fatalf("expired %d (want 30), the weight-2 Tunnel told of %d bytes (want 200)", late, lostOne)
 	}
 }
+
+// The loss a sample shows is shared out among the Tunnels by the bytes
+// their sessions sent since the last sample, and the count starts anew.
+func TestChannelSharesOutTheLinkLoss(t *testing.T) {
+	var ch dgChannel
+	var lostA, lostB int
+	a := &Share{Key: "a", Lost: func(n int) { lostA += n }}
+	b := &Share{Key: "b", Lost: func(n int) { lostB += n }}
+	ch.sentByLocked(a, 30000)
+	ch.sentByLocked(b, 10000)
+	ch.sentByLocked(nil, 5000) // a session without a Share
+	ch.shareLossLocked(dgSample{sent: 100, lost: 50})
+	if lostA != 15000 || lostB != 5000 {
+		t.Fatalf("half the packets lost: a told of %d bytes (want 15000), b of %d (want 5000)", lostA, lostB)
+	}
+	ch.shareLossLocked(dgSample{sent: 100, lost: 50})
+	if lostA != 15000 || lostB != 5000 {
+		t.Fatal("the loss of a second sample was shared out by the first one's bytes")
+	}
+}

@@ -54,6 +54,12 @@ type Share struct {
 	// full or it waited past the lag bound. It runs under the channel's
 	// lock and must not block.
 	Dropped func(n int)
+	// Lost (may be nil) is told of bytes of the session's datagrams the
+	// link lost past this relay, as the peer's feedback on the channel
+	// shows: its share, by bytes sent, of the loss over an interval.
+	// Random loss counts too, so it says nothing of congestion. It runs
+	// under the channel's lock and must not block.
+	Lost func(n int)
 }
 
 // SetShare sets whose the session's datagrams are (nil: none). Set it
