@@ -167,6 +167,7 @@ func (e *env) shareDatagrams(t *v1alpha1.Tunnel, peer string) (_ *fairDatagrams,
 	}
 	w := tunnelWeight(t)
 	ft, leave := e.fair.joinWeighted(peer, key, w, ceiling, e.m.FairWaited.WithLabelValues(e.name, key, peer))
+	ft.datagrams.Store(true)
 	d := &fairDatagrams{t: ft, over: e.m.UDPDropped.WithLabelValues(e.name, key, "fair_share")}
 	return d, &nexthop.Share{Key: key, Weight: w, Dropped: d.lost, Lost: d.lostOnLink}, leave
 }

@@ -67,6 +67,11 @@ const (
 	// forgetAfter: a Tunnel without flows on a link for this many windows
 	// is forgotten.
 	forgetAfter = 40
+	// congestedLoss: a UDP Tunnel whose datagrams the link lost past the
+	// relay at more than this part of what it sent wants more than the
+	// link carries for it: a queue overflows (random loss on a path is
+	// far less; the datagram channel's copies repair it).
+	congestedLoss = 0.05
 	// warmup: a link's first windows of traffic (after a quiet one) set
 	// no caps and teach nothing of its capacity.
 	warmup = 4
@@ -99,8 +104,13 @@ type fairTunnel struct {
 	// want of room (fairDatagrams.lost, or its cap): it wants more of the
 	// link than it gets, as a TCP flow whose writes block does.
 	pushed atomic.Bool
-	on     atomic.Bool // capped: its flows take from limit before each write
-	limit  *rate.Limiter
+	// datagrams: it is a UDP Tunnel (fairDatagrams joined it).
+	datagrams atomic.Bool
+	// linkLost is its datagrams' bytes the link lost past the relay this
+	// window (fairDatagrams.lostOnLink).
+	linkLost atomic.Int64
+	on       atomic.Bool // capped: its flows take from limit before each write
+	limit    *rate.Limiter
 	// ceiling is its spec.limits rate in bytes a second (0: none): it
 	// wants no more than that, whatever its flows' backlog says.
 	ceiling float64
@@ -189,6 +199,7 @@ func (l *fairLink) tick(now time.Time, dt time.Duration) (empty bool) {
 	total, backlog := 0.0, false
 	for name, t := range l.tunnels {
 		b := t.bytes.Swap(0)
+		lost := t.linkLost.Swap(0)
 		mark := t.busy.Load() + t.writing.Load()*fairClock()
 		busy := mark - t.busyMark
 		t.busyMark = mark
@@ -208,7 +219,8 @@ func (l *fairLink) tick(now time.Time, dt time.Duration) (empty bool) {
 		// than it handed over this window (fairDatagrams.lost).
 		t.rate = max(float64(b), 0) / dt.Seconds()
 		t.avg = smooth(t.avg, t.rate)
-		t.backlog = float64(busy) >= backloggedBusy*float64(dt) || t.pushed.Swap(false)
+		t.backlog = float64(busy) >= backloggedBusy*float64(dt) || t.pushed.Swap(false) ||
+			lost > 0 && float64(lost) > congestedLoss*float64(max(b, 0)+lost)
 		backlog = backlog || t.backlog
 		total += t.rate
 	}
@@ -259,6 +271,14 @@ func (l *fairLink) allocate(now time.Time) {
 	for i, t := range ts {
 		if t.on.Load() {
 			capped = true
+			// A capped UDP Tunnel may carry well under its cap: the
+			// link loses its datagrams past the relay, which no
+			// congestion control resends. Backlogged and under its
+			// share, it is short as an uncapped one is (a TCP flow
+			// fills its cap).
+			if t.datagrams.Load() && t.backlog && t.avg < underShare*min(t.capRate, share[i]) {
+				short = true
+			}
 			continue
 		}
 		if !t.backlog || now.Before(t.deafUntil) {
@@ -430,7 +450,8 @@ func (p *fairPacer) done() {
 // queue, frames on a full stream or TLS connection), or when any of its
 // datagrams were dropped for want of room: by a datagram channel that
 // paces to a congested link (its queue full, or held past the lag bound:
-// lost) or by its cap. A sender that a UDP Tunnel offers more than the
+// lost), by its cap, or by the link past the relay at more than
+// congestedLoss of what it sent (the channel's feedback). A sender that a UDP Tunnel offers more than the
 // link takes shows no blocked writes on the channel, which never blocks;
 // the drops are what say so. What the channel dropped, and its share of
 // what the link lost past the relay (the channel's feedback), is taken
@@ -475,6 +496,9 @@ func (d *fairDatagrams) lost(n int) {
 }
 
 // lostOnLink is told of n bytes of its datagrams the link lost past this
-// relay (rquic.Share.Lost): not carried, so not counted. Not a sign that
-// the Tunnel wants more: random loss is counted too.
-func (d *fairDatagrams) lostOnLink(n int) { d.t.bytes.Add(-int64(n)) }
+// relay (rquic.Share.Lost): not carried, so not counted. Random loss is
+// counted too, so only loss past congestedLoss says the Tunnel wants more.
+func (d *fairDatagrams) lostOnLink(n int) {
+	d.t.bytes.Add(-int64(n))
+	d.t.linkLost.Add(int64(n))
+}

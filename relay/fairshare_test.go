@@ -344,23 +344,62 @@ func TestFairShareCapsAUDPTunnel(t *testing.T) {
 }
 
 // TestFairDatagramsLinkLoss: what the link lost past the relay is not
-// counted as carried, and, random loss being counted too, does not make
-// the Tunnel backlogged; what a channel dropped for want of room does.
+// counted as carried; a little of it (random loss) does not make the
+// Tunnel backlogged, a lot (a queue overflowing) does, as a drop for want
+// of room at the relay does.
 func TestFairDatagramsLinkLoss(t *testing.T) {
 	var fs fairShare
 	ft, _ := fs.join("peer", "u", 0, nil)
 	d := &fairDatagrams{t: ft}
-	fs.tick(time.Unix(1e9, 0))
-	d.start()
-	d.end(1000)
-	d.lostOnLink(400)
-	fs.tick(time.Unix(1e9, 0).Add(fairWindow))
-	if ft.rate != 600/fairWindow.Seconds() || ft.backlog {
-		t.Fatalf("rate %.0f B/s (want %.0f), backlogged %v (want not)", ft.rate, 600/fairWindow.Seconds(), ft.backlog)
+	at := time.Unix(1e9, 0)
+	fs.tick(at)
+	window := func(sent, lostOnLink, dropped int) {
+		d.start()
+		d.end(sent)
+		d.lostOnLink(lostOnLink)
+		if dropped > 0 {
+			d.lost(dropped)
+		}
+		at = at.Add(fairWindow)
+		fs.tick(at)
 	}
-	d.lost(100)
-	fs.tick(time.Unix(1e9, 0).Add(2 * fairWindow))
+	window(1000, 20, 0)
+	if ft.rate != 980/fairWindow.Seconds() || ft.backlog {
+		t.Fatalf("2%% lost: rate %.0f B/s (want %.0f), backlogged %v (want not)", ft.rate, 980/fairWindow.Seconds(), ft.backlog)
+	}
+	window(1000, 400, 0)
+	if ft.rate != 600/fairWindow.Seconds() || !ft.backlog {
+		t.Fatalf("40%% lost: rate %.0f B/s (want %.0f), backlogged %v (want so)", ft.rate, 600/fairWindow.Seconds(), ft.backlog)
+	}
+	window(0, 0, 100)
 	if !ft.backlog || ft.rate != 0 {
 		t.Fatalf("after a drop for want of room: backlogged %v (want so), rate %.0f (want 0, not below)", ft.backlog, ft.rate)
+	}
+}
+
+// TestFairShareCapsBesideACappedUDPTunnelUnderItsCap: a UDP Tunnel capped
+// at its share may carry well under it (the link loses its datagrams past
+// the relay); backlogged, it is short, and the Tunnel over its share is
+// capped too. A capped TCP Tunnel under its cap is not short: its flow
+// fills its cap, and the others are left alone.
+func TestFairShareCapsBesideACappedUDPTunnelUnderItsCap(t *testing.T) {
+	for _, udp := range []bool{true, false} {
+		s := newFairSim(t)
+		a, _ := s.fs.join("peer", "a", 0, nil)
+		b, _ := s.fs.join("peer", "b", 0, nil)
+		a.datagrams.Store(udp)
+		ts := []*fairTunnel{a, b}
+		// Capacity 100 learnt; a capped at 50 carries 30; b, uncapped
+		// and not short, 70.
+		for range 8 {
+			s.window(ts, []float64{50, 50}, []bool{false, false})
+		}
+		a.capAt(50 * mbit)
+		for range 8 {
+			s.window(ts, []float64{30, 70}, []bool{true, true})
+		}
+		if capped := b.on.Load(); capped != udp {
+			t.Errorf("a (udp %v) capped, under its cap and backlogged: b capped %v (at %.1f), want %v", udp, capped, capOf(b), udp)
+		}
 	}
 }
