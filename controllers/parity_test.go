@@ -54,6 +54,7 @@ func TestLocalValidationMatchesCRDs(t *testing.T) {
 		{"rate limit negative", "kind: Tunnel\nmetadata: {name: x}\nspec: {chain: c, listen: {port: 8080}, target: \"10.0.0.1:80\", limits: {rateMbps: -5}}", "spec.limits.rateMbps"},
 		{"rate limit past 100 Gbit/s", "kind: Tunnel\nmetadata: {name: x}\nspec: {chain: c, listen: {port: 8080}, target: \"10.0.0.1:80\", limits: {rateMbps: 200000}}", "spec.limits.rateMbps"},
 		{"max flows zero or less", "kind: Tunnel\nmetadata: {name: x}\nspec: {chain: c, listen: {port: 8080}, target: \"10.0.0.1:80\", limits: {maxFlows: -1}}", "spec.limits.maxFlows"},
+		{"weight past 100", "kind: Tunnel\nmetadata: {name: x}\nspec: {chain: c, listen: {port: 8080}, target: \"10.0.0.1:80\", limits: {weight: 101}}", "spec.limits.weight"},
 		{"limits on tun", "kind: Tunnel\nmetadata: {name: x}\nspec: {chain: c, protocol: tun, tun: {address: 10.200.0.1/24, routes: [10.77.0.0/16]}, limits: {rateMbps: 10}}", "spec.limits"},
 		{"tun without a device", "kind: Tunnel\nmetadata: {name: x}\nspec: {chain: c, protocol: tun}", "spec.tun"},
 		{"tun IPv6 below 1280", "kind: Tunnel\nmetadata: {name: x}\nspec: {chain: c, protocol: tun, tun: {address: \"fd20::1/64\", mtu: 1200, routes: [\"fd77::/64\"]}}", "spec.tun.mtu"},

@@ -261,6 +261,9 @@ func validatePortForward(t *v1alpha1.Tunnel, bad func(field, format string, args
 		if l.MaxFlows != 0 && (l.MaxFlows < 1 || l.MaxFlows > 1000000) {
 			bad("spec.limits.maxFlows", "%d must be from 1 to 1000000, or left out for the relays' share", l.MaxFlows)
 		}
+		if l.Weight != 0 && (l.Weight < 1 || l.Weight > 100) {
+			bad("spec.limits.weight", "%d must be from 1 to 100, or left out for 1 (an even share)", l.Weight)
+		}
 	}
 	if u := t.Spec.UDP; u != nil {
 		if t.Spec.Protocol != v1alpha1.ProtocolUDP {

@@ -164,7 +164,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"relay", "tunnel", "peer"}),
 		UDPDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hoplink_udp_dropped_packets_total",
-			Help: "UDP packets a relay dropped, by reason (session_limit, source_limit, queue_full, send_failed, write_failed, rate_limit: over the Tunnel's spec.limits.rateMbps, setup_failed: held for a session that could not be set up; with an empty tunnel label, datagrams from peers: no_session for a session the relay does not know, bad_datagram, probe_limit for link probes past the echo rate; and datagrams a relay's datagram channel held back while pacing to a congested link: late when one waited longer than the link's round trip, queue_full past 4 MiB held).",
+			Help: "UDP packets a relay dropped, by reason (session_limit, source_limit, queue_full, send_failed, write_failed, rate_limit: over the Tunnel's spec.limits.rateMbps, fair_share: over the Tunnel's fair share of a contended link to the next relay, while another Tunnel that wants more gets less than its own, setup_failed: held for a session that could not be set up; with an empty tunnel label, datagrams from peers: no_session for a session the relay does not know, bad_datagram, probe_limit for link probes past the echo rate; and datagrams a relay's datagram channel held back while pacing to a congested link: late when one waited longer than the link's round trip, queue_full past 4 MiB held).",
 		}, []string{"relay", "tunnel", "reason"}),
 		UDPFramed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hoplink_udp_framed_sessions_total",

@@ -149,12 +149,37 @@ func (e *env) share(c flow.Counter, t *v1alpha1.Tunnel, peer string) (_ flow.Cou
 	if rateLimited(t) {
 		ceiling = float64(t.Spec.Limits.RateMbps) * 1e6 / 8
 	}
-	ft, leave := e.fair.join(peer, key, ceiling, e.m.FairWaited.WithLabelValues(e.name, key, peer))
+	ft, leave := e.fair.joinWeighted(peer, key, tunnelWeight(t), ceiling, e.m.FairWaited.WithLabelValues(e.name, key, peer))
 	p := &fairPacer{Counter: c, t: ft}
 	return p, func() {
 		p.done()
 		leave()
 	}
+}
+
+// shareDatagrams joins a UDP session's direction that sends to peer to
+// its Tunnel's fair share of that link (fairDatagrams); the Share goes to
+// the session's options, for a datagram channel's queue. Release it when
+// the session ends.
+func (e *env) shareDatagrams(t *v1alpha1.Tunnel, peer string) (_ *fairDatagrams, _ *nexthop.Share, release func()) {
+	key := manifest.Key(t.Namespace, t.Name)
+	ceiling := 0.0
+	if rateLimited(t) {
+		ceiling = float64(t.Spec.Limits.RateMbps) * 1e6 / 8
+	}
+	w := tunnelWeight(t)
+	ft, leave := e.fair.joinWeighted(peer, key, w, ceiling, e.m.FairWaited.WithLabelValues(e.name, key, peer))
+	ft.datagrams.Store(true)
+	d := &fairDatagrams{t: ft, over: e.m.UDPDropped.WithLabelValues(e.name, key, "fair_share")}
+	return d, &nexthop.Share{Key: key, Weight: w, Dropped: d.lost, Lost: d.lostOnLink}, leave
+}
+
+// tunnelWeight is t's spec.limits.weight, 1 when it sets none.
+func tunnelWeight(t *v1alpha1.Tunnel) int {
+	if t.Spec.Limits != nil && t.Spec.Limits.Weight > 0 {
+		return int(t.Spec.Limits.Weight)
+	}
+	return 1
 }
 
 func (e *env) flowError(tunnel, reason string) {

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
 	"github.com/hoplink/hoplink/relay/flow"
@@ -19,8 +20,8 @@ import (
 // flows took 89% beside a Tunnel of 1 (hack/bench/share). Each window the
 // relay looks at what each Tunnel wrote to the peer and whether its flows
 // were backlogged (their writes blocked, or they waited for their cap).
-// When a backlogged Tunnel gets less than its max-min fair share of the
-// link, the Tunnels over theirs are capped at theirs, with token buckets
+// When a backlogged Tunnel gets less than its weighted max-min fair share
+// of the link (spec.limits.weight), the Tunnels over theirs are capped at theirs, with token buckets
 // their flows wait on before each write (flow.Pacer, like
 // spec.limits.rateMbps); what they give up the other Tunnel takes through
 // its own congestion control. The caps hold while a Tunnel below them
@@ -66,6 +67,11 @@ const (
 	// forgetAfter: a Tunnel without flows on a link for this many windows
 	// is forgotten.
 	forgetAfter = 40
+	// congestedLoss: a UDP Tunnel whose datagrams the link lost past the
+	// relay at more than this part of what it sent wants more than the
+	// link carries for it: a queue overflows (random loss on a path is
+	// far less; the datagram channel's copies repair it).
+	congestedLoss = 0.05
 	// warmup: a link's first windows of traffic (after a quiet one) set
 	// no caps and teach nothing of its capacity.
 	warmup = 4
@@ -94,12 +100,24 @@ type fairTunnel struct {
 	busy    atomic.Int64
 	writing atomic.Int64
 	flows   atomic.Int32
-	on      atomic.Bool // capped: its flows take from limit before each write
-	limit   *rate.Limiter
+	// pushed: datagrams of its UDP sessions were dropped this window for
+	// want of room (fairDatagrams.lost, or its cap): it wants more of the
+	// link than it gets, as a TCP flow whose writes block does.
+	pushed atomic.Bool
+	// datagrams: it is a UDP Tunnel (fairDatagrams joined it).
+	datagrams atomic.Bool
+	// linkLost is its datagrams' bytes the link lost past the relay this
+	// window (fairDatagrams.lostOnLink).
+	linkLost atomic.Int64
+	on       atomic.Bool // capped: its flows take from limit before each write
+	limit    *rate.Limiter
 	// ceiling is its spec.limits rate in bytes a second (0: none): it
 	// wants no more than that, whatever its flows' backlog says.
 	ceiling float64
-	waited  flow.Counter // may be nil
+	// weight is its spec.limits.weight (at least 1): its share of the
+	// link against the others' is in proportion to it.
+	weight float64
+	waited flow.Counter // may be nil
 
 	rate, avg float64 // bytes a second: this window's, smoothed
 	backlog   bool
@@ -115,6 +133,11 @@ type fairTunnel struct {
 // bytes a second, 0 for none; waited counts the time its flows wait for
 // their cap.
 func (fs *fairShare) join(peer, tunnel string, ceilingBps float64, waited flow.Counter) (*fairTunnel, func()) {
+	return fs.joinWeighted(peer, tunnel, 1, ceilingBps, waited)
+}
+
+// joinWeighted is join for a Tunnel of weight (below 1 taken for 1).
+func (fs *fairShare) joinWeighted(peer, tunnel string, weight int, ceilingBps float64, waited flow.Counter) (*fairTunnel, func()) {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	if fs.links == nil {
@@ -132,6 +155,7 @@ func (fs *fairShare) join(peer, tunnel string, ceilingBps float64, waited flow.C
 		l.tunnels[tunnel] = t
 	}
 	t.ceiling = ceilingBps
+	t.weight = float64(max(weight, 1))
 	t.flows.Add(1)
 	t.idle = 0
 	return t, func() { t.flows.Add(-1) }
@@ -175,6 +199,7 @@ func (l *fairLink) tick(now time.Time, dt time.Duration) (empty bool) {
 	total, backlog := 0.0, false
 	for name, t := range l.tunnels {
 		b := t.bytes.Swap(0)
+		lost := t.linkLost.Swap(0)
 		mark := t.busy.Load() + t.writing.Load()*fairClock()
 		busy := mark - t.busyMark
 		t.busyMark = mark
@@ -190,9 +215,12 @@ func (l *fairLink) tick(now time.Time, dt time.Duration) (empty bool) {
 		if dt == 0 {
 			continue
 		}
-		t.rate = float64(b) / dt.Seconds()
+		// Below 0 when a datagram channel dropped more of its datagrams
+		// than it handed over this window (fairDatagrams.lost).
+		t.rate = max(float64(b), 0) / dt.Seconds()
 		t.avg = smooth(t.avg, t.rate)
-		t.backlog = float64(busy) >= backloggedBusy*float64(dt)
+		t.backlog = float64(busy) >= backloggedBusy*float64(dt) || t.pushed.Swap(false) ||
+			lost > 0 && float64(lost) > congestedLoss*float64(max(b, 0)+lost)
 		backlog = backlog || t.backlog
 		total += t.rate
 	}
@@ -243,6 +271,14 @@ func (l *fairLink) allocate(now time.Time) {
 	for i, t := range ts {
 		if t.on.Load() {
 			capped = true
+			// A capped UDP Tunnel may carry well under its cap: the
+			// link loses its datagrams past the relay, which no
+			// congestion control resends. Backlogged and under its
+			// share, it is short as an uncapped one is (a TCP flow
+			// fills its cap).
+			if t.datagrams.Load() && t.backlog && t.avg < underShare*min(t.capRate, share[i]) {
+				short = true
+			}
 			continue
 		}
 		if !t.backlog || now.Before(t.deafUntil) {
@@ -305,13 +341,20 @@ func (l *fairLink) allocate(now time.Time) {
 	}
 }
 
-// waterfill is each Tunnel's max-min fair share of capacity: a Tunnel
-// that is not backlogged wants what it sends, one with a rate limit no
-// more than that, the others all they can get.
+// waterfill is each Tunnel's weighted max-min fair share of capacity: a
+// Tunnel that is not backlogged wants what it sends, one with a rate
+// limit no more than that, the others all they can get; what is left is
+// split in proportion to the weights of those that want more. Tunnels
+// are filled in order of want per weight, so that one whose want is under
+// its weighted part leaves the rest to the others.
 func waterfill(ts []*fairTunnel, capacity float64) []float64 {
 	want := make([]float64, len(ts))
+	weight := make([]float64, len(ts))
 	order := make([]int, len(ts))
+	weights := 0.0
 	for i, t := range ts {
+		weight[i] = max(t.weight, 1) // a Tunnel made without join weighs 1
+		weights += weight[i]
 		want[i] = math.Inf(1)
 		if !t.backlog {
 			want[i] = t.avg
@@ -321,13 +364,16 @@ func waterfill(ts []*fairTunnel, capacity float64) []float64 {
 		}
 		order[i] = i
 	}
-	sort.Slice(order, func(a, b int) bool { return want[order[a]] < want[order[b]] })
+	sort.Slice(order, func(a, b int) bool {
+		return want[order[a]]/weight[order[a]] < want[order[b]]/weight[order[b]]
+	})
 	share := make([]float64, len(ts))
 	left := capacity
-	for k, i := range order {
-		even := left / float64(len(ts)-k)
-		share[i] = min(want[i], even)
+	for _, i := range order {
+		part := left * weight[i] / weights
+		share[i] = min(want[i], part)
 		left -= share[i]
+		weights -= weight[i]
 	}
 	return share
 }
@@ -391,4 +437,68 @@ func (p *fairPacer) done() {
 		p.t.busy.Add(fairClock())
 		p.t.writing.Add(-1)
 	}
+}
+
+// fairDatagrams is one direction of a UDP session that sends to a peer:
+// it counts the session's datagrams into its Tunnel's share of that link,
+// as fairPacer does a TCP flow's bytes, and drops those over the Tunnel's
+// cap while it has one (a datagram cannot wait for tokens: the session's
+// read loop serves every session of the Tunnel).
+//
+// A UDP Tunnel is backlogged (it wants more than it gets) when its
+// sessions' sends spent half the window blocked (a full QUIC datagram
+// queue, frames on a full stream or TLS connection), or when any of its
+// datagrams were dropped for want of room: by a datagram channel that
+// paces to a congested link (its queue full, or held past the lag bound:
+// lost), by its cap, or by the link past the relay at more than
+// congestedLoss of what it sent (the channel's feedback). A sender that a UDP Tunnel offers more than the
+// link takes shows no blocked writes on the channel, which never blocks;
+// the drops are what say so. What the channel dropped, and its share of
+// what the link lost past the relay (the channel's feedback), is taken
+// back out of the bytes counted, so that the link's capacity and the
+// Tunnel's rate are what the link carried, not what was offered: else a
+// Tunnel offering twice the link taught a capacity of twice the link, and
+// its cap at half of that held nothing back.
+type fairDatagrams struct {
+	t    *fairTunnel
+	over prometheus.Counter // dropped over the cap: reason fair_share
+}
+
+// admit says whether a datagram of n bytes may go now; one over the
+// Tunnel's cap is dropped and counted.
+func (d *fairDatagrams) admit(n int) bool {
+	if !d.t.on.Load() || d.t.limit.AllowN(time.Now(), n) {
+		return true
+	}
+	d.t.pushed.Store(true)
+	d.over.Inc()
+	return false
+}
+
+// start and end bracket a send (or a flush of frames) of the session;
+// end counts the bytes it handed over.
+func (d *fairDatagrams) start() {
+	d.t.busy.Add(-fairClock())
+	d.t.writing.Add(1)
+}
+
+func (d *fairDatagrams) end(sent int) {
+	d.t.busy.Add(fairClock())
+	d.t.writing.Add(-1)
+	d.t.bytes.Add(int64(sent))
+}
+
+// lost is told of n bytes of a datagram the transport took and then
+// dropped for want of room (rquic.Share.Dropped).
+func (d *fairDatagrams) lost(n int) {
+	d.t.bytes.Add(-int64(n))
+	d.t.pushed.Store(true)
+}
+
+// lostOnLink is told of n bytes of its datagrams the link lost past this
+// relay (rquic.Share.Lost): not carried, so not counted. Random loss is
+// counted too, so only loss past congestedLoss says the Tunnel wants more.
+func (d *fairDatagrams) lostOnLink(n int) {
+	d.t.bytes.Add(-int64(n))
+	d.t.linkLost.Add(int64(n))
 }

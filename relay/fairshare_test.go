@@ -4,6 +4,9 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // fairSim drives a fairShare window by window, with injected time, over a
@@ -239,6 +242,164 @@ func TestFairShareDoesNotCapALimitedTunnelAtItsLimit(t *testing.T) {
 		s.window(ts, []float64{77, 20.2}, []bool{true, false})
 		if limited.on.Load() {
 			t.Fatalf("window %d: a Tunnel limited to 20 capped at %.1f by its fair share", w, capOf(limited))
+		}
+	}
+}
+
+// TestWaterfillWeighted: shares follow spec.limits.weight among the
+// Tunnels that want more, and a heavy Tunnel that wants less than its
+// part leaves the rest to the others.
+func TestWaterfillWeighted(t *testing.T) {
+	cases := []struct {
+		name string
+		ts   []*fairTunnel
+		want []float64
+	}{
+		{"3:1 both backlogged", []*fairTunnel{{backlog: true, weight: 3}, {backlog: true, weight: 1}}, []float64{75, 25}},
+		{"weight 3 wanting 10", []*fairTunnel{{avg: 10, weight: 3}, {backlog: true, weight: 1}}, []float64{10, 90}},
+		{"3:1 the light one wanting 10", []*fairTunnel{{backlog: true, weight: 3}, {avg: 10, weight: 1}}, []float64{90, 10}},
+		{"2:1:1", []*fairTunnel{{backlog: true, weight: 2}, {backlog: true, weight: 1}, {backlog: true}}, []float64{50, 25, 25}},
+		{"3:1:1 the heavy one limited to 30", []*fairTunnel{{backlog: true, weight: 3, ceiling: 30}, {backlog: true, weight: 1}, {backlog: true, weight: 1}}, []float64{30, 35, 35}},
+		{"100:1", []*fairTunnel{{backlog: true, weight: 100}, {backlog: true, weight: 1}}, []float64{100 * 100.0 / 101, 100.0 / 101}},
+	}
+	for _, tc := range cases {
+		got := waterfill(tc.ts, 100)
+		for i := range tc.want {
+			if math.Abs(got[i]-tc.want[i]) > 1e-9 {
+				t.Errorf("%s: waterfill = %v, want %v", tc.name, got, tc.want)
+				break
+			}
+		}
+	}
+}
+
+// TestFairShareWeighsTunnels: a Tunnel of weight 3 and 1 connection beside
+// a Tunnel of weight 1 and 8, both backlogged: the allocator caps the
+// light one near a quarter of the link and the heavy one takes the rest.
+// Then the heavy one wants only 10: the light one's cap lifts to the rest.
+func TestFairShareWeighsTunnels(t *testing.T) {
+	s := newFairSim(t)
+	heavy, _ := s.fs.joinWeighted("peer", "heavy", 3, 0, nil)
+	light, _ := s.fs.joinWeighted("peer", "light", 1, 0, nil)
+	ts := []*fairTunnel{heavy, light}
+	var got []float64
+	for range 24 {
+		got = perConnection(100, []int{1, 8}, []float64{capOf(heavy), capOf(light)})
+		s.window(ts, got, []bool{true, true})
+	}
+	t.Logf("heavy %.1f, light %.1f, light capped at %.1f", got[0], got[1], capOf(light))
+	if share := got[0] / (got[0] + got[1]); share < 0.70 || share > 0.80 {
+		t.Fatalf("heavy (weight 3, 1 connection) got %.0f%% beside light (weight 1, 8 connections), want about 75%%", 100*share)
+	}
+	if heavy.on.Load() {
+		t.Errorf("heavy capped at %.1f: it never had more than its share", capOf(heavy))
+	}
+	for range 40 {
+		got = perConnection(100, []int{1, 8}, []float64{10, capOf(light)})
+		s.window(ts, got, []bool{false, true})
+	}
+	if got[1] < 85 {
+		t.Fatalf("with heavy wanting only 10, light carried %.1f (cap %.1f), want the other 90", got[1], capOf(light))
+	}
+}
+
+// TestFairShareCapsAUDPTunnel: a UDP Tunnel's datagrams count against the
+// link, and its drops say it wants more; beside a backlogged TCP Tunnel
+// short of its share, the UDP Tunnel is capped at its share, and the
+// datagrams over the cap are dropped and counted.
+func TestFairShareCapsAUDPTunnel(t *testing.T) {
+	s := newFairSim(t)
+	ft, _ := s.fs.join("peer", "flood", 0, nil)
+	over := prometheus.NewCounter(prometheus.CounterOpts{Name: "x"})
+	flood := &fairDatagrams{t: ft, over: over}
+	tcp, _ := s.fs.join("peer", "tcp", 0, nil)
+	// The channel takes 100 of flood's datagrams a window and drops a
+	// tenth of them: 90 carried. tcp gets what flood leaves of 100.
+	for range 20 {
+		carried := min(90, capOf(ft))
+		ft.bytes.Add(int64((carried + 10) * mbit * fairWindow.Seconds()))
+		flood.lost(int(10 * mbit * fairWindow.Seconds()))
+		s.window([]*fairTunnel{ft, tcp}, []float64{0, 100 - carried}, []bool{false, true})
+	}
+	if c := capOf(ft); c < 45 || c > 55 {
+		t.Fatalf("flood capped at %.1f beside a backlogged TCP Tunnel, want about 50", c)
+	}
+	if ft.avg/mbit > 57 {
+		t.Fatalf("flood's rate %.1f counted what the channel dropped", ft.avg/mbit)
+	}
+	// Over the cap, datagrams are dropped: a burst of 12.5 MB at once
+	// passes only the bucket's burst.
+	passed := 0
+	for range 12500 {
+		if flood.admit(1000) {
+			passed++
+		}
+	}
+	if passed == 12500 || promtest.ToFloat64(over) == 0 {
+		t.Fatalf("capped, %d of 12500 datagrams passed, %v counted over", passed, promtest.ToFloat64(over))
+	}
+	if !ft.pushed.Load() {
+		t.Error("a UDP Tunnel whose datagrams its cap dropped is not taken as wanting more")
+	}
+}
+
+// TestFairDatagramsLinkLoss: what the link lost past the relay is not
+// counted as carried; a little of it (random loss) does not make the
+// Tunnel backlogged, a lot (a queue overflowing) does, as a drop for want
+// of room at the relay does.
+func TestFairDatagramsLinkLoss(t *testing.T) {
+	var fs fairShare
+	ft, _ := fs.join("peer", "u", 0, nil)
+	d := &fairDatagrams{t: ft}
+	at := time.Unix(1e9, 0)
+	fs.tick(at)
+	window := func(sent, lostOnLink, dropped int) {
+		d.start()
+		d.end(sent)
+		d.lostOnLink(lostOnLink)
+		if dropped > 0 {
+			d.lost(dropped)
+		}
+		at = at.Add(fairWindow)
+		fs.tick(at)
+	}
+	window(1000, 20, 0)
+	if ft.rate != 980/fairWindow.Seconds() || ft.backlog {
+		t.Fatalf("2%% lost: rate %.0f B/s (want %.0f), backlogged %v (want not)", ft.rate, 980/fairWindow.Seconds(), ft.backlog)
+	}
+	window(1000, 400, 0)
+	if ft.rate != 600/fairWindow.Seconds() || !ft.backlog {
+		t.Fatalf("40%% lost: rate %.0f B/s (want %.0f), backlogged %v (want so)", ft.rate, 600/fairWindow.Seconds(), ft.backlog)
+	}
+	window(0, 0, 100)
+	if !ft.backlog || ft.rate != 0 {
+		t.Fatalf("after a drop for want of room: backlogged %v (want so), rate %.0f (want 0, not below)", ft.backlog, ft.rate)
+	}
+}
+
+// TestFairShareCapsBesideACappedUDPTunnelUnderItsCap: a UDP Tunnel capped
+// at its share may carry well under it (the link loses its datagrams past
+// the relay); backlogged, it is short, and the Tunnel over its share is
+// capped too. A capped TCP Tunnel under its cap is not short: its flow
+// fills its cap, and the others are left alone.
+func TestFairShareCapsBesideACappedUDPTunnelUnderItsCap(t *testing.T) {
+	for _, udp := range []bool{true, false} {
+		s := newFairSim(t)
+		a, _ := s.fs.join("peer", "a", 0, nil)
+		b, _ := s.fs.join("peer", "b", 0, nil)
+		a.datagrams.Store(udp)
+		ts := []*fairTunnel{a, b}
+		// Capacity 100 learnt; a capped at 50 carries 30; b, uncapped
+		// and not short, 70.
+		for range 8 {
+			s.window(ts, []float64{50, 50}, []bool{false, false})
+		}
+		a.capAt(50 * mbit)
+		for range 8 {
+			s.window(ts, []float64{30, 70}, []bool{true, true})
+		}
+		if capped := b.on.Load(); capped != udp {
+			t.Errorf("a (udp %v) capped, under its cap and backlogged: b capped %v (at %.1f), want %v", udp, capped, capOf(b), udp)
 		}
 	}
 }

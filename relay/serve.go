@@ -78,7 +78,7 @@ func (d *dispatcher) Serve(in nexthop.Inbound) {
 		// A session framed on a byte stream goes on as one, over TLS.
 		d.tcp.middle(from.Stream(), from.Peer, h, g.Tunnel, g.Chain)
 	default: // a UDP or packet session over QUIC: datagrams and frames
-		d.udp.middle(from, h)
+		d.udp.middle(from, h, g.Tunnel)
 	}
 }
 

@@ -81,6 +81,11 @@ type udpSession struct {
 	out   nexthop.Session // the next relay
 	local *net.UDPConn    // the target, when the entry is also the exit
 	proxy []byte          // the PROXY header each datagram to local starts with
+	// fair holds what goes to the next relay to the Tunnel's share of
+	// that link; leave ends its part there, once (the session may end
+	// while it connects).
+	fair  *fairDatagrams
+	leave atomic.Pointer[func()]
 
 	once  sync.Once
 	ended atomic.Bool // this relay ended it: its hop's end is no error
@@ -311,7 +316,12 @@ func (s *udpSession) forward(p []byte) {
 	} else if s.local != nil {
 		_, err = s.local.Write(p)
 	} else {
+		if !s.fair.admit(len(p)) {
+			return
+		}
+		s.fair.start()
 		err = s.out.Send(p)
+		s.fair.end(sentLen(p, err))
 	}
 	if err != nil {
 		s.failed(err)
@@ -320,10 +330,21 @@ func (s *udpSession) forward(p []byte) {
 	s.fc.up.Add(float64(len(p)))
 }
 
+// sentLen is what a send of p handed over: nothing when it failed.
+func sentLen(p []byte, err error) int {
+	if err != nil {
+		return 0
+	}
+	return len(p)
+}
+
 // flush sends the frames a session in stream mode queued.
 func (s *udpSession) flush() {
 	if s.out != nil {
-		if err := s.out.Flush(); err != nil {
+		s.fair.start()
+		err := s.out.Flush()
+		s.fair.end(0)
+		if err != nil {
 			s.failed(err)
 		}
 	}
@@ -407,8 +428,16 @@ func (s *udpSession) connect() {
 		return
 	}
 	framed := f.framed(u.key, "entry", s.client.String())
+	fair, share, leave := f.shareDatagrams(u.t, next.Peer)
+	leave = sync.OnceFunc(leave)
+	s.fair = fair
+	s.leave.Store(&leave)
+	if s.ended.Load() {
+		leave()
+	}
 	s.out = next.Session(nexthop.SessionOptions{
-		Mode: udpMode(u.t),
+		Share: share,
+		Mode:  udpMode(u.t),
 		Bulk: func(turned bool) {
 			if turned {
 				framed()
@@ -484,6 +513,9 @@ func (s *udpSession) end(code hop.Code) {
 		}
 		if s.out != nil {
 			s.out.End(code)
+		}
+		if leave := s.leave.Load(); leave != nil {
+			(*leave)()
 		}
 		s.done()
 	})

@@ -19,7 +19,11 @@ import (
 // socket of its own.
 func (f *udpFlows) exit(from *nexthop.Hop, h *hop.Header, t *v1alpha1.Tunnel) {
 	framed := f.framed(h.Tunnel, "exit", h.Target)
-	back := from.Session(nexthop.SessionOptions{Mode: udpMode(t), Bulk: func(turned bool) {
+	// Replies go back to the previous relay within the Tunnel's share of
+	// that link.
+	fair, share, leave := f.shareDatagrams(t, from.Peer)
+	defer leave()
+	back := from.Session(nexthop.SessionOptions{Mode: udpMode(t), Share: share, Bulk: func(turned bool) {
 		if turned {
 			framed()
 		}
@@ -115,8 +119,17 @@ func (f *udpFlows) exit(from *nexthop.Hop, h *hop.Header, t *v1alpha1.Tunnel) {
 			switch {
 			case !allow(rateLimit, n):
 				overRate.Inc()
-			case back.Send(buf[:n]) == nil && back.Flush() == nil:
-				fc.down.Add(float64(n))
+			case !fair.admit(n):
+			default:
+				fair.start()
+				err := back.Send(buf[:n])
+				if err == nil {
+					err = back.Flush()
+				}
+				fair.end(sentLen(buf[:n], err))
+				if err == nil {
+					fc.down.Add(float64(n))
+				}
 			}
 		}
 		select {

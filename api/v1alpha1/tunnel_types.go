@@ -257,6 +257,16 @@ type TunnelLimits struct {
 	// +kubebuilder:validation:Maximum=1000000
 	// +optional
 	MaxFlows int32 `json:"maxFlows,omitempty"`
+	// Weight is the Tunnel's share of a link that Tunnels contend for,
+	// against the other Tunnels on it: where the link between two relays
+	// is full, each Tunnel that wants more than it gets is given a share
+	// in proportion to its weight (3 beside 1: three quarters), whatever
+	// its number of flows or sessions, and what a Tunnel leaves unused the
+	// others take. A Tunnel alone on a link gets all of it. Default 1.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	Weight int32 `json:"weight,omitempty"`
 }
 
 // ProxyProtocol is a version of the PROXY protocol.

@@ -68,7 +68,14 @@ type SessionOptions struct {
 	// Stall bounds a write of frames (hop.Frames.Stall): a next hop that
 	// takes none for this long fails it, and the owner ends the session.
 	Stall time.Duration
+	// Share (may be nil) is whose the session's datagrams are, where a
+	// QUIC connection's datagram channel queues them: Tunnels take turns
+	// by weight, then their sessions (rquic.Share).
+	Share *Share
 }
+
+// Share is whose a session's datagrams are (rquic.Share).
+type Share = rquic.Share
 
 // A session's frames may be bounded in time (SessionOptions.Stall), which
 // needs both kinds of hop to take a write deadline.
@@ -87,6 +94,7 @@ func newQUICSession(c *rquic.Conn, s *quicgo.Stream, o SessionOptions) Session {
 		onFramed = func() { bulk(true) }
 	}
 	out.SetMode(o.Mode, onFramed)
+	out.SetShare(o.Share)
 	if o.Stall > 0 {
 		out.BoundWrites(o.Stall)
 	}

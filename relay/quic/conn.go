@@ -157,8 +157,14 @@ func (c *Conn) MaxDatagram() int {
 // SendFlowDatagram sends one UDP packet of flow id: on the connection's
 // channel once it runs, else as a QUIC datagram.
 func (c *Conn) SendFlowDatagram(id uint64, payload []byte) error {
+	return c.sendFlowDatagram(id, nil, payload)
+}
+
+// sendFlowDatagram is SendFlowDatagram for a session with a Share (may
+// be nil).
+func (c *Conn) sendFlowDatagram(id uint64, sh *Share, payload []byte) error {
 	if ch := c.channel.Load(); ch.usable() {
-		return ch.send(id, payload)
+		return ch.send(id, sh, payload)
 	}
 	return c.sendQUICDatagram(id, payload)
 }

@@ -23,9 +23,9 @@ import (
 // socket and 5-tuple, authenticated and encrypted with keys only the two
 // ends of the QUIC connection hold (dgram_wire.go), at the rate the
 // application sends, paced only when the link shows congestion
-// (dgram_control.go), with a hop's queue bounded in time and shared
-// round-robin by the sessions, and each datagram sent twice where the link
-// loses packets and has room for the copies.
+// (dgram_control.go), with a hop's queue bounded in time and shared by
+// Tunnel, then by session (dgQueue), and each datagram sent twice where
+// the link loses packets and has room for the copies.
 //
 // An end sends on the channel once it knows the peer hears it: the peer's
 // hello said it heard this end's, or the peer's feedback or datagrams came
@@ -61,9 +61,12 @@ type dgChannel struct {
 	sentB   uint64   // bytes sent, copies included
 	ctl     dgControl
 	queue   dgQueue
-	tokens  float64
-	filled  time.Time
-	pacing  bool // the pacer goroutine runs
+	// sentBy is the payload bytes each Share's sessions sent since the
+	// last sample, for sharing out the loss the sample shows (onFeedback).
+	sentBy map[*Share]int
+	tokens float64
+	filled time.Time
+	pacing bool // the pacer goroutine runs
 	// The feedback interval being measured: the feedback that opened it
 	// and what had been sent up to its highest counter.
 	fbOpen       dgFeedback
@@ -254,7 +257,7 @@ func wire(size, copies int) int { return (dgOverhead + size) * (1 + copies) }
 
 // send sends one flow's datagram: now, while the channel need not pace
 // and nothing waits; else after what waits, within the lag bound.
-func (ch *dgChannel) send(id uint64, payload []byte) error {
+func (ch *dgChannel) send(id uint64, sh *Share, payload []byte) error {
 	size := quicvarint.Len(id) + len(payload)
 	if int64(size) > ch.max.Load() {
 		ch.max.Store(int64(ch.c.MaxDatagram()))
@@ -283,6 +286,7 @@ func (ch *dgChannel) send(id uint64, payload []byte) error {
 	}
 	if ch.queue.empty() && ch.mayPassLocked(now, wire(size, ch.copiesLocked())) {
 		pkt, copies := ch.sealLocked(now, id, payload)
+		ch.sentByLocked(sh, len(payload))
 		ch.mu.Unlock()
 		ch.write(pkt)
 		for range copies {
@@ -290,7 +294,7 @@ func (ch *dgChannel) send(id uint64, payload []byte) error {
 		}
 		return nil
 	}
-	if dropped := ch.queue.push(dgQueued{id: id, p: append([]byte(nil), payload...), at: now}, dgQueueBytes); dropped > 0 {
+	if dropped := ch.queue.push(dgQueued{id: id, p: append([]byte(nil), payload...), at: now, sh: sh}, dgQueueBytes); dropped > 0 {
 		ch.e.droppedN("queue_full", dropped)
 	}
 	if !ch.pacing {
@@ -364,6 +368,36 @@ func (ch *dgChannel) sealLocked(now time.Time, id uint64, payload []byte) (pkt [
 	return pkt, copies
 }
 
+// sentByLocked counts n payload bytes of sh's sent (sh may be nil).
+func (ch *dgChannel) sentByLocked(sh *Share, n int) {
+	if sh == nil || sh.Lost == nil {
+		return
+	}
+	if ch.sentBy == nil {
+		ch.sentBy = map[*Share]int{}
+	}
+	ch.sentBy[sh] += n
+}
+
+// shareLossLocked tells each Share of the bytes the link lost of what its
+// sessions sent since the last sample: the sample's loss, shared out by
+// bytes sent. Datagrams the link drops past this relay are otherwise
+// counted as carried, and a Tunnel that offers twice the link would seem
+// to carry twice what it does. While copies go the packets' loss is taken
+// for the datagrams': where a queue overflows both copies of a datagram,
+// sent back to back, go (random loss, which copies repair, is small).
+func (ch *dgChannel) shareLossLocked(s dgSample) {
+	if s.lost > 0 && s.sent > 0 {
+		f := min(s.lost/s.sent, 1)
+		for sh, n := range ch.sentBy {
+			if lost := int(f * float64(n)); lost > 0 {
+				sh.Lost(lost)
+			}
+		}
+	}
+	clear(ch.sentBy)
+}
+
 // pace sends what waits as the rate allows, dropping what waited past the
 // lag bound, until nothing waits.
 func (ch *dgChannel) pace() {
@@ -382,6 +416,7 @@ func (ch *dgChannel) pace() {
 			}
 			ch.queue.pop()
 			pkt, copies := ch.sealLocked(now, q.id, q.p)
+			ch.sentByLocked(q.sh, len(q.p))
 			for range 1 + copies {
 				pkts = append(pkts, pkt)
 			}
@@ -543,6 +578,7 @@ func (ch *dgChannel) onFeedback(now time.Time, f dgFeedback) {
 		s.lost = s.sent - got
 	}
 	s.delivered = float64(f.bytes-open.bytes) / dt.Seconds()
+	ch.shareLossLocked(s)
 	if span := sent.at.Sub(ch.fbSent.at); span > 0 {
 		s.offered = float64(sent.bytes-ch.fbSent.bytes) / span.Seconds()
 	}

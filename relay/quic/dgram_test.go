@@ -194,3 +194,25 @@ func TestChannelWithoutFeedbackGoesBackToQUIC(t *testing.T) {
 		time.Sleep(2 * time.Millisecond)
 	}
 }
+
+// connectedAt is connected, dialing b at addr (a proxy in front of it).
+func connectedAt(t *testing.T, a, b *Endpoint, accepted <-chan *Conn, addr string) (near, far *Conn) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := a.Links().Link(b.opts.Name, Control, []string{addr}).Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.OpenStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Write([]byte{0})
+	select {
+	case far = <-accepted:
+	case <-ctx.Done():
+		t.Fatal("b never saw a's stream")
+	}
+	return c, far
+}

@@ -38,7 +38,33 @@ type Session struct {
 	rate     int64 // datagrams a second from which Auto frames; 0: AutoFramesRate
 	onFramed func()
 	win      Rate
+	share    *Share // nil: none
 }
+
+// Share says whose a session's datagrams are where a datagram channel
+// queues them (dgQueue): Tunnels take turns by weight, whatever their
+// number of sessions. The transport knows no Tunnels: Key is opaque.
+type Share struct {
+	// Key names the Tunnel; sessions of one Key share its turns.
+	Key string
+	// Weight is its share against the other Keys' (below 1: 1).
+	Weight int
+	// Dropped (may be nil) is told of each of the session's datagrams (its
+	// payload's size) the channel dropped after taking it: its queue was
+	// full or it waited past the lag bound. It runs under the channel's
+	// lock and must not block.
+	Dropped func(n int)
+	// Lost (may be nil) is told of bytes of the session's datagrams the
+	// link lost past this relay, as the peer's feedback on the channel
+	// shows: its share, by bytes sent, of the loss over an interval.
+	// Random loss counts too, so it says nothing of congestion. It runs
+	// under the channel's lock and must not block.
+	Lost func(n int)
+}
+
+// SetShare sets whose the session's datagrams are (nil: none). Set it
+// before the first Send.
+func (s *Session) SetShare(sh *Share) { s.share = sh }
 
 // Modes of a session's Send.
 type Mode int
@@ -122,7 +148,7 @@ func (s *Session) Send(p []byte) error {
 		}
 		return s.Queue(p)
 	}
-	err := s.Conn.SendFlowDatagram(s.id, p)
+	err := s.Conn.sendFlowDatagram(s.id, s.share, p)
 	var tooLarge *quicgo.DatagramTooLargeError
 	if !errors.As(err, &tooLarge) {
 		return err

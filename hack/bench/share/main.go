@@ -14,6 +14,11 @@
 //   - limited: Tunnel limited (spec.limits.rateMbps -limit) with 4
 //     streams beside greedy's 8: its rate against the limit.
 //
+// With -udp, per transport too: Tunnel flood (UDP, 32 sessions of
+// datagrams, -udp-offer Mbit/s in all) beside polite's 1 stream, and
+// beside Tunnel lone (UDP, 1 session offering as much): polite's and
+// lone's shares of what both deliver.
+//
 // With -baseline, each transport is measured with that binary too, in the
 // same run, for a before and after on the same machine and load.
 //
@@ -50,6 +55,8 @@ type options struct {
 	warmup, duration time.Duration
 	limit            int
 	transports       []string
+	udp              bool
+	udpOffer         int64 // Mbit/s, each UDP Tunnel
 }
 
 func main() {
@@ -64,7 +71,12 @@ func main() {
 	flag.DurationVar(&o.duration, "duration", 15*time.Second, "how long each measurement lasts")
 	flag.IntVar(&o.limit, "limit", 20, "Tunnel limited's spec.limits.rateMbps")
 	flag.StringVar(&transports, "transports", "auto,tls,quic", "the Chain's transports to measure, in turn")
+	flag.BoolVar(&o.udp, "udp", false, "measure UDP Tunnels too: 32 sessions beside 1 TCP stream, and beside 1 UDP session")
+	flag.Int64Var(&o.udpOffer, "udp-offer", 0, "what each UDP Tunnel offers, Mbit/s (0: twice -rate)")
 	flag.Parse()
+	if o.udpOffer == 0 {
+		o.udpOffer = 2 * o.rate
+	}
 	o.transports = strings.Split(transports, ",")
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "share:", err)
@@ -76,6 +88,7 @@ func main() {
 // Tunnels listen (the same ports on the client's host).
 const (
 	portGreedy, portPolite, portLimited = 7101, 7102, 7103
+	portFlood, portLone                 = 7104, 7105 // UDP
 	relayPort                           = 7401
 )
 
@@ -90,6 +103,7 @@ func run(o options) error {
 	fmt.Println("| path | greedy (8 streams), Mbit/s | polite (1 stream), Mbit/s | polite's share | both | limited (4 streams, limit) |")
 	fmt.Println("|---|---|---|---|---|---|")
 	direct := -1.0
+	var udpRows []string
 	type row struct{ transport, binary string }
 	rows := []row{{"direct", ""}}
 	for _, tr := range o.transports {
@@ -125,11 +139,27 @@ func run(o options) error {
 			name += ", " + filepath.Base(rw.binary)
 		}
 		fmt.Printf("| %s | %.1f | %.1f | %.1f%% | %.1f%s | %s |\n", name, r.greedy, r.polite, 100*r.polite/both, both, ratio, limited)
+		if tr != "direct" && o.udp {
+			udpRows = append(udpRows, fmt.Sprintf("| %s | %.1f | %.1f | %.1f%% | %.1f | %.1f | %.1f%% |", name,
+				r.floodTCP, r.politeUDP, 100*r.politeUDP/(r.floodTCP+r.politeUDP), r.floodUDP, r.lone, 100*r.lone/(r.floodUDP+r.lone)))
+		}
+	}
+	if o.udp {
+		fmt.Printf("\nUDP: each UDP Tunnel offers %d Mbit/s in 1000-byte datagrams (udp.mode datagram).\n\n", o.udpOffer)
+		fmt.Println("| path | flood (32 sessions), Mbit/s | polite (1 TCP stream), Mbit/s | polite's share | flood (32 sessions), Mbit/s | lone (1 UDP session), Mbit/s | lone's share |")
+		fmt.Println("|---|---|---|---|---|---|---|")
+		for _, r := range udpRows {
+			fmt.Println(r)
+		}
 	}
 	return nil
 }
 
-type result struct{ greedy, polite, limited, greedyBeside float64 }
+type result struct {
+	greedy, polite, limited, greedyBeside float64
+	// With -udp: flood beside polite, and flood beside lone.
+	floodTCP, politeUDP, floodUDP, lone float64
+}
 
 // measure builds the two hosts anew (a fresh link and fresh relays for
 // each transport: nothing learnt carries over) and runs both scenarios.
@@ -174,6 +204,17 @@ func measure(o options, transport string) (result, error) {
 		sinks[port] = new(atomic.Int64)
 		go sink(ln, sinks[port])
 	}
+	if o.udp {
+		for _, port := range []int{portFlood, portLone} {
+			var pc net.PacketConn
+			if err := b.Do(func() (err error) { pc, err = net.ListenPacket("udp", fmt.Sprintf(":%d", port)); return }); err != nil {
+				return r, err
+			}
+			defer pc.Close()
+			sinks[port] = new(atomic.Int64)
+			go sinkUDP(pc, sinks[port])
+		}
+	}
 	addr := func(port int) string { return fmt.Sprintf("%s:%d", b.Addr, port) }
 	if transport != "direct" {
 		stop, err := relays(o, transport, a, b)
@@ -196,7 +237,78 @@ func measure(o options, transport string) (result, error) {
 	}
 	got, err = together(o, a, sinks, map[int]int{portGreedy: 8, portLimited: 4}, addr)
 	r.greedyBeside, r.limited = got[portGreedy], got[portLimited]
+	if err != nil || !o.udp {
+		return r, err
+	}
+	// UDP senders run beside together's streams; together measures their
+	// targets too (0 streams of its own).
+	stop, err := flood(o, a, map[int]int{portFlood: 32}, addr)
+	if err != nil {
+		return r, err
+	}
+	got, err = together(o, a, sinks, map[int]int{portFlood: 0, portPolite: 1}, addr)
+	stop()
+	r.floodTCP, r.politeUDP = got[portFlood], got[portPolite]
+	if err != nil {
+		return r, err
+	}
+	if stop, err = flood(o, a, map[int]int{portFlood: 32, portLone: 1}, addr); err != nil {
+		return r, err
+	}
+	got, err = together(o, a, sinks, map[int]int{portFlood: 0, portLone: 0}, addr)
+	stop()
+	r.floodUDP, r.lone = got[portFlood], got[portLone]
 	return r, err
+}
+
+// flood sends sessions[port] UDP sessions of 1000-byte datagrams to each
+// port from a, o.udpOffer Mbit/s a port in all, until stop.
+func flood(o options, a *linkemu.Node, sessions map[int]int, addr func(int) string) (stop func(), err error) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	stop = func() {
+		close(done)
+		wg.Wait()
+	}
+	const size, tick = 1000, 5 * time.Millisecond
+	perTick := int(float64(o.udpOffer) * 1e6 / 8 * tick.Seconds() / size)
+	for port, n := range sessions {
+		var conns []net.Conn
+		for range n {
+			var c net.Conn
+			if err := a.Do(func() (err error) { c, err = net.Dial("udp", addr(port)); return }); err != nil {
+				for _, c := range conns {
+					c.Close()
+				}
+				stop()
+				return nil, err
+			}
+			conns = append(conns, c)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p := make([]byte, size)
+			tk := time.NewTicker(tick)
+			defer tk.Stop()
+			next := 0
+			for {
+				select {
+				case <-done:
+					for _, c := range conns {
+						c.Close()
+					}
+					return
+				case <-tk.C:
+				}
+				for range perTick {
+					conns[next].Write(p)
+					next = (next + 1) % len(conns)
+				}
+			}
+		}()
+	}
+	return stop, nil
 }
 
 // relays writes the manifests (one Chain a -> b over transport; Tunnels
@@ -212,6 +324,12 @@ func relays(o options, transport string, a, b *linkemu.Node) (stop func(), err e
 		fmt.Fprintf(&m, "apiVersion: hoplink.dev/v1alpha1\nkind: RelayNode\nmetadata: {name: %s}\nspec: {listen: {port: %d}, endpoints: [\"%s:%d\"]}\n---\n", node.Name, relayPort, node.Addr, relayPort)
 	}
 	fmt.Fprintf(&m, "apiVersion: hoplink.dev/v1alpha1\nkind: Chain\nmetadata: {name: c}\nspec: {entry: a, exit: b, route: [a, b], transport: %s}\n", transport)
+	if o.udp {
+		for name, port := range map[string]int{"flood": portFlood, "lone": portLone} {
+			fmt.Fprintf(&m, "---\napiVersion: hoplink.dev/v1alpha1\nkind: Tunnel\nmetadata: {name: %s}\nspec: {chain: c, protocol: udp, listen: {address: 127.0.0.1, port: %d}, target: \"%s:%d\", udp: {mode: datagram}}\n",
+				name, port, b.Addr, port)
+		}
+	}
 	for name, port := range map[string]int{"greedy": portGreedy, "polite": portPolite, "limited": portLimited} {
 		limits := ""
 		if name == "limited" {
@@ -357,5 +475,17 @@ func sink(ln net.Listener, n *atomic.Int64) {
 				}
 			}
 		}()
+	}
+}
+
+// sinkUDP counts the bytes of every datagram pc receives.
+func sinkUDP(pc net.PacketConn, n *atomic.Int64) {
+	buf := make([]byte, 65535)
+	for {
+		m, _, err := pc.ReadFrom(buf)
+		if err != nil {
+			return
+		}
+		n.Add(int64(m))
 	}
 }
