@@ -43,6 +43,8 @@ func TestTunnelLimitsPolicy(t *testing.T) {
 		"hl-free":  nil,
 		"hl-bad":   {"limits.hoplink.dev/max-rate-mbps": "fifty"},
 		"hl-later": nil,
+		"hl-light": {"limits.hoplink.dev/max-weight": "4"},
+		"hl-heavy": {"limits.hoplink.dev/max-weight": "400"},
 	})
 	tunnel := func(ns, name, spec string) *unstructured.Unstructured { return newTunnel(t, ns, name, spec) }
 	const tcp = `chain: c, listen: {port: 8080}, target: "10.0.0.1:80"`
@@ -66,6 +68,10 @@ func TestTunnelLimitsPolicy(t *testing.T) {
 		{"rate without flows", "hl-held", tcp + ", limits: {rateMbps: 10}", []string{"spec.limits.maxFlows"}},
 		{"tun", "hl-held", `chain: c, protocol: tun, tun: {address: 10.200.0.1/24, routes: [10.77.0.0/16]}`, nil},
 		{"a label not a number", "hl-bad", tcp + ", limits: {rateMbps: 10}", []string{"limits.hoplink.dev/max-rate-mbps=fifty", "fix the label"}},
+		{"no weight under a weight ceiling", "hl-light", tcp, nil},
+		{"at the weight ceiling", "hl-light", tcp + ", limits: {weight: 4}", nil},
+		{"weight over", "hl-light", tcp + ", limits: {weight: 5}", []string{"spec.limits.weight", "weight of 4", "limits.hoplink.dev/max-weight"}},
+		{"a weight label out of range", "hl-heavy", tcp, []string{"limits.hoplink.dev/max-weight=400", "fix the label"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			name := strings.ReplaceAll(tc.name, " ", "-")

@@ -227,9 +227,14 @@ type TunnelSpec struct {
 	ProxyProtocol ProxyProtocol `json:"proxyProtocol,omitempty"`
 	// Limits hold the Tunnel to what it may take of the relays it crosses
 	// (protocol tcp and udp). A namespace labelled
-	// limits.hoplink.dev/max-rate-mbps=N or limits.hoplink.dev/max-flows=N
-	// takes only Tunnels that set rateMbps or maxFlows to N or less (the
-	// chart's ValidatingAdmissionPolicy, value tunnelLimits.policy).
+	// limits.hoplink.dev/max-rate-mbps=N, limits.hoplink.dev/max-flows=N
+	// or limits.hoplink.dev/max-weight=N takes only Tunnels that set
+	// rateMbps or maxFlows (weight: if set) to N or less; one labelled
+	// limits.hoplink.dev/default-rate-mbps=N or
+	// limits.hoplink.dev/default-max-flows=N fills the field a Tunnel
+	// leaves out (the chart's admission policies, value
+	// tunnelLimits.policy; defaults from Kubernetes 1.36). The Limited
+	// condition says when a relay held the Tunnel to a limit, and which.
 	// +optional
 	Limits *TunnelLimits `json:"limits,omitempty"`
 }
