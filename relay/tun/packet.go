@@ -358,7 +358,10 @@ func IsEchoRequest(pkt []byte) bool {
 // IsEchoRequest cannot judge: a fragment of a message (the type is in the
 // first fragment alone, the data across all of them), or an ICMPv6 message
 // behind IPv6 extension headers. A flow-mode stack handed one would
-// reassemble or unwrap a ping and answer it itself, for any address.
+// reassemble or unwrap a ping and answer it itself, for any address. The
+// extension headers are those the stack (gvisor) walks: hop-by-hop,
+// routing, destination options, fragment (an atomic one, offset 0 and no
+// more, it skips and reads on) and experiment (253, 8 bytes).
 func HiddenICMP(pkt []byte) bool {
 	ip, err := parseIP(pkt)
 	if err != nil {
@@ -377,7 +380,7 @@ func HiddenICMP(pkt []byte) bool {
 				return true
 			}
 			switch pkt[off] {
-			case 58, 0, 43, 60: // ICMPv6, or extension headers that may lead to it
+			case 58, 0, 43, 44, 60, 253: // ICMPv6, or extension headers that may lead to it
 				return true
 			}
 			return false
@@ -386,6 +389,11 @@ func HiddenICMP(pkt []byte) bool {
 				return true
 			}
 			nh, off = pkt[off], off+(int(pkt[off+1])+1)*8
+		case 253: // experiment: 8 bytes, whatever its length field says
+			if len(pkt) < off+8 {
+				return true
+			}
+			nh, off = pkt[off], off+8
 		default:
 			return false
 		}

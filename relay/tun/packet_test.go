@@ -461,7 +461,8 @@ func TestHiddenICMP(t *testing.T) {
 		binary.BigEndian.PutUint16(h[2:], offset<<3|1)
 		return h
 	}
-	opts := func(next uint8) []byte { return []byte{next, 0, 1, 4, 0, 0, 0, 0} } // 8 bytes of padding
+	opts := func(next uint8) []byte { return []byte{next, 0, 1, 4, 0, 0, 0, 0} }    // 8 bytes of padding
+	atomic := func(next uint8) []byte { return []byte{next, 0, 0, 0, 0, 0, 0, 43} } // offset 0, no more
 	v4 := func(proto uint8, flags uint16) []byte {
 		p := make([]byte, 28)
 		p[0], p[9] = 0x45, proto
@@ -487,6 +488,16 @@ func TestHiddenICMP(t *testing.T) {
 		{"IPv6 options cut short", v6Chain(60, []byte{58}), true},
 		{"IPv6 fragment header cut short", v6Chain(44, []byte{58, 0}), true},
 		{"IPv6 endless options", v6Chain(60, bytes.Repeat(opts(60), 9)), true},
+		// gvisor skips an atomic fragment header (offset 0, no more) and
+		// reads on: one behind another leads to the ping all the same.
+		{"IPv6 ping behind two atomic fragment headers", v6Chain(44, atomic(44), atomic(58), echo6), true},
+		{"IPv6 first fragment of a fragment of a ping", v6Chain(44, frag(44, 0), atomic(58), echo6), true},
+		// gvisor walks the experiment header (253) as an extension header
+		// of 8 bytes, whatever its length says.
+		{"IPv6 ping behind an experiment header", v6Chain(253, []byte{58, 0, 0, 0, 0, 0, 0, 0}, echo6), true},
+		{"IPv6 experiment header cut short", v6Chain(253, []byte{58, 0}), true},
+		{"IPv6 fragment of an experiment header", v6Chain(44, frag(253, 0), []byte{58, 0, 0, 0, 0, 0, 0, 0}, echo6), true},
+		{"IPv6 UDP behind an experiment header", v6Chain(253, []byte{17, 0, 0, 0, 0, 0, 0, 0}, make([]byte, 8)), false},
 		{"IPv4 echo request", v4(1, 0), false},
 		{"IPv4 first fragment of a ping", v4(1, 0x2000), true},
 		{"IPv4 later fragment of a ping", v4(1, 185), true},
