@@ -376,8 +376,18 @@ func (ch *dgChannel) sentByLocked(sh *Share, n int) {
 	if ch.sentBy == nil {
 		ch.sentBy = map[*Share]int{}
 	}
+	if _, ok := ch.sentBy[sh]; !ok && len(ch.sentBy) >= dgSentByMax {
+		// Feedback that never makes a sample (a peer that sends none
+		// worth one) would keep every session's Share that ever sent:
+		// the interval's loss goes unshared instead.
+		clear(ch.sentBy)
+	}
 	ch.sentBy[sh] += n
 }
+
+// dgSentByMax bounds the Shares a channel counts bytes for between samples
+// (sentBy): sessions a Tunnel's clients open and close come and go.
+const dgSentByMax = 1 << 16
 
 // shareLossLocked tells each Share of the bytes the link lost of what its
 // sessions sent since the last sample: the sample's loss, shared out by

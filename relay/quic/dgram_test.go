@@ -216,3 +216,16 @@ func connectedAt(t *testing.T, a, b *Endpoint, accepted <-chan *Conn, addr strin
 	}
 	return c, far
 }
+
+// Between samples a channel counts what each Share sent; a peer whose
+// feedback never makes a sample must not have it keep every session's
+// Share that ever sent (each session has its own).
+func TestChannelSentByIsBounded(t *testing.T) {
+	ch := &dgChannel{}
+	for range 1<<16 + 1000 {
+		ch.sentByLocked(&Share{Key: "ns/churn", Lost: func(int) {}}, 100)
+	}
+	if n := len(ch.sentBy); n > 1<<16 {
+		t.Errorf("the channel counts %d Shares, want at most %d", n, 1<<16)
+	}
+}
