@@ -246,3 +246,18 @@ func (l handshaken) Accept() (net.Conn, error) {
 		return plainConn{c}, nil
 	}
 }
+
+// A relay names at most adminapi.MaxLimited Tunnels held by a limit: one
+// that names more (a sidecar relay runs in a tenant's pod) has no more of
+// them requeued, each round its report changes.
+func TestLimitedTunnelsBounded(t *testing.T) {
+	rn := &v1alpha1.RelayNode{ObjectMeta: metav1.ObjectMeta{Namespace: "edge", Name: "side"}}
+	var hits []adminapi.LimitHit
+	for i := range 10 * adminapi.MaxLimited {
+		hits = append(hits, adminapi.LimitHit{Tunnel: fmt.Sprintf("edge/t%d", i), Reason: adminapi.LimitFlows, At: time.Now()})
+	}
+	got := limitedTunnels(rn, []endpointReport{{endpoint: "10.0.0.1:7401", status: &adminapi.Status{Limited: hits}}})
+	if len(got) > adminapi.MaxLimited {
+		t.Errorf("a report naming %d Tunnels requeues %d, want at most %d", len(hits), len(got), adminapi.MaxLimited)
+	}
+}

@@ -215,7 +215,9 @@ func limitedTunnels(rn *v1alpha1.RelayNode, reports ...[]endpointReport) []types
 			if e.status == nil {
 				continue
 			}
-			for _, h := range e.status.Limited {
+			// A relay reports at most MaxLimited; one that says more
+			// (a sidecar's, in a tenant's pod) gets no more requeued.
+			for _, h := range e.status.Limited[:min(len(e.status.Limited), adminapi.MaxLimited)] {
 				ns, name, ok := strings.Cut(h.Tunnel, "/")
 				k := types.NamespacedName{Namespace: ns, Name: name}
 				if ok && ns == rn.Namespace && !slices.Contains(out, k) {
