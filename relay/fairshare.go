@@ -219,7 +219,8 @@ func (l *fairLink) tick(now time.Time, dt time.Duration) (empty bool) {
 		// than it handed over this window (fairDatagrams.lost).
 		t.rate = max(float64(b), 0) / dt.Seconds()
 		t.avg = smooth(t.avg, t.rate)
-		t.backlog = float64(busy) >= backloggedBusy*float64(dt) || t.pushed.Swap(false) ||
+		pushed := t.pushed.Swap(false) // this window's, whatever else says backlogged
+		t.backlog = float64(busy) >= backloggedBusy*float64(dt) || pushed ||
 			lost > 0 && float64(lost) > congestedLoss*float64(max(b, 0)+lost)
 		backlog = backlog || t.backlog
 		total += t.rate

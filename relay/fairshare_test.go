@@ -403,3 +403,21 @@ func TestFairShareCapsBesideACappedUDPTunnelUnderItsCap(t *testing.T) {
 		}
 	}
 }
+
+// TestFairDatagramsPushedLastsOneWindow: a UDP Tunnel whose datagrams were
+// dropped for want of room in a window its sends were also busy is not
+// still backlogged a window later, with neither.
+func TestFairDatagramsPushedLastsOneWindow(t *testing.T) {
+	s := newFairSim(t)
+	ft, _ := s.fs.join("peer", "ns/u", 0, nil)
+	d := &fairDatagrams{t: ft, over: prometheus.NewCounter(prometheus.CounterOpts{Name: "x"})}
+	d.lost(100)
+	s.window([]*fairTunnel{ft}, []float64{10}, []bool{true})
+	if !ft.backlog {
+		t.Fatal("busy, with datagrams dropped: not backlogged")
+	}
+	s.window([]*fairTunnel{ft}, []float64{10}, []bool{false})
+	if ft.backlog {
+		t.Error("backlogged a window after its last drop, neither busy nor dropping since")
+	}
+}
