@@ -57,7 +57,10 @@ const (
 	// slow, so that caps do not shrink with the link's total while the
 	// Tunnel they make room for is still growing into it.
 	capacityDecay = 0.98
-	// spareCheck: while caps leave the link a quarter of its capacity
+	// peakDecay: how fast the link's peak is forgotten (per window,
+	// about 2% a second, half in 35 s).
+	peakDecay = 0.995
+	// spareCheck: while caps leave the link a quarter of its peak
 	// spare, each short Tunnel must grow by a tenth every spareCheck
 	// windows (2 s), or it is deaf for deafFor: whatever binds it (a slow
 	// target, the other end's window) is not this link, and capping
@@ -81,9 +84,15 @@ const (
 type fairLink struct {
 	tunnels  map[string]*fairTunnel
 	capacity float64 // bytes a second: the most the link carried lately
-	avg      float64 // the link's total, smoothed over about a second
-	spare    int     // windows caps have held with the link under 0.75 capacity
-	busy     int     // windows in a row it carried bytes
+	// peak is the most it carried, forgotten far slower than capacity:
+	// the spare check's measure. Caps that a short Tunnel does not take
+	// up lower what the link carries, and capacity follows; judged by
+	// capacity, a slow Tunnel that claims to want more (its target reads
+	// slowly) would hold the others near its own rate for good.
+	peak  float64
+	avg   float64 // the link's total, smoothed over about a second
+	spare int     // windows caps have held with the link under 0.75 capacity
+	busy  int     // windows in a row it carried bytes
 }
 
 // fairTunnel is one Tunnel's flows on a link. The counters are what its
@@ -234,7 +243,7 @@ func (l *fairLink) tick(now time.Time, dt time.Duration) (empty bool) {
 	if total == 0 && !backlog {
 		// Quiet: its next traffic fills buffers anew, and its capacity
 		// is learnt anew, not reckoned from Tunnels that went.
-		l.busy, l.capacity = 0, 0
+		l.busy, l.capacity, l.peak = 0, 0, 0
 		return false
 	}
 	if l.busy++; l.busy <= warmup {
@@ -245,6 +254,7 @@ func (l *fairLink) tick(now time.Time, dt time.Duration) (empty bool) {
 	}
 	l.avg = smooth(l.avg, total)
 	l.capacity = max(l.avg, l.capacity*capacityDecay)
+	l.peak = max(l.avg, l.peak*peakDecay)
 	l.allocate(now)
 	return false
 }
@@ -290,7 +300,7 @@ func (l *fairLink) allocate(now time.Time) {
 	}
 	// Caps that leave the link spare for a Tunnel that does not take
 	// what they free: it is bound elsewhere.
-	if capped && wanting && l.avg < 0.75*l.capacity {
+	if capped && wanting && l.avg < 0.75*l.peak {
 		if l.spare++; l.spare >= spareCheck {
 			l.spare = 0
 			for i, t := range ts {

@@ -11,12 +11,11 @@ import "testing"
 // the slow Tunnel's rate, and the other's cap (its share) with it: the
 // victim is held near the slow Tunnel's rate for as long as it stays.
 //
-// Review finding (not fixed): fails on the current allocator (the victim
-// ends at 4.4 of 100 Mbit/s beside a Tunnel carrying 4.1). A cap that
-// binds must not teach the capacity, or a short Tunnel must take what the
-// decay frees to keep the caps; see the review report.
+// With the spare check judged against the capacity, the victim ended at
+// 4.4 of 100 Mbit/s beside a Tunnel carrying 4.1. Judged against the
+// link's slowly forgotten peak, the slow Tunnel must keep growing into the
+// room the caps free, or it is taken as bound elsewhere and the caps lift.
 func TestFairShareSlowGrowerDoesNotStarve(t *testing.T) {
-	t.Skip("review finding: fair share's capacity decays under caps a slow backlogged Tunnel keeps on")
 	s := newFairSim(t)
 	victim, _ := s.fs.join("peer", "ns-a/victim", 0, nil)
 	slow, _ := s.fs.join("peer", "ns-b/slow", 0, nil)
