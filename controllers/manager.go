@@ -194,6 +194,7 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 	if o.QPS <= 0 {
 		cfg.QPS, cfg.Burst = DefaultQPS, 2*DefaultQPS
 	}
+	cfg.Wrap(countWrites)
 	direct, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		return nil, err

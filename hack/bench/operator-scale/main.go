@@ -167,6 +167,7 @@ func run(sz size, steady time.Duration, bin, qps, out, section string) error {
 	if err != nil {
 		return err
 	}
+	bd0, _ := breakdown(metricsAddr)
 	procs := map[string]int{"operator": op.Process.Pid, "kube-apiserver": apiserver, "etcd": etcd}
 	cpu0 := cpuAll(procs)
 
@@ -235,6 +236,7 @@ func run(sz size, steady time.Duration, bin, qps, out, section string) error {
 	cpuReady := cpuAll(procs)
 	rss, hwm := memory(op.Process.Pid)
 	writes1, _ := operatorWrites(metricsAddr)
+	bd1, _ := breakdown(metricsAddr)
 
 	// Hollow relays: the edited Chain's, the relay it gains, and a sample.
 	edited := "c00000"
@@ -262,10 +264,12 @@ func run(sz size, steady time.Duration, bin, qps, out, section string) error {
 		return err
 	}
 	opW0, _ := operatorWrites(metricsAddr)
+	bdS0, _ := breakdown(metricsAddr)
 	cpuS0 := cpuAll(procs)
 	time.Sleep(steady)
 	api1, _ := apiWrites(ctx, cfg)
 	opW1, _ := operatorWrites(metricsAddr)
+	bdS1, _ := breakdown(metricsAddr)
 	cpuS1 := cpuAll(procs)
 	perMin := func(n float64) float64 { return n / steady.Minutes() }
 
@@ -289,7 +293,7 @@ func run(sz size, steady time.Duration, bin, qps, out, section string) error {
 
 	report := formatReport(sz, qps, created, readyAt, cpu0, cpuReady, cpuS0, cpuS1, rss, hwm, writes1-writes0,
 		perMin(float64(api1.total-api0.total)), perMin(float64(api1.leases-api0.leases)), perMin(float64(opW1-opW0)),
-		steady, rows, joining, edited, join, leave, time.Since(hollowStart))
+		steady, rows, joining, edited, join, leave, time.Since(hollowStart), [4]map[string]float64{bd0, bd1, bdS0, bdS1})
 	if section != "" {
 		report = "<!-- " + section + ":begin -->\n" + report + "<!-- " + section + ":end -->\n"
 	}
@@ -407,7 +411,7 @@ func countReady(ctx context.Context, c client.Client) (relays, chains, tunnels i
 
 // formatReport is the Markdown table of one run.
 func formatReport(sz size, qps string, created, readyAt time.Duration, cpu0, cpuReady, cpuS0, cpuS1 map[string]float64, rss, hwm float64,
-	readyWrites int, apiPerMin, leasesPerMin, opPerMin float64, steady time.Duration, rows []hollowRow, joinName, editedName string, join, leave map[string]time.Duration, hollowFor time.Duration) string {
+	readyWrites int, apiPerMin, leasesPerMin, opPerMin float64, steady time.Duration, rows []hollowRow, joinName, editedName string, join, leave map[string]time.Duration, hollowFor time.Duration, bd [4]map[string]float64) string {
 	var b strings.Builder
 	flags := ""
 	if qps != "" {
@@ -425,7 +429,11 @@ func formatReport(sz size, qps string, created, readyAt time.Duration, cpu0, cpu
 	fmt.Fprintf(&b, "| operator RSS when all Ready (peak) | %.0f MiB (%.0f MiB) |\n", rss, hwm)
 	fmt.Fprintf(&b, "| operator API writes to reach Ready | %d (%.1f per object) |\n", readyWrites, float64(readyWrites)/float64(objects))
 	fmt.Fprintf(&b, "| steady state (%s, after Ready): API server writes a minute, all clients, leases aside | %.1f (leases: %.1f) |\n", steady, apiPerMin-leasesPerMin, leasesPerMin)
+	fmt.Fprintf(&b, "| &nbsp; by resource and verb | %s |\n", diffLine(bd[0], bd[1], false, 1))
+	fmt.Fprintf(&b, "| reconciles to reach Ready, by controller and result | %s |\n", diffLine(bd[0], bd[1], true, 1))
 	fmt.Fprintf(&b, "| steady state: operator writes a minute | %.1f |\n", opPerMin)
+	fmt.Fprintf(&b, "| &nbsp; by resource and verb, a minute | %s |\n", diffLine(bd[2], bd[3], false, steady.Minutes()))
+	fmt.Fprintf(&b, "| &nbsp; reconciles a minute, by controller and result | %s |\n", diffLine(bd[2], bd[3], true, steady.Minutes()))
 	fmt.Fprintf(&b, "| steady state: CPU used a second: operator, kube-apiserver, etcd | %.2f, %.2f, %.2f |\n",
 		(cpuS1["operator"]-cpuS0["operator"])/steady.Seconds(), (cpuS1["kube-apiserver"]-cpuS0["kube-apiserver"])/steady.Seconds(), (cpuS1["etcd"]-cpuS0["etcd"])/steady.Seconds())
 	sort.Slice(rows, func(i, j int) bool { return rows[i].objs < rows[j].objs })
