@@ -16,6 +16,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
@@ -269,9 +271,15 @@ func (r *ChainReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}); err != nil {
 		return err
 	}
+	self, selfUrgent := urgentSelf()
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.Chain{}).
-		Watches(&v1alpha1.RelayNode{}, enqueueReferrers(mgr.GetClient(), &v1alpha1.ChainList{}, indexChainRelays)).
-		Watches(&v1alpha1.Tunnel{}, enqueueTunnelChain(), builder.WithPredicates(predicate.LabelChangedPredicate{})).
+		Watches(&v1alpha1.Chain{}, self, selfUrgent).
+		Watches(&v1alpha1.RelayNode{}, urgentWhen(enqueueReferrers(mgr.GetClient(), &v1alpha1.ChainList{}, indexChainRelays), specOrMembers),
+			builder.WithPredicates(predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+				return relayNodeMattersToChain(e.ObjectOld, e.ObjectNew)
+			}})).
+		Watches(&v1alpha1.Tunnel{}, urgentWhen(enqueueTunnelChain(), specOrMembers), builder.WithPredicates(predicate.LabelChangedPredicate{})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: chainWorkers}).
 		Complete(r)
 }

@@ -19,6 +19,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -276,10 +277,13 @@ func (r *TunnelReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Reports != nil {
 		b = b.WatchesRawSource(source.Channel(r.Reports.tunnels, &handler.EnqueueRequestForObject{}))
 	}
+	self, selfUrgent := urgentSelf()
 	return b.
 		For(&v1alpha1.Tunnel{}).
+		Watches(&v1alpha1.Tunnel{}, self, selfUrgent).
 		Owns(&corev1.Service{}).
-		Watches(&v1alpha1.Chain{}, enqueueReferrers(mgr.GetClient(), &v1alpha1.TunnelList{}, indexTunnelChain)).
+		Watches(&v1alpha1.Chain{}, urgentWhen(enqueueReferrers(mgr.GetClient(), &v1alpha1.TunnelList{}, indexTunnelChain), specOrMembers)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: tunnelWorkers}).
 		// A RelayNode's spec.tun decides whether tun Tunnels through it
 		// can work, and its spec.sidecar where Tunnels listen: the
 		// Tunnels of the Chains it enters or ends look again when its

@@ -1,0 +1,124 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/hoplink/hoplink/api/v1alpha1"
+)
+
+// After a large apply thousands of rechecks are queued; a Chain's spec
+// edit, and a member label change, go before them, and a status change
+// does not.
+func TestUrgentBeforeBacklog(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		edit   func(ch *v1alpha1.Chain)
+		urgent bool
+	}{
+		{"spec edit", func(ch *v1alpha1.Chain) { ch.Generation++ }, true},
+		{"member label", func(ch *v1alpha1.Chain) {
+			ch.Labels = map[string]string{v1alpha1.MemberLabel("r1"): v1alpha1.MemberJoining}
+		}, true},
+		{"status only", func(ch *v1alpha1.Chain) { ch.Status.ObservedGeneration++ }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := priorityqueue.New[reconcile.Request]("urgent-test-" + tc.name)
+			defer q.ShutDown()
+			h := urgentWhen(&handler.EnqueueRequestForObject{}, specOrMembers)
+			const backlog = 100
+			for i := range backlog {
+				q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: fmt.Sprintf("c%03d", i)}})
+			}
+			old := &v1alpha1.Chain{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "edited", Generation: 1, ResourceVersion: "1"}}
+			edited := old.DeepCopy()
+			edited.ResourceVersion = "2"
+			tc.edit(edited)
+			h.Update(context.Background(), event.UpdateEvent{ObjectOld: old, ObjectNew: edited}, q)
+			for deadline := time.Now().Add(5 * time.Second); q.Len() < backlog+1; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("queue holds %d", q.Len())
+				}
+			}
+			first, _, _ := q.GetWithPriority()
+			if got := first.Name == "edited"; got != tc.urgent {
+				t.Errorf("first out of the queue: %s (urgent %v)", first.Name, tc.urgent)
+			}
+		})
+	}
+}
+
+// A RelayNode's status moves with every relay pod and report; only its
+// spec, member labels and readiness concern the Chains through it.
+func TestRelayNodeMattersToChain(t *testing.T) {
+	ready := func(s metav1.ConditionStatus) []metav1.Condition {
+		return []metav1.Condition{{Type: conditionReady, Status: s, Reason: "R"}}
+	}
+	base := &v1alpha1.RelayNode{ObjectMeta: metav1.ObjectMeta{Name: "r", Generation: 1}}
+	base.Status.Conditions = ready(metav1.ConditionTrue)
+	for _, tc := range []struct {
+		name string
+		edit func(rn *v1alpha1.RelayNode)
+		want bool
+	}{
+		{"endpoints and counts", func(rn *v1alpha1.RelayNode) { rn.Status.Ready, rn.Status.Endpoints = 3, []string{"10.0.0.1:4000"} }, false},
+		{"Ready message", func(rn *v1alpha1.RelayNode) { rn.Status.Conditions[0].Message = "3 of 3 relay pods ready" }, false},
+		{"not Ready", func(rn *v1alpha1.RelayNode) { rn.Status.Conditions = ready(metav1.ConditionFalse) }, true},
+		{"spec", func(rn *v1alpha1.RelayNode) { rn.Generation++ }, true},
+		{"member label", func(rn *v1alpha1.RelayNode) { rn.Labels = map[string]string{v1alpha1.MemberLabel("x"): ""} }, true},
+	} {
+		n := base.DeepCopy()
+		tc.edit(n)
+		if got := relayNodeMattersToChain(base, n); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// Each kind's controller reconciles several objects at once.
+func TestControllerWorkers(t *testing.T) {
+	needAPI(t)
+	want := map[string]float64{"chain": chainWorkers, "tunnel": tunnelWorkers, "relaynode": relayNodeWorkers}
+	got := map[string]float64{}
+	// The gauge is set as each controller starts.
+	for deadline := time.Now().Add(30 * time.Second); len(got) < len(want) && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		got = workers(t)
+	}
+	for c, n := range want {
+		if n < 2 || got[c] != n {
+			t.Errorf("controller %s: %v workers, want %v (more than one)", c, got[c], n)
+		}
+	}
+}
+
+// workers reads each started controller's MaxConcurrentReconciles.
+func workers(t *testing.T) map[string]float64 {
+	families, err := crmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range families {
+		if f.GetName() != "controller_runtime_max_concurrent_reconciles" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "controller" {
+					got[l.GetValue()] = m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return got
+}
