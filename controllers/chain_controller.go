@@ -277,7 +277,7 @@ func (r *ChainReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&v1alpha1.Chain{}, self, selfUrgent).
 		Watches(&v1alpha1.RelayNode{}, urgentWhen(enqueueReferrers(mgr.GetClient(), &v1alpha1.ChainList{}, indexChainRelays), specOrMembers),
 			builder.WithPredicates(predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
-				return relayNodeMattersToChain(e.ObjectOld, e.ObjectNew)
+				return specMembersOrReady(e.ObjectOld, e.ObjectNew)
 			}})).
 		Watches(&v1alpha1.Tunnel{}, urgentWhen(enqueueTunnelChain(), specOrMembers), builder.WithPredicates(predicate.LabelChangedPredicate{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: chainWorkers}).

@@ -99,19 +99,24 @@ func specOrMembers(old, new client.Object) bool {
 	return old.GetGeneration() != new.GetGeneration() || !maps.Equal(memberValues(old.GetLabels()), memberValues(new.GetLabels()))
 }
 
-// relayNodeMattersToChain says whether a RelayNode update can change a
-// Chain that names it: its spec, its member labels (a Chain waits for
-// them) or its readiness. Its status changes with every relay pod and
-// report, and each used to recheck every Chain through it (thirty each at
-// issue 31's size), for nothing.
-func relayNodeMattersToChain(old, new client.Object) bool {
-	if specOrMembers(old, new) {
-		return true
+// specMembersOrReady says whether an update of a RelayNode or Chain can
+// change the objects that depend on it (the Chains through a RelayNode,
+// the Tunnels of a Chain): its spec, its member labels (a Chain waits for
+// its relays'; a Tunnel copies its Chain's) or whether it is Ready. The
+// rest of their status moves with every relay pod, report and recheck
+// (a Chain's message names the relays not ready yet), and each such write
+// used to recheck every dependent, thirty Chains a RelayNode at issue 31's
+// size, for nothing.
+func specMembersOrReady(old, new client.Object) bool {
+	return specOrMembers(old, new) || ready(old) != ready(new)
+}
+
+func ready(o client.Object) bool {
+	switch o := o.(type) {
+	case *v1alpha1.RelayNode:
+		return meta.IsStatusConditionTrue(o.Status.Conditions, conditionReady)
+	case *v1alpha1.Chain:
+		return meta.IsStatusConditionTrue(o.Status.Conditions, conditionReady)
 	}
-	o, ok1 := old.(*v1alpha1.RelayNode)
-	n, ok2 := new.(*v1alpha1.RelayNode)
-	if !ok1 || !ok2 {
-		return true
-	}
-	return meta.IsStatusConditionTrue(o.Status.Conditions, conditionReady) != meta.IsStatusConditionTrue(n.Status.Conditions, conditionReady)
+	return false
 }

@@ -3,11 +3,14 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -59,8 +62,9 @@ func TestUrgentBeforeBacklog(t *testing.T) {
 }
 
 // A RelayNode's status moves with every relay pod and report; only its
-// spec, member labels and readiness concern the Chains through it.
-func TestRelayNodeMattersToChain(t *testing.T) {
+// spec, member labels and readiness concern the Chains through it. The
+// same for a Chain and its Tunnels.
+func TestSpecMembersOrReady(t *testing.T) {
 	ready := func(s metav1.ConditionStatus) []metav1.Condition {
 		return []metav1.Condition{{Type: conditionReady, Status: s, Reason: "R"}}
 	}
@@ -79,7 +83,7 @@ func TestRelayNodeMattersToChain(t *testing.T) {
 	} {
 		n := base.DeepCopy()
 		tc.edit(n)
-		if got := relayNodeMattersToChain(base, n); got != tc.want {
+		if got := specMembersOrReady(base, n); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
 	}
@@ -121,4 +125,43 @@ func workers(t *testing.T) map[string]float64 {
 		}
 	}
 	return got
+}
+
+// While a Chain's relays come up one by one its message changes with each
+// (it names those not ready yet); its Tunnels, not ready all along for
+// the same reason, write nothing until the Chain is Ready.
+func TestTunnelQuietWhileChainComesUp(t *testing.T) {
+	needAPI(t)
+	ctx := context.Background()
+	ns := namespace(t)
+	relays := relayNodes(t, ns, 7900, "q-hk", "q-sea", "q-la")
+	ch := chain(ns, "quiet", "q-hk", "q-sea", "q-la")
+	create(t, ch)
+	tn := tunnel(ns, "quiet", "quiet", 8090)
+	create(t, tn)
+	waitReason(t, ch, "RelayNotReady")
+	waitReason(t, tn, "ChainNotReady")
+	time.Sleep(time.Second) // the Tunnel's labels and Service are written
+	_, mark := apiRequests.since(0)
+	runRelayPod(t, relays[0], "192.0.2.90")
+	eventually(t, "the Chain's message no longer names q-hk", func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(ch), ch); err != nil {
+			return err
+		}
+		if c := meta.FindStatusCondition(ch.Status.Conditions, conditionReady); c == nil || strings.Contains(c.Message, `"q-hk"`) {
+			return fmt.Errorf("condition %+v", c)
+		}
+		return nil
+	})
+	time.Sleep(time.Second) // the Tunnel's controller had its chance
+	reqs, _ := apiRequests.since(mark)
+	for _, r := range reqs {
+		if r.method != "GET" && strings.Contains(r.path, "/tunnels/") {
+			t.Errorf("%s %s while its Chain was not ready all along", r.method, r.path)
+		}
+	}
+	for i, rn := range relays[1:] {
+		runRelayPod(t, rn, fmt.Sprintf("192.0.2.%d", 91+i))
+	}
+	waitReason(t, tn, "Ready")
 }
