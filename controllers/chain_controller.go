@@ -228,9 +228,12 @@ func (r *ChainReconciler) check(ctx context.Context, ch *v1alpha1.Chain, status 
 		}
 	}
 	if len(notReady) > 0 {
+		// The route's relays, not only those not ready: a message that
+		// changed as each relay came up was a status write each, and a
+		// recheck of every Tunnel of the Chain; kubectl shows which.
 		return metav1.Condition{Status: metav1.ConditionFalse, Reason: ReasonRelayNotReady,
-			Message: fmt.Sprintf("RelayNode %s on the route %s not ready; see `kubectl -n %s get relaynodes %s`",
-				quoteJoin(notReady), map[bool]string{true: "is", false: "are"}[len(notReady) == 1], ch.Namespace, strings.Join(notReady, " "))}
+			Message: fmt.Sprintf("not every RelayNode on the route (%s) is ready; see `kubectl -n %s get relaynodes %s`",
+				quoteJoin(route), ch.Namespace, strings.Join(route, " "))}
 	}
 	return metav1.Condition{Status: metav1.ConditionTrue, Reason: ReasonRouteReady,
 		Message: "every relay on route " + strings.Join(route, " -> ") + " is ready"}
