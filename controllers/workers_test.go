@@ -3,12 +3,15 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -155,4 +158,57 @@ func TestQuietWhileRelaysComeUp(t *testing.T) {
 	runRelayPod(t, relays[2], "192.0.2.92")
 	waitReason(t, ch, "RouteReady")
 	waitReason(t, tn, "Ready")
+}
+
+// A RelayNode's member labels change with each Chain it joins: only the
+// Chains still publishing theirs, which wait for them, look again. Its
+// readiness concerns every Chain through it.
+func TestChainsOfRelay(t *testing.T) {
+	named := func(name string, labels map[string]string) *v1alpha1.Chain {
+		ch := chain("ns", name, "a", "b", "c")
+		ch.Labels = labels
+		return ch
+	}
+	settled := map[string]string{v1alpha1.MemberLabel("a"): "", v1alpha1.MemberLabel("b"): "", v1alpha1.MemberLabel("c"): ""}
+	c := fake.NewClientBuilder().WithScheme(Scheme()).
+		WithIndex(&v1alpha1.Chain{}, indexChainRelays, func(o client.Object) []string { return chainMembers(o.(*v1alpha1.Chain)) }).
+		WithObjects(named("settled", settled), named("new", nil),
+			named("joining", map[string]string{v1alpha1.MemberLabel("a"): "", v1alpha1.MemberLabel("b"): v1alpha1.MemberJoining, v1alpha1.MemberLabel("c"): ""})).
+		Build()
+	h := enqueueChainsOfRelay(c)
+	old := &v1alpha1.RelayNode{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "b", Generation: 1, ResourceVersion: "1"}}
+	for _, tc := range []struct {
+		name string
+		edit func(rn *v1alpha1.RelayNode)
+		want []string
+	}{
+		{"member labels", func(rn *v1alpha1.RelayNode) { rn.Labels = settled }, []string{"joining", "new"}},
+		{"Ready", func(rn *v1alpha1.RelayNode) {
+			rn.Status.Conditions = []metav1.Condition{{Type: conditionReady, Status: metav1.ConditionTrue, Reason: "R"}}
+		}, []string{"joining", "new", "settled"}},
+	} {
+		q := priorityqueue.New[reconcile.Request]("chains-of-relay-" + tc.name)
+		n := old.DeepCopy()
+		n.ResourceVersion = "2"
+		tc.edit(n)
+		h.Update(context.Background(), event.UpdateEvent{ObjectOld: old, ObjectNew: n}, q)
+		var got []string
+		for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline) && len(got) < len(tc.want); {
+			if q.Len() == 0 {
+				time.Sleep(time.Millisecond)
+				continue
+			}
+			r, _, _ := q.GetWithPriority()
+			got = append(got, r.Name)
+		}
+		time.Sleep(50 * time.Millisecond)
+		if q.Len() != 0 {
+			t.Errorf("%s: more than %v queued", tc.name, got)
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%s: queued %v, want %v", tc.name, got, tc.want)
+		}
+		q.ShutDown()
+	}
 }
