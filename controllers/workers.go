@@ -81,17 +81,22 @@ func (q urgentQueue) AddRateLimited(r reconcile.Request) {
 }
 
 // urgentSelf enqueues an object of the controller's own kind, again and at
-// urgentPriority, when its spec or member labels change (For enqueues it
-// too, at the default priority; the queue keeps the higher).
+// urgentPriority, when its spec changes: a user's edit (For enqueues it
+// too, at the default priority; the queue keeps the higher). Not on its
+// member labels, which the operator writes itself: re-reconciled urgently,
+// every RelayNode whose labels a new Chain changed went before the
+// RelayNodes not reconciled even once, whose DaemonSets then waited.
 func urgentSelf() (handler.EventHandler, builder.WatchesOption) {
-	return urgentWhen(&handler.EnqueueRequestForObject{}, specOrMembers),
+	return urgentWhen(&handler.EnqueueRequestForObject{}, specChanged),
 		builder.WithPredicates(predicate.Funcs{
 			CreateFunc:  func(event.CreateEvent) bool { return false },
 			DeleteFunc:  func(event.DeleteEvent) bool { return false },
 			GenericFunc: func(event.GenericEvent) bool { return false },
-			UpdateFunc:  func(e event.UpdateEvent) bool { return specOrMembers(e.ObjectOld, e.ObjectNew) },
+			UpdateFunc:  func(e event.UpdateEvent) bool { return specChanged(e.ObjectOld, e.ObjectNew) },
 		})
 }
+
+func specChanged(old, new client.Object) bool { return old.GetGeneration() != new.GetGeneration() }
 
 // specOrMembers: the spec (generation) or the member labels changed, which
 // is an edit and what relays are waiting for.

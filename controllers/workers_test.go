@@ -25,21 +25,27 @@ import (
 // edit, and a member label change, go before them, and a status change
 // does not.
 func TestUrgentBeforeBacklog(t *testing.T) {
+	memberLabel := func(ch *v1alpha1.Chain) {
+		ch.Labels = map[string]string{v1alpha1.MemberLabel("r1"): v1alpha1.MemberJoining}
+	}
 	for _, tc := range []struct {
 		name   string
+		urgent func(old, new client.Object) bool
 		edit   func(ch *v1alpha1.Chain)
-		urgent bool
+		want   bool
 	}{
-		{"spec edit", func(ch *v1alpha1.Chain) { ch.Generation++ }, true},
-		{"member label", func(ch *v1alpha1.Chain) {
-			ch.Labels = map[string]string{v1alpha1.MemberLabel("r1"): v1alpha1.MemberJoining}
-		}, true},
-		{"status only", func(ch *v1alpha1.Chain) { ch.Status.ObservedGeneration++ }, false},
+		{"spec edit", specOrMembers, func(ch *v1alpha1.Chain) { ch.Generation++ }, true},
+		{"member label", specOrMembers, memberLabel, true},
+		{"status only", specOrMembers, func(ch *v1alpha1.Chain) { ch.Status.ObservedGeneration++ }, false},
+		// Its own kind (urgentSelf): only a user's edit; its member
+		// labels are the operator's own write.
+		{"own spec edit", specChanged, func(ch *v1alpha1.Chain) { ch.Generation++ }, true},
+		{"own member label", specChanged, memberLabel, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			q := priorityqueue.New[reconcile.Request]("urgent-test-" + tc.name)
 			defer q.ShutDown()
-			h := urgentWhen(&handler.EnqueueRequestForObject{}, specOrMembers)
+			h := urgentWhen(&handler.EnqueueRequestForObject{}, tc.urgent)
 			const backlog = 100
 			for i := range backlog {
 				q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: fmt.Sprintf("c%03d", i)}})
@@ -55,8 +61,8 @@ func TestUrgentBeforeBacklog(t *testing.T) {
 				}
 			}
 			first, _, _ := q.GetWithPriority()
-			if got := first.Name == "edited"; got != tc.urgent {
-				t.Errorf("first out of the queue: %s (urgent %v)", first.Name, tc.urgent)
+			if got := first.Name == "edited"; got != tc.want {
+				t.Errorf("first out of the queue: %s (urgent %v)", first.Name, tc.want)
 			}
 		})
 	}
