@@ -13,10 +13,16 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
 	"github.com/hoplink/hoplink/clusterset"
@@ -226,9 +232,12 @@ func (r *ChainReconciler) check(ctx context.Context, ch *v1alpha1.Chain, status 
 		}
 	}
 	if len(notReady) > 0 {
+		// The route's relays, not only those not ready: a message that
+		// changed as each relay came up was a status write each, and a
+		// recheck of every Tunnel of the Chain; kubectl shows which.
 		return metav1.Condition{Status: metav1.ConditionFalse, Reason: ReasonRelayNotReady,
-			Message: fmt.Sprintf("RelayNode %s on the route %s not ready; see `kubectl -n %s get relaynodes %s`",
-				quoteJoin(notReady), map[bool]string{true: "is", false: "are"}[len(notReady) == 1], ch.Namespace, strings.Join(notReady, " "))}
+			Message: fmt.Sprintf("not every RelayNode on the route (%s) is ready; see `kubectl -n %s get relaynodes %s`",
+				quoteJoin(route), ch.Namespace, strings.Join(route, " "))}
 	}
 	return metav1.Condition{Status: metav1.ConditionTrue, Reason: ReasonRouteReady,
 		Message: "every relay on route " + strings.Join(route, " -> ") + " is ready"}
@@ -256,6 +265,43 @@ func quoteJoin(names []string) string {
 	return strings.Join(q, ", ")
 }
 
+// enqueueChainsOfRelay maps a RelayNode to the Chains that name it: all of
+// them when it comes, goes, or its spec or readiness changes; when only its
+// member labels change, the Chains still publishing theirs, which wait for
+// those (publishMembers). A relay's labels change with each Chain it joins,
+// thirty times at issue 31's size, and each change rechecked all its
+// Chains for nothing.
+func enqueueChainsOfRelay(c client.Client) handler.EventHandler {
+	all := enqueueReferrers(c, &v1alpha1.ChainList{}, indexChainRelays)
+	publishing := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+		var chains v1alpha1.ChainList
+		if err := c.List(ctx, &chains, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexChainRelays: o.GetName()},
+			client.UnsafeDisableDeepCopy); err != nil {
+			log.FromContext(ctx).Error(err, "list Chains of a RelayNode")
+			return nil
+		}
+		var out []reconcile.Request
+		for i := range chains.Items {
+			if ch := &chains.Items[i]; !maps.Equal(memberValues(ch.Labels), joined(manifest.Named(ch))) {
+				out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(ch)})
+			}
+		}
+		return out
+	})
+	return handler.Funcs{
+		CreateFunc:  all.Create,
+		DeleteFunc:  all.Delete,
+		GenericFunc: all.Generic,
+		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			if e.ObjectOld.GetGeneration() != e.ObjectNew.GetGeneration() || ready(e.ObjectOld) != ready(e.ObjectNew) {
+				all.Update(ctx, e, q)
+				return
+			}
+			publishing.Update(ctx, e, q)
+		},
+	}
+}
+
 // indexChainRelays indexes Chains by every RelayNode they name or their
 // member labels still name.
 const indexChainRelays = "hoplink.chain.relays"
@@ -269,9 +315,15 @@ func (r *ChainReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}); err != nil {
 		return err
 	}
+	self, selfUrgent := urgentSelf()
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.Chain{}).
-		Watches(&v1alpha1.RelayNode{}, enqueueReferrers(mgr.GetClient(), &v1alpha1.ChainList{}, indexChainRelays)).
-		Watches(&v1alpha1.Tunnel{}, enqueueTunnelChain(), builder.WithPredicates(predicate.LabelChangedPredicate{})).
+		Watches(&v1alpha1.Chain{}, self, selfUrgent).
+		Watches(&v1alpha1.RelayNode{}, urgentWhen(enqueueChainsOfRelay(mgr.GetClient()), specOrMembers),
+			builder.WithPredicates(predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+				return specMembersOrReady(e.ObjectOld, e.ObjectNew)
+			}})).
+		Watches(&v1alpha1.Tunnel{}, urgentWhen(enqueueTunnelChain(), specOrMembers), builder.WithPredicates(predicate.LabelChangedPredicate{})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: chainWorkers}).
 		Complete(r)
 }

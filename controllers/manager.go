@@ -113,8 +113,14 @@ type WebhookOptions struct {
 	ClientNames []string
 }
 
-// DefaultQPS is the operator's API request rate unless told otherwise.
-const DefaultQPS = 50
+// DefaultQPS is the operator's API request rate unless told otherwise,
+// per resource type (controller-runtime keeps a REST client, and so a
+// rate limiter, per kind). At 50 a second the Chains' writes alone (their
+// member labels in two steps and a status, three per Chain) took ten
+// minutes for 10,000 Chains while the API server used half a core
+// (docs/benchmarks.md, operator-scale); the API server's own priority and
+// fairness, not this, protects it from a burst.
+const DefaultQPS = 150
 
 func logOr(l *slog.Logger) *slog.Logger {
 	if l == nil {
@@ -194,6 +200,7 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 	if o.QPS <= 0 {
 		cfg.QPS, cfg.Burst = DefaultQPS, 2*DefaultQPS
 	}
+	cfg.Wrap(countWrites)
 	direct, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		return nil, err

@@ -25,6 +25,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -825,8 +826,11 @@ func (r *RelayNodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			},
 		}))
 	}
+	self, selfUrgent := urgentSelf()
 	return b.
 		For(&v1alpha1.RelayNode{}).
+		Watches(&v1alpha1.RelayNode{}, self, selfUrgent).
+		WithOptions(controller.Options{MaxConcurrentReconciles: relayNodeWorkers}).
 		Owns(&appsv1.DaemonSet{}).
 		Owns(&corev1.Secret{}).
 		Owns(&corev1.ServiceAccount{}).
@@ -841,7 +845,7 @@ func (r *RelayNodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			return nil
 		})).
 		// Relays gain or lose this RelayNode with the Chains they share.
-		Watches(&v1alpha1.Chain{}, memberHandler, builder.WithPredicates(memberChange)).
+		Watches(&v1alpha1.Chain{}, urgentWhen(memberHandler, specOrMembers), builder.WithPredicates(memberChange)).
 		// A RelayNode deleted in one namespace may free its name for another.
 		Watches(&v1alpha1.RelayNode{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			var same v1alpha1.RelayNodeList

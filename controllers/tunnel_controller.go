@@ -21,7 +21,9 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -268,11 +270,11 @@ func chainNotReady(ch *v1alpha1.Chain) *metav1.Condition {
 	if c != nil && c.Status == metav1.ConditionTrue {
 		return nil
 	}
-	msg := "the Chain has not been checked yet"
-	if c != nil {
-		msg = c.Message
-	}
-	return &metav1.Condition{Status: metav1.ConditionFalse, Reason: ReasonChainNotReady, Message: fmt.Sprintf("Chain %q is not ready: %s", ch.Name, msg)}
+	// Not the Chain's own message, which names the relays not ready yet
+	// and so changes as each comes up: copied, every change was a write
+	// of every Tunnel of the Chain, and a recheck of each.
+	return &metav1.Condition{Status: metav1.ConditionFalse, Reason: ReasonChainNotReady,
+		Message: fmt.Sprintf("Chain %q is not ready; its status says why: `kubectl -n %s get chain %s -o wide`", ch.Name, ch.Namespace, ch.Name)}
 }
 
 func (r *TunnelReconciler) deleteService(ctx context.Context, t *v1alpha1.Tunnel) error {
@@ -301,10 +303,16 @@ func (r *TunnelReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Reports != nil {
 		b = b.WatchesRawSource(source.Channel(r.Reports.tunnels, &handler.EnqueueRequestForObject{}))
 	}
+	self, selfUrgent := urgentSelf()
 	return b.
 		For(&v1alpha1.Tunnel{}).
+		Watches(&v1alpha1.Tunnel{}, self, selfUrgent).
 		Owns(&corev1.Service{}).
-		Watches(&v1alpha1.Chain{}, enqueueReferrers(mgr.GetClient(), &v1alpha1.TunnelList{}, indexTunnelChain)).
+		Watches(&v1alpha1.Chain{}, urgentWhen(enqueueReferrers(mgr.GetClient(), &v1alpha1.TunnelList{}, indexTunnelChain), specOrMembers),
+			builder.WithPredicates(predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+				return specMembersOrReady(e.ObjectOld, e.ObjectNew)
+			}})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: tunnelWorkers}).
 		// A RelayNode's spec.tun decides whether tun Tunnels through it
 		// can work, and its spec.sidecar where Tunnels listen: the
 		// Tunnels of the Chains it enters or ends look again when its

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -101,6 +102,73 @@ func operatorWrites(addr string) (int, error) {
 		}
 	}
 	return total, sc.Err()
+}
+
+var seriesLine = regexp.MustCompile(`^(\w+)\{(.*)\} (\S+)$`)
+
+// breakdown reads the operator's counters: its writes by resource and verb
+// (hoplink_operator_api_writes_total) and its reconciles by controller and
+// result (controller_runtime_reconcile_total), keyed "resource verb" and
+// "reconcile controller result".
+func breakdown(addr string) (map[string]float64, error) {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	label := func(labels, name string) string {
+		m := regexp.MustCompile(name + `="([^"]*)"`).FindStringSubmatch(labels)
+		if m == nil {
+			return ""
+		}
+		return m[1]
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		m := seriesLine.FindStringSubmatch(sc.Text())
+		if m == nil {
+			continue
+		}
+		v, _ := strconv.ParseFloat(m[3], 64)
+		switch m[1] {
+		case "hoplink_operator_api_writes_total":
+			out[label(m[2], "resource")+" "+label(m[2], "verb")] += v
+		case "controller_runtime_reconcile_total":
+			if v > 0 {
+				out["reconcile "+label(m[2], "controller")+" "+label(m[2], "result")] += v
+			}
+		}
+	}
+	return out, sc.Err()
+}
+
+// diffLine is b-a, largest first, as "key n, key n", keys with prefix
+// reconcile apart (reconciles: true) or only (false).
+func diffLine(a, b map[string]float64, reconciles bool, per float64) string {
+	type kv struct {
+		k string
+		v float64
+	}
+	var l []kv
+	for k, v := range b {
+		if strings.HasPrefix(k, "reconcile ") != reconciles {
+			continue
+		}
+		if d := (v - a[k]) / per; d >= 0.05 {
+			l = append(l, kv{strings.TrimPrefix(k, "reconcile "), d})
+		}
+	}
+	sort.Slice(l, func(i, j int) bool { return l[i].v > l[j].v })
+	var parts []string
+	for _, e := range l {
+		parts = append(parts, fmt.Sprintf("%s %.0f", e.k, e.v))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
 }
 
 var apiWriteLine = regexp.MustCompile(`^apiserver_request_total\{.*verb="(POST|PUT|PATCH|DELETE|APPLY)".*\} (\S+)$`)
