@@ -72,6 +72,8 @@ func TestTunnelLimitsPolicy(t *testing.T) {
 		{"at the weight ceiling", "hl-light", tcp + ", limits: {weight: 4}", nil},
 		{"weight over", "hl-light", tcp + ", limits: {weight: 5}", []string{"spec.limits.weight", "weight of 4", "limits.hoplink.dev/max-weight"}},
 		{"a weight label out of range", "hl-heavy", tcp, []string{"limits.hoplink.dev/max-weight=400", "fix the label"}},
+		{"a weight where no label allows one", "hl-free", tcp + ", limits: {weight: 2}", []string{"spec.limits.weight", "weight of 1", "tunnelLimits.maxWeight"}},
+		{"weight 1 where no label allows more", "hl-free", tcp + ", limits: {weight: 1}", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			name := strings.ReplaceAll(tc.name, " ", "-")

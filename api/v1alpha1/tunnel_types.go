@@ -267,7 +267,9 @@ type TunnelLimits struct {
 	// is full, each Tunnel that wants more than it gets is given a share
 	// in proportion to its weight (3 beside 1: three quarters), whatever
 	// its number of flows or sessions, and what a Tunnel leaves unused the
-	// others take. A Tunnel alone on a link gets all of it. Default 1.
+	// others take. A Tunnel alone on a link gets all of it. Default 1; the
+	// chart lets a namespace take more only where an admin labels it
+	// limits.hoplink.dev/max-weight (or raises tunnelLimits.maxWeight).
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=100
 	// +optional
