@@ -247,7 +247,7 @@ func addrOf(a net.Addr) netip.Addr {
 // the destination (admitted: inside the Tunnel's routes) and sends back
 // its replies, until the entry ends the session or it idles.
 func (f *udpFlows) echoExit(from *nexthop.Hop, h *hop.Header, t *v1alpha1.Tunnel) {
-	back := from.Session(nexthop.SessionOptions{})
+	back := from.Session(nexthop.SessionOptions{Share: queueShare(t, h.Tunnel)})
 	if !f.echoes.take(f.ctx, h.Tunnel, maxEchoSessions, 0) {
 		f.m.TUNDropped.WithLabelValues(f.name, h.Tunnel, "echo_limit").Inc()
 		back.End(hop.CodeRejected)

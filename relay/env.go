@@ -174,6 +174,14 @@ func (e *env) shareDatagrams(t *v1alpha1.Tunnel, peer string) (_ *fairDatagrams,
 	return d, &nexthop.Share{Key: key, Weight: w, Dropped: d.lost, Lost: d.lostOnLink}, leave
 }
 
+// queueShare names a session's Tunnel to a datagram channel's queue,
+// which serves Tunnels in turn, by weight: tun and echo sessions join no
+// fair share (their packets are not paced), but without it every Tunnel's
+// would share one turn with all the others'.
+func queueShare(t *v1alpha1.Tunnel, key string) *nexthop.Share {
+	return &nexthop.Share{Key: key, Weight: tunnelWeight(t)}
+}
+
 // tunnelWeight is t's spec.limits.weight, 1 when it sets none.
 func tunnelWeight(t *v1alpha1.Tunnel) int {
 	if t.Spec.Limits != nil && t.Spec.Limits.Weight > 0 {

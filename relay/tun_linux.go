@@ -160,7 +160,7 @@ func (f *tunFlows) entryUDP(c net.Conn, dst netip.AddrPort, t *v1alpha1.Tunnel, 
 			f.hopFailed(key, err)
 			return
 		}
-		out := next.Session(nexthop.SessionOptions{})
+		out := next.Session(nexthop.SessionOptions{Share: queueShare(t, key)})
 		send = out.Send
 		reply := func(p []byte) {
 			if _, err := c.Write(p); err == nil {
@@ -338,7 +338,7 @@ func (e *echoTable) run(k echoKey, q chan tun.Echo) {
 			f.hopFailed(e.key, err)
 			return
 		}
-		out := next.Session(nexthop.SessionOptions{})
+		out := next.Session(nexthop.SessionOptions{Share: queueShare(e.t, e.key)})
 		proto, req, rep := echoTypes(k.dst.Is6())
 		deliver := func(b []byte) {
 			if m, ok := parseEcho(proto, rep, b); ok {

@@ -280,7 +280,7 @@ func (e *packetEntry) session() error {
 			receiveFrames(out, e.dev, e.admit)
 		}()
 	} else {
-		out := next.Session(nexthop.SessionOptions{})
+		out := next.Session(nexthop.SessionOptions{Share: queueShare(e.t, e.key)})
 		defer out.End(hop.CodeReset)
 		out.Receive(func(pkt []byte) {
 			if e.admit(pkt) {
@@ -480,7 +480,7 @@ func (p *packetTunnels) serve(from *nexthop.Hop, x *packetExit) {
 		p.serveTLS(from.Stream(), x)
 		return
 	}
-	out := from.Session(nexthop.SessionOptions{})
+	out := from.Session(nexthop.SessionOptions{Share: queueShare(x.t, x.key)})
 	peer := &quicPeer{out: out}
 	out.Receive(func(pkt []byte) {
 		if x.admit(peer, pkt) {
