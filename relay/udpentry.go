@@ -86,6 +86,11 @@ type udpSession struct {
 	// while it connects).
 	fair  *fairDatagrams
 	leave atomic.Pointer[func()]
+	// closer is what end must close: the next relay's session or the
+	// local socket, set by connect. A session may end while it connects
+	// (evicted, the entry closing); whichever of end and connect comes
+	// second closes it, as with leave.
+	closer atomic.Pointer[func(hop.Code)]
 
 	once  sync.Once
 	ended atomic.Bool // this relay ended it: its hop's end is no error
@@ -396,6 +401,9 @@ func (s *udpSession) connect() {
 			return
 		}
 		s.local = c
+		if s.closeOnEnd(func(hop.Code) { c.Close() }) {
+			return
+		}
 		client, listener := proxyAddrs(u.t, net.UDPAddrFromAddrPort(s.client), u.ln.LocalAddr())
 		s.proxy = proxyHeader(u.t, true, client, listener)
 		s.markReady()
@@ -450,6 +458,10 @@ func (s *udpSession) connect() {
 		// the others.
 		Stall: stallAfter,
 	})
+	out := s.out
+	if s.closeOnEnd(out.End) {
+		return
+	}
 	s.out.Receive(s.reply)
 	s.markReady()
 	// The stream carries (oversize) replies; its end is the session's end.
@@ -463,6 +475,17 @@ func (s *udpSession) connect() {
 		return
 	}
 	s.end(hop.CodeIdle) // the exit ended it: an end, passed on as one
+}
+
+// closeOnEnd has end close what connect opened, and says whether the
+// session already ended: then it is closed here, and connect stops.
+func (s *udpSession) closeOnEnd(c func(hop.Code)) (ended bool) {
+	s.closer.Store(&c)
+	if s.ended.Load() {
+		c(hop.CodeReset)
+		return true
+	}
+	return false
 }
 
 // markReady drains packets that queued while connecting, then lets the
@@ -508,11 +531,8 @@ func (s *udpSession) end(code hop.Code) {
 		u.mu.Lock()
 		u.forgetLocked(s)
 		u.mu.Unlock()
-		if s.local != nil {
-			s.local.Close()
-		}
-		if s.out != nil {
-			s.out.End(code)
+		if c := s.closer.Load(); c != nil {
+			(*c)(code)
 		}
 		if leave := s.leave.Load(); leave != nil {
 			(*leave)()
