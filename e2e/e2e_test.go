@@ -536,6 +536,36 @@ spec: {listen: {port: 7402}, hostNetwork: false, nodeSelector: {hoplink.dev/site
 		}
 	})
 
+	// With IPv6 to its next hop dropped, a relay's new link takes IPv4.
+	t.Run("a link falls back to IPv4 when IPv6 is blocked", func(t *testing.T) {
+		seattle6 := a.nodeIP(t, "seattle", ipv6)
+		for _, proto := range []string{"udp", "tcp"} { // QUIC, and TLS over TCP where QUIC fails
+			rule := fmt.Sprintf("OUTPUT -d %s -p %s --dport 7401 -j DROP", seattle6, proto)
+			if out, err := onNode(hkNode, "ip6tables -I "+rule); err != nil {
+				t.Fatalf("ip6tables on hk: %v: %s", err, out)
+			}
+			defer onNode(hkNode, "ip6tables -D "+rule)
+		}
+		// hk's relay starts again and dials seattle afresh.
+		a.kubectl(t, "-n", "edge", "delete", "pods", "-l", "hoplink.dev/relaynode=hk", "--wait=true", "--timeout=1m")
+		hkIP := a.nodeIP(t, "hk", a.families()[0])
+		eventually(t, 2*time.Minute, "hk's link to seattle on IPv4", func() error {
+			m, err := onNode(hkNode, fmt.Sprintf(`exec 3<>/dev/tcp/%s/7402 && printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3 && timeout 5 cat <&3`, hkIP))
+			if f := peerFamily(m, "hk", "seattle"); f != ipv4 {
+				return fmt.Errorf("family %q (%v):\n%s", f, err, grep(m, "hoplink_peer_family_info"))
+			}
+			return nil
+		})
+		ip := clusterIPs(t, a, "edge", "web")[0]
+		eventually(t, time.Minute, "an answer through hk -> seattle (IPv4) -> la -> useast", func() error {
+			out, err := httpToTLS(hkNode, ip, 8080)
+			if !strings.Contains(out, httpsAnswer) {
+				return fmt.Errorf("%v: %q", err, out)
+			}
+			return nil
+		})
+	})
+
 	t.Run("UDP through a Tunnel's Service", func(t *testing.T) {
 		a.apply(t, "edge", `apiVersion: hoplink.dev/v1alpha1
 kind: Tunnel
