@@ -14,6 +14,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -142,18 +144,38 @@ func eventually(t *testing.T, d time.Duration, what string, f func() error) {
 // cluster is one kind cluster.
 type cluster struct {
 	name, kubeconfig string
-	reused           bool // E2E_REUSE found it running
+	family           string // kind's networking.ipFamily: ipv4, ipv6 or dual
+	reused           bool   // E2E_REUSE found it running
+}
+
+// IP families, as kind and the relays' metrics name them.
+const (
+	ipv4 = "ipv4"
+	ipv6 = "ipv6"
+	dual = "dual"
+)
+
+// families are the IP families of c's nodes, pods and Services.
+func (c *cluster) families() []string {
+	if c.family == dual {
+		return []string{ipv4, ipv6}
+	}
+	return []string{c.family}
 }
 
 // newCluster creates a kind cluster of one control-plane node and a worker
-// per extra site; each node is labelled hoplink.dev/site.
-func newCluster(t *testing.T, name string, sites ...string) *cluster {
+// per extra site; each node is labelled hoplink.dev/site. family is kind's
+// networking.ipFamily (ipv4, ipv6 or dual); the node image's pod network
+// (hoplink-pod-network) gives pods the families named in
+// /etc/hoplink/pod-families, mounted here into each node.
+func newCluster(t *testing.T, name, family string, sites ...string) *cluster {
 	t.Helper()
-	c := &cluster{name: name, kubeconfig: filepath.Join(work, name+".kubeconfig")}
+	c := &cluster{name: name, kubeconfig: filepath.Join(work, name+".kubeconfig"), family: family}
+	podFamilies := writeWork(t, name+".pod-families", strings.Join(c.families(), " ")+"\n")
 	var cfg strings.Builder
 	fmt.Fprintf(&cfg, `kind: Cluster
 apiVersion: kind.x-k8s.io/v1alpha4
-networking: {disableDefaultCNI: true}
+networking: {disableDefaultCNI: true, ipFamily: %s}
 kubeadmConfigPatches:
 - |
   kind: ClusterConfiguration
@@ -162,13 +184,14 @@ kubeadmConfigPatches:
   kind: KubeletConfiguration
   failCgroupV1: false
 nodes:
-`)
+`, family)
 	for i, s := range sites {
 		role := "worker"
 		if i == 0 {
 			role = "control-plane"
 		}
 		fmt.Fprintf(&cfg, "- role: %s\n  image: %s\n  labels: {hoplink.dev/site: %s}\n", role, nodeImage, s)
+		fmt.Fprintf(&cfg, "  extraMounts: [{hostPath: %s, containerPath: /etc/hoplink/pod-families, readOnly: true}]\n", podFamilies)
 	}
 	path := filepath.Join(work, name+".kind.yaml")
 	if err := os.WriteFile(path, []byte(cfg.String()), 0o644); err != nil {
@@ -187,6 +210,11 @@ nodes:
 		return c
 	}
 	deleteCluster(name) // a leftover of an interrupted run
+	if family != ipv4 {
+		if err := ensureIPv6Network(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	start := time.Now()
 	create := []string{kindBin, "create", "cluster", "--name", name, "--config", path, "--kubeconfig", c.kubeconfig, "--wait", "180s"}
 	if out, err := command(root, create...); err != nil {
@@ -308,11 +336,57 @@ func (c *cluster) helmInstall(t *testing.T, args ...string) {
 	}
 }
 
-// nodeIP is the address of the node of a site on the kind network.
-func (c *cluster) nodeIP(t *testing.T, site string) string {
+// nodeIP is the address of the family given (ipv4, ipv6) of the node of a
+// site on the kind network (a dual-stack node has one of each).
+func (c *cluster) nodeIP(t *testing.T, site, family string) string {
 	t.Helper()
-	return strings.TrimSpace(c.kubectl(t, "get", "nodes", "-l", "hoplink.dev/site="+site,
-		"-o", `jsonpath={.items[0].status.addresses[?(@.type=="InternalIP")].address}`))
+	out := c.kubectl(t, "get", "nodes", "-l", "hoplink.dev/site="+site,
+		"-o", `jsonpath={.items[0].status.addresses[?(@.type=="InternalIP")].address}`)
+	for _, f := range strings.Fields(out) {
+		if familyOf(f) == family {
+			return f
+		}
+	}
+	t.Fatalf("node of site %s has no %s InternalIP: %q", site, family, out)
+	return ""
+}
+
+// familyOf is the IP family of an address or host:port, "" if neither.
+func familyOf(s string) string {
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		s = ap.Addr().String()
+	}
+	a, err := netip.ParseAddr(s)
+	switch {
+	case err != nil:
+		return ""
+	case a.Is4() || a.Is4In6():
+		return ipv4
+	default:
+		return ipv6
+	}
+}
+
+// ensureIPv6Network makes sure kind's Docker network "kind" has IPv6, which
+// kind gives it only when it creates it: an IPv4-only one that no container
+// uses (left by kind on an engine without IPv6, or made by hand) is deleted
+// for kind to make again.
+func ensureIPv6Network() error {
+	out, err := command(root, "docker", "network", "inspect", "kind", "-f", "{{.EnableIPv6}} {{len .Containers}}")
+	if err != nil {
+		return nil // none yet: kind creates it with IPv6 where the engine can
+	}
+	f := strings.Fields(out)
+	if len(f) == 2 && f[0] == "true" {
+		return nil
+	}
+	if len(f) == 2 && f[1] == "0" {
+		if out, err := command(root, "docker", "network", "rm", "kind"); err != nil {
+			return fmt.Errorf("docker network rm kind (IPv4 only): %v: %s", err, out)
+		}
+		return nil
+	}
+	return fmt.Errorf("Docker network kind has no IPv6 and containers use it (%s): delete their clusters first", strings.TrimSpace(out))
 }
 
 func (c *cluster) nodeContainer(t *testing.T, site string) string {
@@ -361,8 +435,10 @@ func (c *cluster) chain(t *testing.T, ns, name string) chainStatus {
 
 func TestClusters(t *testing.T) {
 	// Cluster A carries the samples' four sites; cluster B one more relay.
-	a := newCluster(t, "hoplink-a", "hk", "seattle", "la", "useast")
-	b := newCluster(t, "hoplink-b", "east2")
+	// Both are dual-stack: nodes, pods and Services have an address of each
+	// family, and the checks below use both.
+	a := newCluster(t, "hoplink-a", dual, "hk", "seattle", "la", "useast")
+	b := newCluster(t, "hoplink-b", dual, "east2")
 
 	blocks, err := docBlocks(filepath.Join(root, multiClusterDoc))
 	if err != nil {
@@ -419,10 +495,69 @@ spec: {listen: {port: 7402}, hostNetwork: false, nodeSelector: {hoplink.dev/site
 		a.kubectl(t, "delete", "namespace", "podnet", "--wait=false")
 	})
 
+	t.Run("relays publish endpoints of both families", func(t *testing.T) {
+		for _, rn := range []string{"hk", "seattle", "la", "useast"} {
+			out := a.kubectl(t, "-n", "edge", "get", "relaynode", rn, "-o", `jsonpath={.status.endpoints[*]}`)
+			if err := hasFamilies(strings.Fields(out), a.families()); err != nil {
+				t.Errorf("RelayNode %s status.endpoints %q: %v", rn, out, err)
+			}
+		}
+	})
+
 	hkNode := a.nodeContainer(t, "hk")
 	t.Run("TCP through the Tunnel's Service", func(t *testing.T) {
-		ip := strings.TrimSpace(a.kubectl(t, "-n", "edge", "get", "service", "web", "-o", "jsonpath={.spec.clusterIP}"))
-		eventually(t, time.Minute, "an answer from the API server through hk -> seattle -> la -> useast", func() error {
+		// The entry listens on every address: a ClusterIP of each family.
+		for _, ip := range clusterIPs(t, a, "edge", "web") {
+			eventually(t, time.Minute, "an answer from the API server through hk -> seattle -> la -> useast at "+ip, func() error {
+				out, err := httpToTLS(hkNode, ip, 8080)
+				if !strings.Contains(out, httpsAnswer) {
+					return fmt.Errorf("%v: %q", err, out)
+				}
+				return nil
+			})
+		}
+	})
+
+	// Each relay has its next hop's endpoints of both families and dials
+	// both: IPv6 answers as fast here, and is tried first.
+	t.Run("links run on IPv6", func(t *testing.T) {
+		for _, l := range [][2]string{{"hk", "seattle"}, {"seattle", "la"}, {"la", "useast"}} {
+			relay, peer := l[0], l[1]
+			// (Metrics are served on the pod's IP, status.podIP: the node's
+			// address of the cluster's first family.)
+			ip := a.nodeIP(t, relay, a.families()[0])
+			eventually(t, time.Minute, relay+"'s link to "+peer+" on IPv6", func() error {
+				m, err := onNode(hkNode, fmt.Sprintf(`exec 3<>/dev/tcp/%s/7402 && printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3 && timeout 5 cat <&3`, ip))
+				if f := peerFamily(m, relay, peer); f != ipv6 {
+					return fmt.Errorf("family %q (%v):\n%s", f, err, grep(m, "hoplink_peer_family_info"))
+				}
+				return nil
+			})
+		}
+	})
+
+	// With IPv6 to its next hop dropped, a relay's new link takes IPv4.
+	t.Run("a link falls back to IPv4 when IPv6 is blocked", func(t *testing.T) {
+		seattle6 := a.nodeIP(t, "seattle", ipv6)
+		for _, proto := range []string{"udp", "tcp"} { // QUIC, and TLS over TCP where QUIC fails
+			rule := fmt.Sprintf("OUTPUT -d %s -p %s --dport 7401 -j DROP", seattle6, proto)
+			if out, err := onNode(hkNode, "ip6tables -I "+rule); err != nil {
+				t.Fatalf("ip6tables on hk: %v: %s", err, out)
+			}
+			defer onNode(hkNode, "ip6tables -D "+rule)
+		}
+		// hk's relay starts again and dials seattle afresh.
+		a.kubectl(t, "-n", "edge", "delete", "pods", "-l", "hoplink.dev/relaynode=hk", "--wait=true", "--timeout=1m")
+		hkIP := a.nodeIP(t, "hk", a.families()[0])
+		eventually(t, 2*time.Minute, "hk's link to seattle on IPv4", func() error {
+			m, err := onNode(hkNode, fmt.Sprintf(`exec 3<>/dev/tcp/%s/7402 && printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3 && timeout 5 cat <&3`, hkIP))
+			if f := peerFamily(m, "hk", "seattle"); f != ipv4 {
+				return fmt.Errorf("family %q (%v):\n%s", f, err, grep(m, "hoplink_peer_family_info"))
+			}
+			return nil
+		})
+		ip := clusterIPs(t, a, "edge", "web")[0]
+		eventually(t, time.Minute, "an answer through hk -> seattle (IPv4) -> la -> useast", func() error {
 			out, err := httpToTLS(hkNode, ip, 8080)
 			if !strings.Contains(out, httpsAnswer) {
 				return fmt.Errorf("%v: %q", err, out)
@@ -441,17 +576,18 @@ spec: {chain: to-east, protocol: udp, listen: {port: 5353}, target: "kube-dns.ku
 			_, err := a.try("-n", "edge", "get", "service", "dns")
 			return err
 		})
-		ip := strings.TrimSpace(a.kubectl(t, "-n", "edge", "get", "service", "dns", "-o", "jsonpath={.spec.clusterIP}"))
-		eventually(t, time.Minute, "a DNS answer through the chain", func() error {
-			out, err := dnsQuery(hkNode, ip, 5353)
-			// The answer keeps the query's id, is a response without error,
-			// and carries an answer record.
-			b, _ := hex.DecodeString(out)
-			if len(b) < 12 || b[0] != 0x4e || b[1] != 0x21 || b[2]&0x80 == 0 || b[3]&0x0f != 0 || int(b[6])<<8|int(b[7]) == 0 {
-				return fmt.Errorf("%v: %q", err, out)
-			}
-			return nil
-		})
+		for _, ip := range clusterIPs(t, a, "edge", "dns") {
+			eventually(t, time.Minute, "a DNS answer through the chain at "+ip, func() error {
+				out, err := dnsQuery(hkNode, ip, 5353)
+				// The answer keeps the query's id, is a response without error,
+				// and carries an answer record.
+				b, _ := hex.DecodeString(out)
+				if len(b) < 12 || b[0] != 0x4e || b[1] != 0x21 || b[2]&0x80 == 0 || b[3]&0x0f != 0 || int(b[6])<<8|int(b[7]) == 0 {
+					return fmt.Errorf("%v: %q", err, out)
+				}
+				return nil
+			})
+		}
 	})
 
 	t.Run("a chain across two clusters", func(t *testing.T) {
@@ -471,7 +607,9 @@ spec: {chain: to-east, protocol: udp, listen: {port: 5353}, target: "kube-dns.ku
 			t.Fatalf("the certificate commands of %s: %v\n%s", multiClusterDoc, err, out)
 		}
 
-		hkIP, east2IP := a.nodeIP(t, "hk"), b.nodeIP(t, "east2")
+		// (The page's addresses are IPv4; the relays of each cluster
+		// publish both families among themselves.)
+		hkIP, east2IP := a.nodeIP(t, "hk", ipv4), b.nodeIP(t, "east2", ipv4)
 		addrs := map[string]string{"HK_IP": hkIP, "EAST2_IP": east2IP}
 		envsubst := func(s string) string { return os.Expand(s, func(k string) string { return addrs[k] }) }
 		a.apply(t, "edge", envsubst(blocks["cluster-a"]))
@@ -509,9 +647,15 @@ spec: {chain: fast, protocol: tcp, listen: {port: 8082}, target: "kubernetes.def
 		// Cut hk's direct link to useast, so the route must pass a relay
 		// (one: maxHops 2 keeps the route to a single middle, which a sum
 		// chain of equal links would otherwise pick among ties).
-		useastIP := a.nodeIP(t, "useast")
-		if out, err := onNode(hkNode, fmt.Sprintf("iptables -I OUTPUT -d %s -p udp --dport 7401 -j DROP && iptables -I OUTPUT -d %s -p tcp --dport 7401 -j DROP", useastIP, useastIP)); err != nil {
-			t.Fatalf("iptables on hk: %v: %s", err, out)
+		// Both families: the relays dial each.
+		for _, f := range a.families() {
+			ipt, useastIP := "iptables", a.nodeIP(t, "useast", f)
+			if f == ipv6 {
+				ipt = "ip6tables"
+			}
+			if out, err := onNode(hkNode, fmt.Sprintf("%s -I OUTPUT -d %s -p udp --dport 7401 -j DROP && %s -I OUTPUT -d %s -p tcp --dport 7401 -j DROP", ipt, useastIP, ipt, useastIP)); err != nil {
+				t.Fatalf("%s on hk: %v: %s", ipt, err, out)
+			}
 		}
 		var via string
 		eventually(t, 2*time.Minute, "a route through seattle or la", func() error {
@@ -534,7 +678,7 @@ spec: {chain: fast, protocol: tcp, listen: {port: 8082}, target: "kubernetes.def
 			return nil
 		})
 		eventually(t, time.Minute, "traffic on the new route", func() error {
-			out, err := httpToTLS(hkNode, a.nodeIP(t, "hk"), 8082)
+			out, err := httpToTLS(hkNode, a.nodeIP(t, "hk", ipv6), 8082)
 			if !strings.Contains(out, httpsAnswer) {
 				return fmt.Errorf("%v: %q", err, out)
 			}
@@ -586,6 +730,52 @@ spec: {chain: fast, protocol: tcp, listen: {port: 8082}, target: "kubernetes.def
 			return nil
 		})
 	})
+}
+
+// clusterIPs are a Service's ClusterIPs, checked to be one of each family
+// of its cluster.
+func clusterIPs(t *testing.T, c *cluster, ns, name string) []string {
+	t.Helper()
+	ips := strings.Fields(c.kubectl(t, "-n", ns, "get", "service", name, "-o", "jsonpath={.spec.clusterIPs[*]}"))
+	if err := hasFamilies(ips, c.families()); err != nil {
+		t.Fatalf("Service %s/%s: clusterIPs %v: %v", ns, name, ips, err)
+	}
+	return ips
+}
+
+// hasFamilies says whether addrs (addresses or host:port) hold an address
+// of each family of want, and of no other.
+func hasFamilies(addrs, want []string) error {
+	have := map[string]bool{}
+	for _, a := range addrs {
+		have[familyOf(a)] = true
+	}
+	for _, f := range want {
+		if !have[f] {
+			return fmt.Errorf("no %s address", f)
+		}
+		delete(have, f)
+	}
+	for f := range have {
+		return fmt.Errorf("an address of family %q", f)
+	}
+	return nil
+}
+
+// peerFamily is the family hoplink_peer_family_info gives for relay's
+// link to peer in a relay's metrics, "" when none is up.
+func peerFamily(metrics, relay, peer string) string {
+	for _, l := range strings.Split(metrics, "\n") {
+		if !strings.HasPrefix(l, "hoplink_peer_family_info{") || !strings.HasSuffix(l, " 1") ||
+			!strings.Contains(l, `relay="`+relay+`"`) || !strings.Contains(l, `peer="`+peer+`"`) {
+			continue
+		}
+		if _, rest, ok := strings.Cut(l, `family="`); ok {
+			f, _, _ := strings.Cut(rest, `"`)
+			return f
+		}
+	}
+	return ""
 }
 
 func grep(s, substr string) string {

@@ -143,7 +143,7 @@ func sidecars(t *testing.T, a *cluster) {
 			}
 			return nil
 		})
-		hkNode, hkIP := a.nodeContainer(t, "hk"), a.nodeIP(t, "hk")
+		hkNode, hkIP := a.nodeContainer(t, "hk"), a.nodeIP(t, "hk", ipv6)
 		pods := map[string]bool{}
 		eventually(t, 2*time.Minute, "answers from at least two backend pods through hk", func() error {
 			out, err := onNode(hkNode, fmt.Sprintf(`for i in 1 2 3 4 5 6; do exec 3<>/dev/tcp/%s/8090 && printf 'GET / HTTP/1.0\r\n\r\n' >&3 && timeout 5 cat <&3 | grep '^pod '; exec 3>&-; done`, hkIP))

@@ -116,23 +116,57 @@ TOML
 # Pod network without a CNI DaemonSet (no image of one exists here): at boot,
 # before containerd, each node takes 10.244.N.0/24 for its pods, N the last
 # byte of its address on the kind network, and routes every other N's range
-# to the node with that last byte. Nodes of every cluster on that network
-# get distinct ranges.
+# to the node with that last byte. Where eth0 has a global IPv6 address too
+# (kind's network is dual-stack when Docker gives it IPv6), likewise
+# fd00:10:244:H::/64, H the last group of that address (Docker numbers a
+# network's containers ::2, ::3, ...), routed to PREFIX::H: each family's
+# ranges follow from that family's addresses alone, whatever order Docker
+# gave them in. /etc/hoplink/pod-families (a kind extraMount), if there,
+# names the families pods get ("ipv6" for an IPv6-only cluster on the
+# dual-stack network). Nodes of every cluster on that network get distinct
+# ranges.
 cat >"$node/usr/local/bin/hoplink-pod-network" <<'SH'
 #!/bin/bash
 set -eu
-addr=$(ip -4 -o addr show dev eth0 | awk '{print $4}' | cut -d/ -f1)
-net=${addr%.*} me=${addr##*.}
+addr=$(ip -4 -o addr show dev eth0 scope global | awk '{print $4}' | cut -d/ -f1 | head -n1)
+addr6=$(ip -6 -o addr show dev eth0 scope global | awk '{print $4}' | cut -d/ -f1 | head -n1)
+if [ -f /etc/hoplink/pod-families ]; then
+  families=" $(tr -s ', \n' '  ' </etc/hoplink/pod-families) "
+  case $families in *" ipv4 "*) ;; *) addr= ;; esac
+  case $families in *" ipv6 "*) ;; *) addr6= ;; esac
+fi
+ranges= routes= batch=
+if [ -n "$addr" ]; then
+  net=${addr%.*} me=${addr##*.}
+  ranges="[{\"subnet\": \"10.244.$me.0/24\"}]" routes='{"dst": "0.0.0.0/0"}'
+  for n in $(seq 1 254); do
+    [ "$n" = "$me" ] || batch+="route replace 10.244.$n.0/24 via $net.$n dev eth0 onlink"$'\n'
+  done
+fi
+if [ -n "$addr6" ]; then
+  prefix=${addr6%:*} me6=${addr6##*:}
+  if [[ $addr6 != *::* || ! $me6 =~ ^[0-9a-f]{1,2}$ ]]; then
+    echo "hoplink-pod-network: eth0's IPv6 address $addr6 is not PREFIX::H with H at most ff: no IPv6 pod range" >&2
+    addr6=
+  fi
+fi
+if [ -n "$addr6" ]; then
+  sysctl -qw net.ipv6.conf.all.forwarding=1
+  ranges+="${ranges:+, }[{\"subnet\": \"fd00:10:244:$me6::/64\"}]" routes+="${routes:+, }{\"dst\": \"::/0\"}"
+  for n in $(seq 1 254); do
+    h=$(printf %x "$n")
+    [ "$h" = "$me6" ] || batch+="route replace fd00:10:244:$h::/64 via $prefix:$h dev eth0"$'\n'
+  done
+fi
+[ -n "$ranges" ] || { echo "hoplink-pod-network: eth0 has no address for pods" >&2; exit 1; }
 mkdir -p /etc/cni/net.d
 cat >/etc/cni/net.d/10-bridge.conflist <<JSON
 {"cniVersion": "0.4.0", "name": "hoplink-kind", "plugins": [
   {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": true, "hairpinMode": true,
-   "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.244.$me.0/24"}]], "routes": [{"dst": "0.0.0.0/0"}]}},
+   "ipam": {"type": "host-local", "ranges": [$ranges], "routes": [$routes]}},
   {"type": "portmap", "capabilities": {"portMappings": true}}]}
 JSON
-for n in $(seq 1 254); do
-  [ "$n" = "$me" ] || ip route replace "10.244.$n.0/24" via "$net.$n" dev eth0 onlink
-done
+printf '%s' "$batch" | ip -batch -
 SH
 chmod 0755 "$node/usr/local/bin/hoplink-pod-network"
 cat >"$node/etc/systemd/system/hoplink-pod-network.service" <<'UNIT'
