@@ -57,7 +57,7 @@ if wanted wireguard && [[ ! -x $WGGO ]]; then
   mv "$root/bin/wg-tmp/wireguard" "$WGGO" && rmdir "$root/bin/wg-tmp"
 fi
 make -s build
-HOPLINK=$root/bin/hoplink
+HOPLINK=${HOPLINK:-$root/bin/hoplink}
 
 work=$(mktemp -d)
 A=hlb-a$$ B=hlb-b$$
