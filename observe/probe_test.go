@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -35,6 +36,7 @@ func TestProbeChainTypoSuggestsTheChain(t *testing.T) {
 // family this host cannot reach.
 type fakeProber struct {
 	up    map[string]bool
+	mu    sync.Mutex // ProbeChain asks relays at once
 	asked []string
 }
 
@@ -53,7 +55,9 @@ func (f *fakeProber) Status(_ context.Context, relay, endpoint string) (*adminap
 }
 
 func (f *fakeProber) Links(_ context.Context, relay, endpoint, _ string, _ time.Duration) (*measure.Table, error) {
+	f.mu.Lock()
 	f.asked = append(f.asked, "links "+relay+" "+endpoint)
+	f.mu.Unlock()
 	if err := f.check(endpoint); err != nil {
 		return nil, err
 	}
