@@ -96,26 +96,7 @@ func TestTunnelLimitsPolicy(t *testing.T) {
 		t.Errorf("a tun Tunnel where a label is not a number: %v", err)
 	}
 	// The operator writes the clusterset's Tunnels: they are not held.
-	user := regexp.MustCompile(`system:serviceaccount:[a-z0-9.-]+:[a-z0-9.-]+`).FindString(string(out))
-	if user == "" {
-		t.Fatal("the policy names no operator service account")
-	}
-	// RBAC is not what this test looks at: the account may write Tunnels.
-	crb := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-		"metadata": map[string]any{"name": "operator-in-test"},
-		"roleRef":  map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
-		"subjects": []any{map[string]any{"kind": "User", "name": user}},
-	}}
-	if err := c.Create(ctx, crb); err != nil {
-		t.Fatal(err)
-	}
-	opCfg := rest.CopyConfig(cfg)
-	opCfg.Impersonate = rest.ImpersonationConfig{UserName: user}
-	op, err := client.New(opCfg, client.Options{Scheme: scheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	op := operatorClient(ctx, t, cfg, c, out)
 	if err := op.Create(ctx, tunnel("hl-held", "by-the-operator", tcp)); err != nil {
 		t.Errorf("the operator's Tunnel: %v", err)
 	}
@@ -301,25 +282,7 @@ func TestTunnelDefaultsPolicy(t *testing.T) {
 	}
 
 	// The operator's Tunnels (the clusterset's) take no defaults.
-	user := regexp.MustCompile(`system:serviceaccount:[a-z0-9.-]+:[a-z0-9.-]+`).FindString(string(out))
-	if user == "" {
-		t.Fatal("the policy names no operator service account")
-	}
-	crb := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-		"metadata": map[string]any{"name": "operator-in-test"},
-		"roleRef":  map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
-		"subjects": []any{map[string]any{"kind": "User", "name": user}},
-	}}
-	if err := c.Create(ctx, crb); err != nil {
-		t.Fatal(err)
-	}
-	opCfg := rest.CopyConfig(cfg)
-	opCfg.Impersonate = rest.ImpersonationConfig{UserName: user}
-	op, err := client.New(opCfg, client.Options{Scheme: scheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	op := operatorClient(ctx, t, cfg, c, out)
 	byOp := newTunnel(t, "hl-defaults", "by-the-operator", tcp)
 	if err := op.Create(ctx, byOp); err != nil {
 		t.Errorf("the operator's Tunnel: %v", err)
@@ -399,4 +362,31 @@ func TestTunnelDefaultsPolicy(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// operatorClient is a client acting as the operator's service account,
+// which the rendered policies out name and leave alone; RBAC is not what
+// these tests look at, so the account may write Tunnels.
+func operatorClient(ctx context.Context, t *testing.T, cfg *rest.Config, c client.Client, out []byte) client.Client {
+	t.Helper()
+	user := regexp.MustCompile(`system:serviceaccount:[a-z0-9.-]+:[a-z0-9.-]+`).FindString(string(out))
+	if user == "" {
+		t.Fatal("the policy names no operator service account")
+	}
+	crb := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+		"metadata": map[string]any{"name": "operator-in-test"},
+		"roleRef":  map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+		"subjects": []any{map[string]any{"kind": "User", "name": user}},
+	}}
+	if err := c.Create(ctx, crb); err != nil {
+		t.Fatal(err)
+	}
+	opCfg := rest.CopyConfig(cfg)
+	opCfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+	op, err := client.New(opCfg, client.Options{Scheme: scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return op
 }
