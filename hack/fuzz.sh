@@ -28,6 +28,7 @@ targets=(
   "./relay/tun        FuzzICMPErrorAbout   400000"
   "./relay/tun        FuzzRebuildVnetHdr   400000"
   "./relay/tun        FuzzHiddenICMP       150000"
+  "./relay/tun        FuzzHeadersLen       100000"
   "./manifest         FuzzTunReaches       100000"
   "./relay/quic       FuzzChannelPacket    100000"
 )

@@ -191,7 +191,7 @@ func (l *link) read() {
 			}
 			continue
 		}
-		p := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithData(pkt)})
+		p := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: payloadOf(pkt)})
 		l.mu.Lock()
 		d := l.dispatcher
 		l.mu.Unlock()
@@ -227,4 +227,27 @@ func (l *link) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
 		}
 	}
 	return n, nil
+}
+
+// headersApartAbove is the size from which a packet's headers get a chunk
+// of their own (payloadOf); a smaller packet's copy costs little.
+const headersApartAbove = 1024
+
+// payloadOf is a packet read from the device as the stack's buffer, its
+// headers in a small chunk apart from the rest. The stack copies the whole
+// chunk that holds a header each time it reads one while the packet's
+// chunks are shared, and IPv4's and more so IPv6's handling (which walks
+// the payload for extension headers) share every packet: with a single
+// chunk, each super-packet of up to 64 KiB was copied again for each header
+// read. The payload's chunk, shared or not, is read and never written.
+func payloadOf(pkt []byte) buffer.Buffer {
+	h := tun.HeadersLen(pkt)
+	if len(pkt) < headersApartAbove || h == 0 || h >= len(pkt) {
+		return buffer.MakeWithData(pkt)
+	}
+	b := buffer.MakeWithView(buffer.NewViewWithData(pkt[:h]))
+	// Append fills the headers' chunk first (chunks come in powers of
+	// two from 64 bytes), then keeps the rest as a view of its own.
+	b.Append(buffer.NewViewWithData(pkt[h:]))
+	return b
 }

@@ -539,3 +539,29 @@ func finishICMP(r []byte, src, dst netip.Addr) []byte {
 	binary.BigEndian.PutUint16(m[2:], ^checksum.Checksum(m, pseudoSum(ipInfo{v6: true, proto: 58}, r, len(m))))
 	return r
 }
+
+// HeadersLen is the length of a packet's IP header and, where the fixed
+// IP header is followed by TCP or UDP, the transport header too: where a
+// stack's reads of the headers end. It is 0 for a packet too short to say.
+// IPv6 extension headers are not walked (the length then is the fixed
+// header's), nor is an IPv4 fragment past the first taken to hold one.
+func HeadersLen(pkt []byte) int {
+	ip, err := parseIP(pkt)
+	if err != nil {
+		return 0
+	}
+	n := ip.ipHdrLen
+	if !ip.v6 && binary.BigEndian.Uint16(pkt[6:])&0x1fff != 0 {
+		return n
+	}
+	switch ip.proto {
+	case protoTCP:
+		if len(pkt) < n+20 {
+			return n
+		}
+		n += int(pkt[n+12]>>4) * 4
+	case protoUDP:
+		n += 8
+	}
+	return min(n, len(pkt))
+}

@@ -522,3 +522,44 @@ func FuzzHiddenICMP(f *testing.F) {
 		}
 	})
 }
+
+func TestHeadersLen(t *testing.T) {
+	v4 := func(proto uint8, fragOff uint16, tail ...byte) []byte {
+		p := make([]byte, 20)
+		p[0], p[9] = 0x45, proto
+		binary.BigEndian.PutUint16(p[6:], fragOff)
+		return append(p, tail...)
+	}
+	udp8 := make([]byte, 8+100)
+	for _, c := range []struct {
+		name string
+		pkt  []byte
+		want int
+	}{
+		{"IPv4 TCP with options", superPacket(false, make([]byte, 2000), 0x10), 20 + 32},
+		{"IPv6 TCP with options", superPacket(true, make([]byte, 2000), 0x10), 40 + 32},
+		{"IPv6 TCP, header only", superPacket(true, nil, 0x02), 40 + 32},
+		{"IPv4 UDP", v4(17, 0, udp8...), 28},
+		{"IPv4 fragment past the first", v4(6, 0x2001, make([]byte, 200)...), 20},
+		{"IPv4 TCP cut short", v4(6, 0, 0, 1, 2), 20},
+		{"IPv4 ICMP", v4(1, 0, 8, 0, 0, 0), 20},
+		{"IPv6 behind an extension header", v6Chain(60, []byte{6, 0, 1, 4, 0, 0, 0, 0}, make([]byte, 40)), 40},
+		{"UDP header longer than the packet", v4(17, 0, 1, 2), 22},
+		{"empty", nil, 0},
+		{"not IP", []byte{0x10, 0}, 0},
+	} {
+		if got := HeadersLen(c.pkt); got != c.want {
+			t.Errorf("%s: HeadersLen = %d, want %d", c.name, got, c.want)
+		}
+	}
+}
+
+func FuzzHeadersLen(f *testing.F) {
+	f.Add(superPacket(false, nil, 0x02))
+	f.Add(superPacket(true, make([]byte, 10), 0x10))
+	f.Fuzz(func(t *testing.T, pkt []byte) {
+		if n := HeadersLen(pkt); n < 0 || n > len(pkt) {
+			t.Fatalf("HeadersLen = %d of a %d-byte packet", n, len(pkt))
+		}
+	})
+}
