@@ -21,6 +21,8 @@
 #   ONLY='^(direct|pkt-quic-true)' DURATION=2 REPEAT=1 hack/bench/tun.sh
 #       # the paths whose names (see the log) match, both families; a run
 #       # with ONLY prints its table and leaves docs/benchmarks.md alone
+#   RELAY_ARGS='--metrics-addr 127.0.0.1:9101 --pprof' ONLY=... hack/bench/tun.sh
+#       # more flags for both relays (each in its namespace): here, profiles
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -35,8 +37,12 @@ WG_VERSION=${WG_VERSION:-v0.0.0-20260522210424-ecfc5a8d5446} # the wireguard-go 
 log() { printf '\n== %s\n' "$*" >&2; }
 # wanted NAME: whether ONLY lets the path NAME (without its family) run.
 wanted() { [[ -z $ONLY || $1 =~ $ONLY ]]; }
-# fam_suffix F: what a path's name takes for family F ("" or "6").
-fam_suffix() { [[ $1 == 6 ]] && echo 6 || true; }
+# fam_name NAME F: the name of path NAME's family-F measure: a 6 at the end,
+# or before an offload suffix (flow-tls6-true).
+fam_name() {
+  [[ $2 == 6 ]] || { echo "$1"; return; }
+  case $1 in *-true | *-false) echo "${1%-*}6-${1##*-}" ;; *) echo "${1}6" ;; esac
+}
 
 # --- tools -------------------------------------------------------------------
 missing=()
@@ -80,16 +86,25 @@ ip link add veth-a netns "$A" type veth peer name veth-b netns "$B"
 ip -n "$A" addr add 10.9.0.1/24 dev veth-a; ip -n "$B" addr add 10.9.0.2/24 dev veth-b
 ip -n "$A" addr add fd09::1/64 dev veth-a nodad; ip -n "$B" addr add fd09::2/64 dev veth-b nodad
 ip -n "$A" link set veth-a up; ip -n "$B" link set veth-b up
+# CUBIC in both namespaces, as most hosts run, not this machine's BBR: the
+# no-offload paths lose packets at full device queues, and how a stream
+# answers loss is its congestion control's. The host must allow it first.
+allowed=/proc/sys/net/ipv4/tcp_allowed_congestion_control
+grep -qw cubic "$allowed" || echo "$(cat "$allowed") cubic" >"$allowed"
+for ns in "$A" "$B"; do ip netns exec "$ns" sysctl -qw net.ipv4.tcp_congestion_control=cubic; done
 for i in 1 2 3 4 5 6; do
   ip -n "$B" addr add "10.77.$i.1/32" dev lo
   ip -n "$B" addr add "fd77:$i::1/128" dev lo nodad
 done
 start iperf3 ip netns exec "$B" iperf3 -s
 
-cpu_ticks() { # summed utime+stime of pids, in clock ticks
-  local t=0 p
-  for p in "$@"; do t=$((t + $(awk '{print $14+$15}' "/proc/$p/stat"))); done
-  echo "$t"
+cpu_ticks() { # summed utime and stime of pids, in clock ticks: "user system"
+  local u=0 s=0 p
+  for p in "$@"; do
+    read -r pu ps < <(awk '{print $14, $15}' "/proc/$p/stat")
+    u=$((u + pu)) s=$((s + ps))
+  done
+  echo "$u $s"
 }
 peak_rss_mb() { # VmHWM of each pid, in MB: "a/b"
   local p out=()
@@ -99,29 +114,50 @@ peak_rss_mb() { # VmHWM of each pid, in MB: "a/b"
 reset_peaks() { local p; for p in "$@"; do echo 5 >"/proc/$p/clear_refs"; done; }
 HZ=$(getconf CLK_TCK)
 
-# measure NAME ADDR PIDS...: REPEAT iperf3 runs; prints "gbps retransmits
-# cores peak-RSS" of the median run, the peak RSS (MB, each pid's) taken
-# over that run alone.
-measure() {
+# sample NAME ADDR PIDS...: one iperf3 run; prints "gbps retransmits cores
+# user-cores peak-RSS" (cores: the pids' CPU, user and system, over the
+# run; user-cores: its user part alone), the peak RSS (MB, each pid's) taken over that run alone.
+sample() {
   local name=$1 addr=$2; shift 2
-  local runs=()
-  for _ in $(seq "$REPEAT"); do
-    local t0 w0 t1 w1
-    reset_peaks "$@"
-    t0=$(cpu_ticks "$@"); w0=$(date +%s.%N)
-    ip netns exec "$A" iperf3 -c "$addr" -t "$DURATION" -J >"$work/$name.json"
-    t1=$(cpu_ticks "$@"); w1=$(date +%s.%N)
-    runs+=("$(python3 - "$work/$name.json" "$t0" "$t1" "$w0" "$w1" "$HZ" <<'PY'
+  local t0 w0 t1 w1
+  reset_peaks "$@"
+  t0=$(cpu_ticks "$@"); w0=$(date +%s.%N)
+  ip netns exec "$A" iperf3 -c "$addr" -t "$DURATION" -J >"$work/$name.json"
+  t1=$(cpu_ticks "$@"); w1=$(date +%s.%N)
+  python3 - "$work/$name.json" $t0 $t1 "$w0" "$w1" "$HZ" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))
 s = j["end"]["sum_sent"]
-t0, t1, w0, w1, hz = map(float, sys.argv[2:])
-print("%.2f %d %.2f" % (j["end"]["sum_received"]["bits_per_second"] / 1e9, s.get("retransmits", 0), (t1 - t0) / hz / (w1 - w0)), end=" ")
+u0, s0, u1, s1, w0, w1, hz = map(float, sys.argv[2:])
+wall = (w1 - w0) * hz
+print("%.2f %d %.2f %.2f" % (j["end"]["sum_received"]["bits_per_second"] / 1e9, s.get("retransmits", 0), (u1 - u0 + s1 - s0) / wall, (u1 - u0) / wall), end=" ")
 PY
-)$(peak_rss_mb "$@")")
-    sleep 1
+  peak_rss_mb "$@"
+  sleep 1
+}
+
+# measure NAME ADDR4 ADDR6 PIDS...: REPEAT runs of each family of FAMILIES,
+# the families taking turns (4 6, then 6 4, ...) so that a change in the
+# machine's load falls on both alike; sets RES[NAME] and RES[NAME6] (the 6
+# before an offload suffix) to each family's median run.
+measure() {
+  local name=$1 addr4=$2 addr6=$3; shift 3
+  local -A runs=()
+  local r fam fams
+  read -r -a fams <<<"$FAMILIES"
+  for r in $(seq "$REPEAT"); do
+    local order=("${fams[@]}")
+    if ((r % 2 == 0)); then order=(); for ((i = ${#fams[@]} - 1; i >= 0; i--)); do order+=("${fams[i]}"); done; fi
+    for fam in "${order[@]}"; do
+      runs[$fam]+="$(sample "$(fam_name "$name" "$fam")" "$(family_addr "$fam" "$addr4" "$addr6")" "$@")"$'\n'
+    done
   done
-  printf '%s\n' "${runs[@]}" | sort -n | sed -n "$(( (${#runs[@]} + 1) / 2 ))p"
+  for fam in "${fams[@]}"; do
+    local key
+    key=$(fam_name "$name" "$fam")
+    RES[$key]=$(printf '%s' "${runs[$fam]}" | sort -n | sed -n "$(( (REPEAT + 1) / 2 ))p")
+    echo "$key: ${RES[$key]}" >&2
+  done
 }
 
 declare -A RES
@@ -130,11 +166,8 @@ declare -A RES
 family_addr() { [[ $1 == 6 ]] && echo "$3" || echo "$2"; }
 
 if wanted direct; then
-  for fam in $FAMILIES; do
-    name=direct$(fam_suffix "$fam")
-    log "direct veth, IPv$fam"
-    RES[$name]=$(measure "$name" "$(family_addr "$fam" 10.9.0.2 fd09::2)"); echo "$name: ${RES[$name]}" >&2
-  done
+  log "direct veth"
+  measure direct 10.9.0.2 fd09::2
 fi
 
 if wanted wireguard; then
@@ -151,10 +184,7 @@ if wanted wireguard; then
   ip -n "$A" link set wga0 up; ip -n "$B" link set wgb0 up
   # wireguard-go runs as "wireguard-go" children of ip netns exec: find their pids.
   wgpids=$(pgrep -f "$WGGO wg[ab]0" | tr '\n' ' ')
-  for fam in $FAMILIES; do
-    name=wireguard$(fam_suffix "$fam")
-    RES[$name]=$(measure "$name" "$(family_addr "$fam" 10.10.0.2 fd10::2)" $wgpids); echo "$name: ${RES[$name]}" >&2
-  done
+  measure wireguard 10.10.0.2 fd10::2 $wgpids
   stop_all
   start iperf3 ip netns exec "$B" iperf3 -s
 fi
@@ -236,19 +266,16 @@ for offload in true false; do
   for t in flow-tls pkt-tls flow-quic pkt-quic flow-auto pkt-auto; do if wanted "$t-$offload"; then any=1; fi; done
   [[ -n $any ]] || continue
   log "hoplink relays, --tun-offload=$offload"
-  start "relay-b-$offload" ip netns exec "$B" "$HOPLINK" relay -f "$work/tun.yaml" --name b --certs "$work/certs" --tun-offload="$offload"
+  start "relay-b-$offload" ip netns exec "$B" "$HOPLINK" relay -f "$work/tun.yaml" --name b --certs "$work/certs" --tun-offload="$offload" ${RELAY_ARGS:-}
   rb=$last_pid
-  start "relay-a-$offload" ip netns exec "$A" "$HOPLINK" relay -f "$work/tun.yaml" --name a --certs "$work/certs" --tun-offload="$offload"
+  start "relay-a-$offload" ip netns exec "$A" "$HOPLINK" relay -f "$work/tun.yaml" --name a --certs "$work/certs" --tun-offload="$offload" ${RELAY_ARGS:-}
   ra=$last_pid
   for _ in $(seq 100); do ip -n "$A" link show hl-pa6 >/dev/null 2>&1 && ip -n "$B" link show hl-pa6 >/dev/null 2>&1 && break; sleep 0.1; done
   sleep 1
   for t in flow-tls:1 pkt-tls:2 flow-quic:3 pkt-quic:4 flow-auto:5 pkt-auto:6; do
     wanted "${t%%:*}-$offload" || continue
     i=${t#*:}
-    for fam in $FAMILIES; do
-      name=${t%%:*}$(fam_suffix "$fam")-$offload
-      RES[$name]=$(measure "$name" "$(family_addr "$fam" "10.77.$i.1" "fd77:$i::1")" $ra $rb); echo "$name: ${RES[$name]}" >&2
-    done
+    measure "${t%%:*}-$offload" "10.77.$i.1" "fd77:$i::1" $ra $rb
   done
   stop_all
   start iperf3 ip netns exec "$B" iperf3 -s
@@ -264,25 +291,22 @@ ratio() { # a b: a/b, or - when either is missing
 row() {
   local fam key v4key=$2 wg
   for fam in $FAMILIES; do
-    key=$2
-    wg=wireguard
-    if [[ $fam == 6 ]]; then
-      wg=wireguard6
-      case $key in *-true | *-false) key=${key%-*}6-${key##*-} ;; *) key=${key}6 ;; esac
-    fi
+    key=$(fam_name "$2" "$fam") wg=$(fam_name wireguard "$fam")
     [[ -n ${RES[$key]-} ]] || continue
     local of4=-
     [[ $fam == 6 ]] && of4=$(ratio "$(f "$key" 1)" "$(f "$v4key" 1)")
-    printf '| %s | IPv%s | %s | %s | %s | %s | %s | %s |\n' "$1" "$fam" "$(f "$key" 1)" "$(ratio "$(f "$key" 1)" "$(f "$wg" 1)")" "$of4" "$(f "$key" 2)" "$(f "$key" 3)" "$(f "$key" 4 | sed "s/^$/-/")"
+    local per=-
+    [[ $(f "$key" 4) != 0.00 ]] && per=$(python3 -c "print('%.2f' % ($(f "$key" 4) / ($(f "$key" 1) / 8)))")
+    printf '| %s | IPv%s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$1" "$fam" "$(f "$key" 1)" "$(ratio "$(f "$key" 1)" "$(f "$wg" 1)")" "$of4" "$(f "$key" 2)" "$(f "$key" 3)" "$(f "$key" 4)" "$per" "$(f "$key" 5 | sed "s/^$/-/")"
   done
 }
 {
   echo "<!-- tun:begin -->"
   echo "Measured $(date -u +%Y-%m-%d) on this machine ($(nproc) cores, kernel $(uname -r)), hoplink $($HOPLINK version | cut -d' ' -f2-3 | tr -d '(,'), by"
-  echo '`hack/bench/tun.sh`'" (DURATION=$DURATION s, median of REPEAT=$REPEAT runs). iperf3, one TCP stream, client and entry in one namespace, server and exit in the other, one veth between. The family is the stream's, inside the tunnel; relays and wireguard-go link over IPv4 in both; of IPv4 is the IPv6 row's share of the IPv4 row above it."
+  echo '`hack/bench/tun.sh`'" (DURATION=$DURATION s, median of REPEAT=$REPEAT runs, the families taking turns). iperf3, one TCP stream (CUBIC: both namespaces' net.ipv4.tcp_congestion_control), client and entry in one namespace, server and exit in the other, one veth between. The family is the stream's, inside the tunnel; relays and wireguard-go link over IPv4 in both; of IPv4 is the IPv6 row's share of the IPv4 row above it. User CPU s per GB is the forwarders' CPU time outside the kernel for each gigabyte carried: the part a forwarder's own code spends, which the stream's family should not change."
   echo
-  echo "| path | family | Gbit/s | of wireguard-go | of IPv4 | retransmits | forwarder CPU (cores) | peak RSS MB (entry/exit) |"
-  echo "|---|---|---|---|---|---|---|---|"
+  echo "| path | family | Gbit/s | of wireguard-go | of IPv4 | retransmits | forwarder CPU (cores) | of it, user | user CPU s per GB | peak RSS MB (entry/exit) |"
+  echo "|---|---|---|---|---|---|---|---|---|---|"
   row "direct veth" direct
   row "wireguard-go $WG_VERSION" wireguard
   row "hoplink packet mode, default (auto), offload" pkt-auto-true
