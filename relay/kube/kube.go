@@ -422,6 +422,7 @@ func (v *View) Manifests(ctx context.Context) (*manifest.Set, error) {
 		}
 	}
 	relays := make([]v1alpha1.RelayNode, len(rl.Items))
+	replicas := map[string][]manifest.Replica{}
 	var self *v1alpha1.RelayNode
 	for i, r := range rl.Items {
 		var eps []discoveryv1.EndpointSlice
@@ -430,6 +431,7 @@ func (v *View) Manifests(ctx context.Context) (*manifest.Set, error) {
 			if eps, err = v.replicaSlices(ctx, &r); err != nil {
 				return nil, err
 			}
+			replicas[r.Name] = manifest.Replicas(eps, r.Spec.RelayPort())
 		}
 		relays[i] = manifest.Dialed(&r, eps)
 		if r.Name == v.o.Name {
@@ -444,6 +446,7 @@ func (v *View) Manifests(ctx context.Context) (*manifest.Set, error) {
 	// certificate for a name that this namespace's RelayNode lost.
 	relays, unheld := manifest.HeldNames(relays)
 	set, problems := manifest.FromObjects(relays, chains, tunnels)
+	set.SetReplicas(replicas)
 	v.last = make(map[string]*v1alpha1.Chain, len(chains))
 	for i := range chains {
 		v.last[manifest.Key(chains[i].Namespace, chains[i].Name)] = &chains[i]
