@@ -7,6 +7,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/hoplink/hoplink/manifest"
 )
 
 // The operator publishes what each running relay pod has: both families of
@@ -121,5 +123,22 @@ func TestPodIPs(t *testing.T) {
 		if got := podIPs(&corev1.Pod{Status: tc.st}); !slices.Equal(got, tc.want) {
 			t.Errorf("podIPs(%+v) = %q, want %q", tc.st, got, tc.want)
 		}
+	}
+}
+
+// The route controller asks each sidecar replica it picks once, on the
+// family most of their endpoints have, whatever families its pod has.
+func TestOneEachAsksAReplicaOnce(t *testing.T) {
+	reps := []manifest.Replica{
+		{Name: "a", Endpoints: []string{"10.0.0.1:7401", "[fd00::1]:7401"}},
+		{Name: "b", Endpoints: []string{"10.0.0.2:7401", "[fd00::2]:7401"}},
+		{Name: "c", Endpoints: []string{"[fd00::3]:7401"}},
+	}
+	if got, want := oneEach(reps), []string{"[fd00::1]:7401", "[fd00::2]:7401", "[fd00::3]:7401"}; !slices.Equal(got, want) {
+		t.Errorf("oneEach = %v, want %v", got, want)
+	}
+	reps[2] = manifest.Replica{Name: "c", Endpoints: []string{"10.0.0.3:7401"}}
+	if got, want := oneEach(reps), []string{"10.0.0.1:7401", "10.0.0.2:7401", "10.0.0.3:7401"}; !slices.Equal(got, want) {
+		t.Errorf("oneEach = %v, want %v", got, want)
 	}
 }

@@ -91,9 +91,9 @@ func (a *relayAdmin) endpoints(ctx context.Context, namespace, relay string) ([]
 			client.MatchingLabels{discoveryv1.LabelServiceName: RelayObjectName(relay)}); err != nil {
 			return nil, err
 		}
-		eps = manifest.ReadyReplicas(list.Items, rn.Spec.RelayPort())
-		rand.Shuffle(len(eps), func(i, j int) { eps[i], eps[j] = eps[j], eps[i] })
-		eps = eps[:min(len(eps), measuredReplicas)]
+		reps := manifest.Replicas(list.Items, rn.Spec.RelayPort())
+		rand.Shuffle(len(reps), func(i, j int) { reps[i], reps[j] = reps[j], reps[i] })
+		eps = oneEach(reps[:min(len(reps), measuredReplicas)])
 	}
 	if len(eps) == 0 {
 		return nil, fmt.Errorf("RelayNode %s/%s has no endpoints yet", namespace, relay)
@@ -103,6 +103,23 @@ func (a *relayAdmin) endpoints(ctx context.Context, namespace, relay string) ([]
 
 // measuredReplicas is how many replicas of a sidecar relay a round reads.
 const measuredReplicas = 3
+
+// oneEach is an endpoint of each replica, asked once however many
+// families its pod has: of the family most of their endpoints have
+// (oneFamily), else its first.
+func oneEach(reps []manifest.Replica) []string {
+	var all []string
+	for _, r := range reps {
+		all = append(all, r.Endpoints...)
+	}
+	keep := oneFamily(all)
+	out := make([]string, 0, len(reps))
+	for _, r := range reps {
+		i := max(0, slices.IndexFunc(r.Endpoints, func(ep string) bool { return slices.Contains(keep, ep) }))
+		out = append(out, r.Endpoints[i])
+	}
+	return out
+}
 
 // eachEndpoint calls f on every endpoint at once and returns the answers
 // that came, or why none did (reachError).

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
@@ -21,7 +22,9 @@ import (
 
 // ensureSidecarObjects keeps what a sidecar RelayNode needs besides its
 // certificate: no DaemonSet; a headless Service whose EndpointSlices list
-// the ready replicas (peers dial those); and a Role bound to the service
+// the ready replicas (peers dial those), of both families where the
+// cluster has them (a slice per family; manifest.Replicas joins a pod's
+// addresses into one replica); and a Role bound to the service
 // accounts of the labelled pods, so their sidecars may read the namespace's
 // hoplink objects. The Service carries the RelayNode's member labels, which
 // its EndpointSlices copy: relays watch the slices of their peers only.
@@ -38,6 +41,7 @@ func (r *RelayNodeReconciler) ensureSidecarObjects(ctx context.Context, rn *v1al
 		svc.SetLabels(labels)
 		port := rn.Spec.RelayPort()
 		svc.Spec.ClusterIP = corev1.ClusterIPNone
+		svc.Spec.IPFamilyPolicy = ptr.To(corev1.IPFamilyPolicyPreferDualStack)
 		svc.Spec.Selector = map[string]string{LabelRelayNode: rn.Name}
 		svc.Spec.PublishNotReadyAddresses = false
 		svc.Spec.Ports = []corev1.ServicePort{

@@ -174,6 +174,11 @@ func TestSidecarInjection(t *testing.T) {
 			if svc.Spec.ClusterIP != corev1.ClusterIPNone || svc.Spec.Selector[LabelRelayNode] != "web" {
 				return fmt.Errorf("service %+v", svc.Spec)
 			}
+			// Slices of both families where the cluster has them (this
+			// API server has one): peers dial a pod on either.
+			if p := svc.Spec.IPFamilyPolicy; p == nil || *p != corev1.IPFamilyPolicyPreferDualStack {
+				return fmt.Errorf("service's family policy %v, want PreferDualStack", p)
+			}
 			var rb rbacv1.RoleBinding
 			if err := k8s.Get(ctx, key, &rb); err != nil {
 				return err

@@ -184,15 +184,16 @@ func serviceFamilies(listen string) corev1.IPFamilyPolicy {
 }
 
 // reconcileSidecarEntry readies a Tunnel whose chain starts at sidecar
-// relays: each replica listens in its own pod, on loopback unless
-// spec.listen.address says otherwise, so no Service stands in front.
+// relays: each replica listens in its own pod, so no Service stands in
+// front; on the pod's loopbacks, 127.0.0.1 and ::1 where the pod has it
+// (status localhost:PORT), unless spec.listen.address names one address.
 func (r *TunnelReconciler) reconcileSidecarEntry(ctx context.Context, t *v1alpha1.Tunnel, ch *v1alpha1.Chain, status *v1alpha1.TunnelStatus) (metav1.Condition, error) {
 	if err := r.deleteService(ctx, t); err != nil {
 		return metav1.Condition{}, err
 	}
 	addr := t.Spec.Listen.Address
 	if addr == "" {
-		addr = "127.0.0.1"
+		addr = "localhost"
 	}
 	status.Address = net.JoinHostPort(addr, strconv.Itoa(int(t.Spec.Listen.Port)))
 	if c := chainNotReady(ch); c != nil {

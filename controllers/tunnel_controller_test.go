@@ -68,6 +68,37 @@ func TestTunnelConditions(t *testing.T) {
 	})
 }
 
+// A Tunnel entering at a sidecar relay has no Service: apps in the pods
+// dial their own sidecar. With no spec.listen.address it listens on both
+// of the pod's loopbacks, which its status says as localhost:PORT; an
+// address it names is the one.
+func TestSidecarEntryTunnelAddress(t *testing.T) {
+	needAPI(t)
+	ctx := context.Background()
+	ns := namespace(t)
+	create(t, sidecarRelay(ns, "se-web"))
+	create(t, chain(ns, "from-web", "se-web", "se-la"))
+	both := tunnel(ns, "both", "from-web", 9000)
+	create(t, both)
+	v4 := tunnel(ns, "v4", "from-web", 9001)
+	v4.Spec.Listen.Address = "127.0.0.1"
+	create(t, v4)
+	for tn, want := range map[*v1alpha1.Tunnel]string{both: "localhost:9000", v4: "127.0.0.1:9001"} {
+		eventually(t, "Tunnel "+tn.Name+"'s address", func() error {
+			if err := k8s.Get(ctx, client.ObjectKeyFromObject(tn), tn); err != nil {
+				return err
+			}
+			if tn.Status.Address != want {
+				return fmt.Errorf("status.address %q, want %q", tn.Status.Address, want)
+			}
+			return nil
+		})
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(tn), &corev1.Service{}); !apierrors.IsNotFound(err) {
+			t.Errorf("Tunnel %s of a sidecar entry has a Service (err %v)", tn.Name, err)
+		}
+	}
+}
+
 func TestTunnelDoesNotTakeOverAForeignService(t *testing.T) {
 	needAPI(t)
 	ns := namespace(t)

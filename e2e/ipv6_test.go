@@ -9,10 +9,10 @@ import (
 	"time"
 )
 
-// TestIPv6Only runs the operator, two relays on one node and a Tunnel in a
-// cluster of one node whose nodes, pods and Services have IPv6 addresses
-// only (the kind network is dual-stack; the node's pod network hands out
-// IPv6 alone).
+// TestIPv6Only runs the operator, two relays on one node, a Tunnel and a
+// sidecar relay in a cluster of one node whose nodes, pods and Services
+// have IPv6 addresses only (the kind network is dual-stack; the node's pod
+// network hands out IPv6 alone).
 func TestIPv6Only(t *testing.T) {
 	c := newCluster(t, "hoplink-v6", ipv6, "v6")
 	node := c.nodeContainer(t, "v6")
@@ -89,4 +89,76 @@ spec: {chain: v6, protocol: tcp, listen: {port: 8080}, target: "kubernetes.defau
 			return nil
 		})
 	})
+
+	t.Run("a sidecar in a pod with IPv6 alone", func(t *testing.T) {
+		start := time.Now()
+		c.apply(t, "edge", strings.ReplaceAll(v6SidecarManifests, "APP", appImage))
+		eventually(t, 3*time.Minute, "Job v6once succeeded", func() error {
+			out, err := c.try("-n", "edge", "get", "job", "v6once", "-o", "jsonpath={.status.succeeded}/{.status.failed}")
+			if err != nil || out != "1/" {
+				return fmt.Errorf("%v: succeeded/failed %q", err, out)
+			}
+			return nil
+		})
+		for _, ctr := range []string{"ipv6", "ipv4"} {
+			if logs := c.kubectl(t, "-n", "edge", "logs", "job/v6once", "-c", ctr); !strings.Contains(logs, "answer: pod echo-") {
+				t.Errorf("the Job's %s container got no answer from echo through v6app -> v6b:\n%s", ctr, logs)
+			}
+		}
+		if addr := c.kubectl(t, "-n", "edge", "get", "tunnel", "app", "-o", "jsonpath={.status.address}"); addr != "localhost:9000" {
+			t.Errorf("Tunnel app's status.address %q, want localhost:9000 (both loopbacks)", addr)
+		}
+		t.Logf("Job completed %s after the apply", time.Since(start).Round(time.Second))
+	})
 }
+
+// v6SidecarManifests: a Job whose pod enters a chain through its own
+// sidecar relay (v6app -> v6b, to an echo Service), fetching through the
+// Tunnel on each loopback: ::1, and 127.0.0.1, which a pod with IPv6
+// alone still has.
+const v6SidecarManifests = `
+apiVersion: hoplink.dev/v1alpha1
+kind: RelayNode
+metadata: {name: v6app}
+spec: {sidecar: {}}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: Chain
+metadata: {name: from-app}
+spec: {entry: v6app, exit: v6b, route: [v6app, v6b]}
+---
+apiVersion: hoplink.dev/v1alpha1
+kind: Tunnel
+metadata: {name: app}
+spec: {chain: from-app, listen: {port: 9000}, target: "echo.edge.svc.cluster.local:8080"}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: echo}
+spec:
+  selector: {matchLabels: {app: echo}}
+  template:
+    metadata: {labels: {app: echo}}
+    spec:
+      containers: [{name: app, image: APP, args: [serve, ":8080"]}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: echo}
+spec:
+  selector: {app: echo}
+  ports: [{port: 8080}]
+---
+apiVersion: batch/v1
+kind: Job
+metadata: {name: v6once}
+spec:
+  backoffLimit: 0
+  template:
+    metadata: {labels: {hoplink.dev/relaynode: v6app}}
+    spec:
+      restartPolicy: Never
+      containers:
+      - {name: ipv6, image: APP, args: [get, "http://[::1]:9000/"]}
+      - {name: ipv4, image: APP, args: [get, "http://127.0.0.1:9000/"]}
+`

@@ -68,7 +68,7 @@ spec:
   template:
     metadata: {labels: {app: client, hoplink.dev/relaynode: web}}
     spec:
-      containers: [{name: app, image: APP, args: [get, "http://127.0.0.1:9000/", --every, 2s]}]
+      containers: [{name: app, image: APP, args: [get, "http://localhost:9000/", --every, 2s]}]
 ---
 apiVersion: batch/v1
 kind: Job
@@ -116,7 +116,7 @@ func sidecars(t *testing.T, a *cluster) {
 		t.Logf("Job completed %s after the apply", time.Since(start).Round(time.Second))
 	})
 
-	t.Run("a Deployment's pods reach the target by 127.0.0.1", func(t *testing.T) {
+	t.Run("a Deployment's pods reach the target by localhost", func(t *testing.T) {
 		init := a.kubectl(t, "-n", "edge", "get", "pods", "-l", "app=client", "-o", "jsonpath={.items[0].spec.initContainers[0].name} {.items[0].spec.initContainers[0].restartPolicy}")
 		if init != "hoplink-relay Always" {
 			t.Errorf("client pod's first init container: %q, want the native sidecar hoplink-relay", init)
@@ -140,6 +140,35 @@ func sidecars(t *testing.T, a *cluster) {
 			out, err := a.try("-n", "edge", "get", "relaynode", "backend", "-o", "jsonpath={.status.injected}/{.status.ready}/{.status.desired}")
 			if out != "3/3/3" {
 				return fmt.Errorf("%v: injected/ready/desired %s", err, out)
+			}
+			return nil
+		})
+		// Its headless Service has a slice per family the cluster has,
+		// each listing the three pods: hk dials each pod on either.
+		want := map[string]string{ipv4: "IPv4", ipv6: "IPv6"}
+		eventually(t, time.Minute, "backend's Service and EndpointSlices of every family", func() error {
+			fams, err := a.try("-n", "edge", "get", "service", "hoplink-relay-backend", "-o", "jsonpath={.spec.ipFamilies[*]}")
+			if err != nil {
+				return fmt.Errorf("%v: %s", err, fams)
+			}
+			eps, err := a.try("-n", "edge", "get", "endpointslices", "-l", "kubernetes.io/service-name=hoplink-relay-backend",
+				"-o", `jsonpath={range .items[*]}{.addressType}={range .endpoints[?(@.conditions.ready==true)]}{.targetRef.name},{end} {end}`)
+			if err != nil {
+				return fmt.Errorf("%v: %s", err, eps)
+			}
+			for _, f := range a.families() {
+				if !strings.Contains(fams, want[f]) {
+					return fmt.Errorf("Service families %q, want %s too", fams, want[f])
+				}
+				n := 0
+				for _, s := range strings.Fields(eps) {
+					if typ, pods, _ := strings.Cut(s, "="); typ == want[f] {
+						n += strings.Count(pods, ",")
+					}
+				}
+				if n != 3 {
+					return fmt.Errorf("%d ready %s endpoints, want 3: %s", n, want[f], eps)
+				}
 			}
 			return nil
 		})

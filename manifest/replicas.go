@@ -4,28 +4,74 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
 )
 
-// ReadyReplicas are the host:port endpoints of a sidecar relay: the ready
-// addresses of its headless Service's EndpointSlices, at the relay port,
-// sorted and without repeats. Peers dial them; the route controller reads
-// some of them.
-func ReadyReplicas(eps []discoveryv1.EndpointSlice, port int32) []string {
+// Replica is one ready replica of a sidecar relay: where it is dialed, its
+// pod's addresses of every family at the relay port (a dual-stack pod's
+// two, dialed happy-eyeballs style as a relay's published endpoints are).
+type Replica struct {
+	// Name tells it from the others: its pod's name where the
+	// EndpointSlices say (targetRef), else its first endpoint.
+	Name      string
+	Endpoints []string
+}
+
+// Replicas are the ready replicas of a sidecar relay, read from its
+// headless Service's EndpointSlices, sorted by name. A dual-stack Service
+// has a slice per family, each naming the pod behind an address: the
+// addresses of one pod are one replica, so a pod is neither counted nor
+// spread to twice.
+func Replicas(eps []discoveryv1.EndpointSlice, port int32) []Replica {
 	p := strconv.Itoa(int(port))
-	var out []string
+	byName := map[string]*Replica{}
+	var out []*Replica
 	for _, s := range eps {
 		for _, e := range s.Endpoints {
 			if e.Conditions.Ready != nil && !*e.Conditions.Ready {
 				continue
 			}
 			for _, a := range e.Addresses {
-				out = append(out, net.JoinHostPort(a, p))
+				ep := net.JoinHostPort(a, p)
+				name := ep
+				if r := e.TargetRef; r != nil && r.Name != "" {
+					name = r.Name
+				}
+				r := byName[name]
+				if r == nil {
+					r = &Replica{Name: name}
+					byName[name] = r
+					out = append(out, r)
+				}
+				r.Endpoints = append(r.Endpoints, ep)
 			}
 		}
+	}
+	replicas := make([]Replica, len(out))
+	for i, r := range out {
+		slices.Sort(r.Endpoints)
+		r.Endpoints = slices.Compact(r.Endpoints)
+		replicas[i] = *r
+	}
+	slices.SortFunc(replicas, func(a, b Replica) int { return strings.Compare(a.Name, b.Name) })
+	return replicas
+}
+
+// ReadyReplicas are every endpoint of Replicas, sorted and without repeats:
+// a sidecar relay's endpoints, as a relay's published ones are every
+// address of every pod.
+func ReadyReplicas(eps []discoveryv1.EndpointSlice, port int32) []string {
+	return replicaEndpoints(Replicas(eps, port))
+}
+
+func replicaEndpoints(rs []Replica) []string {
+	var out []string
+	for _, r := range rs {
+		out = append(out, r.Endpoints...)
 	}
 	slices.Sort(out)
 	return slices.Compact(out)

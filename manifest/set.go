@@ -31,6 +31,9 @@ type Set struct {
 	tunnels map[string]*v1alpha1.Tunnel
 	// versions: other specs of Chains whose hops are admitted too (Version).
 	versions map[string][]Version
+	// replicas: of sidecar relays read from a cluster, their replicas
+	// (SetReplicas).
+	replicas map[string][]Replica
 }
 
 func newSet() *Set {
@@ -316,6 +319,26 @@ func PrefixesHold(prefixes []string, addr netip.Addr) bool {
 	return false
 }
 
+// SetReplicas records the replicas of sidecar relays read from a cluster
+// (Replicas), by relay name: their peers dial each replica at every
+// endpoint it has.
+func (s *Set) SetReplicas(replicas map[string][]Replica) { s.replicas = replicas }
+
+// ReplicasOf are the replicas of a sidecar relay: those SetReplicas
+// recorded, else (a relay of files) each of its endpoints one.
+func (s *Set) ReplicasOf(relay string) []Replica {
+	if r, ok := s.replicas[relay]; ok {
+		return r
+	}
+	var out []Replica
+	if rn := s.relays[relay]; rn != nil {
+		for _, ep := range rn.Spec.Endpoints {
+			out = append(out, Replica{Name: ep, Endpoints: []string{ep}})
+		}
+	}
+	return out
+}
+
 // WithEndpoints returns a copy of s in which the named RelayNodes have
 // other endpoints: what one relay of local mode dials when its links to
 // them are emulated. Chains and Tunnels are shared with s.
@@ -324,11 +347,13 @@ func (s *Set) WithEndpoints(endpoints map[string][]string) *Set {
 	c.src = maps.Clone(s.src)
 	c.relays = maps.Clone(s.relays)
 	c.Relays = slices.Clone(s.Relays)
+	c.replicas = maps.Clone(s.replicas)
 	for i, r := range c.Relays {
 		eps, ok := endpoints[r.Name]
 		if !ok {
 			continue
 		}
+		delete(c.replicas, r.Name) // its replicas are these endpoints now
 		cp := r.DeepCopy()
 		cp.Spec.Endpoints = slices.Clone(eps)
 		c.Relays[i], c.relays[r.Name] = cp, cp

@@ -34,8 +34,14 @@ func peersOf(set *manifest.Set, self string) []nexthop.Peer {
 	}
 	out := make([]nexthop.Peer, 0, len(set.Relays))
 	for _, rn := range set.Relays {
-		out = append(out, nexthop.Peer{Name: rn.Name, Endpoints: rn.Spec.Endpoints, Replicas: rn.Spec.IsSidecar(),
-			MaxConns: maxConns(set, self, rn.Name), NextHop: next[rn.Name], Warm: warm[rn.Name]})
+		peer := nexthop.Peer{Name: rn.Name, Endpoints: rn.Spec.Endpoints, Replicas: rn.Spec.IsSidecar(),
+			MaxConns: maxConns(set, self, rn.Name), NextHop: next[rn.Name], Warm: warm[rn.Name]}
+		if peer.Replicas {
+			for _, r := range set.ReplicasOf(rn.Name) {
+				peer.Pods = append(peer.Pods, nexthop.Replica{Name: r.Name, Endpoints: r.Endpoints})
+			}
+		}
+		out = append(out, peer)
 	}
 	return out
 }

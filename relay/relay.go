@@ -17,12 +17,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/netip"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -121,8 +123,9 @@ type Relay struct {
 // entryTunnel is a Tunnel's open entry on this relay, with the spec it was
 // opened with: a Tunnel whose spec changes is reopened.
 type entryTunnel struct {
-	spec v1alpha1.TunnelSpec
-	stop func()
+	spec   v1alpha1.TunnelSpec
+	stop   func()
+	listen string // where it listens, for status (listenText)
 }
 
 // New checks the config and wires the relay's roles; Start binds the
@@ -385,18 +388,16 @@ func boolGauge(b bool) float64 {
 
 // open opens a Tunnel's entry with the role of its protocol.
 func (r *Relay) open(t *v1alpha1.Tunnel) error {
-	var addr string
-	if l := t.Spec.Listen; l != nil {
-		addr = net.JoinHostPort(l.Address, strconv.Itoa(int(l.Port)))
-	}
+	addrs, loopbacks := r.entryListen(t)
 	key := manifest.Key(t.Namespace, t.Name)
 	var stop func()
+	var bound []string
 	var err error
 	switch t.Spec.Protocol {
 	case v1alpha1.ProtocolTCP:
-		stop, err = r.tcp.listen(t, addr)
+		stop, bound, err = r.tcp.listen(t, addrs, loopbacks)
 	case v1alpha1.ProtocolUDP:
-		stop, err = r.udp.listen(t, addr)
+		stop, bound, err = r.udp.listen(t, addrs, loopbacks)
 	case v1alpha1.ProtocolTUN:
 		stop, err = r.openTUN(t, key)
 		if err != nil {
@@ -408,8 +409,9 @@ func (r *Relay) open(t *v1alpha1.Tunnel) error {
 	if err != nil {
 		return fmt.Errorf("Tunnel %q: spec.listen: %w", key, err)
 	}
+	addr := listenText(bound)
 	r.mu.Lock()
-	r.tunnels[key] = &entryTunnel{spec: *t.Spec.DeepCopy(), stop: stop}
+	r.tunnels[key] = &entryTunnel{spec: *t.Spec.DeepCopy(), stop: stop, listen: addr}
 	r.mu.Unlock()
 	chain := r.set.Load().ChainOf(t)
 	route := logs.Route(manifest.Route(chain))
@@ -424,6 +426,77 @@ func (r *Relay) open(t *v1alpha1.Tunnel) error {
 	r.cfg.Log.Info("tunnel open", "tunnel", key, "protocol", t.Spec.Protocol, "listen", addr,
 		"chain", chain.Name, "mode", chain.Spec.Mode, "route", route, "target", t.Spec.Target)
 	return nil
+}
+
+// sidecarLoopbacks are where a Tunnel that enters at a sidecar relay and
+// names no spec.listen.address listens: its pod's loopbacks, so an app
+// that dials localhost reaches it whichever of 127.0.0.1 and ::1 it tries
+// first. A pod without one (IPv6 disabled: no ::1) is served on the other.
+var sidecarLoopbacks = []string{"127.0.0.1", "::1"}
+
+// entryListen is where a Tunnel's entry listens: spec.listen's address and
+// port; a sidecar relay's loopbacks (sidecarLoopbacks) where it names no
+// address, and then loopbacks is true.
+func (r *Relay) entryListen(t *v1alpha1.Tunnel) (addrs []string, loopbacks bool) {
+	l := t.Spec.Listen
+	if l == nil {
+		return nil, false
+	}
+	port := strconv.Itoa(int(l.Port))
+	if l.Address == "" {
+		if self := r.set.Load().Relay(r.cfg.Name); self != nil && self.Spec.IsSidecar() {
+			for _, a := range sidecarLoopbacks {
+				addrs = append(addrs, net.JoinHostPort(a, port))
+			}
+			return addrs, true
+		}
+	}
+	return []string{net.JoinHostPort(l.Address, port)}, false
+}
+
+// listenEach opens a socket at each of addrs, and says at which it did.
+// With loopbacks, one whose address or family this host lacks is left
+// out, as long as another opens; any other failure closes those opened.
+func listenEach[T io.Closer](addrs []string, loopbacks bool, listen func(addr string) (T, error)) ([]T, []string, error) {
+	var out []T
+	var bound []string
+	var lacking []error
+	for _, a := range addrs {
+		c, err := listen(a)
+		switch {
+		case err == nil:
+			out = append(out, c)
+			bound = append(bound, a)
+			continue
+		case loopbacks && (errors.Is(err, syscall.EADDRNOTAVAIL) || errors.Is(err, syscall.EAFNOSUPPORT)):
+			lacking = append(lacking, err)
+			continue
+		}
+		for _, c := range out {
+			c.Close()
+		}
+		return nil, nil, err
+	}
+	if len(out) == 0 && len(lacking) == 0 {
+		return nil, nil, errors.New("no address to listen on")
+	}
+	if len(out) == 0 {
+		return nil, nil, errors.Join(lacking...)
+	}
+	return out, bound, nil
+}
+
+// listenText names where an entry listens, for status and logs: its
+// address, or localhost:PORT for both loopbacks.
+func listenText(bound []string) string {
+	switch len(bound) {
+	case 0:
+		return ""
+	case 1:
+		return bound[0]
+	}
+	_, port, _ := net.SplitHostPort(bound[0])
+	return net.JoinHostPort("localhost", port)
 }
 
 // openTUN opens a tun Tunnel's device, with its address and routes, in the

@@ -1,9 +1,7 @@
 package relay
 
 import (
-	"net"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -64,9 +62,12 @@ func (r *Relay) status() *adminapi.Status {
 	defer r.mu.Unlock()
 	for _, t := range set.EntryTunnels(r.cfg.Name) {
 		key := manifest.Key(t.Namespace, t.Name)
-		e := adminapi.Entry{Tunnel: key, Open: r.tunnels[key] != nil, Flows: r.env.entryFlows(key), Limits: limitsText(t.Spec.Limits)}
-		if l := t.Spec.Listen; l != nil {
-			e.Listen = net.JoinHostPort(l.Address, strconv.Itoa(int(l.Port)))
+		et := r.tunnels[key]
+		e := adminapi.Entry{Tunnel: key, Open: et != nil, Flows: r.env.entryFlows(key), Limits: limitsText(t.Spec.Limits)}
+		if et != nil {
+			e.Listen = et.listen
+		} else if addrs, _ := r.entryListen(t); len(addrs) > 0 {
+			e.Listen = listenText(addrs) // where it tries to
 		}
 		if err := r.failed[key]; err != nil {
 			e.Error = err.Error()

@@ -34,15 +34,27 @@ type tcpFlows struct {
 	targets *probe.Targets
 }
 
-// listen opens a TCP Tunnel's listener on its entry relay; stop closes it
-// (open flows go on).
-func (f *tcpFlows) listen(t *v1alpha1.Tunnel, addr string) (stop func(), err error) {
-	ln, err := net.Listen("tcp", addr)
+// listen opens a TCP Tunnel's listeners on its entry relay, one per
+// address (entryListen); stop closes them (open flows go on).
+func (f *tcpFlows) listen(t *v1alpha1.Tunnel, addrs []string, loopbacks bool) (stop func(), bound []string, err error) {
+	lns, bound, err := listenEach(addrs, loopbacks, func(addr string) (*net.TCPListener, error) {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, err
+		}
+		return ln.(*net.TCPListener), nil
+	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	f.spawn(func() { f.serve(ln.(*net.TCPListener), t) })
-	return func() { ln.Close() }, nil
+	for _, ln := range lns {
+		f.spawn(func() { f.serve(ln, t) })
+	}
+	return func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}, bound, nil
 }
 
 func (f *tcpFlows) serve(ln *net.TCPListener, t *v1alpha1.Tunnel) {

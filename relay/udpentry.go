@@ -22,16 +22,25 @@ import (
 	"github.com/hoplink/hoplink/srcaddr"
 )
 
-// listen opens a UDP Tunnel's socket on its entry relay; stop closes it and
-// ends its sessions.
-func (f *udpFlows) listen(t *v1alpha1.Tunnel, addr string) (stop func(), err error) {
-	pc, err := net.ListenPacket("udp", addr)
+// listen opens a UDP Tunnel's sockets on its entry relay, one per address
+// (entryListen); stop closes them and ends their sessions. The sockets
+// share one table of sessions and its bounds.
+func (f *udpFlows) listen(t *v1alpha1.Tunnel, addrs []string, loopbacks bool) (stop func(), bound []string, err error) {
+	lns, bound, err := listenEach(addrs, loopbacks, func(addr string) (*net.UDPConn, error) {
+		pc, err := net.ListenPacket("udp", addr)
+		if err != nil {
+			return nil, err
+		}
+		return pc.(*net.UDPConn), nil
+	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	sizeUDP(pc.(*net.UDPConn))
+	for _, ln := range lns {
+		sizeUDP(ln)
+	}
 	u := &udpEntry{
-		f: f, t: t, key: manifest.Key(t.Namespace, t.Name), ln: pc.(*net.UDPConn),
+		f: f, t: t, key: manifest.Key(t.Namespace, t.Name), lns: lns,
 		idle:     time.Duration(t.Spec.UDP.IdleTimeoutSeconds) * time.Second,
 		max:      int(t.Spec.UDP.MaxSessions),
 		allowed:  allowedSources(t),
@@ -41,7 +50,7 @@ func (f *udpFlows) listen(t *v1alpha1.Tunnel, addr string) (stop func(), err err
 		stop:     make(chan struct{}),
 	}
 	f.spawn(u.serve)
-	return u.close, nil
+	return u.close, bound, nil
 }
 
 // udpEntry is a UDP Tunnel's socket on its entry relay, and its sessions.
@@ -49,7 +58,7 @@ type udpEntry struct {
 	f    *udpFlows
 	t    *v1alpha1.Tunnel
 	key  string
-	ln   *net.UDPConn
+	lns  []*net.UDPConn
 	idle time.Duration
 	max  int
 	// allowed says whether a client host may start a session.
@@ -71,6 +80,7 @@ type udpEntry struct {
 
 type udpSession struct {
 	u      *udpEntry
+	ln     *net.UDPConn // the entry's socket the client sends to
 	client netip.AddrPort
 	last   atomic.Int64 // unix nanos of the last packet either way
 	fc     flowCounters
@@ -106,7 +116,9 @@ func (u *udpEntry) close() {
 	}
 	u.mu.Unlock()
 	close(u.stop)
-	u.ln.Close()
+	for _, ln := range u.lns {
+		ln.Close()
+	}
 	for _, s := range sessions {
 		s.end(hop.CodeShutdown)
 	}
@@ -120,13 +132,21 @@ const flushBatches = 4
 
 func (u *udpEntry) serve() {
 	go u.reap()
-	r := udpio.NewReader(u.ln)
+	for _, ln := range u.lns[1:] {
+		u.f.spawn(func() { u.read(ln) })
+	}
+	u.read(u.lns[0])
+}
+
+// read serves the clients of one of the entry's sockets.
+func (u *udpEntry) read(ln *net.UDPConn) {
+	r := udpio.NewReader(ln)
 	// The sessions a batch sent to, flushed after it: in stream mode their
 	// frames leave together.
 	var sent []*udpSession
 	up := u.f.limits.of(u.t).upLimiter()
 	deliver := func(p []byte, from netip.AddrPort) {
-		s := u.session(from)
+		s := u.session(from, ln)
 		if s == nil {
 			return
 		}
@@ -189,8 +209,9 @@ const (
 
 func perHostSessions(sessions int) int { return min(sessions, max(sessions/16, 16)) }
 
-// session finds or starts the session of a client address.
-func (u *udpEntry) session(from netip.AddrPort) *udpSession {
+// session finds or starts the session of a client address, which sent
+// to socket ln (its replies leave there).
+func (u *udpEntry) session(from netip.AddrPort, ln *net.UDPConn) *udpSession {
 	u.mu.Lock()
 	if s := u.sessions[from]; s != nil {
 		u.mu.Unlock()
@@ -251,7 +272,7 @@ func (u *udpEntry) session(from netip.AddrPort) *udpSession {
 	fc, done := f.begin(u.key, "entry")
 	gauge := f.m.UDPSessions.WithLabelValues(f.name, u.key, "entry")
 	gauge.Inc()
-	s := &udpSession{u: u, client: from, fc: fc, queue: make(chan []byte, pendingPackets)}
+	s := &udpSession{u: u, ln: ln, client: from, fc: fc, queue: make(chan []byte, pendingPackets)}
 	s.done = func() {
 		done()
 		gauge.Dec()
@@ -374,7 +395,7 @@ func (s *udpSession) failed(err error) {
 // reply hands a packet from the chain back to the client.
 func (s *udpSession) reply(p []byte) {
 	s.touch()
-	if _, err := s.u.ln.WriteToUDPAddrPort(p, s.client); err == nil {
+	if _, err := s.ln.WriteToUDPAddrPort(p, s.client); err == nil {
 		s.fc.down.Add(float64(len(p)))
 	}
 }
@@ -404,7 +425,7 @@ func (s *udpSession) connect() {
 		if s.closeOnEnd(func(hop.Code) { c.Close() }) {
 			return
 		}
-		client, listener := proxyAddrs(u.t, net.UDPAddrFromAddrPort(s.client), u.ln.LocalAddr())
+		client, listener := proxyAddrs(u.t, net.UDPAddrFromAddrPort(s.client), s.ln.LocalAddr())
 		s.proxy = proxyHeader(u.t, true, client, listener)
 		s.markReady()
 		buf := make([]byte, hop.MaxFrame)
@@ -423,7 +444,7 @@ func (s *udpSession) connect() {
 		}
 	}
 	h := &hop.Header{Kind: hop.KindUDP, Tunnel: u.key, Route: route[1:], Target: u.t.Spec.Target}
-	h.Client, h.Listener = proxyAddrs(u.t, net.UDPAddrFromAddrPort(s.client), u.ln.LocalAddr())
+	h.Client, h.Listener = proxyAddrs(u.t, net.UDPAddrFromAddrPort(s.client), s.ln.LocalAddr())
 	var mode v1alpha1.UDPMode
 	if u.t.Spec.UDP != nil {
 		mode = u.t.Spec.UDP.Mode

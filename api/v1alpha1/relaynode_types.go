@@ -151,7 +151,7 @@ type RelayNodeSpec struct {
 	// Sidecar makes this RelayNode stand for relays injected into the pods
 	// of this namespace labelled hoplink.dev/relaynode=<name>, instead of a
 	// DaemonSet: every replica serves the same relay name. Chains name it as
-	// their entry (the pod's apps dial 127.0.0.1:<listen port>) or exit
+	// their entry (the pod's apps dial localhost:<listen port>) or exit
 	// (targets are dialed from inside the pod).
 	// +optional
 	Sidecar *RelaySidecar `json:"sidecar,omitempty"`

@@ -103,7 +103,8 @@ const DefaultTCPIdleTimeout = 3600
 // TunnelListen is the address a Tunnel opens on its chain's entry relay.
 type TunnelListen struct {
 	// Address to bind on the entry relay; empty binds every address, which
-	// on a host-network relay is every address of its node.
+	// on a host-network relay is every address of its node, and on a
+	// sidecar relay both loopbacks of its pod (127.0.0.1 and ::1).
 	// +optional
 	Address string `json:"address,omitempty"`
 	// +kubebuilder:validation:Minimum=1
@@ -290,7 +291,8 @@ type TunnelStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 	// Address clients in the cluster use: the Tunnel's Service,
-	// NAME.NAMESPACE.svc:PORT.
+	// NAME.NAMESPACE.svc:PORT; in the pods of a sidecar entry, its listen
+	// address, localhost:PORT for both loopbacks.
 	// +optional
 	Address string `json:"address,omitempty"`
 	// +listType=map

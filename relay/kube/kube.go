@@ -422,7 +422,7 @@ func (v *View) Manifests(ctx context.Context) (*manifest.Set, error) {
 		}
 	}
 	relays := make([]v1alpha1.RelayNode, len(rl.Items))
-	var self *v1alpha1.RelayNode
+	replicas := map[string][]manifest.Replica{}
 	for i, r := range rl.Items {
 		var eps []discoveryv1.EndpointSlice
 		if r.Spec.IsSidecar() {
@@ -430,20 +430,16 @@ func (v *View) Manifests(ctx context.Context) (*manifest.Set, error) {
 			if eps, err = v.replicaSlices(ctx, &r); err != nil {
 				return nil, err
 			}
+			replicas[r.Name] = manifest.Replicas(eps, r.Spec.RelayPort())
 		}
 		relays[i] = manifest.Dialed(&r, eps)
-		if r.Name == v.o.Name {
-			self = &relays[i]
-		}
-	}
-	if self != nil && self.Spec.IsSidecar() {
-		tunnels = onLoopback(tunnels, chains, self.Name)
 	}
 	// Only relays whose name the operator confirmed are peers, route
 	// members or dial targets: another namespace's relay may hold a
 	// certificate for a name that this namespace's RelayNode lost.
 	relays, unheld := manifest.HeldNames(relays)
 	set, problems := manifest.FromObjects(relays, chains, tunnels)
+	set.SetReplicas(replicas)
 	v.last = make(map[string]*v1alpha1.Chain, len(chains))
 	for i := range chains {
 		v.last[manifest.Key(chains[i].Namespace, chains[i].Name)] = &chains[i]
@@ -573,24 +569,4 @@ func (v *View) replicaSlices(ctx context.Context, rn *v1alpha1.RelayNode) ([]dis
 	err := v.cache.List(ctx, &eps, client.InNamespace(rn.Namespace),
 		client.MatchingLabels{discoveryv1.LabelServiceName: v1alpha1.RelayObjectName(rn.Name)})
 	return eps.Items, err
-}
-
-// onLoopback makes the Tunnels that enter at this sidecar relay listen on
-// the pod's loopback unless they name an address: a sidecar serves its
-// own pod, and nothing else in the cluster should reach its Tunnels.
-func onLoopback(tunnels []v1alpha1.Tunnel, chains []v1alpha1.Chain, self string) []v1alpha1.Tunnel {
-	entry := map[string]bool{}
-	for _, c := range chains {
-		if c.Spec.Entry == self {
-			entry[c.Name] = true
-		}
-	}
-	out := make([]v1alpha1.Tunnel, len(tunnels))
-	for i, t := range tunnels {
-		out[i] = *t.DeepCopy()
-		if l := out[i].Spec.Listen; l != nil && l.Address == "" && entry[t.Spec.Chain] {
-			l.Address = "127.0.0.1"
-		}
-	}
-	return out
 }

@@ -87,11 +87,27 @@ func TestViewHoldsItsChainsOnly(t *testing.T) {
 		mustCreate(t, c, &v1alpha1.Tunnel{ObjectMeta: om(name, labels),
 			Spec: v1alpha1.TunnelSpec{Chain: chain, Listen: &v1alpha1.TunnelListen{Port: 9000}, Target: "backend:80"}})
 	}
-	// b's replicas, on slices that copy its Service's labels.
-	slice := &discoveryv1.EndpointSlice{ObjectMeta: om("hoplink-relay-b-1", members("a", "b", "x")), AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.244.0.5"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}}}
-	slice.Labels[discoveryv1.LabelServiceName] = "hoplink-relay-b"
-	mustCreate(t, c, slice)
+	// b's replicas, on slices that copy its Service's labels: a slice per
+	// family (its Service is PreferDualStack), pod b-0 on both, b-1 on
+	// IPv4 alone.
+	ready := discoveryv1.EndpointConditions{Ready: ptr.To(true)}
+	pod := func(name string) *corev1.ObjectReference {
+		return &corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: name}
+	}
+	for name, s := range map[string]struct {
+		family discoveryv1.AddressType
+		eps    []discoveryv1.Endpoint
+	}{
+		"hoplink-relay-b-1": {discoveryv1.AddressTypeIPv4, []discoveryv1.Endpoint{
+			{Addresses: []string{"10.244.0.5"}, Conditions: ready, TargetRef: pod("b-0")},
+			{Addresses: []string{"10.244.0.6"}, Conditions: ready, TargetRef: pod("b-1")}}},
+		"hoplink-relay-b-2": {discoveryv1.AddressTypeIPv6, []discoveryv1.Endpoint{
+			{Addresses: []string{"fd00:10:244::5"}, Conditions: ready, TargetRef: pod("b-0")}}},
+	} {
+		slice := &discoveryv1.EndpointSlice{ObjectMeta: om(name, members("a", "b", "x")), AddressType: s.family, Endpoints: s.eps}
+		slice.Labels[discoveryv1.LabelServiceName] = "hoplink-relay-b"
+		mustCreate(t, c, slice)
+	}
 	other := &discoveryv1.EndpointSlice{ObjectMeta: om("hoplink-relay-z-1", members("x", "z")), AddressType: discoveryv1.AddressTypeIPv4}
 	other.Labels[discoveryv1.LabelServiceName] = "hoplink-relay-z"
 	mustCreate(t, c, other)
@@ -107,7 +123,7 @@ func TestViewHoldsItsChainsOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := map[string]int{"RelayNode": 2, "Chain": 1, "Tunnel": 1, "EndpointSlice": 1}; fmt.Sprint(cached) != fmt.Sprint(want) {
+	if want := map[string]int{"RelayNode": 2, "Chain": 1, "Tunnel": 1, "EndpointSlice": 2}; fmt.Sprint(cached) != fmt.Sprint(want) {
 		t.Errorf("relay a caches %v, want %v: its own chain's objects alone", cached, want)
 	}
 	route := func(peers ...string) ([]string, error) {
@@ -124,8 +140,13 @@ func TestViewHoldsItsChainsOnly(t *testing.T) {
 		if len(set.Chains) != 1 || len(set.Tunnels) != 1 || set.Tunnel(ns+"/t-ab") == nil {
 			return nil, fmt.Errorf("relay a's manifests hold %d Chains and %d Tunnels, want ab and t-ab alone", len(set.Chains), len(set.Tunnels))
 		}
-		if got := set.Relay("b").Spec.Endpoints; !slices.Equal(got, []string{"10.244.0.5:7401"}) {
-			return nil, fmt.Errorf("b dialed at %v, want its ready replica", got)
+		if got, want := set.Relay("b").Spec.Endpoints, []string{"10.244.0.5:7401", "10.244.0.6:7401", "[fd00:10:244::5]:7401"}; !slices.Equal(got, want) {
+			return nil, fmt.Errorf("b dialed at %v, want its ready replicas' %v", got, want)
+		}
+		want := []manifest.Replica{{Name: "b-0", Endpoints: []string{"10.244.0.5:7401", "[fd00:10:244::5]:7401"}},
+			{Name: "b-1", Endpoints: []string{"10.244.0.6:7401"}}}
+		if got := set.ReplicasOf("b"); fmt.Sprint(got) != fmt.Sprint(want) {
+			return nil, fmt.Errorf("b's replicas %v, want %v: a pod's families as one", got, want)
 		}
 		return manifest.Route(set.Chain(ns + "/ab")), nil
 	}

@@ -12,12 +12,13 @@ func (p *Peers) Draining(peer string) bool {
 	if !ok || !r.Replicas {
 		return p.quic.PeerDraining(peer)
 	}
-	for _, a := range r.Endpoints {
-		if !p.links.ReplicaDraining(peer, a) {
+	rs := r.replicas()
+	for _, a := range rs {
+		if !p.links.ReplicaDraining(peer, a.Name) {
 			return false
 		}
 	}
-	return len(r.Endpoints) > 0
+	return len(rs) > 0
 }
 
 // LinkTransport is the transport bulk flows of auto chains take to peer

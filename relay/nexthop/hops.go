@@ -206,12 +206,12 @@ func (hs *Hops) openTLS(ctx context.Context, h *hop.Header, spareOnly bool, ende
 	} else {
 		// A replica that refuses (it died a moment ago: TCP says so at
 		// once) costs a try, not the flow: the next replica gets it.
-		for range max(1, len(peer.Endpoints)) {
-			addr, perr := hs.replica(peer)
+		for range max(1, len(peer.replicas())) {
+			r, perr := hs.replica(peer)
 			if perr != nil {
 				return nil, perr
 			}
-			if c, err = get(hs.p.pools.Replica(peer.Name, addr)); (err == nil && c != nil) || ctx.Err() != nil {
+			if c, err = get(hs.p.pools.Replica(peer.Name, r.Name, r.Endpoints)); (err == nil && c != nil) || ctx.Err() != nil {
 				break
 			}
 		}
@@ -299,26 +299,26 @@ func (hs *Hops) link(peer Peer, class string) (*rquic.Link, error) {
 	if !peer.Replicas {
 		return hs.p.links.Link(peer.Name, class, peer.Endpoints), nil
 	}
-	addr, err := hs.replica(peer)
+	r, err := hs.replica(peer)
 	if err != nil {
 		return nil, err
 	}
-	return hs.p.links.Replica(peer.Name, class, addr), nil
+	return hs.p.links.Replica(peer.Name, class, r.Name, r.Endpoints), nil
 }
 
 // replica picks the replica of a sidecar peer a new flow goes to: the next
 // in turn that is connected and has not been seen lost, else the next.
-func (hs *Hops) replica(peer Peer) (string, error) {
-	eps := peer.Endpoints
-	if len(eps) == 0 {
-		return "", &Error{Reason: NextHop, Next: peer.Name, Err: fmt.Errorf("sidecar relay %q has no ready replica", peer.Name)}
+func (hs *Hops) replica(peer Peer) (Replica, error) {
+	rs := peer.replicas()
+	if len(rs) == 0 {
+		return Replica{}, &Error{Reason: NextHop, Next: peer.Name, Err: fmt.Errorf("sidecar relay %q has no ready replica", peer.Name)}
 	}
 	v, _ := hs.spread.LoadOrStore(peer.Name, new(atomic.Uint64))
 	turn := v.(*atomic.Uint64).Add(1)
-	pick := eps[turn%uint64(len(eps))]
-	for i := range eps {
-		if a := eps[(turn+uint64(i))%uint64(len(eps))]; hs.p.links.ReplicaUp(peer.Name, a) {
-			pick = a
+	pick := rs[turn%uint64(len(rs))]
+	for i := range rs {
+		if r := rs[(turn+uint64(i))%uint64(len(rs))]; hs.p.links.ReplicaUp(peer.Name, r.Name) {
+			pick = r
 			break
 		}
 	}

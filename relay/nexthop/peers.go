@@ -11,17 +11,50 @@ import (
 // change (SetPeers): nothing here reads a manifest.
 type Peer struct {
 	Name string
-	// Endpoints are where it is dialed; with Replicas, each is a replica.
+	// Endpoints are where it is dialed; with Replicas, every replica's.
 	Endpoints []string
 	// Replicas: its relays are replicas under one name (a sidecar
 	// RelayNode), each reached over links and pools of its own.
 	Replicas bool
+	// Pods are its replicas, each dialed at every endpoint of its own
+	// (a dual-stack pod's two families, happy-eyeballs style); none
+	// given, each of Endpoints is one.
+	Pods []Replica
 	// MaxConns bounds the QUIC connections it may hold to this relay.
 	MaxConns int
 	// NextHop: this relay sends it flows, so its control link stays up.
 	NextHop bool
 	// Warm: its flows may ride TLS, so its pools are kept ready.
 	Warm bool
+}
+
+// Replica is one replica of a peer with Replicas.
+type Replica struct {
+	// Name tells it from the peer's other replicas: its pod's name.
+	Name string
+	// Endpoints are where it is dialed.
+	Endpoints []string
+}
+
+// replicas are the replicas of a peer with Replicas: its Pods, else each
+// of its endpoints one.
+func (peer Peer) replicas() []Replica {
+	if len(peer.Pods) > 0 {
+		return peer.Pods
+	}
+	out := make([]Replica, len(peer.Endpoints))
+	for i, ep := range peer.Endpoints {
+		out[i] = Replica{Name: ep, Endpoints: []string{ep}}
+	}
+	return out
+}
+
+func replicaNames(rs []Replica) []string {
+	out := make([]string, len(rs))
+	for i, r := range rs {
+		out[i] = r.Name
+	}
+	return out
 }
 
 // SetPeers replaces what the link layer knows of other relays: only they
@@ -87,11 +120,12 @@ func (p *Peers) start(peers []Peer) {
 		case !peer.NextHop:
 		case peer.Replicas:
 			// A control link to every ready replica: it tells which are up.
-			for _, addr := range peer.Endpoints {
-				p.links.Replica(peer.Name, rquic.Control, addr)
+			rs := peer.replicas()
+			for _, r := range rs {
+				p.links.Replica(peer.Name, rquic.Control, r.Name, r.Endpoints)
 			}
-			p.links.Retire(peer.Name, peer.Endpoints)
-			p.pools.Retire(peer.Name, peer.Endpoints)
+			p.links.Retire(peer.Name, replicaNames(rs))
+			p.pools.Retire(peer.Name, replicaNames(rs))
 		default:
 			p.links.Link(peer.Name, rquic.Control, peer.Endpoints)
 			p.links.SetAddrs(peer.Name, peer.Endpoints)
@@ -101,8 +135,8 @@ func (p *Peers) start(peers []Peer) {
 		switch {
 		case !peer.Warm:
 		case peer.Replicas:
-			for _, addr := range peer.Endpoints {
-				p.pools.Replica(peer.Name, addr) // warm them now
+			for _, r := range peer.replicas() {
+				p.pools.Replica(peer.Name, r.Name, r.Endpoints) // warm them now
 			}
 		default:
 			p.pools.Pool(peer.Name, peer.Endpoints) // warm it now

@@ -233,7 +233,7 @@ func TestReplicasAreDownOnlyTogether(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	for _, b := range []*Endpoint{b1, b2} {
-		if _, err := a.Links().Replica("b", Control, b.Addr().String()).Conn(ctx); err != nil {
+		if _, err := a.Links().Replica("b", Control, b.Addr().String(), []string{b.Addr().String()}).Conn(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}

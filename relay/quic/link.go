@@ -41,8 +41,9 @@ type Link struct {
 	peer  string
 	class string
 	addrs []string
-	// replica is the address of the one replica this link reaches, for a
-	// peer with replicas; retired is set when that replica left.
+	// replica names the one replica this link reaches (its pod, or its
+	// address), for a peer with replicas; retired is set when that
+	// replica left.
 	replica string
 	retired atomic.Bool
 

@@ -76,11 +76,17 @@ func (ls *Links) Link(peer, class string, addrs []string) *Link {
 // Replica returns the link to one replica of a peer whose relays are
 // replicas of one name (a sidecar RelayNode): each replica has links of
 // its own, so the previous hop spreads flows over them and loses only a
-// dead replica's flows.
-func (ls *Links) Replica(peer, class, addr string) *Link {
+// dead replica's flows. The replica is named by replica and dialed at
+// addrs, every address its pod has (both families of a dual-stack pod,
+// which may come one slice after the other: the next dial takes them).
+func (ls *Links) Replica(peer, class, replica string, addrs []string) *Link {
 	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	return ls.link(linkKey{peer, class, addr}, []string{addr})
+	l := ls.link(linkKey{peer, class, replica}, addrs)
+	ls.mu.Unlock()
+	if !slices.Equal(l.addrsNow(), addrs) {
+		l.SetAddrs(addrs)
+	}
+	return l
 }
 
 // link returns or starts the link of k; ls.mu is held. A Tunnel past the
@@ -128,7 +134,7 @@ func (ls *Links) forget(l *Link) {
 	ls.mu.Unlock()
 }
 
-// Retire ends the replica links of peer whose address is not in keep (a
+// Retire ends the replica links of peer whose replica is not in keep (a
 // replica that turned not-ready or left): new flows no longer take them,
 // and each closes once its open flows are done.
 func (ls *Links) Retire(peer string, keep []string) {
@@ -146,24 +152,24 @@ func (ls *Links) Retire(peer string, keep []string) {
 // ReplicaUp says whether one replica is reachable now: its control link
 // is connected, and no link to it lost its connection since it last
 // connected (a dead replica's links notice at different moments).
-func (ls *Links) ReplicaUp(peer, addr string) bool {
-	if _, lost := ls.replicaLost.Load(linkKey{peer, "", addr}); lost {
+func (ls *Links) ReplicaUp(peer, replica string) bool {
+	if _, lost := ls.replicaLost.Load(linkKey{peer, "", replica}); lost {
 		return false
 	}
-	c := ls.replicaConn(peer, addr)
+	c := ls.replicaConn(peer, replica)
 	return c != nil && !c.Draining()
 }
 
 // ReplicaDraining reports whether a replica said it drains on the
 // connection up now.
-func (ls *Links) ReplicaDraining(peer, addr string) bool {
-	c := ls.replicaConn(peer, addr)
+func (ls *Links) ReplicaDraining(peer, replica string) bool {
+	c := ls.replicaConn(peer, replica)
 	return c != nil && c.Draining()
 }
 
-func (ls *Links) replicaConn(peer, addr string) *Conn {
+func (ls *Links) replicaConn(peer, replica string) *Conn {
 	ls.mu.Lock()
-	l := ls.links[linkKey{peer, Control, addr}]
+	l := ls.links[linkKey{peer, Control, replica}]
 	ls.mu.Unlock()
 	if l == nil {
 		return nil

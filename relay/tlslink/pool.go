@@ -40,18 +40,19 @@ func (ps *Pools) Pool(peer string, addrs []string) *Pool {
 
 // Replica returns the pool of connections to one replica of a peer whose
 // relays are replicas of one name (a sidecar RelayNode), so flows spread
-// over them as they do over QUIC.
-func (ps *Pools) Replica(peer, addr string) *Pool {
-	return ps.pool(peer+" "+addr, peer, []string{addr})
+// over them as they do over QUIC: the replica named replica, dialed at
+// addrs (every address of its pod).
+func (ps *Pools) Replica(peer, replica string, addrs []string) *Pool {
+	return ps.pool(peer+" "+replica, peer, addrs)
 }
 
-// Retire stops the replica pools of peer whose address is not in keep
+// Retire stops the replica pools of peer whose replica is not in keep
 // (the replica left); flows that already took a connection keep it.
 func (ps *Pools) Retire(peer string, keep []string) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	for k, p := range ps.pools {
-		if addr, ok := strings.CutPrefix(k, peer+" "); ok && !slices.Contains(keep, addr) {
+		if replica, ok := strings.CutPrefix(k, peer+" "); ok && !slices.Contains(keep, replica) {
 			delete(ps.pools, k)
 			close(p.stop)
 		}
