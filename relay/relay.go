@@ -436,7 +436,10 @@ var sidecarLoopbacks = []string{"127.0.0.1", "::1"}
 
 // entryListen is where a Tunnel's entry listens: spec.listen's address and
 // port; a sidecar relay's loopbacks (sidecarLoopbacks) where it names no
-// address, and then loopbacks is true.
+// address, and then loopbacks is true. Of those, only the loopbacks whose
+// clients spec.listen.allowedSources admit (loopbackAdmitted), as long as
+// one is: a listener that took an app's connection only to reset it would
+// keep the app, dialing localhost, from falling back to the other loopback.
 func (r *Relay) entryListen(t *v1alpha1.Tunnel) (addrs []string, loopbacks bool) {
 	l := t.Spec.Listen
 	if l == nil {
@@ -445,13 +448,44 @@ func (r *Relay) entryListen(t *v1alpha1.Tunnel) (addrs []string, loopbacks bool)
 	port := strconv.Itoa(int(l.Port))
 	if l.Address == "" {
 		if self := r.set.Load().Relay(r.cfg.Name); self != nil && self.Spec.IsSidecar() {
+			sources, err := manifest.AllowedSources(l)
 			for _, a := range sidecarLoopbacks {
-				addrs = append(addrs, net.JoinHostPort(a, port))
+				if err == nil && loopbackAdmitted(sources, a) {
+					addrs = append(addrs, net.JoinHostPort(a, port))
+				}
+			}
+			if len(addrs) == 0 { // none admitted: the entry refuses everyone anyway
+				for _, a := range sidecarLoopbacks {
+					addrs = append(addrs, net.JoinHostPort(a, port))
+				}
 			}
 			return addrs, true
 		}
 	}
 	return []string{net.JoinHostPort(l.Address, port)}, false
+}
+
+// loopbackAdmitted says whether a Tunnel whose allowed sources are sources
+// (nil: every one) admits a client of loopback address a: for 127.0.0.1,
+// any of 127.0.0.0/8, where the pod's apps may send from; for ::1, itself.
+func loopbackAdmitted(sources []netip.Prefix, a string) bool {
+	if sources == nil {
+		return true
+	}
+	addr, err := netip.ParseAddr(a)
+	if err != nil {
+		return true
+	}
+	clients := netip.PrefixFrom(addr, addr.BitLen())
+	if addr.Is4() {
+		clients = netip.MustParsePrefix("127.0.0.0/8")
+	}
+	for _, p := range sources {
+		if p.Overlaps(clients) {
+			return true
+		}
+	}
+	return false
 }
 
 // listenEach opens a socket at each of addrs, and says at which it did.

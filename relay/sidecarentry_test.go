@@ -24,6 +24,13 @@ import (
 // an echo server on b's loopback; it returns a and the Tunnels' ports.
 func sidecarEntry(t *testing.T) (a *Relay, tcpPort, udpPort int) {
 	t.Helper()
+	return sidecarEntryWith(t, "")
+}
+
+// sidecarEntryWith is sidecarEntry with more fields of the Tunnels'
+// spec.listen (listen: ", allowedSources: [...]").
+func sidecarEntryWith(t *testing.T, listen string) (a *Relay, tcpPort, udpPort int) {
+	t.Helper()
 	pa, pb := testutil.FreePort(t), testutil.FreePort(t)
 	tcpPort, udpPort = testutil.FreePort(t), testutil.FreePort(t)
 	echo := testutil.EchoServer(t)
@@ -60,13 +67,13 @@ spec: {entry: a, exit: b, route: [a, b]}
 apiVersion: hoplink.dev/v1alpha1
 kind: Tunnel
 metadata: {name: tcp}
-spec: {chain: c, listen: {port: %d}, target: %q}
+spec: {chain: c, listen: {port: %d%s}, target: %q}
 ---
 apiVersion: hoplink.dev/v1alpha1
 kind: Tunnel
 metadata: {name: udp}
-spec: {chain: c, protocol: udp, listen: {port: %d}, target: %q}
-`, pa, pb, pb, tcpPort, echo, udpPort, pc.LocalAddr().String()))
+spec: {chain: c, protocol: udp, listen: {port: %d%s}, target: %q}
+`, pa, pb, pb, tcpPort, listen, echo, udpPort, listen, pc.LocalAddr().String()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,5 +210,44 @@ func TestListenEachFailsOnATakenLoopback(t *testing.T) {
 	ln.Close()
 	if _, _, err := listenEach([]string{"[2001:db8::1]:" + port}, true, listen); err == nil {
 		t.Error("no loopback at all opened, and no error")
+	}
+}
+
+// A Tunnel whose spec.listen.allowedSources admit one loopback's family
+// alone does not listen on the other loopback. Listening there would
+// accept an app's connection to ::1 and reset it at once (the source is
+// not allowed), where no listener refuses it and the app, dialing
+// localhost, falls back to 127.0.0.1 as it did before sidecars listened
+// on ::1; the same the other way round.
+func TestSidecarEntryListensOnTheLoopbacksItsSourcesAdmit(t *testing.T) {
+	if c, err := net.ListenPacket("udp", "[::1]:0"); err != nil {
+		gate.Missing(t, "no IPv6 loopback: %v", err)
+	} else {
+		c.Close()
+	}
+	for _, c := range []struct{ sources, open, shut string }{
+		{`["127.0.0.0/8"]`, "127.0.0.1", "::1"},
+		{`["::1/128", "10.0.0.0/8"]`, "::1", "127.0.0.1"},
+	} {
+		a, tcpPort, udpPort := sidecarEntryWith(t, ", allowedSources: "+c.sources)
+		if err := roundTrip("tcp", net.JoinHostPort(c.open, strconv.Itoa(tcpPort))); err != nil {
+			t.Errorf("sources %s: TCP Tunnel at %s: %v", c.sources, c.open, err)
+		}
+		if err := roundTrip("udp", net.JoinHostPort(c.open, strconv.Itoa(udpPort))); err != nil {
+			t.Errorf("sources %s: UDP Tunnel at %s: %v", c.sources, c.open, err)
+		}
+		shut := net.JoinHostPort(c.shut, strconv.Itoa(tcpPort))
+		if conn, err := net.DialTimeout("tcp", shut, time.Second); err == nil {
+			conn.Close()
+			t.Errorf("sources %s: %s takes connections its sources refuse: a client dialing localhost gets a reset, not a refusal to fall back on", c.sources, shut)
+		} else if !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Errorf("sources %s: dialing %s: %v, want connection refused", c.sources, shut, err)
+		}
+		for name, port := range map[string]int{"tcp": tcpPort, "udp": udpPort} {
+			want := net.JoinHostPort(c.open, strconv.Itoa(port))
+			if got, open := entryListenOf(a, name); !open || got != want {
+				t.Errorf("sources %s: status of Tunnel %s: listen %q, open %v; want %s, open", c.sources, name, got, open, want)
+			}
+		}
 	}
 }
