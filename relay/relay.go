@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -126,6 +127,9 @@ type entryTunnel struct {
 	spec   v1alpha1.TunnelSpec
 	stop   func()
 	listen string // where it listens, for status (listenText)
+	// addrs are where it was to listen (entryListen): they change with
+	// more than its spec (its relay turning sidecar), and it is reopened.
+	addrs []string
 }
 
 // New checks the config and wires the relay's roles; Start binds the
@@ -281,7 +285,7 @@ func (r *Relay) Update(set *manifest.Set) error {
 	r.mu.Lock()
 	var stops []func()
 	for key, et := range r.tunnels {
-		if t := want[key]; t == nil || !equality.Semantic.DeepEqual(et.spec, t.Spec) {
+		if t := want[key]; t == nil || !equality.Semantic.DeepEqual(et.spec, t.Spec) || !slices.Equal(et.addrs, r.listenAddrs(t)) {
 			stops = append(stops, et.stop)
 			delete(r.tunnels, key)
 			if t == nil {
@@ -411,7 +415,7 @@ func (r *Relay) open(t *v1alpha1.Tunnel) error {
 	}
 	addr := listenText(bound)
 	r.mu.Lock()
-	r.tunnels[key] = &entryTunnel{spec: *t.Spec.DeepCopy(), stop: stop, listen: addr}
+	r.tunnels[key] = &entryTunnel{spec: *t.Spec.DeepCopy(), stop: stop, listen: addr, addrs: addrs}
 	r.mu.Unlock()
 	chain := r.set.Load().ChainOf(t)
 	route := logs.Route(manifest.Route(chain))
@@ -486,6 +490,12 @@ func loopbackAdmitted(sources []netip.Prefix, a string) bool {
 		}
 	}
 	return false
+}
+
+// listenAddrs are where a Tunnel's entry is to listen (entryListen).
+func (r *Relay) listenAddrs(t *v1alpha1.Tunnel) []string {
+	addrs, _ := r.entryListen(t)
+	return addrs
 }
 
 // listenEach opens a socket at each of addrs, and says at which it did.

@@ -31,6 +31,15 @@ func sidecarEntry(t *testing.T) (a *Relay, tcpPort, udpPort int) {
 // spec.listen (listen: ", allowedSources: [...]").
 func sidecarEntryWith(t *testing.T, listen string) (a *Relay, tcpPort, udpPort int) {
 	t.Helper()
+	a, tcpPort, udpPort, _ = entryRelays(t, listen, true)
+	return a, tcpPort, udpPort
+}
+
+// entryRelays starts relay a, sidecar or not, as sidecarEntryWith does; it
+// also returns the manifests of the same relays and Tunnels with a sidecar
+// or not, for a's Update.
+func entryRelays(t *testing.T, listen string, sidecar bool) (a *Relay, tcpPort, udpPort int, manifests func(sidecar bool) *manifest.Set) {
+	t.Helper()
 	pa, pb := testutil.FreePort(t), testutil.FreePort(t)
 	tcpPort, udpPort = testutil.FreePort(t), testutil.FreePort(t)
 	echo := testutil.EchoServer(t)
@@ -49,10 +58,15 @@ func sidecarEntryWith(t *testing.T, listen string) (a *Relay, tcpPort, udpPort i
 			pc.WriteTo(buf[:n], from)
 		}
 	}()
-	set, err := manifest.Parse("test.yaml", fmt.Appendf(nil, `apiVersion: hoplink.dev/v1alpha1
+	manifests = func(sidecar bool) *manifest.Set {
+		mode := ""
+		if sidecar {
+			mode = ", sidecar: {}"
+		}
+		set, err := manifest.Parse("test.yaml", fmt.Appendf(nil, `apiVersion: hoplink.dev/v1alpha1
 kind: RelayNode
 metadata: {name: a}
-spec: {listen: {port: %d}, sidecar: {}}
+spec: {listen: {port: %d}%s}
 ---
 apiVersion: hoplink.dev/v1alpha1
 kind: RelayNode
@@ -73,10 +87,13 @@ apiVersion: hoplink.dev/v1alpha1
 kind: Tunnel
 metadata: {name: udp}
 spec: {chain: c, protocol: udp, listen: {port: %d%s}, target: %q}
-`, pa, pb, pb, tcpPort, listen, echo, udpPort, listen, pc.LocalAddr().String()))
-	if err != nil {
-		t.Fatal(err)
+`, pa, mode, pb, pb, tcpPort, listen, echo, udpPort, listen, pc.LocalAddr().String()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return set
 	}
+	set := manifests(sidecar)
 	ca, err := pki.NewCA("test")
 	if err != nil {
 		t.Fatal(err)
@@ -98,7 +115,7 @@ spec: {chain: c, protocol: udp, listen: {port: %d%s}, target: %q}
 		t.Cleanup(func() { r.Close() })
 		relays[name] = r
 	}
-	return relays["a"], tcpPort, udpPort
+	return relays["a"], tcpPort, udpPort, manifests
 }
 
 // roundTrip sends a line through the Tunnel at addr and expects it back.
@@ -247,6 +264,41 @@ func TestSidecarEntryListensOnTheLoopbacksItsSourcesAdmit(t *testing.T) {
 			want := net.JoinHostPort(c.open, strconv.Itoa(port))
 			if got, open := entryListenOf(a, name); !open || got != want {
 				t.Errorf("sources %s: status of Tunnel %s: listen %q, open %v; want %s, open", c.sources, name, got, open, want)
+			}
+		}
+	}
+}
+
+// A relay whose RelayNode turns sidecar (or stops being one) while it runs
+// moves the entries that name no spec.listen.address to where they now
+// listen, though their Tunnels' specs did not change: a relay of files
+// made a sidecar must not go on serving its Tunnels on every address.
+func TestEntryMovesWhenItsRelayTurnsSidecar(t *testing.T) {
+	if c, err := net.ListenPacket("udp", "[::1]:0"); err != nil {
+		gate.Missing(t, "no IPv6 loopback: %v", err)
+	} else {
+		c.Close()
+	}
+	a, tcpPort, udpPort, manifests := entryRelays(t, "", false)
+	for name, port := range map[string]int{"tcp": tcpPort, "udp": udpPort} {
+		if got, open := entryListenOf(a, name); !open || got != ":"+strconv.Itoa(port) {
+			t.Fatalf("before: status of Tunnel %s: listen %q, open %v; want :%d, open", name, got, open, port)
+		}
+	}
+	for _, sidecar := range []bool{true, false} {
+		if err := a.Update(manifests(sidecar)); err != nil {
+			t.Fatal(err)
+		}
+		for name, port := range map[string]int{"tcp": tcpPort, "udp": udpPort} {
+			want := ":" + strconv.Itoa(port)
+			if sidecar {
+				want = "localhost" + want
+			}
+			if got, open := entryListenOf(a, name); !open || got != want {
+				t.Errorf("sidecar %v: status of Tunnel %s: listen %q, open %v; want %s, open", sidecar, name, got, open, want)
+			}
+			if err := roundTrip(name, net.JoinHostPort("::1", strconv.Itoa(port))); err != nil {
+				t.Errorf("sidecar %v: %s Tunnel at ::1: %v", sidecar, name, err)
 			}
 		}
 	}
