@@ -25,11 +25,40 @@ type Replica struct {
 // headless Service's EndpointSlices, sorted by name. A dual-stack Service
 // has a slice per family, each naming the pod behind an address: the
 // addresses of one pod are one replica, so a pod is neither counted nor
-// spread to twice.
+// spread to twice. So are names that share an address (one relay listens
+// there, whatever the slices say: a stale entry of the pod that had the
+// address before, or one that names no pod); their replica keeps the
+// first of their pod names.
 func Replicas(eps []discoveryv1.EndpointSlice, port int32) []Replica {
 	p := strconv.Itoa(int(port))
-	byName := map[string]*Replica{}
-	var out []*Replica
+	// Names joined by a shared address have one root (join).
+	root := map[string]string{}
+	find := func(n string) string {
+		for root[n] != n {
+			root[n] = root[root[n]]
+			n = root[n]
+		}
+		return n
+	}
+	// A pod's name goes before an address's (they hold a ':'), and a
+	// smaller before a larger.
+	before := func(a, b string) bool {
+		if pa, pb := !strings.Contains(a, ":"), !strings.Contains(b, ":"); pa != pb {
+			return pa
+		}
+		return a < b
+	}
+	join := func(a, b string) {
+		if a, b = find(a), find(b); a == b {
+			return
+		}
+		if before(b, a) {
+			a, b = b, a
+		}
+		root[b] = a
+	}
+	owner := map[string]string{} // endpoint: the first name it came under
+	named := map[string][]string{}
 	for _, s := range eps {
 		for _, e := range s.Endpoints {
 			if e.Conditions.Ready != nil && !*e.Conditions.Ready {
@@ -41,21 +70,31 @@ func Replicas(eps []discoveryv1.EndpointSlice, port int32) []Replica {
 				if r := e.TargetRef; r != nil && r.Name != "" {
 					name = r.Name
 				}
-				r := byName[name]
-				if r == nil {
-					r = &Replica{Name: name}
-					byName[name] = r
-					out = append(out, r)
+				if _, ok := root[name]; !ok {
+					root[name] = name
 				}
-				r.Endpoints = append(r.Endpoints, ep)
+				if o, ok := owner[ep]; ok {
+					join(o, name)
+				} else {
+					owner[ep] = name
+				}
+				named[name] = append(named[name], ep)
 			}
 		}
 	}
-	replicas := make([]Replica, len(out))
-	for i, r := range out {
+	byRoot := map[string]*Replica{}
+	for name, eps := range named {
+		r := find(name)
+		if byRoot[r] == nil {
+			byRoot[r] = &Replica{Name: r}
+		}
+		byRoot[r].Endpoints = append(byRoot[r].Endpoints, eps...)
+	}
+	replicas := make([]Replica, 0, len(byRoot))
+	for _, r := range byRoot {
 		slices.Sort(r.Endpoints)
 		r.Endpoints = slices.Compact(r.Endpoints)
-		replicas[i] = *r
+		replicas = append(replicas, *r)
 	}
 	slices.SortFunc(replicas, func(a, b Replica) int { return strings.Compare(a.Name, b.Name) })
 	return replicas

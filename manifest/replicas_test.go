@@ -70,3 +70,35 @@ func TestReplicasJoinAPodsFamilies(t *testing.T) {
 		t.Errorf("with other endpoints, web's replicas are %v, want those endpoints", got)
 	}
 }
+
+// One address is one relay, whatever names the slices give it: a pod's
+// address listed again under another pod's name (a stale entry of the pod
+// that had it before) or under none (a slice that names no pods) joins
+// the replica it is already in, which keeps its pod's name. Counted as
+// two, the one relay would take two replicas' share of the flows and
+// hold two sets of links, and a drain would wait for both.
+func TestReplicasShareNoAddress(t *testing.T) {
+	ep := func(pod string, addrs ...string) discoveryv1.Endpoint {
+		e := discoveryv1.Endpoint{Addresses: addrs, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}
+		if pod != "" {
+			e.TargetRef = &corev1.ObjectReference{Kind: "Pod", Name: pod}
+		}
+		return e
+	}
+	eps := []discoveryv1.EndpointSlice{
+		{AddressType: discoveryv1.AddressTypeIPv4, Endpoints: []discoveryv1.Endpoint{
+			ep("web-b", "10.244.0.5"), ep("web-c", "10.244.0.7"), ep("", "10.244.0.7"),
+		}},
+		{AddressType: discoveryv1.AddressTypeIPv6, Endpoints: []discoveryv1.Endpoint{
+			ep("web-b", "fd00::5"), ep("web-c", "fd00::7"),
+		}},
+		{AddressType: discoveryv1.AddressTypeIPv4, Endpoints: []discoveryv1.Endpoint{ep("web-a", "10.244.0.5")}},
+	}
+	want := []Replica{
+		{Name: "web-a", Endpoints: []string{"10.244.0.5:7401", "[fd00::5]:7401"}},
+		{Name: "web-c", Endpoints: []string{"10.244.0.7:7401", "[fd00::7]:7401"}},
+	}
+	if got := Replicas(eps, 7401); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("Replicas = %v, want %v", got, want)
+	}
+}
