@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hoplink/hoplink/relay/hop"
+	"github.com/hoplink/hoplink/relay/sockio"
 )
 
 // End is one side of a flow.
@@ -55,6 +56,7 @@ type breakable interface {
 type TCPEnd struct {
 	c   *net.TCPConn
 	rc  syscall.RawConn
+	io  *sockio.Conn // nil where raw system calls are not to be had
 	one [1]byte
 	rd  tcpRead
 }
@@ -82,6 +84,7 @@ func TCP(c *net.TCPConn) (*TCPEnd, error) {
 	}
 	armReset(c)
 	t := &TCPEnd{c: c, rc: rc}
+	t.io, _ = sockio.New(c)
 	t.rd.whenReady, t.rd.now = t.readWhenReady, t.readNow
 	return t, nil
 }
@@ -93,11 +96,25 @@ func armReset(c *net.TCPConn) { c.SetLinger(0) }
 // Conn is the connection, for splicing.
 func (t *TCPEnd) Conn() *net.TCPConn { return t.c }
 
-func (t *TCPEnd) Read(b []byte) (int, error)  { return t.c.Read(b) }
-func (t *TCPEnd) Write(b []byte) (int, error) { return t.c.Write(b) }
-func (t *TCPEnd) CloseWrite() error           { return closeWrite(t.c) }
-func (t *TCPEnd) Close()                      { t.c.Close() }
-func (t *TCPEnd) Fail(hop.Code)               { t.Abort() }
+// Read and Write make raw system calls where they can (package sockio):
+// the socket is non-blocking, so the scheduler need not hear of them.
+func (t *TCPEnd) Read(b []byte) (int, error) {
+	if t.io != nil {
+		return t.io.Read(b)
+	}
+	return t.c.Read(b)
+}
+
+func (t *TCPEnd) Write(b []byte) (int, error) {
+	if t.io != nil {
+		return t.io.Write(b)
+	}
+	return t.c.Write(b)
+}
+
+func (t *TCPEnd) CloseWrite() error { return closeWrite(t.c) }
+func (t *TCPEnd) Close()            { t.c.Close() }
+func (t *TCPEnd) Fail(hop.Code)     { t.Abort() }
 
 // Broken says whether the peer reset the connection.
 func (t *TCPEnd) Broken() bool { return wasReset(t.c) }
@@ -178,8 +195,11 @@ func (t *TCPEnd) ReadWhenReady(pool *sync.Pool) (*[]byte, int, error) {
 func (t *TCPEnd) readWhenReady(fd uintptr) bool {
 	r := &t.rd
 	b := r.pool.Get().(*[]byte)
-	m, e := unix.Read(int(fd), *b)
-	if e == unix.EAGAIN || e == unix.EINTR {
+	m, e := sockio.Read(fd, *b)
+	for e == unix.EINTR {
+		m, e = sockio.Read(fd, *b)
+	}
+	if e == unix.EAGAIN {
 		r.pool.Put(b)
 		return false
 	}
@@ -189,9 +209,9 @@ func (t *TCPEnd) readWhenReady(fd uintptr) bool {
 }
 
 // readResult is a read(2)'s outcome as io.Reader's: a 0 is the end.
-func readResult(n int, e error) (int, error) {
+func readResult(n int, e syscall.Errno) (int, error) {
 	switch {
-	case e != nil:
+	case e != 0:
 		return 0, os.NewSyscallError("read", e)
 	case n == 0:
 		return 0, io.EOF
@@ -219,7 +239,7 @@ func (t *TCPEnd) ReadReady(b []byte) (int, error) {
 func (t *TCPEnd) readNow(fd uintptr) bool {
 	r := &t.rd
 	for {
-		m, e := unix.Read(int(fd), r.b)
+		m, e := sockio.Read(fd, r.b)
 		switch e {
 		case unix.EINTR:
 			continue

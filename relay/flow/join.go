@@ -221,12 +221,13 @@ const (
 // target that stopped reading), and hold the flow until its idle timeout.
 // A half that writes to a QUIC stream is also, once its write has waited
 // stalledFor, one its connection's Window may reset for a new flow. A
-// watch costs a timer per half. A write only notes when it began and arms
-// the timer if it is not armed already; the timer, when it fires, looks
-// at the write under way, if any, and waits on for what it lacks of
-// stallCheck. A small request/response flow writes hundreds of times a
-// second, and a timer reset and stop around each write cost more than
-// the rest of the watch.
+// write only notes when it began (and 0 when it ended); the process's one
+// sweeper (stallWatches) looks at every watch each stallSweep and acts
+// on a write under way for stallCheck or more. A timer per half, armed by
+// the writes, fired about once a second per half of every flow of a
+// request/response Tunnel, each firing a goroutine of its own: wake-ups
+// of the relay's threads in proportion to its flows, where the sweeper
+// wakes a few times a second whatever their number.
 type stallWatch struct {
 	src   breakable // nil when src cannot tell a reset without a read
 	abort func()
@@ -234,8 +235,6 @@ type stallWatch struct {
 	// the side src is: the write aborted for it fails too, later.
 	at    Side
 	fault *firstFault
-	t     *time.Timer
-	armed atomic.Bool
 	// since is when the write under way began (now), 0 between writes.
 	since atomic.Int64
 	// win is the Window of dst's connection, nil when dst is no stream
@@ -245,13 +244,15 @@ type stallWatch struct {
 	evicted atomic.Bool // its Window reset the flow
 
 	mu      sync.Mutex
-	stopped bool
+	stopped bool // stop was called, or the watch aborted its flow
 	stuck   bool // in win.stuck
 	// The looks at one write: at stallCheck into it, then at intervals
 	// (gap) that double up to stallCheckMax. looked is the since of the
 	// write they are at, due when the next is, from that write's start.
 	looked   int64
 	due, gap time.Duration
+	// slot is the watch's index in stallWatches.all, under its lock.
+	slot int
 }
 
 // newStallWatch watches a half copying from src (the flow's side at) to
@@ -270,8 +271,7 @@ func newStallWatch(src, dst End, at Side, fault *firstFault, abort func()) *stal
 	if win != nil {
 		w.dst = se
 	}
-	w.t = time.AfterFunc(time.Hour, w.check)
-	w.t.Stop()
+	stallWatches.add(w)
 	return w
 }
 
@@ -285,37 +285,31 @@ func (w *stallWatch) write(on bool) {
 		return
 	}
 	w.since.Store(int64(now()))
-	if !w.armed.Load() && w.armed.CompareAndSwap(false, true) {
-		w.t.Reset(stallCheck)
-	}
 }
 
-func (w *stallWatch) check() {
+// look is the sweeper's look at the watch, at time t (now).
+func (w *stallWatch) look(t time.Duration) {
+	s := w.since.Load()
+	if s == 0 || t-time.Duration(s) < stallCheck {
+		return // between writes, or in one too young to look at
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.stopped {
 		return
 	}
-	s := w.since.Load()
-	if s == 0 {
-		// Between writes: disarm, unless a write began meanwhile and
-		// found the timer still armed.
-		w.armed.Store(false)
-		if w.since.Load() != 0 && w.armed.CompareAndSwap(false, true) {
-			w.t.Reset(stallCheck)
-		}
-		return
-	}
 	if s != w.looked {
 		w.looked, w.due, w.gap = s, stallCheck, stallCheck
 	}
-	if waited := now() - time.Duration(s); waited < w.due {
-		w.t.Reset(w.due - waited)
+	if t-time.Duration(s) < w.due {
 		return
 	}
 	if w.src != nil && w.src.Broken() {
+		w.stopped = true
 		w.fault.note(w.at)
-		w.abort()
+		// On a goroutine of its own: the sweep of every other flow
+		// goes on, whatever closing this one's ends takes.
+		go w.abort()
 		return
 	}
 	if w.win != nil && !w.stuck {
@@ -324,7 +318,6 @@ func (w *stallWatch) check() {
 	}
 	w.gap = min(2*w.gap, stallCheckMax)
 	w.due += w.gap
-	w.t.Reset(max(w.due-(now()-time.Duration(s)), time.Millisecond))
 }
 
 // stop ends the watch for good, before the flow's ends are closed.
@@ -332,13 +325,79 @@ func (w *stallWatch) stop() {
 	if w == nil {
 		return
 	}
+	stallWatches.remove(w)
 	w.mu.Lock()
 	w.stopped = true
 	stuck := w.stuck
+	w.stuck = false
 	w.mu.Unlock()
-	w.t.Stop()
 	if stuck {
 		w.win.remove(w)
+	}
+}
+
+// stallSweep is how often the sweeper looks at the watches: a look comes
+// at most this much later than it is due.
+const stallSweep = 100 * time.Millisecond
+
+// sweeper looks at every stall watch of the process from one goroutine,
+// every stallSweep while there are any.
+type sweeper struct {
+	mu      sync.Mutex
+	all     []*stallWatch
+	running bool
+	batch   []*stallWatch // what one sweep looks at, reused
+}
+
+var stallWatches sweeper
+
+func (s *sweeper) add(w *stallWatch) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w.slot = len(s.all)
+	s.all = append(s.all, w)
+	if !s.running {
+		s.running = true
+		go s.run()
+	}
+}
+
+func (s *sweeper) remove(w *stallWatch) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i := w.slot
+	if i < 0 || i >= len(s.all) || s.all[i] != w {
+		return
+	}
+	last := len(s.all) - 1
+	s.all[i] = s.all[last]
+	s.all[i].slot = i
+	s.all[last] = nil
+	s.all = s.all[:last]
+	w.slot = -1
+}
+
+func (s *sweeper) run() {
+	t := time.NewTicker(stallSweep)
+	defer t.Stop()
+	for range t.C {
+		s.mu.Lock()
+		if len(s.all) == 0 {
+			s.running = false
+			s.mu.Unlock()
+			return
+		}
+		if cap(s.batch) > 4*len(s.all)+1024 {
+			s.batch = nil // a crowd of flows left: let its array go
+		}
+		s.batch = append(s.batch[:0], s.all...)
+		batch := s.batch
+		s.mu.Unlock()
+		t0 := now()
+		for _, w := range batch {
+			w.look(t0)
+		}
+		clear(batch) // hold no finished flow
 	}
 }
 

@@ -133,9 +133,9 @@ func Listen(opts Options) (*Endpoint, error) {
 		red:     red,
 	}
 	transport := func(c *net.UDPConn, channelOut **lossyConn) *quicgo.Transport {
-		conn := &lossyConn{UDPConn: c, red: red, lost: func(reason string) {
+		conn := newLossyConn(c, red, func(reason string) {
 			opts.Metrics.SendLost.WithLabelValues(opts.Name, reason).Inc()
-		}}
+		})
 		pc := withGRO(conn)
 		if g, ok := pc.(*groConn); ok && !opts.NoDatagramChannel {
 			g.channel = func(b []byte) { e.channels.packet(e, b) }

@@ -88,7 +88,14 @@ func (g *groConn) ReadBatch(ms []ipv4.Message, _ int) (int, error) {
 }
 
 func (g *groConn) read() error {
-	n, oobn, _, ap, err := g.ReadMsgUDPAddrPort(g.buf, g.oob)
+	var n, oobn int
+	var ap netip.AddrPort
+	var err error
+	if g.raw != nil {
+		n, oobn, _, ap, err = g.raw.ReadMsg(g.buf, g.oob)
+	} else {
+		n, oobn, _, ap, err = g.ReadMsgUDPAddrPort(g.buf, g.oob)
+	}
 	if err != nil {
 		return err
 	}

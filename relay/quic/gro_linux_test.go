@@ -22,7 +22,7 @@ func TestGROSplitsARunIntoPackets(t *testing.T) {
 	defer rx.Close()
 	raw, _ := rx.SyscallConn()
 	raw.Control(func(fd uintptr) { unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_RECVTOS, 1) })
-	pc, ok := withGRO(&lossyConn{UDPConn: rx}).(*groConn)
+	pc, ok := withGRO(newLossyConn(rx, nil, func(string) {})).(*groConn)
 	if !ok {
 		t.Fatal("the kernel refused UDP_GRO")
 	}
@@ -103,7 +103,7 @@ func TestGROReadsWithoutAllocating(t *testing.T) {
 	defer rx.Close()
 	raw, _ := rx.SyscallConn()
 	raw.Control(func(fd uintptr) { unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_RECVTOS, 1) })
-	pc, ok := withGRO(&lossyConn{UDPConn: rx}).(*groConn)
+	pc, ok := withGRO(newLossyConn(rx, nil, func(string) {})).(*groConn)
 	if !ok {
 		t.Fatal("the kernel refused UDP_GRO")
 	}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/hoplink/hoplink/relay/sockio"
 )
 
 // lossyConn is the relay's UDP socket as quic-go sees it. A send that the
@@ -24,6 +26,16 @@ type lossyConn struct {
 	lost func(reason string)
 	// red says which lone packets go twice (redundant.go); nil: none.
 	red *redundancy
+	// raw sends and receives quic-go's packets in raw system calls
+	// (package sockio); nil where there are none.
+	raw *sockio.UDP
+}
+
+// newLossyConn makes c the relay's socket as quic-go sees it.
+func newLossyConn(c *net.UDPConn, red *redundancy, lost func(reason string)) *lossyConn {
+	l := &lossyConn{UDPConn: c, red: red, lost: lost}
+	l.raw, _ = sockio.NewUDP(c)
+	return l
 }
 
 // lostReason names a transient send error, or returns "" for any other.
@@ -58,6 +70,9 @@ func (c *lossyConn) writeMsg(b, oob []byte, addr *net.UDPAddr) (int, int, error)
 		return c.UDPConn.WriteMsgUDP(b, oob, nil)
 	}
 	ap := addr.AddrPort()
+	if c.raw != nil && c.raw.Sends(ap) {
+		return c.raw.WriteMsg(b, oob, ap)
+	}
 	if a := ap.Addr(); a.Is4In6() {
 		// An IPv4 socket takes only the 4-byte form.
 		ap = netip.AddrPortFrom(a.Unmap(), ap.Port())

@@ -20,7 +20,7 @@ func TestLossyConnSendsWithoutAllocating(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Close()
-	c := &lossyConn{UDPConn: tx, lost: func(string) {}}
+	c := newLossyConn(tx, nil, func(string) {})
 	to := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: rx.LocalAddr().(*net.UDPAddr).Port}
 	if len(to.IP) != net.IPv6len {
 		t.Fatal("net.IPv4 no longer makes the 16-byte form this test is about")

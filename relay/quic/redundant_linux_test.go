@@ -31,7 +31,7 @@ func TestLonePacketsGoTwiceToALossyPeer(t *testing.T) {
 	}
 	defer udp.Close()
 	red := newRedundancy(nil, nil)
-	tx := &lossyConn{UDPConn: udp, red: red, lost: func(string) {}}
+	tx := newLossyConn(udp, red, func(string) {})
 	to := rx.LocalAddr().(*net.UDPAddr)
 
 	// count reads what arrives until the socket stays quiet.

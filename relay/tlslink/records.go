@@ -5,6 +5,8 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+
+	"github.com/hoplink/hoplink/relay/sockio"
 )
 
 // recordConn is the TCP connection under a relay's TLS connection. Between
@@ -13,6 +15,9 @@ import (
 // flow would otherwise cost four system calls and four segments.
 type recordConn struct {
 	*net.TCPConn
+	// io reads and writes the socket in raw system calls (package
+	// sockio); nil where there are none.
+	io   *sockio.Conn
 	mu   sync.Mutex
 	hold bool
 	buf  *[]byte
@@ -23,7 +28,13 @@ type recordConn struct {
 // close_notify and a bare TCP end alike as io.EOF, and only the first is
 // an end of flow (flow.TLSEnd asks ReadEOF).
 func (c *recordConn) Read(b []byte) (int, error) {
-	n, err := c.TCPConn.Read(b)
+	var n int
+	var err error
+	if c.io != nil {
+		n, err = c.io.Read(b)
+	} else {
+		n, err = c.TCPConn.Read(b)
+	}
 	if err == io.EOF {
 		c.eof.Store(true)
 	}
@@ -39,9 +50,19 @@ var recordBuf = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10+4*64); r
 
 func wrap(c net.Conn) net.Conn {
 	if tc, ok := c.(*net.TCPConn); ok {
-		return &recordConn{TCPConn: tc}
+		rc := &recordConn{TCPConn: tc}
+		rc.io, _ = sockio.New(tc)
+		return rc
 	}
 	return c
+}
+
+// send writes b to the socket.
+func (c *recordConn) send(b []byte) (int, error) {
+	if c.io != nil {
+		return c.io.Write(b)
+	}
+	return c.TCPConn.Write(b)
 }
 
 // TCP is the connection itself, for socket options and TCP_INFO.
@@ -51,7 +72,7 @@ func (c *recordConn) Write(b []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.hold {
-		return c.TCPConn.Write(b)
+		return c.send(b)
 	}
 	if c.buf == nil {
 		c.buf = recordBuf.Get().(*[]byte)
@@ -75,7 +96,7 @@ func (c *recordConn) Flush() error {
 	if c.buf == nil {
 		return nil
 	}
-	_, err := c.TCPConn.Write(*c.buf)
+	_, err := c.send(*c.buf)
 	*c.buf = (*c.buf)[:0]
 	if cap(*c.buf) <= 128<<10 {
 		recordBuf.Put(c.buf)

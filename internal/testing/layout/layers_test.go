@@ -17,10 +17,10 @@ import (
 var relayLayers = [][]string{
 	{"relay/kube", "relay/local", "relay/metricsrv"}, // a relay process
 	{"relay"}, // wiring, the roles, routes
-	{"relay/admit", "relay/nexthop", "relay/probe"},                  // policy, the link layer, probes
-	{"relay/quic", "relay/tlslink", "relay/netstack", "relay/udpio"}, // transports and sockets
-	{"relay/flow", "relay/tun"},                                      // flow ends, devices
-	{"relay/hop", "relay/ratelog", "relay/egress", "relay/eyeballs"}, // encodings, warnings, egress, dialing both families
+	{"relay/admit", "relay/nexthop", "relay/probe"},                                  // policy, the link layer, probes
+	{"relay/quic", "relay/tlslink", "relay/netstack", "relay/udpio"},                 // transports and sockets
+	{"relay/flow", "relay/tun"},                                                      // flow ends, devices
+	{"relay/hop", "relay/ratelog", "relay/egress", "relay/eyeballs", "relay/sockio"}, // encodings, warnings, egress, dialing both families, raw socket calls
 }
 
 // chainLogic is what decides routes and reads the manifests: the relay
