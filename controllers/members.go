@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"strings"
 
@@ -32,11 +33,12 @@ import (
 // Chain's labels are written last: a relay's label is added to a Chain only
 // once the RelayNodes the Chain names and the Chain's Tunnels carry it
 // (ChainReconciler.publishMembers), and relays act on a Chain's spec only
-// when its labels say so (manifest.Current). A relay added to a Chain is
-// labelled v1alpha1.MemberJoining first, so that it takes the Chain before
-// the others route flows to it, and joined a moment later (joinDelay); a
-// relay taken out keeps its label as long, for the flows already on their
-// way to it. Labels change only when membership does, so they add no
+// when its labels say so (manifest.Current). A relay an edit adds to a
+// Chain is labelled v1alpha1.MemberJoining first, so that it takes the
+// Chain before the others route flows to it, and joined a moment later
+// (joinDelay); a new Chain, which no relay runs yet, is labelled joined
+// for all its relays at once; a relay taken out keeps its label as long,
+// for the flows already on their way to it. Labels change only when membership does, so they add no
 // writes in a steady state.
 
 // setMembers makes the member labels of labels exactly want (relay ->
@@ -76,12 +78,17 @@ func joined(names []string) map[string]string {
 // differ from what it has.
 func patchMembers(ctx context.Context, c client.Client, o client.Object, want map[string]string) error {
 	orig := o.DeepCopyObject().(client.Object)
-	labels, changed := setMembers(o.GetLabels(), want)
-	if !changed {
+	labels, changed := setMembers(maps.Clone(o.GetLabels()), want)
+	if !changed || alreadyWritten(o, "members", want) {
 		return nil
 	}
+	over := o.GetResourceVersion()
 	o.SetLabels(labels)
-	return c.Patch(ctx, o, client.MergeFrom(orig))
+	if err := c.Patch(ctx, o, client.MergeFrom(orig)); err != nil {
+		return err
+	}
+	written(o, "members", over, want)
+	return nil
 }
 
 // memberValues are the member labels of labels, relay -> value.

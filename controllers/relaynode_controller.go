@@ -119,6 +119,7 @@ func (r *RelayNodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	if err := r.Get(ctx, req.NamespacedName, &rn); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.refusalsTold.Delete(req.NamespacedName)
+			forgetWrites(&v1alpha1.RelayNode{ObjectMeta: metav1.ObjectMeta{Namespace: req.Namespace, Name: req.Name}})
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
