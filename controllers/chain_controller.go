@@ -107,10 +107,13 @@ const joinDelay = 2 * time.Second
 // its label (their label changes requeue the Chain); joinDelay later its
 // label is joined, and the labels of relays the spec no longer names go.
 // A Chain no relay is labelled for yet, a new one, is labelled joined in
-// one step: no relay acts on it, so none can send a flow along it to a
-// relay that has not taken it (the same as a new Tunnel on a Chain whose
-// relays run, whose labels come in one write), and the joining step was a
-// second write of every Chain, 10,000 at issue 41's size.
+// one step, without waiting for its Tunnels' labels: no relay acts on it,
+// so none can send a flow along it to a relay that has not taken it, and
+// its Tunnels reach all its relays each in one write, as a new Tunnel on a
+// Chain whose relays run does. The joining step was a second write of
+// every Chain, 10,000 at issue 41's size, and waiting for the Tunnels
+// (created after their Chains by an apply) left every Chain's labels to
+// the end of the run.
 // It returns when to look again.
 func (r *ChainReconciler) publishMembers(ctx context.Context, ch *v1alpha1.Chain) (time.Duration, error) {
 	key := client.ObjectKeyFromObject(ch).String()
@@ -133,7 +136,7 @@ func (r *ChainReconciler) publishMembers(ctx context.Context, ch *v1alpha1.Chain
 		}
 	}
 	if len(added) > 0 {
-		if ready, err := membersReady(ctx, r.Client, ch, named); err != nil || !ready {
+		if ready, err := membersReady(ctx, r.Client, ch, named, len(have) > 0); err != nil || !ready {
 			return 0, err
 		}
 		if len(have) == 0 {

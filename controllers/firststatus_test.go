@@ -154,6 +154,59 @@ func TestNewChainOneLabelWriteOneStatusWrite(t *testing.T) {
 	}
 }
 
+// A new Chain does not wait for its Tunnels' labels (they reach its
+// relays each in one write, as a new Tunnel's of a running Chain); a
+// running Chain's edit does, as before.
+func TestNewChainDoesNotWaitForItsTunnels(t *testing.T) {
+	ctx := context.Background()
+	c := firstStatusClient(writeCounter{}, tunnel("n", "t1", "c1", 9000))
+	r := &ChainReconciler{Client: c}
+	reconcileOnce(t, r, "c1")
+	var ch v1alpha1.Chain
+	if err := c.Get(ctx, types.NamespacedName{Namespace: "n", Name: "c1"}, &ch); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := memberValues(ch.Labels), joined([]string{"a", "b", "c"}); !maps.Equal(got, want) {
+		t.Errorf("a new Chain with an unlabelled Tunnel: member labels %v, want %v", got, want)
+	}
+
+	abcd := []string{"a", "b", "c", "d"}
+	d := relayNode("n", "d")
+	d.Labels, _ = setMembers(nil, joined(abcd))
+	c = firstStatusClient(writeCounter{}, d)
+	r = &ChainReconciler{Client: c}
+	reconcileOnce(t, r, "c1")
+	for _, n := range abcd {
+		var rn v1alpha1.RelayNode
+		if err := c.Get(ctx, types.NamespacedName{Namespace: "n", Name: n}, &rn); err != nil {
+			t.Fatal(err)
+		}
+		rn.Labels, _ = setMembers(rn.Labels, joined(abcd))
+		if err := c.Update(ctx, &rn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tn := tunnel("n", "t1", "c1", 9000)
+	tn.Labels, _ = setMembers(nil, joined([]string{"a", "b", "c"})) // not d's yet
+	if err := c.Create(ctx, tn); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: "n", Name: "c1"}, &ch); err != nil {
+		t.Fatal(err)
+	}
+	ch.Spec.Via, ch.Spec.Route = []string{"b", "d"}, []string{"a", "b", "d", "c"}
+	if err := c.Update(ctx, &ch); err != nil {
+		t.Fatal(err)
+	}
+	reconcileOnce(t, r, "c1")
+	if err := c.Get(ctx, types.NamespacedName{Namespace: "n", Name: "c1"}, &ch); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := ch.Labels[v1alpha1.MemberLabel("d")]; ok {
+		t.Errorf("d labelled %q on the edited Chain before its Tunnel carries d's label", v)
+	}
+}
+
 // A Chain with relays labelled already is edited in two steps, as before:
 // the relay an edit adds is joining first.
 func TestEditedChainStillJoinsInTwoSteps(t *testing.T) {
