@@ -3,12 +3,15 @@ package controllers
 import (
 	"context"
 	"maps"
+	"slices"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
@@ -72,5 +75,36 @@ func TestOwnWriteNotRepeatedOverAStaleCache(t *testing.T) {
 	other.UID = "uid-other"
 	if alreadyWritten(other, "status", ready(other, ReasonLoopbackListen)) {
 		t.Error("a write to another object of the name counted as this one's")
+	}
+}
+
+// A RelayNode's pods come from the cache's index by their relay label, or
+// by label from a reader without it; either way exactly its own.
+func TestRelayPodsByIndexOrLabel(t *testing.T) {
+	ctx := context.Background()
+	pod := func(name, relay string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "n", Name: name, Labels: map[string]string{LabelRelayNode: relay}}}
+	}
+	objs := []client.Object{pod("a-1", "a"), pod("a-2", "a"), pod("b-1", "b"), pod("other", "")}
+	index := func(o client.Object) []string {
+		if r := o.GetLabels()[LabelRelayNode]; r != "" {
+			return []string{r}
+		}
+		return nil
+	}
+	indexed := fake.NewClientBuilder().WithScheme(Scheme()).WithObjects(objs...).WithIndex(&corev1.Pod{}, indexPodRelay, index).Build()
+	plain := fake.NewClientBuilder().WithScheme(Scheme()).WithObjects(objs...).Build()
+	for name, c := range map[string]client.Reader{"indexed": indexed, "plain": plain} {
+		pods, err := relayPods(ctx, c, "n", "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, p := range pods.Items {
+			got = append(got, p.Name)
+		}
+		if slices.Sort(got); !slices.Equal(got, []string{"a-1", "a-2"}) {
+			t.Errorf("%s reader: pods %v, want a-1 a-2", name, got)
+		}
 	}
 }
