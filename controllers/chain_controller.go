@@ -41,6 +41,9 @@ type ChainReconciler struct {
 	Routes *routectl.Controller
 	writer *routeWriter
 	phases phases
+	// first holds back a new Chain's first status while its relays come
+	// up (firstStatus).
+	first firstStatus
 }
 
 // +kubebuilder:rbac:groups=hoplink.dev,resources=chains,verbs=get;list;watch;patch
@@ -53,6 +56,8 @@ func (r *ChainReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		if apierrors.IsNotFound(err) {
 			r.stopRouting(req.String())
 			r.phases.forget(req.String())
+			r.first.forget(req.String())
+			forgetWrites(&v1alpha1.Chain{ObjectMeta: metav1.ObjectMeta{Namespace: req.Namespace, Name: req.Name}})
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -69,6 +74,11 @@ func (r *ChainReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	status.ObservedGeneration = ch.Generation
 	cond := r.check(ctx, &ch, status)
 	cond.Type, cond.ObservedGeneration = conditionReady, ch.Generation
+	// A new Chain whose relays are still coming up says nothing for a
+	// moment: most are Ready before it is over, one status write each.
+	if wait := r.first.hold(req.String(), ch.Status.Conditions, cond, cond.Reason == ReasonRelayNotReady); wait > 0 {
+		return ctrl.Result{RequeueAfter: sooner(recheck, wait)}, nil
+	}
 	meta.SetStatusCondition(&status.Conditions, cond)
 	return ctrl.Result{RequeueAfter: recheck}, patchStatus(ctx, r.Client, &ch, &ch.Status, status)
 }
@@ -96,6 +106,14 @@ const joinDelay = 2 * time.Second
 // joining once the RelayNodes and Tunnels it needs with the Chain carry
 // its label (their label changes requeue the Chain); joinDelay later its
 // label is joined, and the labels of relays the spec no longer names go.
+// A Chain no relay is labelled for yet, a new one, is labelled joined in
+// one step, without waiting for its Tunnels' labels: no relay acts on it,
+// so none can send a flow along it to a relay that has not taken it, and
+// its Tunnels reach all its relays each in one write, as a new Tunnel on a
+// Chain whose relays run does. The joining step was a second write of
+// every Chain, 10,000 at issue 41's size, and waiting for the Tunnels
+// (created after their Chains by an apply) left every Chain's labels to
+// the end of the run.
 // It returns when to look again.
 func (r *ChainReconciler) publishMembers(ctx context.Context, ch *v1alpha1.Chain) (time.Duration, error) {
 	key := client.ObjectKeyFromObject(ch).String()
@@ -118,8 +136,15 @@ func (r *ChainReconciler) publishMembers(ctx context.Context, ch *v1alpha1.Chain
 		}
 	}
 	if len(added) > 0 {
-		if ready, err := membersReady(ctx, r.Client, ch, named); err != nil || !ready {
+		if ready, err := membersReady(ctx, r.Client, ch, named, len(have) > 0); err != nil || !ready {
 			return 0, err
+		}
+		if len(have) == 0 {
+			if err := patchMembers(ctx, r.Client, ch, want); err != nil {
+				return 0, err
+			}
+			r.phases.forget(key)
+			return 0, nil
 		}
 		next := maps.Clone(have)
 		for _, n := range added {

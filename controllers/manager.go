@@ -73,6 +73,11 @@ type Options struct {
 	// QPS bounds the operator's requests to the API server (default DefaultQPS).
 	QPS float32
 
+	// FirstStatusWait is how long a new Chain or Tunnel waiting only for
+	// what is coming up goes without a Ready condition (firstStatus);
+	// 0: DefaultFirstStatusWait, negative: none.
+	FirstStatusWait time.Duration
+
 	MetricsAddr, ProbeAddr  string
 	PprofAddr               string // empty: no profiling endpoint
 	LeaderElection          bool
@@ -201,6 +206,9 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 		cfg.QPS, cfg.Burst = DefaultQPS, 2*DefaultQPS
 	}
 	cfg.Wrap(countWrites)
+	// How long requests waited for the rate limit above: whether it, or
+	// the API server, bounds a large apply (docs/benchmarks.md).
+	ctrlmetrics.RegisterRESTClientMetrics(ctrlmetrics.MetricRateLimiterLatency)
 	direct, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		return nil, err
@@ -344,10 +352,14 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 	})); err != nil {
 		return nil, err
 	}
-	if err := (&ChainReconciler{Client: mgr.GetClient(), Routes: routes, writer: writer}).SetupWithManager(mgr); err != nil {
+	firstWait := o.FirstStatusWait
+	if firstWait == 0 {
+		firstWait = DefaultFirstStatusWait
+	}
+	if err := (&ChainReconciler{Client: mgr.GetClient(), Routes: routes, writer: writer, first: firstStatus{wait: firstWait}}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("Chain controller: %w", err)
 	}
-	if err := (&TunnelReconciler{Client: mgr.GetClient(), Scheme: scheme, Reports: reports}).SetupWithManager(mgr); err != nil {
+	if err := (&TunnelReconciler{Client: mgr.GetClient(), Scheme: scheme, Reports: reports, first: firstStatus{wait: firstWait}}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("Tunnel controller: %w", err)
 	}
 	if o.MultiCluster.On() {

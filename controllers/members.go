@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"strings"
 
@@ -32,12 +33,15 @@ import (
 // Chain's labels are written last: a relay's label is added to a Chain only
 // once the RelayNodes the Chain names and the Chain's Tunnels carry it
 // (ChainReconciler.publishMembers), and relays act on a Chain's spec only
-// when its labels say so (manifest.Current). A relay added to a Chain is
-// labelled v1alpha1.MemberJoining first, so that it takes the Chain before
-// the others route flows to it, and joined a moment later (joinDelay); a
-// relay taken out keeps its label as long, for the flows already on their
-// way to it. Labels change only when membership does, so they add no
-// writes in a steady state.
+// when its labels say so (manifest.Current). A relay an edit adds to a
+// Chain is labelled v1alpha1.MemberJoining first, so that it takes the
+// Chain before the others route flows to it, and joined a moment later
+// (joinDelay); a relay taken out keeps its label as long, for the flows
+// already on their way to it. A new Chain, which no relay runs yet, is
+// labelled joined for all its relays at once, once its RelayNodes carry
+// their labels: its Tunnels reach its relays each in one write, as a new
+// Tunnel of a running Chain does. Labels change only when membership
+// does, so they add no writes in a steady state.
 
 // setMembers makes the member labels of labels exactly want (relay ->
 // value), and says whether anything changed.
@@ -76,12 +80,17 @@ func joined(names []string) map[string]string {
 // differ from what it has.
 func patchMembers(ctx context.Context, c client.Client, o client.Object, want map[string]string) error {
 	orig := o.DeepCopyObject().(client.Object)
-	labels, changed := setMembers(o.GetLabels(), want)
-	if !changed {
+	labels, changed := setMembers(maps.Clone(o.GetLabels()), want)
+	if !changed || alreadyWritten(o, "members", want) {
 		return nil
 	}
+	over := o.GetResourceVersion()
 	o.SetLabels(labels)
-	return c.Patch(ctx, o, client.MergeFrom(orig))
+	if err := c.Patch(ctx, o, client.MergeFrom(orig)); err != nil {
+		return err
+	}
+	written(o, "members", over, want)
+	return nil
 }
 
 // memberValues are the member labels of labels, relay -> value.
@@ -145,9 +154,12 @@ func tunnelMembers(ctx context.Context, c client.Reader, t *v1alpha1.Tunnel) ([]
 }
 
 // membersReady says whether the RelayNodes a Chain names (those that
-// exist) and its Tunnels carry the member labels of names, so that the
-// Chain may carry them too.
-func membersReady(ctx context.Context, c client.Reader, ch *v1alpha1.Chain, names []string) (bool, error) {
+// exist) and, with tunnels, its Tunnels carry the member labels of names,
+// so that the Chain may carry them too. A new Chain, which no relay runs,
+// need not wait for its Tunnels: a relay that takes it without them opens
+// nothing for it, and takes each as its labels come, as it takes a new
+// Tunnel of a Chain it runs.
+func membersReady(ctx context.Context, c client.Reader, ch *v1alpha1.Chain, names []string, tunnels bool) (bool, error) {
 	for _, n := range names {
 		var rn v1alpha1.RelayNode
 		err := c.Get(ctx, types.NamespacedName{Namespace: ch.Namespace, Name: n}, &rn)
@@ -161,13 +173,16 @@ func membersReady(ctx context.Context, c client.Reader, ch *v1alpha1.Chain, name
 			return false, nil
 		}
 	}
-	var tunnels v1alpha1.TunnelList
-	if err := c.List(ctx, &tunnels, client.InNamespace(ch.Namespace), client.MatchingFields{indexTunnelChain: ch.Name},
+	if !tunnels {
+		return true, nil
+	}
+	var tl v1alpha1.TunnelList
+	if err := c.List(ctx, &tl, client.InNamespace(ch.Namespace), client.MatchingFields{indexTunnelChain: ch.Name},
 		client.UnsafeDisableDeepCopy); err != nil {
 		return false, err
 	}
-	for i := range tunnels.Items {
-		if !hasMembers(tunnels.Items[i].Labels, names) {
+	for i := range tl.Items {
+		if !hasMembers(tl.Items[i].Labels, names) {
 			return false, nil
 		}
 	}

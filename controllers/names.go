@@ -72,12 +72,19 @@ func enqueueReferrers(c client.Client, list client.ObjectList, index string) han
 // patchStatus gives obj the wanted status (current points at obj's) and
 // patches it, only when it differs, so that a reconcile with nothing to
 // change costs no API write. Conditions set with meta.SetStatusCondition keep
-// their transition time while unchanged, so they compare equal.
+// their transition time while unchanged, so they compare equal. Nor is
+// the same status written again over the same version of obj, from a
+// cache that has not delivered the first write yet (ownWrites).
 func patchStatus[S any](ctx context.Context, c client.Client, obj client.Object, current, want *S) error {
-	if equality.Semantic.DeepEqual(current, want) {
+	if equality.Semantic.DeepEqual(current, want) || alreadyWritten(obj, "status", want) {
 		return nil
 	}
+	over := obj.GetResourceVersion()
 	orig := obj.DeepCopyObject().(client.Object)
 	*current = *want
-	return c.Status().Patch(ctx, obj, client.MergeFrom(orig))
+	if err := c.Status().Patch(ctx, obj, client.MergeFrom(orig)); err != nil {
+		return err
+	}
+	written(obj, "status", over, want)
+	return nil
 }

@@ -82,8 +82,8 @@ func sidecarSubjects(pods []corev1.Pod) []rbacv1.Subject {
 // sidecarPods are the namespace's pods labelled for this RelayNode, not
 // the operator's own relay pods, not terminating, not finished (a Job's).
 func (r *RelayNodeReconciler) sidecarPods(ctx context.Context, rn *v1alpha1.RelayNode) ([]corev1.Pod, error) {
-	var list corev1.PodList
-	if err := r.List(ctx, &list, client.InNamespace(rn.Namespace), client.MatchingLabels{LabelRelayNode: rn.Name}); err != nil {
+	list, err := relayPods(ctx, r.Client, rn.Namespace, rn.Name)
+	if err != nil {
 		return nil, err
 	}
 	var out []corev1.Pod

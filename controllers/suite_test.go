@@ -121,6 +121,10 @@ func startSuite() error {
 	mgr, err := NewManager(ctx, mcfg, Options{
 		Image: "hoplink:test", AllowedRelayImages: []string{"allowed.example/hoplink:"}, CASecret: testCA, CreateCA: true,
 		MetricsAddr: "0", ProbeAddr: "0", Version: testVersion,
+		// Tests that wait for a Chain or Tunnel to say it is not ready
+		// need not wait the default 10 s (firststatus_test.go checks the
+		// wait itself).
+		FirstStatusWait: 500 * time.Millisecond,
 		Webhook: WebhookOptions{Port: wh.LocalServingPort, Host: wh.LocalServingHost, Hosts: []string{wh.LocalServingHost},
 			Secret: testWebhookSecret, Config: testWebhookConfig, ClientCA: clientCA, ClientNames: []string{testAPIServerClient}},
 	})

@@ -42,6 +42,9 @@ type TunnelReconciler struct {
 	Scheme *runtime.Scheme
 	// Reports are the entry relays' own word on whether they listen.
 	Reports *relayReports
+	// first holds back a new Tunnel's first status while its Chain comes
+	// up (firstStatus).
+	first firstStatus
 }
 
 // +kubebuilder:rbac:groups=hoplink.dev,resources=tunnels,verbs=get;list;watch;patch
@@ -51,6 +54,10 @@ type TunnelReconciler struct {
 func (r *TunnelReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var t v1alpha1.Tunnel
 	if err := r.Get(ctx, req.NamespacedName, &t); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.first.forget(req.String())
+			forgetWrites(&v1alpha1.Tunnel{ObjectMeta: metav1.ObjectMeta{Namespace: req.Namespace, Name: req.Name}})
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	// The relays of its Chain read it, and may before they see the Chain
@@ -89,8 +96,28 @@ func (r *TunnelReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		}
 	}
 	cond.Type, cond.ObservedGeneration = conditionReady, t.Generation
+	// A new Tunnel whose Chain is still coming up says nothing for a
+	// moment: most are Ready before it is over, one status write each.
+	if wait := r.first.hold(req.String(), t.Status.Conditions, cond, err == nil && r.chainComingUp(ctx, &t, cond)); wait > 0 {
+		return ctrl.Result{RequeueAfter: sooner(res.RequeueAfter, wait)}, nil
+	}
 	meta.SetStatusCondition(&status.Conditions, cond)
 	return res, errors.Join(err, patchStatus(ctx, r.Client, &t, &t.Status, status))
+}
+
+// chainComingUp says whether cond, a Tunnel's Ready condition, waits only
+// for its Chain, which is itself coming up: held back as new, or waiting
+// for its relays to be ready.
+func (r *TunnelReconciler) chainComingUp(ctx context.Context, t *v1alpha1.Tunnel, cond metav1.Condition) bool {
+	if cond.Reason != ReasonChainNotReady {
+		return false
+	}
+	var ch v1alpha1.Chain
+	if r.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: t.Spec.Chain}, &ch) != nil {
+		return false
+	}
+	c := meta.FindStatusCondition(ch.Status.Conditions, conditionReady)
+	return c == nil || c.Reason == ReasonRelayNotReady
 }
 
 // listening is the Tunnel's Listening condition from its entry relays'

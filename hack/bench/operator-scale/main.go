@@ -71,6 +71,8 @@ func main() {
 	bin := flag.String("bin", "bin/hoplink", "hoplink binary to run as the operator")
 	out := flag.String("out", "docs/benchmarks.md", "file whose operator-scale-SIZE section is replaced (empty: print only)")
 	qps := flag.String("qps", "", "the operator's --kube-api-qps (empty: its default)")
+	profileDir := flag.String("profile", "", "save CPU profiles of kube-apiserver (and of the operator, with OPERATOR_PPROF=ADDR) into this directory, from the first create")
+	profileSecs := flag.Int("profile-seconds", 60, "how long the -profile profiles run")
 	flag.Parse()
 	sz, ok := sizes[*sizeName]
 	if !ok {
@@ -79,7 +81,7 @@ func main() {
 	custom := false
 	sz.name = *sizeName
 	flag.Visit(func(f *flag.Flag) {
-		if f.Name != "size" && f.Name != "bin" && f.Name != "out" {
+		if f.Name != "size" && f.Name != "bin" && f.Name != "out" && f.Name != "profile" && f.Name != "profile-seconds" {
 			if f.Name != "qps" {
 				sz.name += " -" + f.Name + " " + f.Value.String()
 			}
@@ -96,14 +98,21 @@ func main() {
 	if custom {
 		section = "" // a size of its own is printed, not written over a named one
 	}
-	if err := run(sz, *steady, *bin, *qps, *out, section); err != nil {
+	prof := profiling{dir: *profileDir, seconds: *profileSecs}
+	if err := run(sz, *steady, *bin, *qps, *out, section, prof); err != nil {
 		log.Fatal(err)
 	}
 }
 
 const ns = "scale"
 
-func run(sz size, steady time.Duration, bin, qps, out, section string) error {
+// profiling says where to save CPU profiles ("": none) and for how long.
+type profiling struct {
+	dir     string
+	seconds int
+}
+
+func run(sz size, steady time.Duration, bin, qps, out, section string, prof profiling) error {
 	env := &envtest.Environment{CRDDirectoryPaths: []string{"config/crd/bases"}, ErrorIfCRDPathMissing: true}
 	// Every Tunnel has a Service: envtest's default range (a /24) holds 254.
 	env.ControlPlane.GetAPIServer().Configure().Set("service-cluster-ip-range", "10.96.0.0/16")
@@ -148,8 +157,9 @@ func run(sz size, steady time.Duration, bin, qps, out, section string) error {
 	metricsAddr := "127.0.0.1:18980"
 	args := []string{"operator", "--kubeconfig", kubeconfig, "--namespace", "hoplink-system", "--relay-image", "hoplink:bench",
 		"--metrics-addr", metricsAddr, "--health-probe-addr", "0", "--log-level", "error"}
-	if p := os.Getenv("OPERATOR_PPROF"); p != "" {
-		args = append(args, "--pprof-addr", p)
+	operatorPprof := os.Getenv("OPERATOR_PPROF")
+	if operatorPprof != "" {
+		args = append(args, "--pprof-addr", operatorPprof)
 	}
 	if qps != "" {
 		args = append(args, "--kube-api-qps", qps)
@@ -161,18 +171,25 @@ func run(sz size, steady time.Duration, bin, qps, out, section string) error {
 		return err
 	}
 	defer func() { op.Process.Signal(syscall.SIGTERM); op.Wait() }()
-	go standInKubelet(ctx, c)
-	go standInSlices(ctx, c)
+	watched, err := watchCache(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	go standInKubelet(ctx, c, watched)
+	go standInSlices(ctx, c, watched)
 	time.Sleep(2 * time.Second) // the operator's caches sync
 	writes0, err := operatorWrites(metricsAddr)
 	if err != nil {
 		return err
 	}
 	bd0, _ := breakdown(metricsAddr)
-	procs := map[string]int{"operator": op.Process.Pid, "kube-apiserver": apiserver, "etcd": etcd}
+	lim0 := limits(metricsAddr)
+	procs := map[string]int{"operator": op.Process.Pid, "kube-apiserver": apiserver, "etcd": etcd, "bench": os.Getpid()}
 	cpu0 := cpuAll(procs)
+	load0 := loadAverage()
 
 	start := time.Now()
+	profiles(ctx, cfg, operatorPprof, prof.dir, prof.seconds)
 	name := func(i int) string {
 		i %= sz.relays
 		if i < sz.sidecarRelays {
@@ -221,11 +238,11 @@ func run(sz size, steady time.Duration, bin, qps, out, section string) error {
 	log.Printf("created in %.1f s", created.Seconds())
 	var readyAt time.Duration
 	for deadline := time.Now().Add(40 * time.Minute); ; time.Sleep(5 * time.Second) {
-		r, ch, tn, why, err := countReady(ctx, c)
+		r, ch, tn, why, err := countReady(ctx, watched)
 		if err != nil {
 			return err
 		}
-		log.Printf("%.0f s: Ready %d/%d relays, %d/%d chains, %d/%d tunnels (%s)", time.Since(start).Seconds(), r, sz.relays, ch, sz.chains, tn, sz.tunnels, why)
+		log.Printf("%.0f s: Ready %d/%d relays, %d/%d chains, %d/%d tunnels (%s); load %s", time.Since(start).Seconds(), r, sz.relays, ch, sz.chains, tn, sz.tunnels, why, loadAverage())
 		if r == sz.relays && ch == sz.chains && tn == sz.tunnels {
 			readyAt = time.Since(start)
 			break
@@ -235,9 +252,11 @@ func run(sz size, steady time.Duration, bin, qps, out, section string) error {
 		}
 	}
 	cpuReady := cpuAll(procs)
+	loadReady := loadAverage()
 	rss, hwm := memory(op.Process.Pid)
 	writes1, _ := operatorWrites(metricsAddr)
 	bd1, _ := breakdown(metricsAddr)
+	lim1 := limits(metricsAddr)
 
 	// Hollow relays: the edited Chain's, the relay it gains, and a sample.
 	edited := "c00000"
@@ -292,7 +311,7 @@ func run(sz size, steady time.Duration, bin, qps, out, section string) error {
 		return err
 	}
 
-	report := formatReport(sz, qps, created, readyAt, cpu0, cpuReady, cpuS0, cpuS1, rss, hwm, writes1-writes0,
+	report := formatReport(sz, qps, created, readyAt, [2]string{load0, loadReady}, [2][3]float64{lim0, lim1}, cpu0, cpuReady, cpuS0, cpuS1, rss, hwm, writes1-writes0,
 		perMin(float64(api1.total-api0.total)), perMin(float64(api1.leases-api0.leases)), perMin(float64(opW1-opW0)),
 		steady, rows, joining, edited, join, leave, time.Since(hollowStart), [4]map[string]float64{bd0, bd1, bdS0, bdS1})
 	if section != "" {
@@ -378,8 +397,14 @@ func editLatency(ctx context.Context, c client.Client, hs []*hollow, name string
 	return out, nil
 }
 
+// limits is limiterWait's figures, zeros when the operator says none.
+func limits(addr string) [3]float64 {
+	s, r, w, _ := limiterWait(addr)
+	return [3]float64{s, r, w}
+}
+
 // countReady counts the Ready objects, and says why one is not.
-func countReady(ctx context.Context, c client.Client) (relays, chains, tunnels int, why string, err error) {
+func countReady(ctx context.Context, c client.Reader) (relays, chains, tunnels int, why string, err error) {
 	var rl v1alpha1.RelayNodeList
 	var cl v1alpha1.ChainList
 	var tl v1alpha1.TunnelList
@@ -445,7 +470,7 @@ func unsettled(ch *v1alpha1.Chain) string {
 }
 
 // formatReport is the Markdown table of one run.
-func formatReport(sz size, qps string, created, readyAt time.Duration, cpu0, cpuReady, cpuS0, cpuS1 map[string]float64, rss, hwm float64,
+func formatReport(sz size, qps string, created, readyAt time.Duration, load [2]string, lim [2][3]float64, cpu0, cpuReady, cpuS0, cpuS1 map[string]float64, rss, hwm float64,
 	readyWrites int, apiPerMin, leasesPerMin, opPerMin float64, steady time.Duration, rows []hollowRow, joinName, editedName string, join, leave map[string]time.Duration, hollowFor time.Duration, bd [4]map[string]float64) string {
 	var b strings.Builder
 	flags := ""
@@ -459,10 +484,16 @@ func formatReport(sz size, qps string, created, readyAt time.Duration, cpu0, cpu
 	fmt.Fprintf(&b, "| objects created | %d RelayNodes (%d sidecar), %d sidecar pods, %d Chains, %d Tunnels (%d), in %.1f s |\n",
 		sz.relays, sz.sidecarRelays, sz.pods, sz.chains, sz.tunnels, objects, created.Seconds())
 	fmt.Fprintf(&b, "| all Ready, from the first create (Chains: and their member labels settled) | %.1f s |\n", readyAt.Seconds())
-	fmt.Fprintf(&b, "| CPU seconds to reach Ready: operator, kube-apiserver, etcd | %.0f, %.0f, %.0f |\n",
-		cpuReady["operator"]-cpu0["operator"], cpuReady["kube-apiserver"]-cpu0["kube-apiserver"], cpuReady["etcd"]-cpu0["etcd"])
+	fmt.Fprintf(&b, "| the host's load average (1, 5, 15 min) at the first create; at Ready | %s; %s |\n", load[0], load[1])
+	fmt.Fprintf(&b, "| CPU seconds to reach Ready: operator, kube-apiserver, etcd; the bench (load generator, stand-ins, its watches) | %.0f, %.0f, %.0f; %.0f |\n",
+		cpuReady["operator"]-cpu0["operator"], cpuReady["kube-apiserver"]-cpu0["kube-apiserver"], cpuReady["etcd"]-cpu0["etcd"], cpuReady["bench"]-cpu0["bench"])
+	if w := float64(readyWrites); w > 0 {
+		fmt.Fprintf(&b, "| kube-apiserver CPU per operator write (all it served, divided) | %.1f ms |\n", 1000*(cpuReady["kube-apiserver"]-cpu0["kube-apiserver"])/w)
+	}
 	fmt.Fprintf(&b, "| operator RSS when all Ready (peak) | %.0f MiB (%.0f MiB) |\n", rss, hwm)
 	fmt.Fprintf(&b, "| operator API writes to reach Ready | %d (%.1f per object) |\n", readyWrites, float64(readyWrites)/float64(objects))
+	fmt.Fprintf(&b, "| operator requests' wait for its own rate limit (`--kube-api-qps`) to reach Ready: in all; requests that waited over 25 ms | %.1f s; %.0f of %.0f |\n",
+		lim[1][0]-lim[0][0], lim[1][2]-lim[0][2], lim[1][1]-lim[0][1])
 	fmt.Fprintf(&b, "| steady state (%s, after Ready): API server writes a minute, all clients, leases aside | %.1f (leases: %.1f) |\n", steady, apiPerMin-leasesPerMin, leasesPerMin)
 	fmt.Fprintf(&b, "| &nbsp; by resource and verb | %s |\n", diffLine(bd[0], bd[1], false, 1))
 	fmt.Fprintf(&b, "| reconciles to reach Ready, by controller and result | %s |\n", diffLine(bd[0], bd[1], true, 1))

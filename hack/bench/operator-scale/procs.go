@@ -215,3 +215,44 @@ func replaceSection(file, name, section string) error {
 	e += len("<!-- " + name + ":end -->\n")
 	return os.WriteFile(file, []byte(s[:b]+section+s[e:]), 0o644)
 }
+
+// loadAverage is the host's 1, 5 and 15 minute load averages, "1.2, 3.4,
+// 5.6": other jobs share these cores, and the times move with them.
+func loadAverage() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(data)); err == nil && len(f) >= 3 {
+		return f[0] + ", " + f[1] + ", " + f[2]
+	}
+	return "unknown"
+}
+
+// limiterWait reads how long the operator's requests waited for its own
+// client-side rate limit (rest_client_rate_limiter_duration_seconds): the
+// seconds in all, the requests, and those that waited over 25 ms.
+func limiterWait(addr string) (seconds, requests, waited float64, err error) {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer resp.Body.Close()
+	const name = "rest_client_rate_limiter_duration_seconds"
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	var fast float64
+	for sc.Scan() {
+		m := seriesLine.FindStringSubmatch(sc.Text())
+		if m == nil || !strings.HasPrefix(m[1], name) {
+			continue
+		}
+		v, _ := strconv.ParseFloat(m[3], 64)
+		switch {
+		case m[1] == name+"_sum":
+			seconds += v
+		case m[1] == name+"_count":
+			requests += v
+		case m[1] == name+"_bucket" && strings.Contains(m[2], `le="0.025"`):
+			fast += v
+		}
+	}
+	return seconds, requests, requests - fast, sc.Err()
+}

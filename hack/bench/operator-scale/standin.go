@@ -23,12 +23,13 @@ const (
 )
 
 // standInKubelet marks every relay DaemonSet as having one ready pod, and
-// makes that pod, as the DaemonSet controller and a kubelet would.
-func standInKubelet(ctx context.Context, c client.Client) {
+// makes that pod, as the DaemonSet controller and a kubelet would; it reads
+// the DaemonSets from the bench's watches (w), as they do.
+func standInKubelet(ctx context.Context, c client.Client, w client.Reader) {
 	done := map[string]bool{}
 	for ctx.Err() == nil {
 		var dss appsv1.DaemonSetList
-		if err := c.List(ctx, &dss, client.InNamespace(ns)); err == nil {
+		if err := w.List(ctx, &dss, client.InNamespace(ns)); err == nil {
 			for i := range dss.Items {
 				ds := &dss.Items[i]
 				if done[ds.Name] {
@@ -50,22 +51,22 @@ func standInKubelet(ctx context.Context, c client.Client) {
 				}
 			}
 		}
-		// Listing DaemonSets costs the shared API server; poll gently.
 		time.Sleep(2 * time.Second)
 	}
 }
 
 // standInSlices writes one EndpointSlice for each sidecar relay's headless
 // Service, listing its ready pods and copying the Service's labels, as the
-// EndpointSlice controller does; it writes only what changed.
-func standInSlices(ctx context.Context, c client.Client) {
+// EndpointSlice controller does; it writes only what changed. It reads
+// from the bench's watches (w), as that controller does.
+func standInSlices(ctx context.Context, c client.Client, w client.Reader) {
 	for ctx.Err() == nil {
 		var svcs corev1.ServiceList
 		var pods corev1.PodList
 		var slices discoveryv1.EndpointSliceList
 		hasRelay := client.HasLabels{controllers.LabelRelayNode}
-		if c.List(ctx, &svcs, client.InNamespace(ns), hasRelay) != nil || c.List(ctx, &pods, client.InNamespace(ns), hasRelay) != nil ||
-			c.List(ctx, &slices, client.InNamespace(ns)) != nil {
+		if w.List(ctx, &svcs, client.InNamespace(ns), hasRelay) != nil || w.List(ctx, &pods, client.InNamespace(ns), hasRelay) != nil ||
+			w.List(ctx, &slices, client.InNamespace(ns)) != nil {
 			time.Sleep(time.Second)
 			continue
 		}
