@@ -77,23 +77,17 @@ func New(c interface {
 
 // Read reads what the socket holds into b, waiting on the poller while it
 // holds nothing.
-func (s *Conn) Read(b []byte) (int, error) {
-	s.rmu.Lock()
-	defer s.rmu.Unlock()
-	s.r = op{b: b}
-	err := s.rc.Read(s.readFn)
-	r := s.r
-	s.r = op{}
-	return s.result("read", r, err)
-}
+func (s *Conn) Read(b []byte) (int, error) { return s.read(b, s.readFn) }
 
 // ReadNow reads what the socket holds into b without waiting: 0 and no
 // error when it holds nothing.
-func (s *Conn) ReadNow(b []byte) (int, error) {
+func (s *Conn) ReadNow(b []byte) (int, error) { return s.read(b, s.readNowFn) }
+
+func (s *Conn) read(b []byte, fn func(fd uintptr) bool) (int, error) {
 	s.rmu.Lock()
 	defer s.rmu.Unlock()
 	s.r = op{b: b}
-	err := s.rc.Read(s.readNowFn)
+	err := s.rc.Read(fn)
 	r := s.r
 	s.r = op{}
 	return s.result("read", r, err)
