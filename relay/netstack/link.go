@@ -12,6 +12,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
+	"gvisor.dev/gvisor/pkg/tcpip/stack/gro"
 
 	"github.com/hoplink/hoplink/relay/tun"
 )
@@ -133,73 +134,95 @@ func (l *link) stopReading() {
 }
 
 // read delivers the device's packets to the stack until the device closes.
+// It reads what the device holds in one batch; without offload, the TCP
+// segments of a batch that continue one another are joined first (gvisor's
+// GRO), so the stack handles one packet per run of segments, not one per
+// MTU: per packet, gvisor's IPv6 path costs more than its IPv4 path, and
+// the kernel's super-packets do this joining where the device has offload.
 func (l *link) read() {
 	defer close(l.done)
-	buf := make([]byte, tun.MaxRead)
 	stats := l.dev.Stats
+	batch := tun.NewBatch()
 	var failures tun.ReadFailures
+	var gro gro.GRO
+	gro.Init(!l.offload)
 	for {
-		gso, pkt, err := l.dev.ReadPacket(buf)
+		err := l.dev.ReadBatch(batch)
 		if failures.Gone(err) || err != nil && l.closed.Load() {
 			if !l.closed.Load() {
 				stats.Dropped("device_gone")
 			}
 			return
 		}
-		if err != nil || len(pkt) == 0 {
-			continue // a packet the kernel failed to hand over, or a malformed one
+		if err != nil {
+			continue // a packet the kernel failed to hand over
 		}
-		if gso == tun.GSOUDPL4 {
-			// The device offers no UDP segmentation (see Stack), so this
-			// cannot happen; a UDP super-packet must not reach the stack
-			// as one datagram.
-			stats.Dropped("unsupported_gso")
-			continue
-		}
-		var proto tcpip.NetworkProtocolNumber
-		switch pkt[0] >> 4 {
-		case 4:
-			proto = header.IPv4ProtocolNumber
-		case 6:
-			proto = header.IPv6ProtocolNumber
-		default:
-			stats.Dropped("not_ip")
-			continue
-		}
-		stats.Read(1, len(pkt))
-		if tun.HiddenICMP(pkt) {
-			// Perhaps a piece of a ping, which the stack would put
-			// together and answer itself: dropped, as is a ping too large
-			// for the device (see IsEchoRequest below).
-			stats.Dropped("hidden_icmp")
-			continue
-		}
-		if tun.IsEchoRequest(pkt) {
-			// A ping is answered only if its destination answers at the
-			// exit: the relay carries it there (echo). Never here, which
-			// would say a host is up that may not be.
-			e, ok := tun.ParseEchoRequest(pkt)
-			switch {
-			case !ok:
-				stats.Dropped("malformed")
-			case !l.allowed(e.Dst):
-				stats.Dropped("not_routed")
-			case l.echo == nil:
-				stats.Dropped("not_routed")
-			default:
-				l.echo(e)
-			}
-			continue
-		}
-		p := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: payloadOf(pkt)})
 		l.mu.Lock()
-		d := l.dispatcher
+		gro.Dispatcher = l.dispatcher
 		l.mu.Unlock()
-		if d != nil {
-			d.DeliverNetworkPacket(proto, p)
+		for i, pkt := range batch.Pkts {
+			l.deliver(&gro, batch.Hdrs[i][1], pkt)
 		}
-		p.DecRef()
+		if gro.Dispatcher != nil {
+			gro.Flush()
+		}
 	}
+}
+
+// deliver hands one packet read from the device to the stack, through
+// GRO, or takes it aside: a ping goes to echo, never to the stack.
+func (l *link) deliver(gro *gro.GRO, gso uint8, pkt []byte) {
+	stats := l.dev.Stats
+	if gso == tun.GSOUDPL4 {
+		// The device offers no UDP segmentation (see Stack), so this
+		// cannot happen; a UDP super-packet must not reach the stack as
+		// one datagram.
+		stats.Dropped("unsupported_gso")
+		return
+	}
+	var proto tcpip.NetworkProtocolNumber
+	switch pkt[0] >> 4 {
+	case 4:
+		proto = header.IPv4ProtocolNumber
+	case 6:
+		proto = header.IPv6ProtocolNumber
+	default:
+		stats.Dropped("not_ip")
+		return
+	}
+	if tun.HiddenICMP(pkt) {
+		// Perhaps a piece of a ping, which the stack would put together
+		// and answer itself: dropped, as is a ping too large for the
+		// device (see IsEchoRequest below).
+		stats.Dropped("hidden_icmp")
+		return
+	}
+	if tun.IsEchoRequest(pkt) {
+		// A ping is answered only if its destination answers at the exit:
+		// the relay carries it there (echo). Never here, which would say a
+		// host is up that may not be.
+		e, ok := tun.ParseEchoRequest(pkt)
+		switch {
+		case !ok:
+			stats.Dropped("malformed")
+		case !l.allowed(e.Dst):
+			stats.Dropped("not_routed")
+		case l.echo == nil:
+			stats.Dropped("not_routed")
+		default:
+			l.echo(e)
+		}
+		return
+	}
+	if gro.Dispatcher == nil {
+		return
+	}
+	p := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: payloadOf(pkt)})
+	// Every packet comes from the local kernel (see Capabilities); GRO
+	// joins only packets whose checksums are taken as checked.
+	p.NetworkProtocolNumber, p.RXChecksumValidated = proto, true
+	gro.Enqueue(p)
+	p.DecRef()
 }
 
 // WritePackets hands the stack's packets to the device, one write each; a
