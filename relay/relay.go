@@ -285,7 +285,7 @@ func (r *Relay) Update(set *manifest.Set) error {
 	r.mu.Lock()
 	var stops []func()
 	for key, et := range r.tunnels {
-		if t := want[key]; t == nil || !equality.Semantic.DeepEqual(et.spec, t.Spec) || !slices.Equal(et.addrs, r.listenAddrs(t)) {
+		if t := want[key]; t == nil || !equality.Semantic.DeepEqual(et.spec, t.Spec) || !slices.Equal(et.addrs, r.env.listenAddrs(t)) {
 			stops = append(stops, et.stop)
 			delete(r.tunnels, key)
 			if t == nil {
@@ -392,7 +392,7 @@ func boolGauge(b bool) float64 {
 
 // open opens a Tunnel's entry with the role of its protocol.
 func (r *Relay) open(t *v1alpha1.Tunnel) error {
-	addrs, loopbacks := r.entryListen(t)
+	addrs, loopbacks := r.env.entryListen(t)
 	key := manifest.Key(t.Namespace, t.Name)
 	var stop func()
 	var bound []string
@@ -444,14 +444,14 @@ var sidecarLoopbacks = []string{"127.0.0.1", "::1"}
 // clients spec.listen.allowedSources admit (loopbackAdmitted), as long as
 // one is: a listener that took an app's connection only to reset it would
 // keep the app, dialing localhost, from falling back to the other loopback.
-func (r *Relay) entryListen(t *v1alpha1.Tunnel) (addrs []string, loopbacks bool) {
+func (e *env) entryListen(t *v1alpha1.Tunnel) (addrs []string, loopbacks bool) {
 	l := t.Spec.Listen
 	if l == nil {
 		return nil, false
 	}
 	port := strconv.Itoa(int(l.Port))
 	if l.Address == "" {
-		if self := r.set.Load().Relay(r.cfg.Name); self != nil && self.Spec.IsSidecar() {
+		if self := e.set.Load().Relay(e.name); self != nil && self.Spec.IsSidecar() {
 			sources, err := manifest.AllowedSources(l)
 			for _, a := range sidecarLoopbacks {
 				if err == nil && loopbackAdmitted(sources, a) {
@@ -493,8 +493,8 @@ func loopbackAdmitted(sources []netip.Prefix, a string) bool {
 }
 
 // listenAddrs are where a Tunnel's entry is to listen (entryListen).
-func (r *Relay) listenAddrs(t *v1alpha1.Tunnel) []string {
-	addrs, _ := r.entryListen(t)
+func (e *env) listenAddrs(t *v1alpha1.Tunnel) []string {
+	addrs, _ := e.entryListen(t)
 	return addrs
 }
 

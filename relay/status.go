@@ -66,7 +66,7 @@ func (r *Relay) status() *adminapi.Status {
 		e := adminapi.Entry{Tunnel: key, Open: et != nil, Flows: r.env.entryFlows(key), Limits: limitsText(t.Spec.Limits)}
 		if et != nil {
 			e.Listen = et.listen
-		} else if addrs, _ := r.entryListen(t); len(addrs) > 0 {
+		} else if addrs, _ := r.env.entryListen(t); len(addrs) > 0 {
 			e.Listen = listenText(addrs) // where it tries to
 		}
 		if err := r.failed[key]; err != nil {
