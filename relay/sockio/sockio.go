@@ -135,28 +135,21 @@ func unwrapOp(err error) error {
 	return err
 }
 
-func (s *Conn) readReady(fd uintptr) bool {
-	for {
-		n, e := Read(fd, s.r.b)
-		switch e {
-		case unix.EINTR:
-			continue
-		case unix.EAGAIN:
-			return false
-		}
-		s.r.note(n, e)
-		return true
-	}
-}
+// readReady is a read that waits on the poller while there is nothing;
+// readIfAny one that does not.
+func (s *Conn) readReady(fd uintptr) bool { return s.readOnce(fd, false) }
+func (s *Conn) readIfAny(fd uintptr) bool { return s.readOnce(fd, true) }
 
-func (s *Conn) readIfAny(fd uintptr) bool {
+// readOnce reads once, past interruptions; an empty socket makes it
+// return onEmpty (true: done, with nothing read).
+func (s *Conn) readOnce(fd uintptr, onEmpty bool) bool {
 	for {
 		n, e := Read(fd, s.r.b)
 		switch e {
 		case unix.EINTR:
 			continue
 		case unix.EAGAIN:
-			return true
+			return onEmpty
 		}
 		s.r.note(n, e)
 		return true
