@@ -1,10 +1,12 @@
 package testutil
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -72,6 +74,23 @@ func (c LoopbackChain) Manifests(t testing.TB) string {
 
 // DialTunnel connects to a Tunnel's listener on loopback; the connection
 // gives up after a minute, so that a test that hangs on it ends.
+// DialRefusable dials a Tunnel's entry that may refuse the flow: nil when
+// the entry's reset arrived before the dial returned (the kernel completes
+// the handshake, and a relay that refuses at once can reset it before the
+// dialer has checked the connection), else the connection, as DialTunnel.
+func DialRefusable(t testing.TB, port int) *net.TCPConn {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 5*time.Second)
+	if errors.Is(err, syscall.ECONNRESET) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetDeadline(time.Now().Add(60 * time.Second))
+	return c.(*net.TCPConn)
+}
+
 func DialTunnel(t testing.TB, port int) *net.TCPConn {
 	t.Helper()
 	c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 5*time.Second)
