@@ -118,7 +118,8 @@ if [[ -n ${PEERS:-} ]]; then
   )
   cat >"$work/haproxy.cfg" <<CFG
 global
-  maxconn 8000
+  maxconn 8000${HAPROXY_THREADS:+
+  nbthread $HAPROXY_THREADS}
   ssl-default-bind-options ssl-min-ver TLSv1.3
   ssl-default-server-options ssl-min-ver TLSv1.3
 defaults
@@ -137,7 +138,8 @@ CFG
   # relays are.
   cat >"$work/haproxy-exit.cfg" <<CFG
 global
-  maxconn 8000
+  maxconn 8000${HAPROXY_THREADS:+
+  nbthread $HAPROXY_THREADS}
   ssl-default-bind-options ssl-min-ver TLSv1.3
 defaults
   mode tcp
@@ -153,7 +155,8 @@ listen exit-bulk
 CFG
   cat >"$work/haproxy-entry.cfg" <<CFG
 global
-  maxconn 8000
+  maxconn 8000${HAPROXY_THREADS:+
+  nbthread $HAPROXY_THREADS}
   ssl-default-server-options ssl-min-ver TLSv1.3
 defaults
   mode tcp
