@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -94,15 +95,11 @@ func startLoops() {
 		go l.run()
 	}
 	if len(loopsAll) > 0 {
-		// A loop's thread waits in epoll_wait, a system call, holding its
-		// P; the runtime's monitor takes such a P back after 20 µs for
-		// the other goroutines, and when no P is idle it wakes a thread
-		// to spin for work that is not there. A P more per loop leaves
-		// one idle, so that it does not: at the same latency, the relays
-		// of one hop used 151 µs of CPU a request where they now use 125
-		// (hack/bench/rr.sh). The loops' threads are busy only while
-		// they move bytes, as a goroutine copying would be.
-		runtime.GOMAXPROCS(runtime.GOMAXPROCS(0) + len(loopsAll))
+		// A loop waits in epoll_wait holding its P (epollRaw), as a
+		// thread of its own: a P more for each, so that the relay's
+		// other goroutines keep the Ps they had. The loops' threads use
+		// a CPU only while they move bytes, as a goroutine copying would.
+		morePs(len(loopsAll))
 	}
 }
 
@@ -145,22 +142,82 @@ func (l *evLoop) post(fn func()) {
 const loopSweep = 500 * time.Millisecond
 
 func (l *evLoop) run() {
-	// The thread is the loop's alone: its reads and writes are raw system
-	// calls between polls, and the poll itself is the one call the
-	// scheduler is told of, so that the P goes to other work meanwhile.
-	runtime.LockOSThread()
 	evs := make([]unix.EpollEvent, 256)
+	held := true // the loop holds a P of its own (startLoops added it)
+	lastFlow := time.Now()
 	for {
 		wait := int(loopSweep / time.Millisecond)
 		if len(l.ready) > 0 {
 			wait = 0
 		}
-		n, err := unix.EpollWait(l.ep, evs, wait)
-		if err != nil && err != unix.EINTR {
+		if len(l.flows) > 0 {
+			lastFlow = time.Now()
+		}
+		var n int
+		var err error
+		switch {
+		case held && time.Since(lastFlow) >= loopRetire:
+			// Nothing carried for a while: give the P back, so that an
+			// idle relay's loops cost nothing and its other goroutines
+			// run with the Ps they had before there were loops.
+			held = false
+			morePs(-1)
+			continue
+		case !held && len(l.flows) == 0 && len(l.ready) == 0:
+			// Wait as any blocking call does, the P given back.
+			n, err = unix.EpollWait(l.ep, evs, -1)
+			if err == nil || err == unix.EINTR {
+				held = true
+				lastFlow = time.Now()
+				morePs(1)
+			}
+		default:
+			n, err = epollRaw(l.ep, evs, wait)
+		}
+		if err == unix.EINTR {
+			// The runtime's signal to stop (a collection, or the monitor
+			// taking back a P held 10 ms), which comes every 10 ms to a
+			// loop that waits: yield here, and go on with the turn (its
+			// sweep would never come due on timeouts alone).
+			runtime.Gosched()
+			n, err = 0, nil
+		}
+		if err != nil {
 			panic("flow loop: epoll_wait: " + err.Error())
 		}
-		l.turn(evs[:max(n, 0)])
+		l.turn(evs[:n])
 	}
+}
+
+// loopRetire is how long a loop that carries nothing keeps its P.
+const loopRetire = time.Minute
+
+var psMu sync.Mutex
+
+// morePs adds d Ps to GOMAXPROCS: one for each loop that holds one. A
+// change stops the world for a moment; loops make one only when they
+// start and when they have carried nothing for loopRetire.
+func morePs(d int) {
+	psMu.Lock()
+	defer psMu.Unlock()
+	runtime.GOMAXPROCS(runtime.GOMAXPROCS(0) + d)
+}
+
+// epollRaw is epoll_wait as a raw system call: the loop keeps its P while
+// it waits, as a thread of its own would, and the scheduler hears nothing.
+// Each blocking call it is told of wakes the runtime's monitor thread
+// from its sleep when the relay was idle, after which it polls every 20
+// µs: with the poll told of, the relays of one hop made 2.8 context
+// switches a request and used 128 µs of CPU for it; raw, see
+// docs/benchmarks.md. A P per loop is added to GOMAXPROCS for it
+// (startLoops). The runtime still stops the loop when it must: its
+// signal ends the wait (EINTR).
+func epollRaw(ep int, evs []unix.EpollEvent, msec int) (int, error) {
+	r, _, e := unix.RawSyscall6(unix.SYS_EPOLL_WAIT, uintptr(ep), uintptr(unsafe.Pointer(&evs[0])), uintptr(len(evs)), uintptr(msec), 0, 0)
+	if e != 0 {
+		return 0, e
+	}
+	return int(r), nil
 }
 
 // turn handles one poll's events, then what was posted, the directions
