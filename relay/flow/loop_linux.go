@@ -3,6 +3,7 @@
 package flow
 
 import (
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -14,9 +15,9 @@ import (
 
 // Event loops carry the flows whose both ends are sockets a relay reads
 // and writes itself: a TCP client or target, or a TLS connection to a peer
-// relay. Each loop is one OS thread with its own epoll set; a flow belongs
+// relay. Each loop is one goroutine with its own epoll set; a flow belongs
 // to one loop, which reads a message from one end and writes it to the
-// other on that thread, with no goroutine woken between.
+// other in one turn, with no goroutine woken between.
 //
 // Why not a goroutine per direction, as Join does for the other flows:
 // Go's runtime polls the network from one thread at a time. A burst of
@@ -26,10 +27,10 @@ import (
 // clients and the other relays also running, the second thread often
 // waits for a core, and the messages wait in the runtime's queue
 // (hack/bench/rr.sh with execution traces: 230-300 µs per message on
-// average, ten times the 28 µs it took to move one). A peer such as
-// haproxy runs one poller per thread, each over its own connections, as
-// these loops do. A forwarder built both ways on the same machine and
-// load (docs/benchmarks.md) added 0.15-0.2 ms less per message this way.
+// average, ten times the 28 µs it took to move one). A loop is woken
+// once for all its flows' messages of a burst and moves them one after
+// the other, each read followed by its write; Go's poller wakes a
+// handful of loops where it woke a goroutine per message.
 type evLoop struct {
 	ep   int // epoll
 	wake int // eventfd: posted work
@@ -37,7 +38,7 @@ type evLoop struct {
 	mu     sync.Mutex
 	posted []func()
 
-	// Owned by the loop's thread:
+	// Owned by the loop's goroutine:
 	ends    map[int32]*lend
 	flows   map[*lflow]struct{}
 	scratch []byte
@@ -94,13 +95,6 @@ func startLoops() {
 		loopsAll = append(loopsAll, l)
 		go l.run()
 	}
-	if len(loopsAll) > 0 {
-		// A loop waits in epoll_wait holding its P (epollRaw), as a
-		// thread of its own: a P more for each, so that the relay's
-		// other goroutines keep the Ps they had. The loops' threads use
-		// a CPU only while they move bytes, as a goroutine copying would.
-		morePs(len(loopsAll))
-	}
 }
 
 func newLoop() (*evLoop, error) {
@@ -126,7 +120,7 @@ func newLoop() (*evLoop, error) {
 	}, nil
 }
 
-// post runs fn on the loop's thread.
+// post runs fn on the loop's goroutine.
 func (l *evLoop) post(fn func()) {
 	l.mu.Lock()
 	first := len(l.posted) == 0
@@ -142,82 +136,53 @@ func (l *evLoop) post(fn func()) {
 const loopSweep = 500 * time.Millisecond
 
 func (l *evLoop) run() {
+	// The loop waits on Go's poller, as any socket does: its epoll set's
+	// descriptor is readable while the set holds events. So a loop is an
+	// ordinary goroutine to the runtime, needs no P or thread of its own
+	// and costs nothing while idle; a burst for it is one wake-up.
+	//
+	// A loop on a thread of its own, waiting in epoll_wait while holding
+	// an extra P, added less at p50 (0.86 against this way's 1.2 ms
+	// through one TLS hop) but made the QUIC flows of the same relays
+	// 0.3-0.6 ms slower: docs/benchmarks.md.
+	if err := unix.SetNonblock(l.ep, true); err != nil {
+		panic("flow loop: " + err.Error())
+	}
+	f := os.NewFile(uintptr(l.ep), "flow-loop")
+	rc, err := f.SyscallConn()
+	if err != nil {
+		panic("flow loop: " + err.Error())
+	}
 	evs := make([]unix.EpollEvent, 256)
-	held := true // the loop holds a P of its own (startLoops added it)
-	lastFlow := time.Now()
+	n := 0
+	poll := func(uintptr) bool {
+		n = epollNow(l.ep, evs)
+		return n > 0
+	}
 	for {
-		wait := int(loopSweep / time.Millisecond)
-		if len(l.ready) > 0 {
-			wait = 0
-		}
-		if len(l.flows) > 0 {
-			lastFlow = time.Now()
-		}
-		var n int
-		var err error
-		switch {
-		case held && time.Since(lastFlow) >= loopRetire:
-			// Nothing carried for a while: give the P back, so that an
-			// idle relay's loops cost nothing and its other goroutines
-			// run with the Ps they had before there were loops.
-			held = false
-			morePs(-1)
-			continue
-		case !held && len(l.flows) == 0 && len(l.ready) == 0:
-			// Wait as any blocking call does, the P given back.
-			n, err = unix.EpollWait(l.ep, evs, -1)
-			if err == nil || err == unix.EINTR {
-				held = true
-				lastFlow = time.Now()
-				morePs(1)
-			}
-		default:
-			n, err = epollRaw(l.ep, evs, wait)
-		}
-		if err == unix.EINTR {
-			// The runtime's signal to stop (a collection, or the monitor
-			// taking back a P held 10 ms), which comes every 10 ms to a
-			// loop that waits: yield here, and go on with the turn (its
-			// sweep would never come due on timeouts alone).
-			runtime.Gosched()
-			n, err = 0, nil
-		}
-		if err != nil {
-			panic("flow loop: epoll_wait: " + err.Error())
+		n = epollNow(l.ep, evs)
+		if n == 0 && len(l.ready) == 0 {
+			// Bounded, for the idle sweep.
+			f.SetReadDeadline(time.Now().Add(loopSweep))
+			rc.Read(poll)
 		}
 		l.turn(evs[:n])
 	}
 }
 
-// loopRetire is how long a loop that carries nothing keeps its P.
-const loopRetire = time.Minute
-
-var psMu sync.Mutex
-
-// morePs adds d Ps to GOMAXPROCS: one for each loop that holds one. A
-// change stops the world for a moment; loops make one only when they
-// start and when they have carried nothing for loopRetire.
-func morePs(d int) {
-	psMu.Lock()
-	defer psMu.Unlock()
-	runtime.GOMAXPROCS(runtime.GOMAXPROCS(0) + d)
-}
-
-// epollRaw is epoll_wait as a raw system call: the loop keeps its P while
-// it waits, as a thread of its own would, and the scheduler hears nothing.
-// Each blocking call it is told of wakes the runtime's monitor thread
-// from its sleep when the relay was idle, after which it polls every 20
-// µs: with the poll told of, the relays of one hop made 2.8 context
-// switches a request and used 128 µs of CPU for it; raw, see
-// docs/benchmarks.md. A P per loop is added to GOMAXPROCS for it
-// (startLoops). The runtime still stops the loop when it must: its
-// signal ends the wait (EINTR).
-func epollRaw(ep int, evs []unix.EpollEvent, msec int) (int, error) {
-	r, _, e := unix.RawSyscall6(unix.SYS_EPOLL_WAIT, uintptr(ep), uintptr(unsafe.Pointer(&evs[0])), uintptr(len(evs)), uintptr(msec), 0, 0)
-	if e != 0 {
-		return 0, e
+// epollNow is epoll_wait without waiting, as a raw system call (it never
+// blocks, so the scheduler need not hear of it); 0 on any error.
+func epollNow(ep int, evs []unix.EpollEvent) int {
+	for {
+		r, _, e := unix.RawSyscall6(unix.SYS_EPOLL_WAIT, uintptr(ep), uintptr(unsafe.Pointer(&evs[0])), uintptr(len(evs)), 0, 0, 0)
+		if e == unix.EINTR {
+			continue
+		}
+		if e != 0 {
+			return 0
+		}
+		return int(r)
 	}
-	return int(r), nil
 }
 
 // turn handles one poll's events, then what was posted, the directions

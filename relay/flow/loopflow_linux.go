@@ -17,7 +17,7 @@ import (
 )
 
 // lflow is a flow on an event loop. Everything in it but gone and result
-// belongs to the loop's thread.
+// belongs to the loop's goroutine.
 type lflow struct {
 	l        *evLoop
 	a, b     *lend
