@@ -434,6 +434,19 @@ func (p *fairPacer) Pace(n int, gone func() bool) {
 	}
 }
 
+// TryPace is Pace for an event loop, which cannot wait: false when the
+// write must wait, for the Tunnel's cap or its rate limit (the loop then
+// calls Pace on a goroutine).
+func (p *fairPacer) TryPace(n int) bool {
+	if _, ok := p.Counter.(flow.Pacer); ok || p.t.on.Load() {
+		return false
+	}
+	p.t.busy.Add(-fairClock())
+	p.t.writing.Add(1)
+	p.inWrite = true
+	return true
+}
+
 func (p *fairPacer) Add(n float64) {
 	p.Counter.Add(n)
 	p.t.bytes.Add(int64(n))

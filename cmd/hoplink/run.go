@@ -24,6 +24,7 @@ import (
 	"github.com/hoplink/hoplink/pki"
 	"github.com/hoplink/hoplink/relay"
 	"github.com/hoplink/hoplink/relay/egress"
+	"github.com/hoplink/hoplink/relay/flow"
 	"github.com/hoplink/hoplink/relay/kube"
 	"github.com/hoplink/hoplink/relay/local"
 	"github.com/hoplink/hoplink/relay/metricsrv"
@@ -289,6 +290,7 @@ func newRelayCmd(lf *logFlags) *cobra.Command {
 		separateDial               bool
 		refuseNodeEgress           bool
 		drainTimeout               time.Duration
+		flowLoops                  int
 	)
 	cmd := &cobra.Command{
 		Use:   "relay (-f FILE_OR_DIR --name NAME --certs DIR | --kube --name NAME)",
@@ -316,6 +318,10 @@ injected sidecar relays run.`,
 				return err
 			}
 			relayGC()
+			if flowLoops < -1 {
+				return fmt.Errorf("--flow-loops %d: give 0 or more (-1: one per CPU the relay uses)", flowLoops)
+			}
+			flow.SetLoops(flowLoops)
 			sizeToContainer(log, &maxFlows, cmd.Flags().Changed("max-flows"))
 			if kubeMode {
 				if len(files) > 0 || caFile != "" || certFile != "" || keyFile != "" {
@@ -392,6 +398,7 @@ injected sidecar relays run.`,
 	f.IntVar(&perSource, "max-flows-per-source", 0, "most flows of one Tunnel from one client host at its entry (default a sixteenth of the Tunnel's, at least 64)")
 	f.BoolVar(&tunOffload, "tun-offload", true, "open tun Tunnels' devices with segmentation offload where the kernel has it")
 	f.BoolVar(&refuseNodeEgress, "refuse-node-egress", false, "refuse every Tunnel's targets on this host: loopback, link-local and cloud metadata addresses and the host's own, and TUN routes over its routes (the operator sets it on host-network relays of namespaces not labelled "+egress.AllowLabel+"=true)")
+	f.IntVar(&flowLoops, "flow-loops", -1, "event loops that carry flows between two sockets (TCP clients and targets, TLS links), each woken once for all its flows' messages (-1: one per CPU the relay uses; 0: a goroutine per flow direction)")
 	drainFlag(f, &drainTimeout)
 	return cmd
 }

@@ -14,8 +14,8 @@
 # three-tls; every shape runs through one set of four relays per build.
 # OLD: a second build, run with the same shapes (tags old:SHAPE).
 # NEW_ENV, OLD_ENV: environment for that build's relays (GOMAXPROCS=1,
-# GOGC=off, GODEBUG=...): OLD=bin/hoplink OLD_ENV=GOMAXPROCS=1 compares one
-# build under two settings.
+# GOGC=off, GODEBUG=...), NEW_ARGS, OLD_ARGS: flags (--flow-loops 0):
+# OLD=bin/hoplink OLD_ARGS="--flow-loops 0" compares one build two ways.
 # PEERS=1: haproxy as one plain TCP proxy (haproxy), and as two processes
 # with mutual TLS between them (haproxy-tls: the shape of one hoplink hop).
 # Each path's CPU per request is its processes' user+system time over the
@@ -70,7 +70,7 @@ shape_spec() {
 # setup BUILD TAG BASE: four relays, and for the i-th shape of CHAINS a
 # Chain and an echo Tunnel on BASE+100+2i (its bulk Tunnel on the next port).
 setup() {
-  local bin=$1 tag=$2 base=$3 dir=$work/$2 relay_env=$4
+  local bin=$1 tag=$2 base=$3 dir=$work/$2 relay_env=$4 relay_args=$5
   mkdir -p "$dir"
   local i=0
   for r in hk m1 m2 la; do
@@ -90,7 +90,7 @@ setup() {
   $bin cert issue --certs "$dir/certs" hk m1 m2 la >/dev/null
   local port=$((base + 50)) all=""
   for r in la m2 m1 hk; do
-    start "$tag-$r" env $relay_env $bin relay -f "$dir/bench.yaml" --name $r --certs "$dir/certs" --metrics-addr 127.0.0.1:$port --log-level warn ${PPROF:+--pprof}
+    start "$tag-$r" env $relay_env $bin relay -f "$dir/bench.yaml" --name $r --certs "$dir/certs" --metrics-addr 127.0.0.1:$port --log-level warn ${PPROF:+--pprof} $relay_args
     echo "$tag $r pid $last_pid metrics 127.0.0.1:$port" >&2
     all+=" $last_pid"
     port=$((port + 1))
@@ -118,7 +118,8 @@ if [[ -n ${PEERS:-} ]]; then
   )
   cat >"$work/haproxy.cfg" <<CFG
 global
-  maxconn 8000
+  maxconn 8000${HAPROXY_THREADS:+
+  nbthread $HAPROXY_THREADS}
   ssl-default-bind-options ssl-min-ver TLSv1.3
   ssl-default-server-options ssl-min-ver TLSv1.3
 defaults
@@ -137,7 +138,8 @@ CFG
   # relays are.
   cat >"$work/haproxy-exit.cfg" <<CFG
 global
-  maxconn 8000
+  maxconn 8000${HAPROXY_THREADS:+
+  nbthread $HAPROXY_THREADS}
   ssl-default-bind-options ssl-min-ver TLSv1.3
 defaults
   mode tcp
@@ -153,7 +155,8 @@ listen exit-bulk
 CFG
   cat >"$work/haproxy-entry.cfg" <<CFG
 global
-  maxconn 8000
+  maxconn 8000${HAPROXY_THREADS:+
+  nbthread $HAPROXY_THREADS}
   ssl-default-server-options ssl-min-ver TLSv1.3
 defaults
   mode tcp
@@ -177,10 +180,10 @@ CFG
 fi
 
 if [[ -n ${OLD:-} ]]; then
-  setup "$OLD" old 18000 "${OLD_ENV:-}"
+  setup "$OLD" old 18000 "${OLD_ENV:-}" "${OLD_ARGS:-}"
   for s in $CHAINS; do tags+=" old:$s"; done
 fi
-setup "$NEW" new 18200 "${NEW_ENV:-}"
+setup "$NEW" new 18200 "${NEW_ENV:-}" "${NEW_ARGS:-}"
 for s in $CHAINS; do tags+=" new:$s"; done
 
 # cpu_ticks TAG: user+system clock ticks the path's processes used so far.

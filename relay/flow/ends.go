@@ -59,6 +59,13 @@ type TCPEnd struct {
 	io  *sockio.Conn // nil where raw system calls are not to be had
 	one [1]byte
 	rd  tcpRead
+
+	// Once an event loop carries the flow (loopJoin), lo is its end
+	// there: Abort resets the flow through the loop. mu orders the
+	// takeover and an Abort.
+	mu      sync.Mutex
+	lo      *lend
+	aborted bool
 }
 
 // tcpRead is the state of ReadWhenReady and ReadReady, which only the
@@ -128,6 +135,14 @@ func closeWrite(c *net.TCPConn) error {
 
 // Abort closes with RST, not FIN.
 func (t *TCPEnd) Abort() {
+	t.mu.Lock()
+	lo := t.lo
+	t.aborted = true
+	t.mu.Unlock()
+	if lo != nil {
+		lo.Close()
+		return
+	}
 	t.c.SetLinger(0)
 	t.c.Close()
 }

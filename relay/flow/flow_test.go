@@ -47,6 +47,18 @@ func joined(t *testing.T, join func(in, out *net.TCPConn, up, down Counter) erro
 }
 
 func viaJoin(in, out *net.TCPConn, up, down Counter) error {
+	return viaEnds(in, out, up, down, Join)
+}
+
+// viaHalves is viaJoin on a goroutine per direction, as flows with an end
+// that is no socket are joined (and every flow without loops).
+func viaHalves(in, out *net.TCPConn, up, down Counter) error {
+	return viaEnds(in, out, up, down, joinHalves)
+}
+
+func viaSplice(in, out *net.TCPConn, up, down Counter) error { return Splice(in, out, up, down, 0) }
+
+func viaEnds(in, out *net.TCPConn, up, down Counter, join func(a, b End, up, down Counter, idle time.Duration) error) error {
 	a, err := TCP(in)
 	if err != nil {
 		return err
@@ -55,11 +67,11 @@ func viaJoin(in, out *net.TCPConn, up, down Counter) error {
 	if err != nil {
 		return err
 	}
-	return Join(a, b, up, down, 0)
+	return join(a, b, up, down, 0)
 }
 
 func TestJoinCarriesBothWaysAndHalfCloses(t *testing.T) {
-	for name, join := range map[string]func(in, out *net.TCPConn, up, down Counter) error{"join": viaJoin, "splice": func(in, out *net.TCPConn, up, down Counter) error { return Splice(in, out, up, down, 0) }} {
+	for name, join := range joins {
 		t.Run(name, func(t *testing.T) {
 			client, target, up, down, done := joined(t, join)
 			request := bytes.Repeat([]byte("q"), 300<<10) // more than one copy buffer
@@ -145,6 +157,11 @@ func TestIdleFlowIsReset(t *testing.T) {
 			a, _ := TCP(in)
 			b, _ := TCP(out)
 			return Join(a, b, up, down, time.Second)
+		},
+		"halves": func(in, out *net.TCPConn, up, down Counter) error {
+			a, _ := TCP(in)
+			b, _ := TCP(out)
+			return joinHalves(a, b, up, down, time.Second)
 		},
 		"splice": func(in, out *net.TCPConn, up, down Counter) error {
 			return Splice(in, out, up, down, time.Second)
@@ -251,8 +268,7 @@ func TestReadWhenReadyAllocatesNothing(t *testing.T) {
 // counts as a client_reset (or, at a middle, a prev_hop_reset), never as
 // the target's.
 func TestResetSeenByTheStallWatchNamesItsEnd(t *testing.T) {
-	viaSplice := func(in, out *net.TCPConn, up, down Counter) error { return Splice(in, out, up, down, 0) }
-	for name, join := range map[string]func(in, out *net.TCPConn, up, down Counter) error{"join": viaJoin, "splice": viaSplice} {
+	for name, join := range joins {
 		t.Run(name, func(t *testing.T) {
 			client, _, _, _, done := joined(t, join)
 			// Write until the target's buffers and the relay's are full.
@@ -282,11 +298,10 @@ func TestResetSeenByTheStallWatchNamesItsEnd(t *testing.T) {
 // client ends in a Broken error naming that end first, joined or spliced:
 // what a relay counts a flow's error under.
 func TestBrokenSaysWhichEndFailed(t *testing.T) {
-	viaSplice := func(in, out *net.TCPConn, up, down Counter) error { return Splice(in, out, up, down, 0) }
 	for _, join := range []struct {
 		name string
 		f    func(in, out *net.TCPConn, up, down Counter) error
-	}{{"join", viaJoin}, {"splice", viaSplice}} {
+	}{{"join", viaJoin}, {"halves", viaHalves}, {"splice", viaSplice}} {
 		for _, tc := range []struct {
 			name string
 			want Side

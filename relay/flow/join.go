@@ -22,6 +22,13 @@ type Pacer interface {
 	Pace(n int, gone func() bool)
 }
 
+// tryPacer is a Pacer that can say, without waiting, that a write of n
+// bytes may go now (taking its allowance), or that it must wait: an event
+// loop then waits for Pace on a goroutine of its own.
+type tryPacer interface {
+	TryPace(n int) bool
+}
+
 // copyBufSize is the buffer a flow borrows while bytes are moving. Flows
 // borrow it from a pool only once data is ready to read and give it back as
 // soon as the source is drained, so an idle flow holds no buffer at all:
@@ -162,7 +169,18 @@ func (it *idleTimer) stop(err error) error {
 // Window reset for a new flow ends in ErrStalled. Backpressure is natural:
 // a side that cannot write stops its reader, and QUIC flow control stops
 // the sender upstream.
+//
+// Flows whose both ends are sockets (TCP, or TLS over TCP) ride an event
+// loop (loop_linux.go); the rest a goroutine per direction.
 func Join(a, b End, up, down Counter, idle time.Duration) error {
+	if err, ok := loopJoin(a, b, up, down, idle); ok {
+		return err
+	}
+	return joinHalves(a, b, up, down, idle)
+}
+
+// joinHalves is Join on a goroutine per direction.
+func joinHalves(a, b End, up, down Counter, idle time.Duration) error {
 	abort := func() { a.Abort(); b.Abort() }
 	it := newIdleTimer(idle, abort)
 	var fault firstFault

@@ -44,6 +44,11 @@ type meterPacer struct {
 
 func (mp meterPacer) Pace(n int, gone func() bool) { mp.p.Pace(n, gone) }
 
+func (mp meterPacer) TryPace(n int) bool {
+	tp, ok := mp.p.(tryPacer)
+	return ok && tp.TryPace(n)
+}
+
 // Turns is how many times the direction changed.
 func (m *Meter) Turns() int64 { return m.turns.Load() }
 

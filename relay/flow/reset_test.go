@@ -10,10 +10,12 @@ import (
 	"time"
 )
 
-// The two ways a flow's joins are made, for tests that must hold for both.
+// The ways a flow's joins are made, for tests that must hold for each: on
+// an event loop (two sockets), a goroutine per direction, and spliced.
 var joins = map[string]func(in, out *net.TCPConn, up, down Counter) error{
 	"join":   viaJoin,
-	"splice": func(in, out *net.TCPConn, up, down Counter) error { return Splice(in, out, up, down, 0) },
+	"halves": viaHalves,
+	"splice": viaSplice,
 }
 
 // TestClosedWhileOpenIsAReset: a relay process that dies has its sockets

@@ -1,6 +1,7 @@
 package tlslink
 
 import (
+	"errors"
 	"io"
 	"net"
 	"sync"
@@ -22,6 +23,9 @@ type recordConn struct {
 	hold bool
 	buf  *[]byte
 	eof  atomic.Bool // a read met the end of the TCP stream
+	// lo, once a flow's event loop took the socket over (Takeover), does
+	// the reads, writes and closes; the TCPConn is closed by then.
+	lo atomic.Pointer[io.ReadWriteCloser]
 }
 
 // Read notes the end of the TCP stream: crypto/tls reports a peer's
@@ -30,7 +34,9 @@ type recordConn struct {
 func (c *recordConn) Read(b []byte) (int, error) {
 	var n int
 	var err error
-	if c.io != nil {
+	if lo := c.lo.Load(); lo != nil {
+		n, err = (*lo).Read(b)
+	} else if c.io != nil {
 		n, err = c.io.Read(b)
 	} else {
 		n, err = c.TCPConn.Read(b)
@@ -43,6 +49,8 @@ func (c *recordConn) Read(b []byte) (int, error) {
 
 // ReadEOF says whether a read met the end of the TCP stream.
 func (c *recordConn) ReadEOF() bool { return c.eof.Load() }
+
+var errBusy = errors.New("connection is held or taken over already")
 
 // recordBuf holds one flow write's records: 64 KiB and four record
 // overheads, borrowed between Hold and Flush only.
@@ -59,6 +67,9 @@ func wrap(c net.Conn) net.Conn {
 
 // send writes b to the socket.
 func (c *recordConn) send(b []byte) (int, error) {
+	if lo := c.lo.Load(); lo != nil {
+		return (*lo).Write(b)
+	}
 	if c.io != nil {
 		return c.io.Write(b)
 	}
@@ -79,6 +90,45 @@ func (c *recordConn) Write(b []byte) (int, error) {
 	}
 	*c.buf = append(*c.buf, b...)
 	return len(b), nil
+}
+
+// Close closes the connection, or, once taken over, has its event loop
+// reset the flow it carries (relay shutdown closes its active
+// connections so).
+func (c *recordConn) Close() error {
+	c.mu.Lock()
+	lo := c.lo.Load()
+	c.mu.Unlock()
+	if lo != nil {
+		return (*lo).Close()
+	}
+	return c.TCPConn.Close()
+}
+
+// Takeover hands the socket to an event loop: take is given the socket's
+// descriptor and returns the loop's own (a duplicate) and what reads,
+// writes and closes it from now on; the TCPConn is then closed, which
+// takes the socket out of Go's poller and leaves it to the loop's.
+func (c *recordConn) Takeover(take func(fd uintptr) (io.ReadWriteCloser, error)) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.hold || c.lo.Load() != nil {
+		return errBusy
+	}
+	rc, err := c.TCPConn.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var lo io.ReadWriteCloser
+	if cerr := rc.Control(func(fd uintptr) { lo, err = take(fd) }); cerr != nil {
+		return cerr
+	}
+	if err != nil {
+		return err
+	}
+	c.lo.Store(&lo)
+	c.TCPConn.Close()
+	return nil
 }
 
 // Hold keeps the writes that follow until Flush.
