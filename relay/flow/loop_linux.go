@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -34,6 +35,9 @@ import (
 type evLoop struct {
 	ep   int // epoll
 	wake int // eventfd: posted work
+	// file and rc are the epoll set's descriptor as Go's poller waits on it.
+	file *os.File
+	rc   syscall.RawConn
 
 	mu     sync.Mutex
 	posted []func()
@@ -53,15 +57,15 @@ type evLoop struct {
 
 // Loops are started at the first flow that can use them.
 var (
-	loopsWant = -1 // SetLoops; -1: GOMAXPROCS
+	loopsWant = 0 // SetLoops; -1: GOMAXPROCS
 	loopsOnce sync.Once
 	loopsAll  []*evLoop
 	loopsNext atomic.Uint64
 )
 
 // SetLoops sets how many event loops carry socket-to-socket flows (the
-// relay's --flow-loops); 0 carries every flow on goroutines, as before
-// there were loops. It must be called before the first flow.
+// relay's --flow-loops; -1: GOMAXPROCS); 0, the default, carries every
+// flow on goroutines. It must be called before the first flow.
 func SetLoops(n int) { loopsWant = n }
 
 // pickLoop is the loop with the fewest flows of two taken in turn, or nil
@@ -112,8 +116,20 @@ func newLoop() (*evLoop, error) {
 		unix.Close(wake)
 		return nil, err
 	}
+	if err := unix.SetNonblock(ep, true); err != nil {
+		unix.Close(ep)
+		unix.Close(wake)
+		return nil, err
+	}
+	file := os.NewFile(uintptr(ep), "flow-loop")
+	rc, err := file.SyscallConn()
+	if err != nil {
+		file.Close()
+		unix.Close(wake)
+		return nil, err
+	}
 	return &evLoop{
-		ep: ep, wake: wake,
+		ep: ep, wake: wake, file: file, rc: rc,
 		ends:    map[int32]*lend{},
 		flows:   map[*lflow]struct{}{},
 		scratch: make([]byte, copyBufSize),
@@ -145,14 +161,7 @@ func (l *evLoop) run() {
 	// an extra P, added less at p50 (0.86 against this way's 1.2 ms
 	// through one TLS hop) but made the QUIC flows of the same relays
 	// 0.3-0.6 ms slower: docs/benchmarks.md.
-	if err := unix.SetNonblock(l.ep, true); err != nil {
-		panic("flow loop: " + err.Error())
-	}
-	f := os.NewFile(uintptr(l.ep), "flow-loop")
-	rc, err := f.SyscallConn()
-	if err != nil {
-		panic("flow loop: " + err.Error())
-	}
+	f, rc := l.file, l.rc
 	evs := make([]unix.EpollEvent, 256)
 	n := 0
 	poll := func(uintptr) bool {

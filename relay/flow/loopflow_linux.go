@@ -3,6 +3,7 @@
 package flow
 
 import (
+	"errors"
 	"io"
 	"net"
 	"os"
@@ -26,8 +27,15 @@ type lflow struct {
 	last     int64 // nanotime of the last byte moved
 	fault    firstFault
 	over     bool
-	gone     atomic.Bool // the flow ended: a pacing goroutine stops waiting
-	result   chan error
+	// added: the loop has the flow's sockets. An end that failed before
+	// (an Abort while the flow was being set up) leaves its error in
+	// early, for add to end the flow with.
+	added     bool
+	early     error
+	earlySide Side
+	gone      atomic.Bool // the flow ended: a pacing goroutine stops waiting
+	pacers    sync.WaitGroup
+	result    chan error
 }
 
 // lend is one end of a flow on a loop: its socket, a duplicate of the
@@ -81,6 +89,12 @@ func (wouldBlock) Temporary() bool { return true }
 
 var _ net.Error = wouldBlock{}
 
+// maxPending bounds what an end holds unsent: a direction's read and its
+// TLS records, and some of TLS's own.
+const maxPending = 2*copyBufSize + 16<<10
+
+var errPendingFull = errors.New("flow loop: too much unsent for a socket that takes nothing")
+
 // outPool holds the ends' pending output: a read and its TLS records.
 var outPool = sync.Pool{New: func() any { b := make([]byte, 0, copyBufSize+1024); return &b }}
 
@@ -97,20 +111,8 @@ func loopJoin(a, b End, up, down Counter, idle time.Duration) (err error, ok boo
 		return nil, false
 	}
 	f := &lflow{l: l, idle: idle, result: make(chan error, 1)}
-	f.a = &lend{f: f, side: A}
-	f.b = &lend{f: f, side: B}
-	fdA, err := ta(f.a)
-	if err != nil {
-		return nil, false // closed already: Join's goroutines see it too
-	}
-	f.a.fd = fdA
-	fdB, err := tb(f.b)
-	if err != nil {
-		// The first end is the loop's now: it resets it for the second.
-		f.b.fd = -1
-	} else {
-		f.b.fd = fdB
-	}
+	f.a = &lend{f: f, side: A, fd: -1}
+	f.b = &lend{f: f, side: B, fd: -1}
 	f.a.tls, _ = a.(*TLSEnd)
 	f.b.tls, _ = b.(*TLSEnd)
 	f.up = &ldir{f: f, src: f.a, dst: f.b, n: up}
@@ -119,9 +121,26 @@ func loopJoin(a, b End, up, down Counter, idle time.Duration) (err error, ok boo
 	f.down.pacer, _ = down.(Pacer)
 	f.a.from, f.a.to = f.up, f.down
 	f.b.from, f.b.to = f.down, f.up
+	fdA, err := ta(f.a)
+	if err != nil {
+		return nil, false // closed already: Join's goroutines see it too
+	}
+	f.a.fd = fdA
+	fdB, errB := tb(f.b)
+	if errB != nil {
+		// The first end is the loop's now: it resets it for the second,
+		// which is reset here as Join's goroutines would.
+		b.Abort()
+	} else {
+		f.b.fd = fdB
+	}
 	l.count.Add(1)
-	l.post(func() { l.add(f, err) })
-	return <-f.result, true
+	l.post(func() { l.add(f, errB) })
+	err = <-f.result
+	// A pacer's wait ends within its step once the flow is gone; what it
+	// counted must be settled before the caller releases the flow's share.
+	f.pacers.Wait()
+	return err, true
 }
 
 // takeable says whether e is an end a loop can carry, and how to take its
@@ -189,9 +208,13 @@ func (t *TCPEnd) takeover(le *lend) (int, error) {
 func (l *evLoop) add(f *lflow, errB error) {
 	l.flows[f] = struct{}{}
 	f.last = nanotime()
+	f.added = true
 	if errB != nil {
-		f.fault.note(B)
-		f.end(errB, B)
+		f.fail(errB, B)
+		return
+	}
+	if f.early != nil {
+		f.fail(f.early, f.earlySide)
 		return
 	}
 	for _, e := range []*lend{f.a, f.b} {
@@ -351,13 +374,20 @@ func (d *ldir) paceLater(b []byte) {
 	held := outPool.Get().(*[]byte)
 	*held = append((*held)[:0], b...)
 	d.pacing = true
+	f.pacers.Add(1)
 	go func() {
+		defer f.pacers.Done()
 		d.pacer.Pace(len(*held), f.gone.Load)
 		f.l.post(func() {
 			d.pacing = false
-			ok := !f.over && d.write(*held)
+			if !f.over {
+				d.write(*held)
+			}
 			outPool.Put(held)
-			if ok {
+			// On, including a flush of what the destination held
+			// before: its socket's edge may have come while the
+			// direction waited here, and it comes once.
+			if !f.over {
 				d.pump()
 			}
 		})
@@ -437,6 +467,12 @@ func (f *lflow) fail(err error, side Side) {
 // and gives Join its result.
 func (f *lflow) end(err error, side Side) {
 	if f.over {
+		return
+	}
+	if !f.added {
+		if f.early == nil {
+			f.early, f.earlySide = err, side
+		}
 		return
 	}
 	if err == ErrIdle {
@@ -524,6 +560,14 @@ func (e *lend) Write(b []byte) (int, error) {
 		b = b[m:]
 	}
 	if len(b) > 0 {
+		if e.pending()+len(b) > maxPending {
+			// Only TLS's own records come on top of a direction's one
+			// read (a KeyUpdate answered per record a peer sends): a peer
+			// that asks for them without reading costs its flow, not
+			// the relay's memory.
+			e.werr = errPendingFull
+			return 0, e.werr
+		}
 		if e.out == nil {
 			e.out = outPool.Get().(*[]byte)
 			*e.out = (*e.out)[:0]

@@ -34,7 +34,11 @@ type byteCount struct{ n atomic.Int64 }
 
 func (c *byteCount) Add(v float64) { c.n.Add(int64(v)) }
 
-func newLoopHop(t *testing.T) *loopHop {
+func newLoopHop(t *testing.T) *loopHop { return newLoopHopWith(t, nil) }
+
+// newLoopHopWith is newLoopHop with before run just before the flow is
+// joined.
+func newLoopHopWith(t *testing.T, before func(*loopHop)) *loopHop {
 	t.Helper()
 	ca, err := pki.NewCA("test")
 	if err != nil {
@@ -86,6 +90,9 @@ func newLoopHop(t *testing.T) *loopHop {
 		t.Fatal(err)
 	}
 	h.end = flow.TLS(relaySide, func() { h.closed.Store(true) })
+	if before != nil {
+		before(h)
+	}
 	go func() { h.done <- flow.Join(tcpEnd, h.end, &byteCount{}, &byteCount{}, 0) }()
 	deadline := time.Now().Add(10 * time.Second)
 	h.client.SetDeadline(deadline)
@@ -205,5 +212,21 @@ func TestLoopFlowClosedByItsRelay(t *testing.T) {
 	}
 	if err := h.result(t); err == nil {
 		t.Fatal("a flow its relay closed reported a clean end")
+	}
+}
+
+// TestLoopFlowOverAClosedLink: a flow whose link connection closed before
+// the loop could take it (its relay stopping) resets its client, and the
+// link's endpoint is told the connection finished.
+func TestLoopFlowOverAClosedLink(t *testing.T) {
+	h := newLoopHopWith(t, func(h *loopHop) { h.rc.Close() })
+	if _, err := io.ReadAll(h.client); !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("the client read %v, want a reset", err)
+	}
+	if err := h.result(t); err == nil {
+		t.Fatal("a flow over a closed link reported a clean end")
+	}
+	if !h.closed.Load() {
+		t.Error("the TLS end's endpoint was not told the connection finished")
 	}
 }

@@ -25,7 +25,8 @@ type recordConn struct {
 	eof  atomic.Bool // a read met the end of the TCP stream
 	// lo, once a flow's event loop took the socket over (Takeover), does
 	// the reads, writes and closes; the TCPConn is closed by then.
-	lo atomic.Pointer[io.ReadWriteCloser]
+	lo     atomic.Pointer[io.ReadWriteCloser]
+	closed bool // under mu: Close came first, no takeover
 }
 
 // Read notes the end of the TCP stream: crypto/tls reports a peer's
@@ -98,6 +99,7 @@ func (c *recordConn) Write(b []byte) (int, error) {
 func (c *recordConn) Close() error {
 	c.mu.Lock()
 	lo := c.lo.Load()
+	c.closed = lo == nil
 	c.mu.Unlock()
 	if lo != nil {
 		return (*lo).Close()
@@ -112,6 +114,9 @@ func (c *recordConn) Close() error {
 func (c *recordConn) Takeover(take func(fd uintptr) (io.ReadWriteCloser, error)) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.closed {
+		return net.ErrClosed
+	}
 	if c.hold || c.lo.Load() != nil {
 		return errBusy
 	}

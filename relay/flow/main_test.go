@@ -1,0 +1,14 @@
+package flow
+
+import (
+	"os"
+	"testing"
+)
+
+// The package's joins run on event loops where both ends are sockets
+// (the relay's --flow-loops; off by default), and on goroutines where a
+// test calls joinHalves.
+func TestMain(m *testing.M) {
+	SetLoops(2)
+	os.Exit(m.Run())
+}
