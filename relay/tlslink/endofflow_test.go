@@ -18,18 +18,7 @@ import (
 // not io.EOF, and so is reset at both applications instead of ending
 // cleanly short of its bytes. crypto/tls alone reports both as io.EOF.
 func TestEndOfFlowNeedsCloseNotify(t *testing.T) {
-	ca, err := pki.NewCA("test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := ca.Identity("a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := ca.Identity("b")
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, b := twoIdentities(t)
 	for _, tc := range []struct {
 		name string
 		end  func(c *tls.Conn, raw *net.TCPConn)
@@ -76,4 +65,20 @@ func TestEndOfFlowNeedsCloseNotify(t *testing.T) {
 			}
 		})
 	}
+}
+
+// twoIdentities is relays a and b under one new CA.
+func twoIdentities(t *testing.T) (a, b *pki.Identity) {
+	t.Helper()
+	ca, err := pki.NewCA("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, err = ca.Identity("a"); err != nil {
+		t.Fatal(err)
+	}
+	if b, err = ca.Identity("b"); err != nil {
+		t.Fatal(err)
+	}
+	return a, b
 }

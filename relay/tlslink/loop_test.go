@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hoplink/hoplink/pki"
 	"github.com/hoplink/hoplink/relay/flow"
 )
 
@@ -40,18 +39,7 @@ func newLoopHop(t *testing.T) *loopHop { return newLoopHopWith(t, nil) }
 // joined.
 func newLoopHopWith(t *testing.T, before func(*loopHop)) *loopHop {
 	t.Helper()
-	ca, err := pki.NewCA("test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := ca.Identity("a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := ca.Identity("b")
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, b := twoIdentities(t)
 	pair := func() (*net.TCPConn, *net.TCPConn) {
 		ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
 		if err != nil {
