@@ -25,8 +25,12 @@ type recordConn struct {
 	eof  atomic.Bool // a read met the end of the TCP stream
 	// lo, once a flow's event loop took the socket over (Takeover), does
 	// the reads, writes and closes; the TCPConn is closed by then.
-	lo     atomic.Pointer[io.ReadWriteCloser]
-	closed bool // under mu: Close came first, no takeover
+	lo atomic.Pointer[io.ReadWriteCloser]
+	// tmu orders Close and Takeover: not mu, which a write blocked on a
+	// full socket holds, and which a Close meant to end that write
+	// must not wait for.
+	tmu    sync.Mutex
+	closed bool // under tmu: Close came first, no takeover
 }
 
 // Read notes the end of the TCP stream: crypto/tls reports a peer's
@@ -97,10 +101,10 @@ func (c *recordConn) Write(b []byte) (int, error) {
 // reset the flow it carries (relay shutdown closes its active
 // connections so).
 func (c *recordConn) Close() error {
-	c.mu.Lock()
+	c.tmu.Lock()
 	lo := c.lo.Load()
 	c.closed = lo == nil
-	c.mu.Unlock()
+	c.tmu.Unlock()
 	if lo != nil {
 		return (*lo).Close()
 	}
@@ -114,6 +118,8 @@ func (c *recordConn) Close() error {
 func (c *recordConn) Takeover(take func(fd uintptr) (io.ReadWriteCloser, error)) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.tmu.Lock()
+	defer c.tmu.Unlock()
 	if c.closed {
 		return net.ErrClosed
 	}

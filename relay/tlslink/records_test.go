@@ -58,3 +58,45 @@ func TestRecordConnHoldsUntilFlush(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestCloseEndsABlockedWrite: a relay stopping closes its link
+// connections to end the flows on them, among them writes blocked on a
+// peer that reads nothing. Close must not wait for such a write.
+func TestCloseEndsABlockedWrite(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	raw, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close() // and reads nothing
+	c := wrap(raw).(*recordConn)
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := c.Write(make([]byte, 64<<20)) // far more than the buffers hold
+		wrote <- err
+	}()
+	time.Sleep(200 * time.Millisecond) // the write is blocked by now
+	closed := make(chan struct{})
+	go func() { c.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close waited for a write blocked on a full socket")
+	}
+	select {
+	case err := <-wrote:
+		if err == nil {
+			t.Fatal("the blocked write reported success after Close")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the blocked write did not end after Close")
+	}
+}
