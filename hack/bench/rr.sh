@@ -14,7 +14,7 @@
 # three-tls; every shape runs through one set of four relays per build.
 # OLD: a second build, run with the same shapes (tags old:SHAPE).
 # NEW_ENV, OLD_ENV: environment for that build's relays (GOMAXPROCS=1,
-# GOGC=off, GODEBUG=...), NEW_ARGS, OLD_ARGS: flags (--flow-loops 0):
+# GOGC=off, GODEBUG=...), NEW_ARGS, OLD_ARGS: flags (--flow-loops -1):
 # OLD=bin/hoplink NEW_ARGS="--flow-loops -1" compares one build two ways.
 # PEERS=1: haproxy as one plain TCP proxy (haproxy), and as two processes
 # with mutual TLS between them (haproxy-tls: the shape of one hoplink hop).
