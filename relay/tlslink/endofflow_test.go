@@ -30,27 +30,14 @@ func TestEndOfFlowNeedsCloseNotify(t *testing.T) {
 		{"process gone", func(_ *tls.Conn, raw *net.TCPConn) { raw.Close() }, flow.ErrCut},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ln.Close()
-			raw, err := net.Dial("tcp", ln.Addr().String())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer raw.Close()
-			in, err := ln.Accept()
-			if err != nil {
-				t.Fatal(err)
-			}
+			raw, in := tcpPair(t)
 			client := tls.Client(raw, a.ClientConfig("b"))
 			server := tls.Server(wrap(in), b.ServerConfig(nil))
 			defer server.Close()
 			go func() {
 				if client.Handshake() == nil {
 					client.Write([]byte("some of the flow"))
-					tc.end(client, raw.(*net.TCPConn))
+					tc.end(client, raw)
 				}
 			}()
 			server.SetDeadline(time.Now().Add(5 * time.Second))

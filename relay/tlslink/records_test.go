@@ -63,20 +63,7 @@ func TestRecordConnHoldsUntilFlush(t *testing.T) {
 // connections to end the flows on them, among them writes blocked on a
 // peer that reads nothing. Close must not wait for such a write.
 func TestCloseEndsABlockedWrite(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	raw, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	peer, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer peer.Close() // and reads nothing
+	raw, _ := tcpPair(t) // whose peer reads nothing
 	c := wrap(raw).(*recordConn)
 	wrote := make(chan error, 1)
 	go func() {
