@@ -180,10 +180,12 @@ func (l *evLoop) run() {
 }
 
 // epollNow is epoll_wait without waiting, as a raw system call (it never
-// blocks, so the scheduler need not hear of it); 0 on any error.
+// blocks, so the scheduler need not hear of it); 0 on any error. It is
+// epoll_pwait with no signal mask, which every Linux architecture has
+// (arm64 has no epoll_wait).
 func epollNow(ep int, evs []unix.EpollEvent) int {
 	for {
-		r, _, e := unix.RawSyscall6(unix.SYS_EPOLL_WAIT, uintptr(ep), uintptr(unsafe.Pointer(&evs[0])), uintptr(len(evs)), 0, 0, 0)
+		r, _, e := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(ep), uintptr(unsafe.Pointer(&evs[0])), uintptr(len(evs)), 0, 0, 0)
 		if e == unix.EINTR {
 			continue
 		}
