@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -426,9 +427,20 @@ func (w *stallWatch) wasEvicted() bool { return w != nil && w.evicted.Load() }
 // (a read) or dst (a write) failed.
 func copyHalf(dst, src End, n Counter, it *idleTimer, w *stallWatch, failed func() bool) (srcFailed bool, err error) {
 	pacer, _ := n.(Pacer)
+	// srcReset: gone found the source reset. Asking took the reset's
+	// error off the socket, so a read after it would end cleanly: the end
+	// of the source is then a reset, not a FIN.
+	var srcReset atomic.Bool
 	gone := func() bool {
+		if failed() || srcReset.Load() {
+			return true
+		}
 		b, ok := src.(breakable)
-		return failed() || ok && b.Broken()
+		if ok && b.Broken() {
+			srcReset.Store(true)
+			return true
+		}
+		return false
 	}
 	first := &smallBufPool
 	if _, ok := src.(*TLSEnd); ok {
@@ -495,6 +507,9 @@ func copyHalf(dst, src End, n Counter, it *idleTimer, w *stallWatch, failed func
 				}
 				n.Add(float64(len(out)))
 				it.moved()
+			}
+			if rerr == io.EOF && srcReset.Load() {
+				rerr = os.NewSyscallError("read", syscall.ECONNRESET)
 			}
 			if rerr == io.EOF {
 				pool.Put(bp)

@@ -92,3 +92,103 @@ func TestResetEndsAHalfStuckWriting(t *testing.T) {
 		})
 	}
 }
+
+// TestCleanEndWhileAWriteWaitsIsNoReset: the client sends its request and
+// its FIN, reads the whole answer and its FIN, while the target is slow to
+// read the request. The client's socket at the relay is then done both
+// ways, cleanly, with the upload still writing: the stall watch must not
+// take it for a reset, and every byte of the request must reach the target
+// before a clean end.
+func TestCleanEndWhileAWriteWaitsIsNoReset(t *testing.T) {
+	for name, join := range joins {
+		t.Run(name, func(t *testing.T) {
+			client, in := pair(t)
+			out, target := pair(t)
+			// Small buffers towards the target, large ones from the
+			// client: the request fits behind the client, not ahead.
+			client.SetWriteBuffer(1 << 20)
+			in.SetReadBuffer(1 << 20)
+			// (Not tiny towards the target: a receive buffer far below the
+			// MSS makes its window updates wait on the persist timer.)
+			out.SetWriteBuffer(16 << 10)
+			target.SetReadBuffer(64 << 10)
+			done := make(chan error, 1)
+			go func() { done <- join(in, out, &count{}, &count{}) }()
+
+			request := bytes.Repeat([]byte("r"), 1<<20)
+			wrote := make(chan error, 1)
+			go func() {
+				_, err := client.Write(request)
+				if err == nil {
+					err = client.CloseWrite()
+				}
+				wrote <- err
+			}()
+			if _, err := target.Write([]byte("answer")); err != nil {
+				t.Fatal(err)
+			}
+			target.CloseWrite()
+			client.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if got, err := io.ReadAll(client); err != nil || string(got) != "answer" {
+				t.Fatalf("client read %q and %v, want the answer and a clean end", got, err)
+			}
+			select {
+			case err := <-wrote:
+				if err != nil {
+					t.Fatalf("client's request: %v", err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("the request did not fit behind the client")
+			}
+			// The upload is stuck writing; let the stall watch look.
+			time.Sleep(stallCheck + stallCheck/2)
+			target.SetReadDeadline(time.Now().Add(10 * time.Second))
+			got, err := io.ReadAll(target)
+			if err != nil || !bytes.Equal(got, request) {
+				t.Fatalf("target read %d bytes and %v, want %d and a clean end", len(got), err, len(request))
+			}
+			if err := <-done; err != nil {
+				t.Fatalf("the flow ended with %v, want a clean end", err)
+			}
+		})
+	}
+}
+
+// holdPacer holds every write until its flow is gone.
+type holdPacer struct{ count }
+
+func (p *holdPacer) Pace(_ int, gone func() bool) {
+	for end := time.Now().Add(10 * time.Second); !gone() && time.Now().Before(end); {
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestResetWhilePacedIsAReset: the client resets while its direction waits
+// for its pacer with a request in hand. The pacer's look at the client's
+// socket (gone) sees the reset; the flow must then end as a reset at the
+// target, after or without the request, never as a clean end.
+func TestResetWhilePacedIsAReset(t *testing.T) {
+	for _, name := range []string{"join", "halves"} {
+		join := joins[name]
+		t.Run(name, func(t *testing.T) {
+			client, in := pair(t)
+			out, target := pair(t)
+			done := make(chan error, 1)
+			go func() { done <- join(in, out, &holdPacer{}, &count{}) }()
+			if _, err := client.Write([]byte("request")); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(100 * time.Millisecond) // read, and held by the pacer
+			client.SetLinger(0)
+			client.Close()
+			target.SetReadDeadline(time.Now().Add(10 * time.Second))
+			got, err := io.ReadAll(target)
+			if !errors.Is(err, syscall.ECONNRESET) {
+				t.Fatalf("target read %q and then %v, want a reset", got, err)
+			}
+			if err := <-done; err == nil {
+				t.Fatal("a reset flow reported a clean end")
+			}
+		})
+	}
+}

@@ -42,19 +42,26 @@ func segments(c *net.TCPConn) (sent, retransmitted uint32) {
 	return info.Segs_out, info.Total_retrans
 }
 
-// wasReset says whether c's peer reset it: TCP leaves ESTABLISHED (or
-// CLOSE_WAIT, after a clean FIN) for CLOSE only on a reset or once the
-// connection is fully done.
+// wasReset says whether c's peer reset it, or TCP gave up on it. Its
+// state alone would not say: a socket whose both directions closed cleanly
+// reads as CLOSE too, once it went to TIME_WAIT or through LAST_ACK. A
+// reset (or a timeout) leaves its error on the socket, which SO_ERROR
+// reads, and clears: only the stall watch asks, on an end nothing reads
+// meanwhile, and it resets the flow when the answer is yes.
 func wasReset(c *net.TCPConn) bool {
 	rc, err := c.SyscallConn()
 	if err != nil {
 		return true
 	}
 	var info *unix.TCPInfo
+	soErr := 0
 	if cerr := rc.Control(func(fd uintptr) {
 		info, err = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+		if err == nil && info.State == unix.BPF_TCP_CLOSE {
+			soErr, err = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_ERROR)
+		}
 	}); cerr != nil {
 		return true // closed already
 	}
-	return err == nil && info.State == unix.BPF_TCP_CLOSE
+	return err == nil && info.State == unix.BPF_TCP_CLOSE && soErr != 0
 }
