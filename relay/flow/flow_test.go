@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/hoplink/hoplink/internal/testing/testutil"
 )
 
 type count struct{ n atomic.Int64 }
@@ -17,24 +19,7 @@ type count struct{ n atomic.Int64 }
 func (c *count) Add(v float64) { c.n.Add(int64(v)) }
 
 // pair returns both ends of a loopback TCP connection.
-func pair(t *testing.T) (*net.TCPConn, *net.TCPConn) {
-	t.Helper()
-	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	a, err := net.DialTCP("tcp", nil, ln.Addr().(*net.TCPAddr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := ln.AcceptTCP()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close(); b.Close() })
-	return a, b
-}
+func pair(t *testing.T) (*net.TCPConn, *net.TCPConn) { return testutil.TCPPair(t) }
 
 // joined makes client <-> [relay: in | out] <-> target and joins the
 // relay's two ends, as a relay joins a client and its next hop.

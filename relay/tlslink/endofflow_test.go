@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hoplink/hoplink/internal/testing/testutil"
+
 	"github.com/hoplink/hoplink/pki"
 	"github.com/hoplink/hoplink/relay/flow"
 )
@@ -30,7 +32,7 @@ func TestEndOfFlowNeedsCloseNotify(t *testing.T) {
 		{"process gone", func(_ *tls.Conn, raw *net.TCPConn) { raw.Close() }, flow.ErrCut},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			raw, in := tcpPair(t)
+			raw, in := testutil.TCPPair(t)
 			client := tls.Client(raw, a.ClientConfig("b"))
 			server := tls.Server(wrap(in), b.ServerConfig(nil))
 			defer server.Close()

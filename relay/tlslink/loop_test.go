@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hoplink/hoplink/internal/testing/testutil"
+
 	"github.com/hoplink/hoplink/relay/flow"
 )
 
@@ -33,27 +35,6 @@ type byteCount struct{ n atomic.Int64 }
 
 func (c *byteCount) Add(v float64) { c.n.Add(int64(v)) }
 
-// tcpPair is both ends of a loopback TCP connection, closed at the end of
-// the test.
-func tcpPair(t *testing.T) (*net.TCPConn, *net.TCPConn) {
-	t.Helper()
-	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	x, err := net.DialTCP("tcp", nil, ln.Addr().(*net.TCPAddr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	y, err := ln.AcceptTCP()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { x.Close(); y.Close() })
-	return x, y
-}
-
 func newLoopHop(t *testing.T) *loopHop { return newLoopHopWith(t, nil) }
 
 // newLoopHopWith is newLoopHop with before run just before the flow is
@@ -63,9 +44,9 @@ func newLoopHopWith(t *testing.T, before func(*loopHop)) *loopHop {
 	a, b := twoIdentities(t)
 	h := &loopHop{done: make(chan error, 1)}
 	var in *net.TCPConn
-	h.client, in = tcpPair(t)
+	h.client, in = testutil.TCPPair(t)
 	var out *net.TCPConn
-	out, h.peerRaw = tcpPair(t)
+	out, h.peerRaw = testutil.TCPPair(t)
 	h.rc = wrap(out).(*recordConn)
 	relaySide := tls.Client(h.rc, a.ClientConfig("b"))
 	h.peer = tls.Server(h.peerRaw, b.ServerConfig(nil))

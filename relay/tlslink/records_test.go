@@ -7,6 +7,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/hoplink/hoplink/internal/testing/testutil"
 )
 
 // What is written between Hold and Flush reaches the peer only at Flush,
@@ -63,7 +65,7 @@ func TestRecordConnHoldsUntilFlush(t *testing.T) {
 // connections to end the flows on them, among them writes blocked on a
 // peer that reads nothing. Close must not wait for such a write.
 func TestCloseEndsABlockedWrite(t *testing.T) {
-	raw, _ := tcpPair(t) // whose peer reads nothing
+	raw, _ := testutil.TCPPair(t) // whose peer reads nothing
 	c := wrap(raw).(*recordConn)
 	wrote := make(chan error, 1)
 	go func() {

@@ -46,6 +46,28 @@ func FreePort(t testing.TB) int {
 	return 0
 }
 
+// TCPPair returns both ends of a loopback TCP connection, closed when the
+// test ends.
+func TCPPair(t testing.TB) (*net.TCPConn, *net.TCPConn) {
+	t.Helper()
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	a, err := net.DialTCP("tcp", nil, ln.Addr().(*net.TCPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := ln.AcceptTCP()
+	if err != nil {
+		a.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close(); b.Close() })
+	return a, b
+}
+
 // TCPServer accepts connections on loopback and runs handle on each until
 // the test ends; it returns the address.
 func TCPServer(t testing.TB, handle func(c *net.TCPConn)) string {
