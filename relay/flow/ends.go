@@ -364,11 +364,27 @@ type TLSEnd struct {
 	// segs is the kernel's count of segments sent and retransmitted,
 	// read as the connection closes: what it saw of the link's loss.
 	segs [2]uint32
+	// lo is the end on an event loop once one carries the flow: the
+	// socket is the loop's then, not the TCP connection's under c.
+	lo atomic.Pointer[lend]
 }
 
 // Segments returns the TCP segments the connection sent and retransmitted
 // (TCP_INFO), once it closed; zeros where the kernel does not say.
 func (t *TLSEnd) Segments() (sent, retransmitted uint32) { return t.segs[0], t.segs[1] }
+
+// SegmentsSoFar returns the TCP segments the open connection sent and
+// retransmitted until now (TCP_INFO), wherever its socket is; zeros once
+// it closed, or where the kernel does not say.
+func (t *TLSEnd) SegmentsSoFar() (sent, retransmitted uint32) {
+	if lo := t.lo.Load(); lo != nil {
+		return lo.segments()
+	}
+	if tc := tcpOf(t.c); tc != nil {
+		return segments(tc)
+	}
+	return 0, 0
+}
 
 func (t *TLSEnd) finish() {
 	if tc := tcpOf(t.c); tc != nil {

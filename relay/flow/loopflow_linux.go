@@ -42,8 +42,11 @@ type lflow struct {
 // end's descriptor that only the loop holds (Go's poller no longer does),
 // and for a TLS end the TLS connection that reads and writes through it.
 type lend struct {
-	f    *lflow
-	fd   int
+	f  *lflow
+	fd int
+	// fdMu orders setting and closing fd with segments, the one reader
+	// outside the loop.
+	fdMu sync.Mutex
 	side Side
 	tls  *TLSEnd // nil for a TCP end
 	// out is what was written to the end but not yet taken by its socket;
@@ -125,14 +128,14 @@ func loopJoin(a, b End, up, down Counter, idle time.Duration) (err error, ok boo
 	if err != nil {
 		return nil, false // closed already: Join's goroutines see it too
 	}
-	f.a.fd = fdA
+	f.a.setFD(fdA)
 	fdB, errB := tb(f.b)
 	if errB != nil {
 		// The first end is the loop's now: it resets it for the second,
 		// which is reset here as Join's goroutines would.
 		b.Abort()
 	} else {
-		f.b.fd = fdB
+		f.b.setFD(fdB)
 	}
 	l.count.Add(1)
 	l.post(func() { l.add(f, errB) })
@@ -166,6 +169,9 @@ func takeable(e End) (func(*lend) (int, error), bool) {
 			err := tc.Takeover(func(s uintptr) (io.ReadWriteCloser, error) {
 				d, err := dupFD(s)
 				fd = d
+				if err == nil {
+					t.lo.Store(le)
+				}
 				return le, err
 			})
 			return fd, err
@@ -506,8 +512,7 @@ func (f *lflow) finish(err error) {
 		if err != nil {
 			unix.SetsockoptLinger(e.fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1})
 		}
-		unix.Close(e.fd)
-		e.fd = -1
+		e.setFD(-1)
 		if e.out != nil {
 			outPool.Put(e.out)
 			e.out = nil
@@ -625,6 +630,27 @@ func (e *lend) flush() (drained bool, err error) {
 	e.out = nil
 	e.outOff = 0
 	return true, nil
+}
+
+// setFD gives the end its socket, or closes it (-1).
+func (e *lend) setFD(fd int) {
+	e.fdMu.Lock()
+	defer e.fdMu.Unlock()
+	if fd < 0 && e.fd >= 0 {
+		unix.Close(e.fd)
+	}
+	e.fd = fd
+}
+
+// segments is what the end's socket sent and retransmitted so far; called
+// from outside the loop.
+func (e *lend) segments() (sent, retransmitted uint32) {
+	e.fdMu.Lock()
+	defer e.fdMu.Unlock()
+	if e.fd < 0 {
+		return 0, 0
+	}
+	return segmentsOf(e.fd)
 }
 
 // segmentsOf is what TCP_INFO says the socket sent and retransmitted.

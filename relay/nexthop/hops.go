@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -222,16 +221,17 @@ func (hs *Hops) openTLS(ctx context.Context, h *hop.Header, spareOnly bool, ende
 	if c == nil {
 		return nil, nil
 	}
-	var tc *net.TCPConn
-	out := flow.TLS(c, func() {
-		if tc != nil {
-			hs.live.remove(next, tc)
+	var out *flow.TLSEnd
+	live := false
+	out = flow.TLS(c, func() {
+		if live {
+			hs.live.remove(next, out)
 		}
 		hs.p.tls.Done(c)
 		ended()
 	})
-	if tc = out.TCP(); tc != nil {
-		hs.live.add(next, tc)
+	if live = out.TCP() != nil; live {
+		hs.live.add(next, out)
 	}
 	if err := writeHeader(out, h); err != nil {
 		out.Abort()

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hoplink/hoplink/relay/flow"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hoplink/hoplink/api/v1alpha1"
@@ -346,6 +348,49 @@ func TestUDPSessionsTakeTheBulkTransport(t *testing.T) {
 	}
 	if got := open("default/u", v1alpha1.TransportAuto, v1alpha1.UDPAuto); got != v1alpha1.TransportQUIC {
 		t.Errorf("a session past the Tunnel's TLS share took %s, want QUIC", got)
+	}
+}
+
+// An open TLS flow that an event loop carries (its socket taken from Go's
+// poller) still shows what it sent, until it ends.
+func TestOpenTLSFlowsOnALoopShowWhatTheySent(t *testing.T) {
+	a, got, set := two(t, "tls")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	h := &hop.Header{Kind: hop.KindTCP, Tunnel: "default/t", Route: []string{"b"}, Target: "127.0.0.1:1"}
+	next, err := a.Open(ctx, h, OpenOptions{Transport: set.Chain("default/c").Spec.Transport})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, in := testutil.TCPPair(t)
+	end, err := flow.TCP(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	joined := make(chan error, 1)
+	up, down := prometheus.NewCounter(prometheus.CounterOpts{Name: "up"}), prometheus.NewCounter(prometheus.CounterOpts{Name: "down"})
+	go func() { joined <- flow.Join(end, next.Stream(), up, down, 0) }()
+	client.Write([]byte("hello"))
+	select {
+	case r := <-got:
+		if r.data != "hello" {
+			t.Fatalf("b read %q", r.data)
+		}
+	case <-ctx.Done():
+		t.Fatal("nothing arrived")
+	}
+	if sent, _ := a.live.counts("b"); sent == 0 {
+		t.Fatal("an open TLS flow on a loop shows no segments sent")
+	}
+	client.SetLinger(0)
+	client.Close()
+	select {
+	case <-joined:
+	case <-ctx.Done():
+		t.Fatal("the flow did not end after its client reset")
+	}
+	if sent, _ := a.live.counts("b"); sent != 0 {
+		t.Fatalf("a TLS flow that ended still shows %d segments", sent)
 	}
 }
 
