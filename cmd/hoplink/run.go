@@ -398,7 +398,7 @@ injected sidecar relays run.`,
 	f.IntVar(&perSource, "max-flows-per-source", 0, "most flows of one Tunnel from one client host at its entry (default a sixteenth of the Tunnel's, at least 64)")
 	f.BoolVar(&tunOffload, "tun-offload", true, "open tun Tunnels' devices with segmentation offload where the kernel has it")
 	f.BoolVar(&refuseNodeEgress, "refuse-node-egress", false, "refuse every Tunnel's targets on this host: loopback, link-local and cloud metadata addresses and the host's own, and TUN routes over its routes (the operator sets it on host-network relays of namespaces not labelled "+egress.AllowLabel+"=true)")
-	f.IntVar(&flowLoops, "flow-loops", 0, "event loops that carry flows between two sockets (TCP clients and targets, TLS links), each woken once for all its flows' messages (-1: one per CPU the relay uses; 0: none, a goroutine per flow direction)")
+	f.IntVar(&flowLoops, "flow-loops", -1, "event loops that carry flows between two sockets (TCP clients and targets, TLS links), each woken once for all its flows' messages (-1: one per CPU the relay uses; 0: none, a goroutine per flow direction)")
 	drainFlag(f, &drainTimeout)
 	return cmd
 }

@@ -64,8 +64,9 @@ var (
 )
 
 // SetLoops sets how many event loops carry socket-to-socket flows (the
-// relay's --flow-loops; -1: GOMAXPROCS); 0, the default, carries every
-// flow on goroutines. It must be called before the first flow.
+// relay's --flow-loops, -1 there: GOMAXPROCS); 0, the package's default
+// (in-process relays of tests and hoplink local), carries every flow on
+// goroutines. It must be called before the first flow.
 func SetLoops(n int) { loopsWant = n }
 
 // pickLoop is the loop with the fewest flows of two taken in turn, or nil

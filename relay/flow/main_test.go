@@ -6,7 +6,7 @@ import (
 )
 
 // The package's joins run on event loops where both ends are sockets
-// (the relay's --flow-loops; off by default), and on goroutines where a
+// (as a relay's do, --flow-loops), and on goroutines where a
 // test calls joinHalves.
 func TestMain(m *testing.M) {
 	SetLoops(2)
