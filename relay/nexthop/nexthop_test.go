@@ -351,17 +351,24 @@ func TestUDPSessionsTakeTheBulkTransport(t *testing.T) {
 	}
 }
 
-// An open TLS flow that an event loop carries (its socket taken from Go's
-// poller) still shows what it sent, until it ends.
-func TestOpenTLSFlowsOnALoopShowWhatTheySent(t *testing.T) {
+// openTLSFlow opens a flow from a to b over TLS; ctx bounds the test.
+func openTLSFlow(t *testing.T) (a *Hops, got chan received, ctx context.Context, next *Hop) {
+	t.Helper()
 	a, got, set := two(t, "tls")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	t.Cleanup(cancel)
 	h := &hop.Header{Kind: hop.KindTCP, Tunnel: "default/t", Route: []string{"b"}, Target: "127.0.0.1:1"}
 	next, err := a.Open(ctx, h, OpenOptions{Transport: set.Chain("default/c").Spec.Transport})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return a, got, ctx, next
+}
+
+// An open TLS flow that an event loop carries (its socket taken from Go's
+// poller) still shows what it sent, until it ends.
+func TestOpenTLSFlowsOnALoopShowWhatTheySent(t *testing.T) {
+	a, got, ctx, next := openTLSFlow(t)
 	client, in := testutil.TCPPair(t)
 	end, err := flow.TCP(in)
 	if err != nil {
@@ -397,14 +404,7 @@ func TestOpenTLSFlowsOnALoopShowWhatTheySent(t *testing.T) {
 // The TCP connections of TLS flows open to a peer show the link's loss
 // before the flows end; a flow that ended is no longer read.
 func TestOpenTLSFlowsShowWhatTheySent(t *testing.T) {
-	a, got, set := two(t, "tls")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	h := &hop.Header{Kind: hop.KindTCP, Tunnel: "default/t", Route: []string{"b"}, Target: "127.0.0.1:1"}
-	next, err := a.Open(ctx, h, OpenOptions{Transport: set.Chain("default/c").Spec.Transport})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, got, ctx, next := openTLSFlow(t)
 	out := next.Stream()
 	out.Write([]byte("hello"))
 	select {

@@ -12,26 +12,11 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/hoplink/hoplink/internal/testing/testutil"
 )
 
-func pair(t *testing.T) (*net.TCPConn, *net.TCPConn) {
-	t.Helper()
-	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	a, err := net.DialTCP("tcp", nil, ln.Addr().(*net.TCPAddr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := ln.AcceptTCP()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close(); b.Close() })
-	return a, b
-}
+func pair(t *testing.T) (*net.TCPConn, *net.TCPConn) { return testutil.TCPPair(t) }
 
 // TestConnIsNetsSocket: a Conn's reads and writes carry every byte, wait
 // on the poller both ways (a write larger than the socket holds), and end
