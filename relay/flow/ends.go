@@ -66,6 +66,11 @@ type TCPEnd struct {
 	mu      sync.Mutex
 	lo      *lend
 	aborted bool
+
+	// finSent: this end's writes were closed cleanly. reset: Broken found
+	// the peer reset, taking the error off the socket. Both say whether
+	// an end of stream read later was a reset (cutEOF).
+	finSent, reset atomic.Bool
 }
 
 // tcpRead is the state of ReadWhenReady and ReadReady, which only the
@@ -119,12 +124,44 @@ func (t *TCPEnd) Write(b []byte) (int, error) {
 	return t.c.Write(b)
 }
 
-func (t *TCPEnd) CloseWrite() error { return closeWrite(t.c) }
-func (t *TCPEnd) Close()            { t.c.Close() }
-func (t *TCPEnd) Fail(hop.Code)     { t.Abort() }
+func (t *TCPEnd) CloseWrite() error {
+	t.finSent.Store(true)
+	return closeWrite(t.c)
+}
+func (t *TCPEnd) Close()        { t.c.Close() }
+func (t *TCPEnd) Fail(hop.Code) { t.Abort() }
 
-// Broken says whether the peer reset the connection.
-func (t *TCPEnd) Broken() bool { return wasReset(t.c) }
+// Broken says whether the peer reset the connection (or TCP gave up on
+// it). Asking takes the reset's error off the socket, so the answer is
+// kept for cutEOF.
+func (t *TCPEnd) Broken() bool {
+	if t.reset.Load() {
+		return true
+	}
+	if wasReset(t.c) {
+		t.reset.Store(true)
+		return true
+	}
+	return false
+}
+
+// cutEOF says whether an end of stream just read was a reset whose error
+// something took off the socket first: Broken, or a write of the other
+// direction (a failed send takes it too), which may have aborted the end
+// since. A socket reaches CLOSE cleanly only after this end sent its FIN;
+// in CLOSE before that, it was reset.
+func (t *TCPEnd) cutEOF() bool {
+	t.mu.Lock()
+	aborted := t.aborted
+	t.mu.Unlock()
+	return aborted || t.reset.Load() || !t.finSent.Load() && inClose(t.c)
+}
+
+// cutTeller is a source that can tell a clean end of stream from a reset
+// read as one.
+type cutTeller interface {
+	cutEOF() bool
+}
 
 // closeWrite ends c's sending direction cleanly: the reset armed for a
 // crash is lifted first, so bytes still queued go out before the FIN.
@@ -387,9 +424,7 @@ func (t *TLSEnd) SegmentsSoFar() (sent, retransmitted uint32) {
 }
 
 func (t *TLSEnd) finish() {
-	if tc := tcpOf(t.c); tc != nil {
-		t.segs[0], t.segs[1] = segments(tc)
-	}
+	t.segs[0], t.segs[1] = t.SegmentsSoFar()
 	t.done()
 }
 

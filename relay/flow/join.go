@@ -427,21 +427,11 @@ func (w *stallWatch) wasEvicted() bool { return w != nil && w.evicted.Load() }
 // (a read) or dst (a write) failed.
 func copyHalf(dst, src End, n Counter, it *idleTimer, w *stallWatch, failed func() bool) (srcFailed bool, err error) {
 	pacer, _ := n.(Pacer)
-	// srcReset: gone found the source reset. Asking took the reset's
-	// error off the socket, so a read after it would end cleanly: the end
-	// of the source is then a reset, not a FIN.
-	var srcReset atomic.Bool
 	gone := func() bool {
-		if failed() || srcReset.Load() {
-			return true
-		}
 		b, ok := src.(breakable)
-		if ok && b.Broken() {
-			srcReset.Store(true)
-			return true
-		}
-		return false
+		return failed() || ok && b.Broken()
 	}
+	cut, _ := src.(cutTeller)
 	first := &smallBufPool
 	if _, ok := src.(*TLSEnd); ok {
 		first = &tlsBufPool
@@ -508,8 +498,8 @@ func copyHalf(dst, src End, n Counter, it *idleTimer, w *stallWatch, failed func
 				n.Add(float64(len(out)))
 				it.moved()
 			}
-			if rerr == io.EOF && srcReset.Load() {
-				rerr = os.NewSyscallError("read", syscall.ECONNRESET)
+			if rerr == io.EOF && (failed() || cut != nil && cut.cutEOF()) {
+				rerr = errCutEOF
 			}
 			if rerr == io.EOF {
 				pool.Put(bp)
@@ -534,6 +524,9 @@ func copyHalf(dst, src End, n Counter, it *idleTimer, w *stallWatch, failed func
 		pool.Put(bp)
 	}
 }
+
+// errCutEOF is a TCP source's end of stream that was a reset (cutEOF).
+var errCutEOF = os.NewSyscallError("read", syscall.ECONNRESET)
 
 // spliceChunk bounds each splice call so byte counters move during long
 // transfers; splice itself copies in the kernel, with no user-space buffer.
@@ -562,14 +555,17 @@ func Splice(a, b *net.TCPConn, up, down Counter, idle time.Duration) error {
 			abort()
 		})
 	}
-	half := func(dst, src *net.TCPConn, n Counter, w *stallWatch) error {
+	half := func(dst, src *TCPEnd, n Counter, w *stallWatch) error {
 		for {
 			w.write(true)
-			m, err := io.CopyN(dst, src, spliceChunk)
+			m, err := io.CopyN(dst.c, src.c, spliceChunk)
 			w.write(false)
 			n.Add(float64(m))
+			if err == io.EOF && src.cutEOF() {
+				return errCutEOF
+			}
 			if err == io.EOF {
-				return closeWrite(dst)
+				return dst.CloseWrite()
 			}
 			if err != nil {
 				return err
@@ -588,14 +584,14 @@ func Splice(a, b *net.TCPConn, up, down Counter, idle time.Duration) error {
 	wa, wb := newStallWatch(ta, tb, A, &fault, abort), newStallWatch(tb, ta, B, &fault, abort)
 	done := make(chan error, 1)
 	go func() {
-		err := half(b, a, up, wa)
+		err := half(tb, ta, up, wa)
 		if err != nil {
 			fault.note(side(err, A, B))
 			abort()
 		}
 		done <- err
 	}()
-	err := half(a, b, down, wb)
+	err := half(ta, tb, down, wb)
 	if err != nil {
 		fault.note(side(err, B, A))
 		abort()

@@ -192,3 +192,47 @@ func TestResetWhilePacedIsAReset(t *testing.T) {
 		})
 	}
 }
+
+// TestResetDuringADownloadIsAReset: the client resets while the relay
+// writes it a download it is not reading. The download's failed write
+// takes the reset's error off the client's socket, and the upload then
+// reads an end of stream: that must reach the target as a reset, never as
+// the client's FIN. Two goroutines race for the error (on a loop, the
+// order of one turn decides), so the flow runs several times. The target
+// has handed its whole download to its buffers before, so that no write
+// of its own takes the reset's error off its socket.
+func TestResetDuringADownloadIsAReset(t *testing.T) {
+	for name, join := range joins {
+		t.Run(name, func(t *testing.T) {
+			for i := range 20 {
+				client, in := pair(t)
+				out, target := pair(t)
+				client.SetReadBuffer(4 << 10)
+				in.SetWriteBuffer(16 << 10)
+				out.SetReadBuffer(1 << 20)
+				target.SetWriteBuffer(1 << 20)
+				done := make(chan error, 1)
+				go func() { done <- join(in, out, &count{}, &count{}) }()
+				target.SetWriteDeadline(time.Now().Add(5 * time.Second))
+				if _, err := target.Write(make([]byte, 256<<10)); err != nil {
+					t.Fatal(err)
+				}
+				client.SetReadDeadline(time.Now().Add(5 * time.Second))
+				if _, err := io.ReadFull(client, make([]byte, 8<<10)); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(20 * time.Millisecond) // the relay's write to the client waits
+				client.SetLinger(0)
+				client.Close()
+				target.SetReadDeadline(time.Now().Add(5 * time.Second))
+				got, err := io.ReadAll(target)
+				if !errors.Is(err, syscall.ECONNRESET) {
+					t.Fatalf("run %d: target read %d bytes and then %v, want a reset", i, len(got), err)
+				}
+				if err := <-done; err == nil {
+					t.Fatalf("run %d: a reset flow reported a clean end", i)
+				}
+			}
+		})
+	}
+}

@@ -46,22 +46,36 @@ func segments(c *net.TCPConn) (sent, retransmitted uint32) {
 // state alone would not say: a socket whose both directions closed cleanly
 // reads as CLOSE too, once it went to TIME_WAIT or through LAST_ACK. A
 // reset (or a timeout) leaves its error on the socket, which SO_ERROR
-// reads, and clears: only the stall watch asks, on an end nothing reads
-// meanwhile, and it resets the flow when the answer is yes.
+// reads, and clears (TCPEnd.Broken keeps the answer).
 func wasReset(c *net.TCPConn) bool {
+	soErr := 0
+	closed, ok := tcpState(c, func(fd uintptr) {
+		soErr, _ = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_ERROR)
+	})
+	return !ok || closed && soErr != 0
+}
+
+// inClose says whether c is in TCP's CLOSE state.
+func inClose(c *net.TCPConn) bool {
+	closed, ok := tcpState(c, nil)
+	return ok && closed
+}
+
+// tcpState says whether c is in CLOSE, then runs then on its socket if it
+// is; ok is false when c is closed already.
+func tcpState(c *net.TCPConn, then func(fd uintptr)) (closed, ok bool) {
 	rc, err := c.SyscallConn()
 	if err != nil {
-		return true
+		return false, false
 	}
-	var info *unix.TCPInfo
-	soErr := 0
 	if cerr := rc.Control(func(fd uintptr) {
-		info, err = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
-		if err == nil && info.State == unix.BPF_TCP_CLOSE {
-			soErr, err = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_ERROR)
+		info, err := unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+		closed = err == nil && info.State == unix.BPF_TCP_CLOSE
+		if closed && then != nil {
+			then(fd)
 		}
 	}); cerr != nil {
-		return true // closed already
+		return false, false
 	}
-	return err == nil && info.State == unix.BPF_TCP_CLOSE && soErr != 0
+	return closed, true
 }
