@@ -24,8 +24,16 @@ func pair(t *testing.T) (*net.TCPConn, *net.TCPConn) { return testutil.TCPPair(t
 // joined makes client <-> [relay: in | out] <-> target and joins the
 // relay's two ends, as a relay joins a client and its next hop.
 func joined(t *testing.T, join func(in, out *net.TCPConn, up, down Counter) error) (client, target *net.TCPConn, up, down *count, done chan error) {
+	return joinedWith(t, join, nil)
+}
+
+// joinedWith is joined with the four sockets' buffers set by bufs first.
+func joinedWith(t *testing.T, join func(in, out *net.TCPConn, up, down Counter) error, bufs func(client, in, out, target *net.TCPConn)) (client, target *net.TCPConn, up, down *count, done chan error) {
 	client, in := pair(t)
 	out, target := pair(t)
+	if bufs != nil {
+		bufs(client, in, out, target)
+	}
 	up, down, done = &count{}, &count{}, make(chan error, 1)
 	go func() { done <- join(in, out, up, down) }()
 	return client, target, up, down, done

@@ -102,18 +102,16 @@ func TestResetEndsAHalfStuckWriting(t *testing.T) {
 func TestCleanEndWhileAWriteWaitsIsNoReset(t *testing.T) {
 	for name, join := range joins {
 		t.Run(name, func(t *testing.T) {
-			client, in := pair(t)
-			out, target := pair(t)
 			// Small buffers towards the target, large ones from the
 			// client: the request fits behind the client, not ahead.
-			client.SetWriteBuffer(1 << 20)
-			in.SetReadBuffer(1 << 20)
-			// (Not tiny towards the target: a receive buffer far below the
-			// MSS makes its window updates wait on the persist timer.)
-			out.SetWriteBuffer(16 << 10)
-			target.SetReadBuffer(64 << 10)
-			done := make(chan error, 1)
-			go func() { done <- join(in, out, &count{}, &count{}) }()
+			// (Not tiny towards the target: a receive buffer far below
+			// the MSS makes its window updates wait on the persist timer.)
+			client, target, _, _, done := joinedWith(t, join, func(client, in, out, target *net.TCPConn) {
+				client.SetWriteBuffer(1 << 20)
+				in.SetReadBuffer(1 << 20)
+				out.SetWriteBuffer(16 << 10)
+				target.SetReadBuffer(64 << 10)
+			})
 
 			request := bytes.Repeat([]byte("r"), 1<<20)
 			wrote := make(chan error, 1)
@@ -205,14 +203,12 @@ func TestResetDuringADownloadIsAReset(t *testing.T) {
 	for name, join := range joins {
 		t.Run(name, func(t *testing.T) {
 			for i := range 20 {
-				client, in := pair(t)
-				out, target := pair(t)
-				client.SetReadBuffer(4 << 10)
-				in.SetWriteBuffer(16 << 10)
-				out.SetReadBuffer(1 << 20)
-				target.SetWriteBuffer(1 << 20)
-				done := make(chan error, 1)
-				go func() { done <- join(in, out, &count{}, &count{}) }()
+				client, target, _, _, done := joinedWith(t, join, func(client, in, out, target *net.TCPConn) {
+					client.SetReadBuffer(4 << 10)
+					in.SetWriteBuffer(16 << 10)
+					out.SetReadBuffer(1 << 20)
+					target.SetWriteBuffer(1 << 20)
+				})
 				target.SetWriteDeadline(time.Now().Add(5 * time.Second))
 				if _, err := target.Write(make([]byte, 256<<10)); err != nil {
 					t.Fatal(err)
