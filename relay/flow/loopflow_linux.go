@@ -652,12 +652,3 @@ func (e *lend) segments() (sent, retransmitted uint32) {
 	}
 	return segmentsOf(e.fd)
 }
-
-// segmentsOf is what TCP_INFO says the socket sent and retransmitted.
-func segmentsOf(fd int) (sent, retransmitted uint32) {
-	info, err := unix.GetsockoptTCPInfo(fd, unix.IPPROTO_TCP, unix.TCP_INFO)
-	if err != nil || info == nil {
-		return 0, 0
-	}
-	return info.Segs_out, info.Total_retrans
-}

@@ -9,37 +9,31 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// onSocket runs fn on c's socket; false when c is closed already.
+func onSocket(c *net.TCPConn, fn func(fd int)) bool {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return false
+	}
+	return rc.Control(func(fd uintptr) { fn(int(fd)) }) == nil
+}
+
 // sinceReceived is how long ago c last received data (TCP_INFO), or 0
 // when the kernel does not say.
 func sinceReceived(c *net.TCPConn) time.Duration {
-	rc, err := c.SyscallConn()
-	if err != nil {
-		return 0
-	}
-	var info *unix.TCPInfo
-	rc.Control(func(fd uintptr) {
-		info, err = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+	var d time.Duration
+	onSocket(c, func(fd int) {
+		if info, err := unix.GetsockoptTCPInfo(fd, unix.IPPROTO_TCP, unix.TCP_INFO); err == nil {
+			d = time.Duration(info.Last_data_recv) * time.Millisecond
+		}
 	})
-	if err != nil || info == nil {
-		return 0
-	}
-	return time.Duration(info.Last_data_recv) * time.Millisecond
+	return d
 }
 
 // segments is what TCP_INFO says c sent and retransmitted, in segments.
 func segments(c *net.TCPConn) (sent, retransmitted uint32) {
-	rc, err := c.SyscallConn()
-	if err != nil {
-		return 0, 0
-	}
-	var info *unix.TCPInfo
-	rc.Control(func(fd uintptr) {
-		info, err = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
-	})
-	if err != nil || info == nil {
-		return 0, 0
-	}
-	return info.Segs_out, info.Total_retrans
+	onSocket(c, func(fd int) { sent, retransmitted = segmentsOf(fd) })
+	return sent, retransmitted
 }
 
 // wasReset says whether c's peer reset it, or TCP gave up on it. Its
@@ -49,8 +43,8 @@ func segments(c *net.TCPConn) (sent, retransmitted uint32) {
 // reads, and clears (TCPEnd.Broken keeps the answer).
 func wasReset(c *net.TCPConn) bool {
 	soErr := 0
-	closed, ok := tcpState(c, func(fd uintptr) {
-		soErr, _ = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_ERROR)
+	closed, ok := tcpState(c, func(fd int) {
+		soErr, _ = unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR)
 	})
 	return !ok || closed && soErr != 0
 }
@@ -63,19 +57,22 @@ func inClose(c *net.TCPConn) bool {
 
 // tcpState says whether c is in CLOSE, then runs then on its socket if it
 // is; ok is false when c is closed already.
-func tcpState(c *net.TCPConn, then func(fd uintptr)) (closed, ok bool) {
-	rc, err := c.SyscallConn()
-	if err != nil {
-		return false, false
-	}
-	if cerr := rc.Control(func(fd uintptr) {
-		info, err := unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+func tcpState(c *net.TCPConn, then func(fd int)) (closed, ok bool) {
+	ok = onSocket(c, func(fd int) {
+		info, err := unix.GetsockoptTCPInfo(fd, unix.IPPROTO_TCP, unix.TCP_INFO)
 		closed = err == nil && info.State == unix.BPF_TCP_CLOSE
 		if closed && then != nil {
 			then(fd)
 		}
-	}); cerr != nil {
-		return false, false
+	})
+	return closed && ok, ok
+}
+
+// segmentsOf is what TCP_INFO says the socket sent and retransmitted.
+func segmentsOf(fd int) (sent, retransmitted uint32) {
+	info, err := unix.GetsockoptTCPInfo(fd, unix.IPPROTO_TCP, unix.TCP_INFO)
+	if err != nil || info == nil {
+		return 0, 0
 	}
-	return closed, true
+	return info.Segs_out, info.Total_retrans
 }
