@@ -244,13 +244,7 @@ func walkTypes(prefix string, rec map[string]any, f func(key, typ string)) {
 }
 
 func freePort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return fmt.Sprint(ln.Addr().(*net.TCPAddr).Port)
+	return fmt.Sprint(testutil.FreePort(t))
 }
 
 // client-go's and controller-runtime's logs (klog, logr) come out through

@@ -28,6 +28,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/hoplink/hoplink/internal/testing/freeport"
 )
 
 func main() {
@@ -252,11 +254,12 @@ func echoServer() (string, error) {
 	return ln.Addr().String(), nil
 }
 
+// freePort picks below the ephemeral range, where no outgoing connection
+// takes the port before a relay listens on it.
 func freePort() int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := freeport.Pick()
 	if err != nil {
 		panic(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return p
 }

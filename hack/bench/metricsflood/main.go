@@ -31,6 +31,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/hoplink/hoplink/internal/testing/freeport"
 )
 
 func main() {
@@ -293,11 +295,12 @@ func rss(pid int) (int64, error) {
 	return 0, errors.New("no VmRSS")
 }
 
+// freePort picks below the ephemeral range, where no outgoing connection
+// takes the port before a relay listens on it.
 func freePort() int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := freeport.Pick()
 	if err != nil {
 		panic(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return p
 }

@@ -32,6 +32,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hoplink/hoplink/internal/testing/freeport"
+
 	"github.com/hoplink/hoplink/internal/testing/testutil"
 )
 
@@ -369,20 +371,14 @@ func exchange(addr string, size int) error {
 	return nil
 }
 
+// freePort picks below the ephemeral range, where no outgoing connection
+// takes the port before a relay listens on it.
 func freePort() int {
-	for {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			continue
-		}
-		p := l.Addr().(*net.TCPAddr).Port
-		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", p))
-		l.Close()
-		if err == nil {
-			u.Close()
-			return p
-		}
+	p, err := freeport.Pick()
+	if err != nil {
+		panic(err)
 	}
+	return p
 }
 
 func waitFor(d time.Duration, f func() error) error {

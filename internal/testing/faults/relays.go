@@ -9,9 +9,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
+
+	"github.com/hoplink/hoplink/internal/testing/freeport"
 )
 
 // Run starts a relay set of its own in a new directory under dir, waits
@@ -194,26 +195,7 @@ func tail(file string, lines int) string {
 	return strings.Join(l[max(0, len(l)-lines):], "\n")
 }
 
-var handedOut sync.Map // port -> true
-
-// freePort finds a loopback port free for both TCP and UDP (a relay
-// listens on both with one number), never the same twice in a process:
-// cases may run at once.
-func freePort() (int, error) {
-	for range 50 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, err
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
-		l.Close()
-		if err == nil {
-			u.Close()
-			if _, taken := handedOut.LoadOrStore(port, true); !taken {
-				return port, nil
-			}
-		}
-	}
-	return 0, errors.New("no port free for both TCP and UDP")
-}
+// freePort finds a port free for both TCP and UDP (a relay listens on
+// both with one number), never the same twice in a process: cases may run
+// at once.
+func freePort() (int, error) { return freeport.Pick() }

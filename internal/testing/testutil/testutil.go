@@ -11,39 +11,24 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
-	"sync"
 	"testing"
+
+	"github.com/hoplink/hoplink/internal/testing/freeport"
 
 	"github.com/hoplink/hoplink/internal/linkemu"
 	"github.com/hoplink/hoplink/internal/testing/testutil/gate"
 )
 
-var handedOut sync.Map // port -> true
-
-// FreePort finds a loopback port free for both TCP and UDP: a relay listens
-// on both with one number.
-// A port is never handed out twice in one test process: the kernel may
-// offer a port again once its probe socket closed, and two listeners of
-// one test given the same number collide.
+// FreePort finds a port free for both TCP and UDP on every address (a
+// relay listens on both with one number), never the same twice in a test
+// process; see package freeport for where it comes from.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	for range 50 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
-		l.Close()
-		if err == nil {
-			u.Close()
-			if _, taken := handedOut.LoadOrStore(port, true); !taken {
-				return port
-			}
-		}
+	p, err := freeport.Pick()
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("no port free for both TCP and UDP")
-	return 0
+	return p
 }
 
 // TCPPair returns both ends of a loopback TCP connection, closed when the
