@@ -68,11 +68,16 @@ func tcpState(c *net.TCPConn, then func(fd int)) (closed, ok bool) {
 	return closed && ok, ok
 }
 
-// segmentsOf is what TCP_INFO says the socket sent and retransmitted.
+// segmentsOf is what TCP_INFO says the socket sent and retransmitted for
+// want of a loss: retransmissions the receiver reported as duplicates
+// (D-SACK) are not counted. Those are spurious, timers that fired before an
+// acknowledgment came (on a busy host, a tail loss probe after a
+// handshake's message waited for the peer's CPU), not packets the path
+// lost.
 func segmentsOf(fd int) (sent, retransmitted uint32) {
 	info, err := unix.GetsockoptTCPInfo(fd, unix.IPPROTO_TCP, unix.TCP_INFO)
 	if err != nil || info == nil {
 		return 0, 0
 	}
-	return info.Segs_out, info.Total_retrans
+	return info.Segs_out, info.Total_retrans - min(info.Dsack_dups, info.Total_retrans)
 }
