@@ -232,7 +232,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"from", "algorithm", "reason"}),
 		LinkFlows: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hoplink_link_flows_total",
-			Help: "TCP flows (and UDP sessions at their entry) a relay opened toward the next relay, by transport and the reason it was taken (explicit: the chain names it; short_flows, interactive, unmeasured, measured, sampling, no_spare, tls_share, datagrams under auto).",
+			Help: "TCP flows (and UDP sessions at their entry) a relay opened toward the next relay, by transport and the reason it was taken (explicit: the chain names it; short_flows, interactive, long_interactive, unmeasured, measured, sampling, no_spare, tls_share, datagrams under auto).",
 		}, []string{"from", "to", "transport", "reason"}),
 		LinkGoodput: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "hoplink_link_goodput_bits_per_second",

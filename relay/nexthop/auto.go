@@ -19,6 +19,16 @@ import (
 //     goes in round trips and in recovering a lost packet with nothing
 //     behind it, which QUIC does in a few round trips and TCP after a
 //     probe timeout of 200 ms or more;
+//   - but a Tunnel whose flows live long in requests and answers (longTurns
+//     turns of direction each, on average: a database session, a client's
+//     kept-alive connection) rides TLS on a short link that shows no loss:
+//     its handshake is paid once for many exchanges, and each exchange
+//     costs less over TCP, which the kernel carries (hack/bench/rr.sh: 1.1
+//     ms added at the median through a hop over TLS, 1.7 over QUIC). On a
+//     long link or one that loses packets it keeps QUIC, whose recovery of
+//     a lone lost packet costs round trips, not a retransmission timeout.
+//     Such flows have their own share of TLS connections to a peer
+//     (maxTLSInteractivePerTunnel), with bounded socket buffers;
 //   - the goodput bulk flows achieved on the link with each transport. Bulk
 //     flows (and flows of unknown shape) take the faster one; one in
 //     sampleEvery re-measures the other when its figure is stale, and the
@@ -88,14 +98,22 @@ const (
 	// watchFlows bounds the open flows of a Tunnel watched for a bulk
 	// one; the newest are kept.
 	watchFlows = 16
+	// longTurns: a Tunnel whose flows turn direction this often on
+	// average, 16 requests and answers, is long-lived interactive, worth a
+	// handshake each on a link no longer than shortLinkRTT.
+	longTurns    = 32
+	shortLinkRTT = 20 * time.Millisecond
 )
 
 // Reasons of a choice, the reason label of hoplink_link_transport_info.
 const (
 	ReasonShort       = "short_flows"
 	ReasonInteractive = "interactive"
-	ReasonUnmeasured  = "unmeasured"
-	ReasonLossy       = "lossy_link"
+	// ReasonLongInteractive: a flow of a Tunnel whose flows are long-lived
+	// interactive, on a short link that shows no loss, rides TLS.
+	ReasonLongInteractive = "long_interactive"
+	ReasonUnmeasured      = "unmeasured"
+	ReasonLossy           = "lossy_link"
 	// ReasonLossBound: a flow of unknown shape on a link that loses
 	// packets takes the bulk transport, since QUIC's loss-based congestion
 	// control would cost a bulk flow there more than TCP's timeouts would
@@ -121,6 +139,21 @@ const (
 // connection, whose flow-control window bounds them all together; 16
 // connections are more than one Tunnel's bulk needs to fill a link.
 const maxTLSFlowsPerTunnel = 16
+
+// maxTLSInteractivePerTunnel bounds a Tunnel's long-lived interactive
+// flows over TLS to one peer (ReasonLongInteractive), a share of their own:
+// a Tunnel of many clients holds one connection each. Their sockets at
+// this relay keep interactiveBuffer each way, as the entry's sockets to
+// clients do (the kernel doubles it: 256 KiB), instead of growing with
+// the kernel's autotuning. That bounds what the connection holds in flight
+// both ways (what this end sends, what it lets the peer send), so a full
+// share of stalled flows holds at most 128 MiB here. A flow that turns
+// bulk is held to its window, about 128 KiB per round trip: 50 Mbit/s on
+// the longest link such flows take (shortLinkRTT), 1 Gbit/s at 1 ms.
+const (
+	maxTLSInteractivePerTunnel = 256
+	interactiveBuffer          = 128 << 10
+)
 
 // goodput is a moving average of bulk flows' goodput on one transport.
 type goodput struct {
@@ -158,6 +191,7 @@ type linkChoice struct {
 type shape struct {
 	avg     float64 // bytes per flow, moving average
 	perTurn float64 // bytes between turns of direction, moving average
+	turns   float64 // turns of direction per flow, moving average
 	n       int
 	// lastBulk: the last flow that ended was bulk (a goodput sample).
 	lastBulk bool
@@ -241,15 +275,18 @@ func (c *chooser) pick(peer, tunnel string, isFlow bool, m progress, loss linkLo
 	defer c.mu.Unlock()
 	s := c.shapes[tunnel]
 	known := s != nil && s.n >= shortFlows
-	if isFlow && known && s.avg < shortBytes {
-		return v1alpha1.TransportQUIC, ReasonShort, false
-	}
-	if isFlow && known && s.perTurn < interactiveBytes {
+	l := c.link(peer)
+	if isFlow && known && (s.avg < shortBytes || s.perTurn < interactiveBytes) {
+		if s.turns >= longTurns && cleanShortLink(l, loss) {
+			return v1alpha1.TransportTLS, ReasonLongInteractive, true
+		}
+		if s.avg < shortBytes {
+			return v1alpha1.TransportQUIC, ReasonShort, false
+		}
 		return v1alpha1.TransportQUIC, ReasonInteractive, false
 	}
 	bulk = !isFlow || known
 	bound := false // QUIC would bind a bulk flow of unknown shape
-	l := c.link(peer)
 	c.decide(peer, l, now)
 	if !known || !isFlow {
 		sent, lost := loss.QUIC()
@@ -292,6 +329,16 @@ func (c *chooser) pick(peer, tunnel string, isFlow bool, m progress, loss linkLo
 		return l.bulk, ReasonLossBound, bulk
 	}
 	return l.bulk, l.reason, bulk
+}
+
+// cleanShortLink says whether a link is short (its least round trip, which
+// must be known, within shortLinkRTT) and shows no loss.
+func cleanShortLink(l *linkChoice, loss linkLoss) bool {
+	if rtt := loss.RTT(); rtt <= 0 || rtt > shortLinkRTT {
+		return false
+	}
+	sent, lost := loss.QUIC()
+	return lossRatio(l, sent, lost, loss) == 0
 }
 
 // quicBinds says whether a flow of unknown shape on a link that loses
@@ -475,11 +522,12 @@ func (c *chooser) done(peer, tunnel string, t v1alpha1.Transport, bytes, turns i
 		if len(c.shapes) >= maxShapes {
 			clear(c.shapes)
 		}
-		s = &shape{avg: float64(bytes), perTurn: perTurn}
+		s = &shape{avg: float64(bytes), perTurn: perTurn, turns: float64(turns)}
 		c.shapes[tunnel] = s
 	} else {
 		s.avg += (float64(bytes) - s.avg) / 8
 		s.perTurn += (perTurn - s.perTurn) / 8
+		s.turns += (float64(turns) - s.turns) / 8
 	}
 	s.n++
 	// An interactive flow's goodput says how often it turned, not how fast

@@ -446,3 +446,51 @@ func TestAutoShapePerTarget(t *testing.T) {
 		t.Errorf("no target: key %q, want the Tunnel's", k)
 	}
 }
+
+// A Tunnel whose flows live long in requests and answers rides TLS on a
+// short link that shows no loss, worth a handshake; on a long link, one
+// whose round trip is not known, or one that loses packets, it keeps QUIC,
+// as do Tunnels whose flows turn only a few times.
+func TestAutoLongInteractiveFlowsRideTLSOnAShortCleanLink(t *testing.T) {
+	now := time.Unix(1000, 0)
+	const lan = 500 * time.Microsecond
+	for _, tc := range []struct {
+		name   string
+		bytes  int64 // per flow
+		turns  int64 // per flow
+		link   linkShows
+		want   v1alpha1.Transport
+		reason string
+		handsh bool // worth a handshake
+	}{
+		{"kept-alive small requests, LAN", 20 << 10, 320, linkShows{rtt: lan}, overTLS, ReasonLongInteractive, true},
+		{"long session of big answers, LAN", 8 << 20, 400, linkShows{rtt: lan}, overTLS, ReasonLongInteractive, true},
+		{"at the bar", 4 << 10, longTurns, linkShows{rtt: shortLinkRTT}, overTLS, ReasonLongInteractive, true},
+		{"one request per flow", 4 << 10, 2, linkShows{rtt: lan}, overQUIC, ReasonShort, false},
+		{"just under the bar", 4 << 10, longTurns - 1, linkShows{rtt: lan}, overQUIC, ReasonShort, false},
+		{"long link", 20 << 10, 320, linkShows{rtt: shortLinkRTT + time.Millisecond}, overQUIC, ReasonShort, false},
+		{"round trip unknown", 20 << 10, 320, linkShows{}, overQUIC, ReasonShort, false},
+		{"QUIC loses packets", 20 << 10, 320, linkShows{rtt: lan, quicSent: 1000, quicLost: 3}, overQUIC, ReasonShort, false},
+		{"open TLS flows retransmit", 8 << 20, 400, linkShows{rtt: lan, tlsSent: 10000, tlsLost: 20}, overQUIC, ReasonInteractive, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newChooser()
+			for range shortFlows {
+				c.done("b", "t", overQUIC, tc.bytes, tc.turns, time.Minute, now)
+			}
+			got, reason, handshake := c.pick("b", "t", true, nil, tc.link, now)
+			if got != tc.want || reason != tc.reason || handshake != tc.handsh {
+				t.Fatalf("got %s (%s, worth a handshake %v), want %s (%s, %v)", got, reason, handshake, tc.want, tc.reason, tc.handsh)
+			}
+		})
+	}
+	// The finished TLS flows' retransmissions count too.
+	c := newChooser()
+	for range shortFlows {
+		c.done("b", "t", overTLS, 20<<10, 320, time.Minute, now)
+	}
+	c.tcpLoss("b", 5000, 10)
+	if got, reason, _ := c.pick("b", "t", true, nil, linkShows{rtt: lan}, now); got != overQUIC {
+		t.Fatalf("on a link whose finished TLS flows retransmitted: got %s (%s), want QUIC", got, reason)
+	}
+}

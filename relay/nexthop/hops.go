@@ -109,7 +109,7 @@ func (hs *Hops) Open(ctx context.Context, h *hop.Header, o OpenOptions) (*Hop, e
 	case h.Kind != hop.KindUDP && h.Kind != hop.KindPacket && h.Kind != hop.KindEcho:
 		return hs.openFlow(ctx, h, o.Transport)
 	case o.Came == v1alpha1.TransportTLS:
-		return hs.openTLS(ctx, h, false, func() {})
+		return hs.openTLS(ctx, h, tlsOpen{})
 	case o.Came != "":
 		return hs.openSession(ctx, h)
 	case h.Kind == hop.KindUDP:
@@ -118,7 +118,7 @@ func (hs *Hops) Open(ctx context.Context, h *hop.Header, o OpenOptions) (*Hop, e
 	// A packet session at its entry. Its sessions are few and long, and
 	// not counted in a Tunnel's share of TLS flows.
 	if hs.choose(h, o.Transport).Transport == v1alpha1.TransportTLS {
-		return hs.openTLS(ctx, h, false, func() {})
+		return hs.openTLS(ctx, h, tlsOpen{})
 	}
 	return hs.openSession(ctx, h)
 }
@@ -134,11 +134,11 @@ func (hs *Hops) openFlow(ctx context.Context, h *hop.Header, transport v1alpha1.
 		// choice of TLS is not.
 		if transport == v1alpha1.TransportAuto && h.Kind == hop.KindTCP {
 			var shared bool
-			if out, shared, err = hs.openTLSShared(ctx, h, ch.spareOnly); !shared {
+			if out, shared, err = hs.openTLSShared(ctx, h, ch.spareOnly, ch.Reason == ReasonLongInteractive); !shared {
 				ch.Transport, ch.Reason = v1alpha1.TransportQUIC, ReasonTLSShare
 			}
 		} else {
-			out, err = hs.openTLS(ctx, h, ch.spareOnly, func() {})
+			out, err = hs.openTLS(ctx, h, tlsOpen{spareOnly: ch.spareOnly})
 		}
 		if ch.Transport == v1alpha1.TransportTLS && out == nil && err == nil {
 			// A flow of unknown shape in a burst: rather than wait for a
@@ -183,17 +183,25 @@ func (hs *Hops) openStream(ctx context.Context, h *hop.Header) (*Hop, error) {
 	return quicHop(c, s, out), nil
 }
 
-// openTLS takes a TLS connection to h.Route[0] and sends it h. With
-// spareOnly it takes a ready one or none (nil, nil). ended runs when the
-// flow's connection is finished.
-func (hs *Hops) openTLS(ctx context.Context, h *hop.Header, spareOnly bool, ended func()) (*Hop, error) {
+// tlsOpen is how openTLS takes its connection.
+type tlsOpen struct {
+	// spareOnly takes a ready connection or none (nil, nil).
+	spareOnly bool
+	// buffer, when not 0, is the socket's send and receive buffer, fixed.
+	buffer int
+	// ended runs when the flow's connection is finished.
+	ended func()
+}
+
+// openTLS takes a TLS connection to h.Route[0] and sends it h.
+func (hs *Hops) openTLS(ctx context.Context, h *hop.Header, o tlsOpen) (*Hop, error) {
 	next := h.Route[0]
 	peer, ok := hs.p.peer(next)
 	if !ok {
 		return nil, unknown(next)
 	}
 	get := func(pool *tlslink.Pool) (*tls.Conn, error) {
-		if spareOnly {
+		if o.spareOnly {
 			return pool.Spare(), nil
 		}
 		return pool.Get(ctx)
@@ -228,9 +236,16 @@ func (hs *Hops) openTLS(ctx context.Context, h *hop.Header, spareOnly bool, ende
 			hs.live.remove(next, out)
 		}
 		hs.p.tls.Done(c)
-		ended()
+		if o.ended != nil {
+			o.ended()
+		}
 	})
-	if live = out.TCP() != nil; live {
+	if tcp := out.TCP(); tcp != nil {
+		if o.buffer > 0 {
+			tcp.SetReadBuffer(o.buffer)
+			tcp.SetWriteBuffer(o.buffer)
+		}
+		live = true
 		hs.live.add(next, out)
 	}
 	if err := writeHeader(out, h); err != nil {

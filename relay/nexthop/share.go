@@ -7,8 +7,19 @@ import (
 	"github.com/hoplink/hoplink/relay/hop"
 )
 
-// tlsShare is what maxTLSFlowsPerTunnel counts: a Tunnel's flows to a peer.
-type tlsShare struct{ peer, tunnel string }
+// tlsShare is what maxTLSFlowsPerTunnel counts: a Tunnel's flows to a
+// peer; or, interactive, maxTLSInteractivePerTunnel.
+type tlsShare struct {
+	peer, tunnel string
+	interactive  bool
+}
+
+func (k tlsShare) max() int {
+	if k.interactive {
+		return maxTLSInteractivePerTunnel
+	}
+	return maxTLSFlowsPerTunnel
+}
 
 // tlsShares counts the TLS flows open under auto, by share.
 type tlsShares struct {
@@ -21,7 +32,7 @@ type tlsShares struct {
 func (s *tlsShares) take(k tlsShare) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.flows[k] >= maxTLSFlowsPerTunnel {
+	if s.flows[k] >= k.max() {
 		return false
 	}
 	if s.flows == nil {
@@ -42,15 +53,21 @@ func (s *tlsShares) give(k tlsShare) {
 }
 
 // openTLSShared is openTLS within the share of TLS flows h's Tunnel has to
-// the peer (maxTLSFlowsPerTunnel): shared is false, and nothing opened,
-// when the share is taken; the flow gives its slot back when it ends.
-func (hs *Hops) openTLSShared(ctx context.Context, h *hop.Header, spareOnly bool) (out *Hop, shared bool, err error) {
-	k := tlsShare{h.Route[0], h.Tunnel}
+// the peer (maxTLSFlowsPerTunnel, or for interactive flows
+// maxTLSInteractivePerTunnel, whose sockets keep interactiveBuffer): shared
+// is false, and nothing opened, when the share is taken; the flow gives its
+// slot back when it ends.
+func (hs *Hops) openTLSShared(ctx context.Context, h *hop.Header, spareOnly, interactive bool) (out *Hop, shared bool, err error) {
+	k := tlsShare{h.Route[0], h.Tunnel, interactive}
 	if !hs.shares.take(k) {
 		return nil, false, nil
 	}
 	release := sync.OnceFunc(func() { hs.shares.give(k) })
-	if out, err = hs.openTLS(ctx, h, spareOnly, release); out == nil {
+	buffer := 0
+	if interactive {
+		buffer = interactiveBuffer
+	}
+	if out, err = hs.openTLS(ctx, h, tlsOpen{spareOnly: spareOnly, buffer: buffer, ended: release}); out == nil {
 		release()
 	}
 	return out, true, err

@@ -30,7 +30,7 @@ func (hs *Hops) openUDP(ctx context.Context, h *hop.Header, transport v1alpha1.T
 	peer := h.Route[0]
 	t, reason := hs.udpTransport(h, transport, mode)
 	if t == v1alpha1.TransportTLS {
-		out, shared, err := hs.openTLSShared(ctx, h, false)
+		out, shared, err := hs.openTLSShared(ctx, h, false, false)
 		if err != nil {
 			return nil, err
 		}
