@@ -135,6 +135,7 @@ type Pool struct {
 
 	mu     sync.Mutex
 	spares []spare
+	demand demand
 }
 
 // retrust makes the pool's dials check the peer against the CAs trusted
@@ -157,6 +158,9 @@ func (p *Pool) Get(ctx context.Context) (*tls.Conn, error) {
 	if c := p.Spare(); c != nil {
 		return c, nil
 	}
+	p.mu.Lock()
+	p.demand.took(time.Now())
+	p.mu.Unlock()
 	defer p.refill()
 	select {
 	case p.dialing <- struct{}{}:
@@ -188,6 +192,9 @@ func (p *Pool) Spare() *tls.Conn {
 		p.spares = p.spares[:n-1]
 		p.mu.Unlock()
 		if time.Since(s.born) < spareMaxAge && alive(s.c) && p.e.peerHolds(s.c.ConnectionState(), false) == nil && p.e.track(s.c) {
+			p.mu.Lock()
+			p.demand.took(time.Now())
+			p.mu.Unlock()
 			return s.c
 		}
 		s.c.Close()
@@ -224,10 +231,26 @@ func (p *Pool) fill() {
 			}
 		}
 		p.spares = kept
-		missing := p.e.opts.Spares - len(p.spares)
+		have := len(p.spares)
+		missing := p.demand.spares(p.e.opts.Spares, now) - have
 		p.mu.Unlock()
 		if missing > 0 {
-			if err := p.add(min(missing, refillParallel)); err != nil {
+			n, pace := min(missing, refillParallel), time.Duration(0)
+			if have >= p.e.opts.Spares {
+				n, pace = 1, refillPace // above the base: spread out
+			}
+			err := p.add(n)
+			if err == nil && pace > 0 {
+				select {
+				case <-time.After(pace):
+				case <-p.e.ctx.Done():
+					return
+				case <-p.stop:
+					p.drain()
+					return
+				}
+			}
+			if err != nil {
 				if p.e.ctx.Err() != nil {
 					return
 				}
