@@ -142,17 +142,22 @@ const maxTLSFlowsPerTunnel = 16
 
 // maxTLSInteractivePerTunnel bounds a Tunnel's long-lived interactive
 // flows over TLS to one peer (ReasonLongInteractive), a share of their own:
-// a Tunnel of many clients holds one connection each. Their sockets at
-// this relay keep interactiveBuffer each way, as the entry's sockets to
-// clients do (the kernel doubles it: 256 KiB), instead of growing with
-// the kernel's autotuning. That bounds what the connection holds in flight
-// both ways (what this end sends, what it lets the peer send), so a full
-// share of stalled flows holds at most 128 MiB here. A flow that turns
-// bulk is held to its window, about 128 KiB per round trip: 50 Mbit/s on
-// the longest link such flows take (shortLinkRTT), 1 Gbit/s at 1 ms.
+// a Tunnel of many clients holds one connection each; maxTLSInteractive
+// bounds them at this relay, all Tunnels and peers together. Their sockets
+// at this relay keep interactiveBuffer each way (the kernel doubles it:
+// 128 KiB), instead of growing with the kernel's autotuning. That bounds
+// what the connection holds in flight both ways (what this end sends, what
+// it lets the peer send): a Tunnel's full share of stalled flows holds at
+// most 64 MiB here, all of them 128 MiB. A flow that turns bulk is held to
+// its window, about 64 KiB per round trip: 25 Mbit/s on the longest link
+// such flows take (shortLinkRTT), 500 Mbit/s at 1 ms.
 const (
 	maxTLSInteractivePerTunnel = 256
-	interactiveBuffer          = 128 << 10
+	maxTLSInteractive          = 512
+	interactiveBuffer          = 64 << 10
+	// cleanFor is how long a link's verdict of short and clean is kept:
+	// asking walks its open TLS flows.
+	cleanFor = 250 * time.Millisecond
 )
 
 // goodput is a moving average of bulk flows' goodput on one transport.
@@ -185,6 +190,9 @@ type linkChoice struct {
 	// TCP segments the link's finished TLS flows sent and retransmitted,
 	// halved now and then so that they say what the link does lately.
 	tcpSent, tcpLost uint64
+	// clean: the link was short and showed no loss at cleanAt.
+	clean   bool
+	cleanAt time.Time
 }
 
 // shape is what a Tunnel's flows carried here.
@@ -266,7 +274,8 @@ type linkLoss interface {
 // pick chooses the transport of a new flow of tunnel to peer; m is what
 // the flow will have moved, watched while the flow rides QUIC for a guess
 // (unwatch ends it). loss is asked only when the Tunnel's shape is not
-// known, or for a packet session.
+// known, for a packet session, or once in cleanFor for a link when the
+// Tunnel's flows are long-lived interactive.
 // Packet sessions pass isFlow false and m nil: they are bulk, and short
 // flows do not apply. bulk says the Tunnel's flows are known to be bulk
 // (worth a handshake).
@@ -277,7 +286,7 @@ func (c *chooser) pick(peer, tunnel string, isFlow bool, m progress, loss linkLo
 	known := s != nil && s.n >= shortFlows
 	l := c.link(peer)
 	if isFlow && known && (s.avg < shortBytes || s.perTurn < interactiveBytes) {
-		if s.turns >= longTurns && cleanShortLink(l, loss) {
+		if s.turns >= longTurns && cleanShortLink(l, loss, now) {
 			return v1alpha1.TransportTLS, ReasonLongInteractive, true
 		}
 		if s.avg < shortBytes {
@@ -332,13 +341,19 @@ func (c *chooser) pick(peer, tunnel string, isFlow bool, m progress, loss linkLo
 }
 
 // cleanShortLink says whether a link is short (its least round trip, which
-// must be known, within shortLinkRTT) and shows no loss.
-func cleanShortLink(l *linkChoice, loss linkLoss) bool {
+// must be known, within shortLinkRTT) and shows no loss, as it did within
+// cleanFor.
+func cleanShortLink(l *linkChoice, loss linkLoss, now time.Time) bool {
+	if !l.cleanAt.IsZero() && now.Sub(l.cleanAt) >= 0 && now.Sub(l.cleanAt) < cleanFor {
+		return l.clean
+	}
+	l.clean, l.cleanAt = false, now
 	if rtt := loss.RTT(); rtt <= 0 || rtt > shortLinkRTT {
 		return false
 	}
 	sent, lost := loss.QUIC()
-	return lossRatio(l, sent, lost, loss) == 0
+	l.clean = lossRatio(l, sent, lost, loss) == 0
+	return l.clean
 }
 
 // quicBinds says whether a flow of unknown shape on a link that loses

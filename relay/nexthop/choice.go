@@ -96,8 +96,9 @@ func shapeKey(h *hop.Header) string {
 
 func (hs *Hops) pick(peer, tunnel string, isFlow bool, m progress) (v1alpha1.Transport, string, bool) {
 	// The loss counts walk every connection to the peer: only packet
-	// sessions and flows of Tunnels of unknown shape ask for them, so a
-	// known Tunnel's flow does not pay it.
+	// sessions and flows of Tunnels of unknown shape ask for them, and
+	// long-lived interactive flows once in cleanFor per link, so most
+	// known Tunnels' flows do not pay it.
 	return hs.auto.pick(peer, tunnel, isFlow, m, peerLoss{hs, peer}, time.Now())
 }
 

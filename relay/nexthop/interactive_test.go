@@ -2,6 +2,7 @@ package nexthop
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -44,11 +45,9 @@ func TestLongInteractiveFlowsRideTLS(t *testing.T) {
 		ends = append(ends, next.Stream().Abort)
 		return next
 	}
-	// Until the link's QUIC connection has measured its round trip, the
-	// link is not known to be short: QUIC.
-	if next := open(v1alpha1.TransportAuto); next.Choice.Transport != v1alpha1.TransportQUIC {
-		t.Fatalf("with the link's round trip unknown a flow took %s (%s), want QUIC", next.Choice.Transport, next.Choice.Reason)
-	}
+	// The link is known to be short once its QUIC connection measured
+	// its round trip; a flow opened over QUIC brings the connection up.
+	open(v1alpha1.TransportQUIC)
 	link := peerLoss{a, "b"}
 	for i := 0; link.RTT() <= 0; i++ {
 		if i == 100 {
@@ -56,6 +55,7 @@ func TestLongInteractiveFlowsRideTLS(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	time.Sleep(cleanFor) // the verdict of the first flow, kept
 	for i := range maxTLSInteractivePerTunnel {
 		next := open(v1alpha1.TransportAuto)
 		if via := next.Choice; via.Transport != v1alpha1.TransportTLS || via.Reason != ReasonLongInteractive {
@@ -96,4 +96,35 @@ func buffers(t *testing.T, next *Hop) (rcv, snd int) {
 		t.Fatal(err)
 	}
 	return rcv, snd
+}
+
+// Interactive TLS flows are bounded per Tunnel and peer, and at the relay
+// for all of them; a slot given back is taken again. The bulk share is
+// counted apart.
+func TestInteractiveTLSSharesAreBounded(t *testing.T) {
+	var s tlsShares
+	key := func(i int) tlsShare {
+		return tlsShare{peer: "b", tunnel: fmt.Sprintf("t%d", i/maxTLSInteractivePerTunnel), interactive: true}
+	}
+	for i := range maxTLSInteractive {
+		if !s.take(key(i)) {
+			t.Fatalf("flow %d of %d refused", i+1, maxTLSInteractive)
+		}
+	}
+	more := tlsShare{peer: "c", tunnel: "another", interactive: true}
+	if s.take(more) {
+		t.Fatalf("a flow past the relay's %d interactive TLS flows was taken", maxTLSInteractive)
+	}
+	if !s.take(tlsShare{peer: "c", tunnel: "another"}) {
+		t.Fatal("a bulk flow was refused for the interactive ones")
+	}
+	s.give(key(0))
+	if !s.take(more) {
+		t.Fatal("a slot given back was not taken again")
+	}
+	// Giving back what was never taken counts nothing.
+	s.give(tlsShare{peer: "x", tunnel: "none", interactive: true})
+	if s.take(more) {
+		t.Fatal("a slot never taken, given back, made room")
+	}
 }

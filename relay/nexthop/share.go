@@ -21,10 +21,12 @@ func (k tlsShare) max() int {
 	return maxTLSFlowsPerTunnel
 }
 
-// tlsShares counts the TLS flows open under auto, by share.
+// tlsShares counts the TLS flows open under auto, by share, and the
+// interactive ones of every share (maxTLSInteractive).
 type tlsShares struct {
-	mu    sync.Mutex
-	flows map[tlsShare]int
+	mu          sync.Mutex
+	flows       map[tlsShare]int
+	interactive int
 }
 
 // take takes a slot of the Tunnel's share of TLS flows to peer, or says
@@ -32,19 +34,25 @@ type tlsShares struct {
 func (s *tlsShares) take(k tlsShare) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.flows[k] >= k.max() {
+	if s.flows[k] >= k.max() || (k.interactive && s.interactive >= maxTLSInteractive) {
 		return false
 	}
 	if s.flows == nil {
 		s.flows = map[tlsShare]int{}
 	}
 	s.flows[k]++
+	if k.interactive {
+		s.interactive++
+	}
 	return true
 }
 
 func (s *tlsShares) give(k tlsShare) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if k.interactive && s.flows[k] > 0 {
+		s.interactive--
+	}
 	if s.flows[k] <= 1 {
 		delete(s.flows, k)
 		return

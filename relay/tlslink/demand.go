@@ -2,33 +2,40 @@ package tlslink
 
 import "time"
 
-// A pool keeps as many spares as its flows took in a recent window, from
-// its base (Options.Spares) up to maxSpares. Flows that arrive together (a
-// client fleet reconnecting, a batch's workers starting) each need a
-// connection; those that find no spare wait for a handshake, and the
+// A pool keeps as many spares as its flows took at once lately (the most
+// taken within a second, over the current window and the one before), from
+// its base (Options.Spares) up to its share of maxSpares. Flows that arrive
+// together (a client fleet reconnecting, a batch's workers starting) each
+// need a connection; those that find no spare wait for a handshake, and the
 // handshakes of a burst queue on the relays' CPU ahead of every request
 // already flowing (300 clients at once: 300 handshakes in 50 ms, 190 ms of
 // CPU on 2 cores). Spares made before the next such burst cost the same
-// handshakes spread over quiet time instead. They are refilled above the
-// base one at a time, refillPace apart, so that refilling after a burst
-// does not become a burst of its own; and a pool whose flows stop taking
-// them goes back to its base as its spares age out.
+// handshakes spread over quiet time instead. A steady rate of flows is no
+// burst: one at a time, or a few a second, keeps the base. Spares above the
+// base are refilled one at a time, refillPace apart, so that refilling after
+// a burst is no burst of its own; a pool whose flows stop arriving in
+// bursts is back at its base once its spares age out.
 const (
-	// maxSpares bounds a pool's spares: what the peer's listener lets
-	// one relay hold waiting (MaxWaitingPerPeer), half of it, so that a
-	// second pool to the same relay (a replica's) still fits.
+	// maxSpares bounds the spares of all of a relay's pools to one peer
+	// (its replicas' pools share it): half of what the peer's listener
+	// lets one relay hold waiting (MaxWaitingPerPeer).
 	maxSpares = MaxWaitingPerPeer / 2
-	// demandWindow is how long a burst's demand is remembered: a window
-	// and the one before.
+	// demandWindow is how long a burst is remembered: a window and the
+	// one before.
 	demandWindow = spareMaxAge
+	burstWithin  = time.Second
 	refillPace   = 10 * time.Millisecond
 )
 
-// demand counts the connections flows took from a pool, spares and dials,
-// in the current window and the one before.
+// demand is the most connections flows took from a pool (spares and
+// handshakes made for them) within burstWithin, in the current window and
+// the one before.
 type demand struct {
 	start     time.Time
 	cur, prev int
+	// The burst under way: since when, how many.
+	burstAt time.Time
+	burst   int
 }
 
 // roll moves the windows on to now.
@@ -46,11 +53,16 @@ func (d *demand) roll(now time.Time) {
 
 func (d *demand) took(now time.Time) {
 	d.roll(now)
-	d.cur++
+	if now.Sub(d.burstAt) >= burstWithin {
+		d.burstAt, d.burst = now, 0
+	}
+	d.burst++
+	d.cur = max(d.cur, d.burst)
 }
 
-// spares is how many spares the pool keeps now, base at least.
-func (d *demand) spares(base int, now time.Time) int {
+// spares is how many spares the pool keeps now: base at least, bound at
+// most (unless base is more).
+func (d *demand) spares(base, bound int, now time.Time) int {
 	d.roll(now)
-	return min(max(base, d.cur, d.prev), max(base, maxSpares))
+	return min(max(base, d.cur, d.prev), max(base, bound))
 }

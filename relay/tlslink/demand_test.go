@@ -11,35 +11,51 @@ import (
 	"github.com/hoplink/hoplink/pki"
 )
 
-// A pool keeps as many spares as its flows took in the window before, or
-// in this one, its base at least and maxSpares at most; a quiet window
-// and then another bring it back to its base.
-func TestSparesFollowDemand(t *testing.T) {
+// A pool keeps as many spares as its flows took within a second, in the
+// window before or this one: its base at least, its bound at most. A steady
+// rate is no burst, and a quiet window and then another bring the pool
+// back to its base.
+func TestSparesFollowBursts(t *testing.T) {
 	t0 := time.Unix(1000, 0)
+	burst := func(n int, at time.Duration) []time.Duration {
+		out := make([]time.Duration, n)
+		for i := range out {
+			out[i] = at + time.Duration(i)*time.Millisecond
+		}
+		return out
+	}
+	steady := func(n int, every time.Duration) []time.Duration {
+		out := make([]time.Duration, n)
+		for i := range out {
+			out[i] = time.Duration(i) * every
+		}
+		return out
+	}
+	after := demandWindow + time.Second
 	for _, tc := range []struct {
 		name  string
-		took  map[time.Duration]int // at, how many
+		took  []time.Duration // when each flow took a connection
 		at    time.Duration
 		spare int
 	}{
 		{"no demand", nil, 0, 8},
-		{"less than the base", map[time.Duration]int{0: 3}, time.Second, 8},
-		{"a burst", map[time.Duration]int{0: 40}, time.Second, 40},
-		{"a burst, the window after", map[time.Duration]int{0: 40}, demandWindow + time.Second, 40},
-		{"a burst and a smaller one after", map[time.Duration]int{0: 40, demandWindow + time.Second: 12}, demandWindow + 2*time.Second, 40},
-		{"a burst, two windows after", map[time.Duration]int{0: 40}, 2*demandWindow + time.Second, 8},
-		{"a burst, long after", map[time.Duration]int{0: 40}, time.Hour, 8},
-		{"more than the bound", map[time.Duration]int{0: 10 * maxSpares}, time.Second, maxSpares},
+		{"less than the base", burst(3, 0), time.Second, 8},
+		{"a burst", burst(40, 0), time.Second, 40},
+		{"a burst, the window after", burst(40, 0), after, 40},
+		{"a burst and a smaller one after", append(burst(40, 0), burst(12, after)...), after + time.Second, 40},
+		{"a burst, two windows after", burst(40, 0), 2*demandWindow + time.Second, 8},
+		{"a burst, long after", burst(40, 0), time.Hour, 8},
+		{"more than the bound", burst(1000, 0), time.Second, 64},
+		{"a steady 5 a second", steady(150, 200*time.Millisecond), 30 * time.Second, 8},
+		{"a steady 20 a second", steady(600, 50*time.Millisecond), 30 * time.Second, 20},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var d demand
 			d.roll(t0)
-			for _, at := range []time.Duration{0, demandWindow + time.Second} {
-				for range tc.took[at] {
-					d.took(t0.Add(at))
-				}
+			for _, at := range tc.took {
+				d.took(t0.Add(at))
 			}
-			if got := d.spares(8, t0.Add(tc.at)); got != tc.spare {
+			if got := d.spares(8, 64, t0.Add(tc.at)); got != tc.spare {
 				t.Fatalf("spares = %d, want %d", got, tc.spare)
 			}
 		})
@@ -80,5 +96,23 @@ func TestPoolRefillsToWhatABurstTook(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	if n := p.Spares(); n != burst {
 		t.Fatalf("%d spares, want %d", n, burst)
+	}
+}
+
+// A peer's replicas' pools share its bound of spares.
+func TestReplicasShareTheBoundOfSpares(t *testing.T) {
+	ca, _ := pki.NewCA("test")
+	m := metrics.New(prometheus.NewRegistry())
+	got := make(chan accepted, 64)
+	b := endpoint(t, ca, "b", m, got)
+	a := endpoint(t, ca, "a", m, got)
+	ps := a.Pools()
+	ps.Replica("b", "r1", []string{b.Addr().String()})
+	ps.Replica("b", "r2", []string{b.Addr().String()})
+	ps.Pool("c", []string{"127.0.0.1:9"})
+	for peer, want := range map[string]int{"b": 2, "c": 1, "x": 1} {
+		if n := ps.of(peer); n != want {
+			t.Errorf("%s: %d pools, want %d", peer, n, want)
+		}
 	}
 }

@@ -82,6 +82,19 @@ func (ps *Pools) pool(key, peer string, addrs []string) *Pool {
 	return p
 }
 
+// of is how many pools dial peer: one, or one per replica.
+func (ps *Pools) of(peer string) int {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	n := 0
+	for _, p := range ps.pools {
+		if p.peer == peer {
+			n++
+		}
+	}
+	return max(n, 1)
+}
+
 // retrust makes every pool check its peer against the CAs trusted now,
 // if they changed since the pools were made: their spares, checked under
 // the old trust, go, and sessions made under it stop resuming. It says
@@ -158,9 +171,6 @@ func (p *Pool) Get(ctx context.Context) (*tls.Conn, error) {
 	if c := p.Spare(); c != nil {
 		return c, nil
 	}
-	p.mu.Lock()
-	p.demand.took(time.Now())
-	p.mu.Unlock()
 	defer p.refill()
 	select {
 	case p.dialing <- struct{}{}:
@@ -169,11 +179,15 @@ func (p *Pool) Get(ctx context.Context) (*tls.Conn, error) {
 	}
 	c, err := p.dial(ctx)
 	<-p.dialing
-	if err == nil && !p.e.track(c) {
+	if err != nil {
+		return nil, err
+	}
+	if !p.e.track(c) {
 		c.Close()
 		return nil, errors.New("relay shutting down")
 	}
-	return c, err
+	p.took()
+	return c, nil
 }
 
 // Spare returns a ready connection for one flow, or nil when none is:
@@ -192,9 +206,7 @@ func (p *Pool) Spare() *tls.Conn {
 		p.spares = p.spares[:n-1]
 		p.mu.Unlock()
 		if time.Since(s.born) < spareMaxAge && alive(s.c) && p.e.peerHolds(s.c.ConnectionState(), false) == nil && p.e.track(s.c) {
-			p.mu.Lock()
-			p.demand.took(time.Now())
-			p.mu.Unlock()
+			p.took()
 			return s.c
 		}
 		s.c.Close()
@@ -206,6 +218,13 @@ func (p *Pool) Spares() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.spares)
+}
+
+// took counts a connection a flow took in the pool's demand.
+func (p *Pool) took() {
+	p.mu.Lock()
+	p.demand.took(time.Now())
+	p.mu.Unlock()
 }
 
 func (p *Pool) refill() {
@@ -220,6 +239,7 @@ func (p *Pool) refill() {
 func (p *Pool) fill() {
 	backoff := minBackoff
 	for {
+		bound := maxSpares / p.e.pools.of(p.peer)
 		p.mu.Lock()
 		now := time.Now()
 		kept := p.spares[:0]
@@ -232,7 +252,7 @@ func (p *Pool) fill() {
 		}
 		p.spares = kept
 		have := len(p.spares)
-		missing := p.demand.spares(p.e.opts.Spares, now) - have
+		missing := p.demand.spares(p.e.opts.Spares, bound, now) - have
 		p.mu.Unlock()
 		if missing > 0 {
 			n, pace := min(missing, refillParallel), time.Duration(0)
