@@ -54,7 +54,7 @@ start echo $FB echo -addr 127.0.0.1:$ECHO
 # path, to see that a change for small requests costs bulk nothing.
 [[ -n ${BULK_SECONDS:-} ]] && start iperf3 iperf3 -s -p $IPERF
 
-declare -A port_of pids_of
+declare -A port_of pids_of metrics_of
 # shape_spec SHAPE: the Chain spec of a chain shape.
 shape_spec() {
   case $1 in
@@ -92,6 +92,7 @@ setup() {
   for r in la m2 m1 hk; do
     start "$tag-$r" env $relay_env $bin relay -f "$dir/bench.yaml" --name $r --certs "$dir/certs" --metrics-addr 127.0.0.1:$port --log-level warn ${PPROF:+--pprof} $relay_args
     echo "$tag $r pid $last_pid metrics 127.0.0.1:$port" >&2
+    metrics_of[$tag]+=" $r=$port"
     all+=" $last_pid"
     port=$((port + 1))
   done
@@ -266,4 +267,18 @@ if [[ -n ${DIRECT:-} ]]; then
     echo
   done
 fi
+# What each relay chose for the flows it opened to the next (all shapes of
+# a build, echo and bulk Tunnels together): transport, reason, count.
+for tag in "${!metrics_of[@]}"; do
+  for rp in ${metrics_of[$tag]}; do
+    curl -s "http://127.0.0.1:${rp#*=}/metrics" | awk -v t="$tag" -v r="${rp%%=*}" '
+      /^hoplink_link_flows_total/ {
+        match($0, /to="[^"]*"/); to=substr($0, RSTART+4, RLENGTH-5)
+        match($0, /transport="[^"]*"/); tr=substr($0, RSTART+11, RLENGTH-12)
+        match($0, /reason="[^"]*"/); re=substr($0, RSTART+8, RLENGTH-9)
+        out=out sprintf(" %s->%s %s/%s=%d", r, to, tr, re, $NF)
+      }
+      END { if (out != "") print t " flows opened:" out }' >&2
+  done
+done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" >&2

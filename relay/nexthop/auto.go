@@ -28,7 +28,10 @@ import (
 //     long link or one that loses packets it keeps QUIC, whose recovery of
 //     a lone lost packet costs round trips, not a retransmission timeout.
 //     Such flows have their own share of TLS connections to a peer
-//     (maxTLSInteractivePerTunnel), with bounded socket buffers;
+//     (maxTLSInteractivePerTunnel), with bounded socket buffers, and take
+//     a spare or a handshake that can start at once: in a burst of new
+//     clients the rest ride QUIC (no_spare) rather than queue behind
+//     handshakes;
 //   - the goodput bulk flows achieved on the link with each transport. Bulk
 //     flows (and flows of unknown shape) take the faster one; one in
 //     sampleEvery re-measures the other when its figure is stale, and the

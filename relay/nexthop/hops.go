@@ -185,8 +185,10 @@ func (hs *Hops) openStream(ctx context.Context, h *hop.Header) (*Hop, error) {
 
 // tlsOpen is how openTLS takes its connection.
 type tlsOpen struct {
-	// spareOnly takes a ready connection or none (nil, nil).
-	spareOnly bool
+	// spareOnly takes a ready connection or none (nil, nil); quick also
+	// one dialed now if the pool has a handshake slot free
+	// (tlslink.Pool.Quick).
+	spareOnly, quick bool
 	// buffer, when not 0, is the socket's send and receive buffer, fixed.
 	buffer int
 	// ended runs when the flow's connection is finished.
@@ -201,7 +203,10 @@ func (hs *Hops) openTLS(ctx context.Context, h *hop.Header, o tlsOpen) (*Hop, er
 		return nil, unknown(next)
 	}
 	get := func(pool *tlslink.Pool) (*tls.Conn, error) {
-		if o.spareOnly {
+		switch {
+		case o.quick:
+			return pool.Quick(ctx), nil
+		case o.spareOnly:
 			return pool.Spare(), nil
 		}
 		return pool.Get(ctx)

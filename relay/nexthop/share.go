@@ -62,7 +62,8 @@ func (s *tlsShares) give(k tlsShare) {
 
 // openTLSShared is openTLS within the share of TLS flows h's Tunnel has to
 // the peer (maxTLSFlowsPerTunnel, or for interactive flows
-// maxTLSInteractivePerTunnel, whose sockets keep interactiveBuffer): shared
+// maxTLSInteractivePerTunnel, whose flows take a spare or a handshake that
+// can start now, and whose sockets keep interactiveBuffer): shared
 // is false, and nothing opened, when the share is taken; the flow gives its
 // slot back when it ends.
 func (hs *Hops) openTLSShared(ctx context.Context, h *hop.Header, spareOnly, interactive bool) (out *Hop, shared bool, err error) {
@@ -71,11 +72,13 @@ func (hs *Hops) openTLSShared(ctx context.Context, h *hop.Header, spareOnly, int
 		return nil, false, nil
 	}
 	release := sync.OnceFunc(func() { hs.shares.give(k) })
-	buffer := 0
+	o := tlsOpen{spareOnly: spareOnly, ended: release}
 	if interactive {
-		buffer = interactiveBuffer
+		// A spare, or a handshake now if one can start at once: in a
+		// burst the rest ride QUIC rather than queue behind handshakes.
+		o.quick, o.buffer = true, interactiveBuffer
 	}
-	if out, err = hs.openTLS(ctx, h, tlsOpen{spareOnly: spareOnly, buffer: buffer, ended: release}); out == nil {
+	if out, err = hs.openTLS(ctx, h, o); out == nil {
 		release()
 	}
 	return out, true, err

@@ -21,8 +21,11 @@ const (
 	// lets one relay hold waiting (MaxWaitingPerPeer).
 	maxSpares = MaxWaitingPerPeer / 2
 	// demandWindow is how long a burst is remembered: a window and the
-	// one before.
-	demandWindow = spareMaxAge
+	// one before, 2.5 to 5 minutes. Bursts recur (a fleet's reconnects,
+	// a job every few minutes), and keeping spares costs little: each is
+	// renewed every 25 s with a resumed handshake, 128 spares about 5
+	// handshakes a second.
+	demandWindow = 150 * time.Second
 	burstWithin  = time.Second
 	refillPace   = 10 * time.Millisecond
 )

@@ -177,6 +177,29 @@ func (p *Pool) Get(ctx context.Context) (*tls.Conn, error) {
 	case <-ctx.Done():
 		return nil, context.Cause(ctx)
 	}
+	return p.dialNow(ctx)
+}
+
+// Quick returns a spare, or a connection dialed now when one of the pool's
+// handshake slots (poolDials) is free, or nil: a flow that would rather
+// take another transport than queue behind a burst's handshakes. A dial
+// that fails is nil too; the other transport may still reach the peer.
+func (p *Pool) Quick(ctx context.Context) *tls.Conn {
+	if c := p.Spare(); c != nil {
+		return c
+	}
+	defer p.refill()
+	select {
+	case p.dialing <- struct{}{}:
+	default:
+		return nil
+	}
+	c, _ := p.dialNow(ctx)
+	return c
+}
+
+// dialNow dials a connection for a flow in a handshake slot taken.
+func (p *Pool) dialNow(ctx context.Context) (*tls.Conn, error) {
 	c, err := p.dial(ctx)
 	<-p.dialing
 	if err != nil {
