@@ -145,18 +145,20 @@ const maxTLSFlowsPerTunnel = 16
 
 // maxTLSInteractivePerTunnel bounds a Tunnel's long-lived interactive
 // flows over TLS to one peer (ReasonLongInteractive), a share of their own:
-// a Tunnel of many clients holds one connection each; maxTLSInteractive
-// bounds them at this relay, all Tunnels and peers together. Their sockets
-// at this relay keep interactiveBuffer each way (the kernel doubles it:
-// 128 KiB), instead of growing with the kernel's autotuning. That bounds
-// what the connection holds in flight both ways (what this end sends, what
-// it lets the peer send): a Tunnel's full share of stalled flows holds at
-// most 64 MiB here, all of them 128 MiB. A flow that turns bulk is held to
-// its window, about 64 KiB per round trip: 25 Mbit/s on the longest link
-// such flows take (shortLinkRTT), 500 Mbit/s at 1 ms.
+// a Tunnel of many clients (an application's connection pools) holds one
+// connection each; maxTLSInteractive bounds them at this relay, all
+// Tunnels and peers together. Their sockets at this relay keep
+// interactiveBuffer each way (the kernel doubles it: 128 KiB), instead of
+// growing with the kernel's autotuning. That bounds what the connection
+// holds in flight both ways (what this end sends, what it lets the peer
+// send): a Tunnel's full share of stalled flows holds at most 128 MiB
+// here, all of them 256 MiB, as 16 bulk flows of each of 8 Tunnels may
+// with their buffers grown. A flow that turns bulk is held to its window,
+// about 64 KiB per round trip: 25 Mbit/s on the longest link such flows
+// take (shortLinkRTT), 500 Mbit/s at 1 ms.
 const (
-	maxTLSInteractivePerTunnel = 256
-	maxTLSInteractive          = 512
+	maxTLSInteractivePerTunnel = 512
+	maxTLSInteractive          = 1024
 	interactiveBuffer          = 64 << 10
 	// cleanFor is how long a link's verdict of short and clean is kept:
 	// asking walks its open TLS flows.

@@ -2,8 +2,8 @@ package tlslink
 
 import "time"
 
-// A pool keeps as many spares as its flows took at once lately (the most
-// taken within a second, over the current window and the one before), from
+// A pool keeps as many spares as its flows asked for at once lately (the
+// most asked within a second, over the current window and the one before), from
 // its base (Options.Spares) up to its share of maxSpares. Flows that arrive
 // together (a client fleet reconnecting, a batch's workers starting) each
 // need a connection; those that find no spare wait for a handshake, and the
@@ -17,22 +17,24 @@ import "time"
 // bursts is back at its base once its spares age out.
 const (
 	// maxSpares bounds the spares of all of a relay's pools to one peer
-	// (its replicas' pools share it): half of what the peer's listener
-	// lets one relay hold waiting (MaxWaitingPerPeer).
-	maxSpares = MaxWaitingPerPeer / 2
+	// (its replicas' pools share it): three quarters of what the peer's
+	// listener lets one relay hold waiting (MaxWaitingPerPeer), so that
+	// connections dialed for flows still fit beside them.
+	maxSpares = MaxWaitingPerPeer * 3 / 4
 	// demandWindow is how long a burst is remembered: a window and the
 	// one before, 2.5 to 5 minutes. Bursts recur (a fleet's reconnects,
 	// a job every few minutes), and keeping spares costs little: each is
-	// renewed every 25 s with a resumed handshake, 128 spares about 5
+	// renewed every 25 s with a resumed handshake, 192 spares about 8
 	// handshakes a second.
 	demandWindow = 150 * time.Second
 	burstWithin  = time.Second
 	refillPace   = 10 * time.Millisecond
 )
 
-// demand is the most connections flows took from a pool (spares and
-// handshakes made for them) within burstWithin, in the current window and
-// the one before.
+// demand is the most connections flows asked a pool for within
+// burstWithin, in the current window and the one before: those that found
+// none count too (they took QUIC, or waited), or a pool would learn only
+// what it already had.
 type demand struct {
 	start     time.Time
 	cur, prev int
@@ -54,7 +56,7 @@ func (d *demand) roll(now time.Time) {
 	d.start = now
 }
 
-func (d *demand) took(now time.Time) {
+func (d *demand) asked(now time.Time) {
 	d.roll(now)
 	if now.Sub(d.burstAt) >= burstWithin {
 		d.burstAt, d.burst = now, 0

@@ -168,7 +168,8 @@ type spare struct {
 // Get returns a connection for one flow: a spare when one is ready and
 // alive, else a new one dialed now.
 func (p *Pool) Get(ctx context.Context) (*tls.Conn, error) {
-	if c := p.Spare(); c != nil {
+	p.asked()
+	if c := p.spare(); c != nil {
 		return c, nil
 	}
 	defer p.refill()
@@ -185,7 +186,8 @@ func (p *Pool) Get(ctx context.Context) (*tls.Conn, error) {
 // take another transport than queue behind a burst's handshakes. A dial
 // that fails is nil too; the other transport may still reach the peer.
 func (p *Pool) Quick(ctx context.Context) *tls.Conn {
-	if c := p.Spare(); c != nil {
+	p.asked()
+	if c := p.spare(); c != nil {
 		return c
 	}
 	defer p.refill()
@@ -209,7 +211,6 @@ func (p *Pool) dialNow(ctx context.Context) (*tls.Conn, error) {
 		c.Close()
 		return nil, errors.New("relay shutting down")
 	}
-	p.took()
 	return c, nil
 }
 
@@ -217,6 +218,11 @@ func (p *Pool) dialNow(ctx context.Context) (*tls.Conn, error) {
 // a flow that would rather take another transport than wait for a
 // handshake.
 func (p *Pool) Spare() *tls.Conn {
+	p.asked()
+	return p.spare()
+}
+
+func (p *Pool) spare() *tls.Conn {
 	defer p.refill()
 	for {
 		p.mu.Lock()
@@ -229,7 +235,6 @@ func (p *Pool) Spare() *tls.Conn {
 		p.spares = p.spares[:n-1]
 		p.mu.Unlock()
 		if time.Since(s.born) < spareMaxAge && alive(s.c) && p.e.peerHolds(s.c.ConnectionState(), false) == nil && p.e.track(s.c) {
-			p.took()
 			return s.c
 		}
 		s.c.Close()
@@ -243,10 +248,11 @@ func (p *Pool) Spares() int {
 	return len(p.spares)
 }
 
-// took counts a connection a flow took in the pool's demand.
-func (p *Pool) took() {
+// asked counts a flow that asked for a connection in the pool's demand,
+// whether it got one or went without (another transport).
+func (p *Pool) asked() {
 	p.mu.Lock()
-	p.demand.took(time.Now())
+	p.demand.asked(time.Now())
 	p.mu.Unlock()
 }
 
