@@ -268,7 +268,8 @@ if [[ -n ${DIRECT:-} ]]; then
   done
 fi
 # What each relay chose for the flows it opened to the next (all shapes of
-# a build, echo and bulk Tunnels together): transport, reason, count.
+# a build, echo and bulk Tunnels together): transport, reason, count; and
+# the handshakes it dialed.
 for tag in "${!metrics_of[@]}"; do
   for rp in ${metrics_of[$tag]}; do
     curl -s "http://127.0.0.1:${rp#*=}/metrics" | awk -v t="$tag" -v r="${rp%%=*}" '
@@ -278,7 +279,8 @@ for tag in "${!metrics_of[@]}"; do
         match($0, /reason="[^"]*"/); re=substr($0, RSTART+8, RLENGTH-9)
         out=out sprintf(" %s->%s %s/%s=%d", r, to, tr, re, $NF)
       }
-      END { if (out != "") print t " flows opened:" out }' >&2
+      /^hoplink_peer_handshakes_total.*direction="dial".*result="ok"/ { hs=$NF }
+      END { if (out != "") print t " flows opened:" out; if (hs != "") print t " " r " TLS and QUIC handshakes dialed: " hs }' >&2
   done
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
