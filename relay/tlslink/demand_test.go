@@ -4,11 +4,6 @@ import (
 	"context"
 	"testing"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/hoplink/hoplink/metrics"
-	"github.com/hoplink/hoplink/pki"
 )
 
 // A pool keeps as many spares as its flows asked for within a second, in the
@@ -66,11 +61,7 @@ func TestSparesFollowBursts(t *testing.T) {
 // the pool refills to what the burst asked for, those that went without
 // counted too, so that the next burst finds them ready.
 func TestPoolRefillsToWhatABurstAskedFor(t *testing.T) {
-	ca, _ := pki.NewCA("test")
-	m := metrics.New(prometheus.NewRegistry())
-	got := make(chan accepted, 64)
-	b := endpoint(t, ca, "b", m, got)
-	a := endpoint(t, ca, "a", m, got)
+	a, b, got := endpoints(t, 64)
 	go func() {
 		for range got {
 		}
@@ -106,11 +97,7 @@ func TestPoolRefillsToWhatABurstAskedFor(t *testing.T) {
 
 // A peer's replicas' pools share its bound of spares.
 func TestReplicasShareTheBoundOfSpares(t *testing.T) {
-	ca, _ := pki.NewCA("test")
-	m := metrics.New(prometheus.NewRegistry())
-	got := make(chan accepted, 64)
-	b := endpoint(t, ca, "b", m, got)
-	a := endpoint(t, ca, "a", m, got)
+	a, b, _ := endpoints(t, 64)
 	ps := a.Pools()
 	ps.Replica("b", "r1", []string{b.Addr().String()})
 	ps.Replica("b", "r2", []string{b.Addr().String()})

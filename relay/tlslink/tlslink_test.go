@@ -63,12 +63,20 @@ func endpoint(t *testing.T, ca *pki.CA, name string, m *metrics.Metrics, got cha
 	return e
 }
 
-func TestPoolCarriesFlowsAndRefills(t *testing.T) {
+// endpoints makes relays a and b, who know each other, under one CA; what
+// b accepts comes on got, which holds buffer.
+func endpoints(t *testing.T, buffer int) (a, b *Endpoint, got chan accepted) {
+	t.Helper()
 	ca, _ := pki.NewCA("test")
 	m := metrics.New(prometheus.NewRegistry())
-	got := make(chan accepted, 8)
-	b := endpoint(t, ca, "b", m, got)
-	a := endpoint(t, ca, "a", m, got)
+	got = make(chan accepted, buffer)
+	b = endpoint(t, ca, "b", m, got)
+	a = endpoint(t, ca, "a", m, got)
+	return a, b, got
+}
+
+func TestPoolCarriesFlowsAndRefills(t *testing.T) {
+	a, b, got := endpoints(t, 8)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	p := a.Pools().Pool("b", []string{b.Addr().String()})
