@@ -29,6 +29,12 @@ const (
 	demandWindow = 150 * time.Second
 	burstWithin  = time.Second
 	refillPace   = 10 * time.Millisecond
+	// quickDial bounds a handshake made for a flow that could take
+	// another transport (Pool.Quick): on a link short enough for such
+	// flows it takes milliseconds, and one that hangs (TCP blocked on the
+	// path, a peer that does not answer) must leave the flow time to go
+	// another way.
+	quickDial = 500 * time.Millisecond
 )
 
 // demand is the most connections flows asked a pool for within

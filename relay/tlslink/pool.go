@@ -184,7 +184,8 @@ func (p *Pool) Get(ctx context.Context) (*tls.Conn, error) {
 // Quick returns a spare, or a connection dialed now when one of the pool's
 // handshake slots (poolDials) is free, or nil: a flow that would rather
 // take another transport than queue behind a burst's handshakes. A dial
-// that fails is nil too; the other transport may still reach the peer.
+// that fails is nil too, within quickDial and half of what ctx leaves, so
+// that the other transport, which may still reach the peer, has the rest.
 func (p *Pool) Quick(ctx context.Context) *tls.Conn {
 	p.asked()
 	if c := p.spare(); c != nil {
@@ -196,6 +197,12 @@ func (p *Pool) Quick(ctx context.Context) *tls.Conn {
 	default:
 		return nil
 	}
+	within := quickDial
+	if d, ok := ctx.Deadline(); ok {
+		within = min(within, time.Until(d)/2)
+	}
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
 	c, _ := p.dialNow(ctx)
 	return c
 }

@@ -14,7 +14,8 @@ import (
 
 // Quick never queues for a handshake slot: with every slot taken it gives
 // up at once, where with one free it dials (here a peer that never
-// answers a handshake, so the dial lasts until the context ends).
+// answers a handshake, so the dial lasts until the context ends, or
+// quickDial), and gives the slot back.
 func TestQuickDoesNotQueueForAHandshake(t *testing.T) {
 	ca, _ := pki.NewCA("test")
 	m := metrics.New(prometheus.NewRegistry())
@@ -54,12 +55,30 @@ func TestQuickDoesNotQueueForAHandshake(t *testing.T) {
 	}
 
 	<-p.dialing
-	short, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	// With a slot free it dials, for half of what its flow's context
+	// leaves: the flow keeps the rest for the other transport.
+	short, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
 	defer cancel()
+	start := time.Now()
 	if c := p.Quick(short); c != nil {
 		t.Fatal("a connection from a peer that answers no handshake")
 	}
-	if short.Err() == nil {
-		t.Fatal("with a handshake slot free, Quick did not dial")
+	if took := time.Since(start); took < 150*time.Millisecond || short.Err() != nil {
+		t.Fatalf("with a handshake slot free, Quick gave up after %v (its flow's context: %v); want it to dial for about 200 ms", took, short.Err())
+	}
+	if n := len(p.dialing); n != poolDials-1 {
+		t.Fatalf("%d handshake slots taken after Quick, want %d", n, poolDials-1)
+	}
+
+	// A context of its own that outlasts quickDial: the dial gives up
+	// within quickDial, and leaves the flow the rest.
+	long, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start = time.Now()
+	if c := p.Quick(long); c != nil {
+		t.Fatal("a connection from a peer that answers no handshake")
+	}
+	if long.Err() != nil || time.Since(start) > 5*time.Second {
+		t.Fatalf("Quick took %v of its flow's 10 s", time.Since(start))
 	}
 }

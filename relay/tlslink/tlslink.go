@@ -53,7 +53,8 @@ const (
 	// and in all, that are handshaken and have not yet started a flow.
 	// Pools keep spares so, idle for up to spareMaxAge: DefaultSpares per
 	// pool, a pool per replica of a peer, or more after a burst, maxSpares
-	// for all of a relay's pools to one peer, half of a peer's share here. Past a bound the oldest waiting connection of the peer
+	// for all of a relay's pools to one peer, three quarters of a peer's
+	// share here. Past a bound the oldest waiting connection of the peer
 	// (or, past MaxWaiting, of the peer that holds the most) is closed
 	// rather than the new one refused: a new spare is the one its pool
 	// holds and will hand out next, the oldest is nearest retirement or
