@@ -212,7 +212,10 @@ func testTCPClientReset(t *testing.T, transport string) {
 // shape from its flows. Request/response flows (many turns of direction),
 // here 600 KB each so not short, ride QUIC once four have ended, at every
 // hop; before that they took the link's bulk choice (TLS from a warm
-// pool, else QUIC). The choices show in hoplink_link_flows_total.
+// pool, else QUIC). Once its flows live long in requests and answers (600
+// turns each, the moving average past 32 after one such flow), the Tunnel
+// rides TLS on these short clean links. The choices show in
+// hoplink_link_flows_total.
 func TestAutoLearnsAShape(t *testing.T) {
 	target := testutil.TCPServer(t, testutil.Echo)
 	port := testutil.FreePort(t)
@@ -220,11 +223,13 @@ func TestAutoLearnsAShape(t *testing.T) {
 	flows := func(from, to, transport, reason string) float64 {
 		return promtest.ToFloat64(m.LinkFlows.WithLabelValues(from, to, transport, reason))
 	}
-	exchange := func() {
+	// exchange sends n requests of size bytes through a flow, each
+	// answered before the next.
+	exchange := func(n, size int) {
 		c := testutil.DialTunnel(t, port)
 		defer c.Close()
-		msg, buf := bytes.Repeat([]byte{'q'}, 1000), make([]byte, 1000)
-		for range 300 {
+		msg, buf := bytes.Repeat([]byte{'q'}, size), make([]byte, size)
+		for range n {
 			if _, err := c.Write(msg); err != nil {
 				t.Fatal(err)
 			}
@@ -233,26 +238,35 @@ func TestAutoLearnsAShape(t *testing.T) {
 			}
 		}
 	}
-	for range 4 {
-		exchange()
+	links := [][2]string{{"r0", "r1"}, {"r1", "r2"}}
+	// until exchanges flows until every link took one as reason says.
+	until := func(n, size int, transport, reason string) {
+		t.Helper()
+		// Each relay counts a flow's end when its own side of the flow
+		// ends, which may come after the next flow started: a few more
+		// flows.
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+			exchange(n, size)
+			if flows("r0", "r1", transport, reason) > 0 && flows("r1", "r2", transport, reason) > 0 {
+				return
+			}
+		}
+		for _, l := range links {
+			if flows(l[0], l[1], transport, reason) == 0 {
+				t.Errorf("%s -> %s: no flow rode %s as %s; flows: %v", l[0], l[1], transport, reason, promtest.CollectAndCount(m.LinkFlows))
+			}
+		}
 	}
-	for _, l := range [][2]string{{"r0", "r1"}, {"r1", "r2"}} {
+	// 15 requests of 20 KB: interactive, not long-lived.
+	for range 4 {
+		exchange(15, 20<<10)
+	}
+	for _, l := range links {
 		if n := flows(l[0], l[1], "quic", "interactive"); n != 0 {
 			t.Fatalf("%s -> %s: %v interactive flows before the shape was known", l[0], l[1], n)
 		}
 	}
-	// Each relay counts a flow's end when its own side of the flow ends,
-	// which may come after the next flow started: a few more flows.
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		exchange()
-		if flows("r0", "r1", "quic", "interactive") > 0 && flows("r1", "r2", "quic", "interactive") > 0 {
-			break
-		}
-	}
-	for _, l := range [][2]string{{"r0", "r1"}, {"r1", "r2"}} {
-		if n := flows(l[0], l[1], "quic", "interactive"); n == 0 {
-			t.Errorf("%s -> %s: no flow rode QUIC as interactive; flows: %v", l[0], l[1], promtest.CollectAndCount(m.LinkFlows))
-		}
-	}
+	until(15, 20<<10, "quic", "interactive")
+	// 300 requests of 1,000 bytes: long-lived interactive.
+	until(300, 1000, "tls", "long_interactive")
 }
