@@ -108,3 +108,55 @@ func TestReplicasShareTheBoundOfSpares(t *testing.T) {
 		}
 	}
 }
+
+// Spares made for a burst are born together; they are renewed before they
+// age out, each closed once its replacement is in, so the pool never
+// empties on the way (it did: all closed at once, then refilled paced).
+func TestSparesAreRenewedBeforeTheyGo(t *testing.T) {
+	a, b, got := endpoints(t, 64)
+	go func() {
+		for range got {
+		}
+	}()
+	a.spareAge = 3 * time.Second // renewed from 2.5 s
+	p := a.Pools().Pool("b", []string{b.Addr().String()})
+	const burst = 12
+	for range burst {
+		if c := p.Spare(); c != nil {
+			c.Write([]byte("flows"))
+			defer c.Close()
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for p.Spares() < burst {
+		if ctx.Err() != nil {
+			t.Fatalf("%d spares after a burst of %d flows", p.Spares(), burst)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	p.mu.Lock()
+	first := p.spares[0].c
+	p.mu.Unlock()
+	// Two lives of a spare: every one renewed twice.
+	least := burst
+	for end := time.Now().Add(2 * a.spareAge); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		least = min(least, p.Spares())
+	}
+	if least < burst*3/4 {
+		t.Errorf("the pool fell to %d spares while renewing %d", least, burst)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, s := range p.spares {
+		if s.c == first {
+			t.Errorf("a spare of %v was still kept after %v", 2*a.spareAge, a.spareAge)
+		}
+		if age := time.Since(s.born); age >= a.spareAge {
+			t.Errorf("a spare of %v kept past its age", age)
+		}
+	}
+	if n := len(p.spares); n < burst*3/4 || n > burst+refillParallel {
+		t.Errorf("%d spares after renewals, want %d", n, burst)
+	}
+}

@@ -241,7 +241,7 @@ func (p *Pool) spare() *tls.Conn {
 		s := p.spares[n-1]
 		p.spares = p.spares[:n-1]
 		p.mu.Unlock()
-		if time.Since(s.born) < spareMaxAge && alive(s.c) && p.e.peerHolds(s.c.ConnectionState(), false) == nil && p.e.track(s.c) {
+		if time.Since(s.born) < p.e.spareAge && alive(s.c) && p.e.peerHolds(s.c.ConnectionState(), false) == nil && p.e.track(s.c) {
 			return s.c
 		}
 		s.c.Close()
@@ -270,29 +270,28 @@ func (p *Pool) refill() {
 	}
 }
 
-// fill keeps the pool at its size, replaces spares before they age out,
+// fill keeps the pool at its size, renews spares before they age out,
 // and backs off while the peer cannot be reached.
+//
+// A spare is renewed make-before-break: from renewAt of its life it still
+// serves while a replacement is dialed, and is closed once the
+// replacement is in (or at spareMaxAge). Spares made for a burst are born
+// within a second or two of each other, so closing them as they reached
+// renewAt emptied the pool at once, and refilling it paced took as long
+// again: a burst that came then found no spares.
 func (p *Pool) fill() {
 	backoff := minBackoff
 	for {
 		bound := maxSpares / p.e.pools.of(p.peer)
 		p.mu.Lock()
 		now := time.Now()
-		kept := p.spares[:0]
-		for _, s := range p.spares {
-			if now.Sub(s.born) < spareMaxAge-5*time.Second {
-				kept = append(kept, s)
-			} else {
-				s.c.Close()
-			}
-		}
-		p.spares = kept
-		have := len(p.spares)
-		missing := p.demand.spares(p.e.opts.Spares, bound, now) - have
+		want := p.demand.spares(p.e.opts.Spares, bound, now)
+		fresh, next := p.renew(now, want)
+		missing := want - fresh
 		p.mu.Unlock()
 		if missing > 0 {
 			n, pace := min(missing, refillParallel), time.Duration(0)
-			if have >= p.e.opts.Spares {
+			if fresh >= p.e.opts.Spares {
 				n, pace = 1, refillPace // above the base: spread out
 			}
 			err := p.add(n)
@@ -327,7 +326,7 @@ func (p *Pool) fill() {
 		}
 		select {
 		case <-p.wake:
-		case <-time.After(5 * time.Second):
+		case <-time.After(next):
 		case <-p.e.ctx.Done():
 			return
 		case <-p.stop:
@@ -335,6 +334,44 @@ func (p *Pool) fill() {
 			return
 		}
 	}
+}
+
+// renew closes the spares at spareMaxAge, and those past renewAt that the
+// pool holds beyond want; it returns how many spares are short of
+// renewAt, and when the next one reaches it (at most idleCheck from
+// now). Spares are in the order they were born. Under p.mu.
+func (p *Pool) renew(now time.Time, want int) (fresh int, next time.Duration) {
+	maxAge := p.e.spareAge
+	renewAt := maxAge - maxAge/renewAhead
+	kept := p.spares[:0]
+	for _, s := range p.spares {
+		if now.Sub(s.born) < maxAge {
+			kept = append(kept, s)
+		} else {
+			s.c.Close()
+		}
+	}
+	clear(p.spares[len(kept):])
+	old := 0
+	for old < len(kept) && now.Sub(kept[old].born) >= renewAt {
+		old++
+	}
+	// The oldest go first: those beyond want, of those due for renewal.
+	drop := min(old, len(kept)-want)
+	for _, s := range kept[:max(drop, 0)] {
+		s.c.Close()
+	}
+	if drop > 0 {
+		kept = kept[:copy(kept, kept[drop:])]
+		clear(p.spares[len(kept) : len(kept)+drop])
+		old -= drop
+	}
+	p.spares = kept
+	next = idleCheck
+	if old < len(kept) {
+		next = min(next, kept[old].born.Add(renewAt).Sub(now))
+	}
+	return len(kept) - old, max(next, time.Millisecond)
 }
 
 // add dials n spares at once; it fails only if none could be made.

@@ -29,6 +29,12 @@ const (
 	// little longer than that for a connection's header.
 	spareMaxAge   = 30 * time.Second
 	headerTimeout = spareMaxAge + 15*time.Second
+	// A spare is renewed in the last renewAhead-th of its life (5 s of
+	// 30), which leaves a pool of maxSpares time to renew them all paced
+	// (refillPace); a pool with nothing to renew looks again after
+	// idleCheck.
+	renewAhead = 6
+	idleCheck  = 5 * time.Second
 	// DefaultSpares is how many handshaken connections a pool keeps ready.
 	DefaultSpares = 8
 	// refillParallel bounds concurrent handshakes of one pool refilling.
@@ -115,9 +121,10 @@ type Endpoint struct {
 	serverConf *tls.Config
 	cc         ccSetting // the links' congestion control
 
-	pools      *Pools      // the connections it dials
-	handshakes *handshakes // those it accepts, before they are authenticated
-	waiting    waiting     // ... and after, until their flow starts
+	pools      *Pools        // the connections it dials
+	spareAge   time.Duration // spareMaxAge; tests take less
+	handshakes *handshakes   // those it accepts, before they are authenticated
+	waiting    waiting       // ... and after, until their flow starts
 
 	mu     sync.Mutex
 	peers  map[string]bool        // who may connect (Options.Peers)
@@ -131,7 +138,7 @@ func Listen(opts Options) (*Endpoint, error) {
 	}
 	e := &Endpoint{opts: opts, warn: ratelog.New(opts.Log), active: map[*tls.Conn]struct{}{},
 		handshakes: newHandshakes(MaxHandshakes, MaxHandshakesPerSource),
-		waiting:    waiting{max: MaxWaiting, perPeer: MaxWaitingPerPeer}}
+		waiting:    waiting{max: MaxWaiting, perPeer: MaxWaitingPerPeer}, spareAge: spareMaxAge}
 	e.pools = &Pools{e: e, pools: map[string]*Pool{}, trusted: opts.Identity.Roots()}
 	e.SetPeers(opts.Peers)
 	e.cc.store(opts.Congestion)
