@@ -24,7 +24,7 @@ const (
 	// demandWindow is how long a burst is remembered: a window and the
 	// one before, 2.5 to 5 minutes. Bursts recur (a fleet's reconnects,
 	// a job every few minutes), and keeping spares costs little: each is
-	// renewed every 25 s with a resumed handshake, 192 spares about 8
+	// renewed every 25 s with a resumed handshake, 384 spares about 15
 	// handshakes a second.
 	demandWindow = 150 * time.Second
 	burstWithin  = time.Second
