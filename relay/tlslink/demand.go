@@ -21,6 +21,9 @@ const (
 	// listener lets one relay hold waiting (MaxWaitingPerPeer), so that
 	// connections dialed for flows still fit beside them.
 	maxSpares = MaxWaitingPerPeer * 3 / 4
+	// MaxAllSpares bounds what all of a relay's pools keep above their
+	// base: 12 MiB at about 12 KiB a spare, however many peers burst.
+	MaxAllSpares = 1024
 	// demandWindow is how long a burst is remembered: a window and the
 	// one before, 2.5 to 5 minutes. Bursts recur (a fleet's reconnects,
 	// a job every few minutes), and keeping spares costs little: each is

@@ -143,7 +143,7 @@ func TestSparesAreRenewedBeforeTheyGo(t *testing.T) {
 	for end := time.Now().Add(2 * a.spareAge); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
 		least = min(least, p.Spares())
 	}
-	if least < burst*3/4 {
+	if least < burst/2 {
 		t.Errorf("the pool fell to %d spares while renewing %d", least, burst)
 	}
 	p.mu.Lock()
@@ -152,11 +152,57 @@ func TestSparesAreRenewedBeforeTheyGo(t *testing.T) {
 		if s.c == first {
 			t.Errorf("a spare of %v was still kept after %v", 2*a.spareAge, a.spareAge)
 		}
-		if age := time.Since(s.born); age >= a.spareAge {
+		// Past its age a spare is no longer handed out (spare), and
+		// closed at the pool's next look, after a handshake under way.
+		if age := time.Since(s.born); age >= a.spareAge+time.Second {
 			t.Errorf("a spare of %v kept past its age", age)
 		}
 	}
-	if n := len(p.spares); n < burst*3/4 || n > burst+refillParallel {
+	if n := len(p.spares); n < burst/2 || n > burst+refillParallel {
 		t.Errorf("%d spares after renewals, want %d", n, burst)
+	}
+}
+
+// What pools keep above their base after bursts is bounded for the relay,
+// however many peers (here: replicas) burst.
+func TestSparesAboveTheBaseAreBoundedForTheRelay(t *testing.T) {
+	a, b, got := endpoints(t, 64)
+	go func() {
+		for range got {
+		}
+	}()
+	a.maxAllSpares = 10
+	base := a.opts.Spares
+	ps := a.Pools()
+	pools := []*Pool{ps.Replica("b", "r1", []string{b.Addr().String()}), ps.Replica("b", "r2", []string{b.Addr().String()})}
+	for _, p := range pools {
+		for range 12 {
+			if c := p.Spare(); c != nil {
+				c.Write([]byte("flows"))
+				defer c.Close()
+			}
+		}
+	}
+	total := func() int { return pools[0].Spares() + pools[1].Spares() }
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for total() < 2*base+a.maxAllSpares {
+		if ctx.Err() != nil {
+			t.Fatalf("%d+%d spares after two bursts of 12, want %d in all (base %d)", pools[0].Spares(), pools[1].Spares(), 2*base+a.maxAllSpares, base)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond)
+	// One handshake of each pool may be under way as the other fills.
+	if n := total(); n > 2*base+a.maxAllSpares+2 {
+		t.Errorf("%d spares in two pools of base %d, relay bound %d above the bases", n, base, a.maxAllSpares)
+	}
+	for i, p := range pools {
+		if n := p.Spares(); n < base {
+			t.Errorf("pool %d: %d spares, under its base %d", i, n, base)
+		}
+	}
+	if n := ps.extra.Load(); n > int64(a.maxAllSpares)+2 || n < int64(a.maxAllSpares) {
+		t.Errorf("the pools count %d above their bases, want %d", n, a.maxAllSpares)
 	}
 }

@@ -30,6 +30,10 @@ type Pools struct {
 	mu      sync.Mutex
 	pools   map[string]*Pool
 	trusted *x509.CertPool // the CAs the pools were made under
+
+	// extra is how many spares all pools hold above their base
+	// (maxAllSpares bounds it).
+	extra atomic.Int64
 }
 
 // Pool returns the pool of connections to a peer, creating it (and starting
@@ -148,6 +152,7 @@ type Pool struct {
 
 	mu     sync.Mutex
 	spares []spare
+	extra  int // of spares, above the base (counted)
 	demand demand
 }
 
@@ -240,6 +245,7 @@ func (p *Pool) spare() *tls.Conn {
 		}
 		s := p.spares[n-1]
 		p.spares = p.spares[:n-1]
+		p.counted()
 		p.mu.Unlock()
 		if time.Since(s.born) < p.e.spareAge && alive(s.c) && p.e.peerHolds(s.c.ConnectionState(), false) == nil && p.e.track(s.c) {
 			return s.c
@@ -286,12 +292,18 @@ func (p *Pool) fill() {
 		p.mu.Lock()
 		now := time.Now()
 		want := p.demand.spares(p.e.opts.Spares, bound, now)
-		fresh, next := p.renew(now, want)
+		if want > p.e.opts.Spares {
+			// Above its base a pool takes what the others leave of
+			// maxAllSpares.
+			others := int(p.e.pools.extra.Load()) - p.extra
+			want = p.e.opts.Spares + max(0, min(want-p.e.opts.Spares, p.e.maxAllSpares-others))
+		}
+		fresh, next, late := p.renew(now, want)
 		missing := want - fresh
 		p.mu.Unlock()
 		if missing > 0 {
 			n, pace := min(missing, refillParallel), time.Duration(0)
-			if fresh >= p.e.opts.Spares {
+			if fresh >= p.e.opts.Spares && !late {
 				n, pace = 1, refillPace // above the base: spread out
 			}
 			err := p.add(n)
@@ -340,9 +352,10 @@ func (p *Pool) fill() {
 // pool holds beyond want; it returns how many spares are short of
 // renewAt, and when the next one reaches it (at most idleCheck from
 // now). Spares are in the order they were born. Under p.mu.
-func (p *Pool) renew(now time.Time, want int) (fresh int, next time.Duration) {
+func (p *Pool) renew(now time.Time, want int) (fresh int, next time.Duration, late bool) {
 	maxAge := p.e.spareAge
 	renewAt := maxAge - maxAge/renewAhead
+	defer p.counted()
 	kept := p.spares[:0]
 	for _, s := range p.spares {
 		if now.Sub(s.born) < maxAge {
@@ -371,7 +384,10 @@ func (p *Pool) renew(now time.Time, want int) (fresh int, next time.Duration) {
 	if old < len(kept) {
 		next = min(next, kept[old].born.Add(renewAt).Sub(now))
 	}
-	return len(kept) - old, max(next, time.Millisecond)
+	// Late: the oldest has less than half its renewal time left, so
+	// handshakes are slower now than when it was made.
+	late = old > 0 && now.Sub(kept[0].born) >= maxAge-maxAge/renewAhead/2
+	return len(kept) - old, max(next, time.Millisecond), late
 }
 
 // add dials n spares at once; it fails only if none could be made.
@@ -384,7 +400,10 @@ func (p *Pool) add(n int) error {
 			c, err := p.dial(ctx)
 			if err == nil {
 				p.mu.Lock()
+				// Born under p.mu, so spares stay in the order they
+				// were born (renew relies on it).
 				p.spares = append(p.spares, spare{c: c, born: time.Now()})
+				p.counted()
 				p.mu.Unlock()
 			}
 			errs <- err
@@ -409,6 +428,15 @@ func (p *Pool) drain() {
 		s.c.Close()
 	}
 	p.spares = nil
+	p.counted()
+}
+
+// counted tells the pools how many spares p holds above its base, after
+// a change. Under p.mu.
+func (p *Pool) counted() {
+	extra := max(len(p.spares)-p.e.opts.Spares, 0)
+	p.e.pools.extra.Add(int64(extra - p.extra))
+	p.extra = extra
 }
 
 // dial connects and handshakes with one of the peer's endpoints, racing

@@ -30,9 +30,10 @@ const (
 	spareMaxAge   = 30 * time.Second
 	headerTimeout = spareMaxAge + 15*time.Second
 	// A spare is renewed in the last renewAhead-th of its life (5 s of
-	// 30), which leaves a pool of maxSpares time to renew them all paced
-	// (refillPace); a pool with nothing to renew looks again after
-	// idleCheck.
+	// 30). Spares above the base were made one at a time, refillPace
+	// apart, and are renewed so; a pool whose oldest spare has half of
+	// that left renews without the pace, refillParallel at once. A pool
+	// with nothing to renew looks again after idleCheck.
 	renewAhead = 6
 	idleCheck  = 5 * time.Second
 	// DefaultSpares is how many handshaken connections a pool keeps ready.
@@ -69,12 +70,13 @@ const (
 	//
 	// A waiting connection costs the listener about 20 KiB (its TLS state
 	// and the goroutine reading its header) and its pool about 12 KiB: at
-	// most 10 MiB for one peer here, 40 MiB in all. 512 lets a relay keep
+	// most 10 MiB for one peer here, 20 MiB in all. 512 lets a relay keep
 	// 384 spares to a peer, enough for 300 clients that arrive within
 	// 50 ms; with 256 (192 spares) a third of them rode QUIC, each request
-	// slower.
+	// slower. One peer may so hold half of MaxWaiting: past it, the peer
+	// that holds the most gives up its oldest.
 	MaxWaitingPerPeer = 512
-	MaxWaiting        = 2048
+	MaxWaiting        = 1024
 )
 
 // Options configure an Endpoint.
@@ -128,10 +130,13 @@ type Endpoint struct {
 	serverConf *tls.Config
 	cc         ccSetting // the links' congestion control
 
-	pools      *Pools        // the connections it dials
-	spareAge   time.Duration // spareMaxAge; tests take less
-	handshakes *handshakes   // those it accepts, before they are authenticated
-	waiting    waiting       // ... and after, until their flow starts
+	pools    *Pools        // the connections it dials
+	spareAge time.Duration // spareMaxAge; tests take less
+	// maxAllSpares (MaxAllSpares; tests take less) bounds the spares of
+	// all pools above their base.
+	maxAllSpares int
+	handshakes   *handshakes // those it accepts, before they are authenticated
+	waiting      waiting     // ... and after, until their flow starts
 
 	mu     sync.Mutex
 	peers  map[string]bool        // who may connect (Options.Peers)
@@ -145,7 +150,7 @@ func Listen(opts Options) (*Endpoint, error) {
 	}
 	e := &Endpoint{opts: opts, warn: ratelog.New(opts.Log), active: map[*tls.Conn]struct{}{},
 		handshakes: newHandshakes(MaxHandshakes, MaxHandshakesPerSource),
-		waiting:    waiting{max: MaxWaiting, perPeer: MaxWaitingPerPeer}, spareAge: spareMaxAge}
+		waiting:    waiting{max: MaxWaiting, perPeer: MaxWaitingPerPeer}, spareAge: spareMaxAge, maxAllSpares: MaxAllSpares}
 	e.pools = &Pools{e: e, pools: map[string]*Pool{}, trusted: opts.Identity.Roots()}
 	e.SetPeers(opts.Peers)
 	e.cc.store(opts.Congestion)
