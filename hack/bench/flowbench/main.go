@@ -122,12 +122,18 @@ func ttfb(addr string, n int) error {
 
 // rr runs clients that each keep one connection and send a request, wait
 // for the full answer, pause, and repeat, as users of a chain do.
+//
+// Besides the whole round's figures it prints p99_settled_us, the p99 of
+// the requests made once the round's first second is over: the clients
+// arrive within one think time, and what their connections' setup costs
+// the path shows in the other clients' requests of that second.
 func rr(addr string, clients int, d, think time.Duration, size int) error {
 	var mu sync.Mutex
-	var all []time.Duration
+	var all, settled []time.Duration
 	var failures int
 	var wg sync.WaitGroup
-	stop := time.Now().Add(d)
+	begin := time.Now()
+	stop := begin.Add(d)
 	for i := range clients {
 		wg.Add(1)
 		go func() {
@@ -143,7 +149,7 @@ func rr(addr string, clients int, d, think time.Duration, size int) error {
 			}
 			defer c.Close()
 			req, resp := make([]byte, size), make([]byte, size)
-			var mine []time.Duration
+			var mine, later []time.Duration
 			// The first exchange carries the connection's setup through
 			// the path (a TLS handshake between haproxy's pair, a pooled
 			// connection or a stream between relays), which ttfb
@@ -159,13 +165,18 @@ func rr(addr string, clients int, d, think time.Duration, size int) error {
 					break
 				}
 				if !first {
-					mine = append(mine, time.Since(start))
+					l := time.Since(start)
+					mine = append(mine, l)
+					if start.Sub(begin) >= time.Second {
+						later = append(later, l)
+					}
 				}
 				first = false
 				time.Sleep(think)
 			}
 			mu.Lock()
 			all = append(all, mine...)
+			settled = append(settled, later...)
 			mu.Unlock()
 		}()
 	}
@@ -173,7 +184,7 @@ func rr(addr string, clients int, d, think time.Duration, size int) error {
 	if failures > 0 {
 		return fmt.Errorf("%d clients could not connect", failures)
 	}
-	printStats("rr", all)
+	printStats("rr", all, settled...)
 	return nil
 }
 
@@ -243,7 +254,9 @@ func rssKiB(pid int) int {
 	return -1
 }
 
-func printStats(name string, lat []time.Duration) {
+// printStats prints lat's figures; with settled, also p99_settled_us,
+// its p99.
+func printStats(name string, lat []time.Duration, settled ...time.Duration) {
 	if len(lat) == 0 {
 		fmt.Printf("%s count=0\n", name)
 		return
@@ -254,8 +267,13 @@ func printStats(name string, lat []time.Duration) {
 		sum += l
 	}
 	q := func(p float64) float64 { return us(lat[min(len(lat)-1, int(p*float64(len(lat))))]) }
-	fmt.Printf("%s count=%d avg_us=%.1f p50_us=%.1f p95_us=%.1f p99_us=%.1f max_us=%.1f\n",
+	fmt.Printf("%s count=%d avg_us=%.1f p50_us=%.1f p95_us=%.1f p99_us=%.1f max_us=%.1f",
 		name, len(lat), us(sum/time.Duration(len(lat))), q(.50), q(.95), q(.99), us(lat[len(lat)-1]))
+	if len(settled) > 0 {
+		slices.Sort(settled)
+		fmt.Printf(" p99_settled_us=%.1f", us(settled[min(len(settled)-1, int(.99*float64(len(settled))))]))
+	}
+	fmt.Println()
 }
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
