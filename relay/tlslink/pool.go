@@ -350,8 +350,9 @@ func (p *Pool) fill() {
 
 // renew closes the spares at spareMaxAge, and those past renewAt that the
 // pool holds beyond want; it returns how many spares are short of
-// renewAt, and when the next one reaches it (at most idleCheck from
-// now). Spares are in the order they were born. Under p.mu.
+// renewAt, when the next one reaches it (at most idleCheck from now), and
+// whether renewing runs late. Spares are in the order they were born.
+// Under p.mu.
 func (p *Pool) renew(now time.Time, want int) (fresh int, next time.Duration, late bool) {
 	maxAge := p.e.spareAge
 	renewAt := maxAge - maxAge/renewAhead
