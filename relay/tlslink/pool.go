@@ -357,38 +357,32 @@ func (p *Pool) renew(now time.Time, want int) (fresh int, next time.Duration, la
 	maxAge := p.e.spareAge
 	renewAt := maxAge - maxAge/renewAhead
 	defer p.counted()
-	kept := p.spares[:0]
-	for _, s := range p.spares {
-		if now.Sub(s.born) < maxAge {
-			kept = append(kept, s)
-		} else {
-			s.c.Close()
-		}
+	n := len(p.spares)
+	// Oldest first: those past their age, then those due for renewal.
+	gone := 0
+	for gone < n && now.Sub(p.spares[gone].born) >= maxAge {
+		gone++
 	}
-	clear(p.spares[len(kept):])
-	old := 0
-	for old < len(kept) && now.Sub(kept[old].born) >= renewAt {
-		old++
+	due := gone
+	for due < n && now.Sub(p.spares[due].born) >= renewAt {
+		due++
 	}
-	// The oldest go first: those beyond want, of those due for renewal.
-	drop := min(old, len(kept)-want)
-	for _, s := range kept[:max(drop, 0)] {
+	// What is past its age goes, and the oldest due beyond want.
+	drop := gone + max(0, min(due-gone, n-gone-want))
+	for _, s := range p.spares[:drop] {
 		s.c.Close()
 	}
-	if drop > 0 {
-		kept = kept[:copy(kept, kept[drop:])]
-		clear(p.spares[len(kept) : len(kept)+drop])
-		old -= drop
-	}
-	p.spares = kept
+	p.spares = p.spares[:copy(p.spares, p.spares[drop:])]
+	clear(p.spares[len(p.spares):n])
+	old := due - drop
 	next = idleCheck
-	if old < len(kept) {
-		next = min(next, kept[old].born.Add(renewAt).Sub(now))
+	if old < len(p.spares) {
+		next = min(next, p.spares[old].born.Add(renewAt).Sub(now))
 	}
 	// Late: the oldest has less than half its renewal time left, so
 	// handshakes are slower now than when it was made.
-	late = old > 0 && now.Sub(kept[0].born) >= maxAge-maxAge/renewAhead/2
-	return len(kept) - old, max(next, time.Millisecond), late
+	late = old > 0 && now.Sub(p.spares[0].born) >= maxAge-maxAge/renewAhead/2
+	return len(p.spares) - old, max(next, time.Millisecond), late
 }
 
 // add dials n spares at once; it fails only if none could be made.

@@ -266,14 +266,19 @@ func printStats(name string, lat []time.Duration, settled ...time.Duration) {
 	for _, l := range lat {
 		sum += l
 	}
-	q := func(p float64) float64 { return us(lat[min(len(lat)-1, int(p*float64(len(lat))))]) }
+	q := func(p float64) float64 { return quantile(lat, p) }
 	fmt.Printf("%s count=%d avg_us=%.1f p50_us=%.1f p95_us=%.1f p99_us=%.1f max_us=%.1f",
 		name, len(lat), us(sum/time.Duration(len(lat))), q(.50), q(.95), q(.99), us(lat[len(lat)-1]))
 	if len(settled) > 0 {
 		slices.Sort(settled)
-		fmt.Printf(" p99_settled_us=%.1f", us(settled[min(len(settled)-1, int(.99*float64(len(settled))))]))
+		fmt.Printf(" p99_settled_us=%.1f", quantile(settled, .99))
 	}
 	fmt.Println()
+}
+
+// quantile is the p-quantile of sorted, in microseconds.
+func quantile(sorted []time.Duration, p float64) float64 {
+	return us(sorted[min(len(sorted)-1, int(p*float64(len(sorted))))])
 }
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
