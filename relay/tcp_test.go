@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -217,7 +218,26 @@ func testTCPClientReset(t *testing.T, transport string) {
 // rides TLS on these short clean links. The choices show in
 // hoplink_link_flows_total.
 func TestAutoLearnsAShape(t *testing.T) {
-	target := testutil.TCPServer(t, testutil.Echo)
+	// The target answers a request once all of it is in: an echo answers
+	// as it reads, so a 20 KB request read in pieces turned the flow's
+	// direction many times at a slow relay (under the race detector),
+	// which then took it for long-lived.
+	target := testutil.TCPServer(t, func(c *net.TCPConn) {
+		defer c.Close()
+		var size [4]byte
+		for {
+			if _, err := io.ReadFull(c, size[:]); err != nil {
+				return
+			}
+			req := make([]byte, binary.BigEndian.Uint32(size[:]))
+			if _, err := io.ReadFull(c, req); err != nil {
+				return
+			}
+			if _, err := c.Write(req); err != nil {
+				return
+			}
+		}
+	})
 	port := testutil.FreePort(t)
 	_, m, _ := networkOver(t, "auto", 3, []string{"r0", "r1", "r2"}, testutil.TunnelSpec{Name: "rr", Protocol: "tcp", Target: target, Port: port})
 	flows := func(from, to, transport, reason string) float64 {
@@ -228,7 +248,8 @@ func TestAutoLearnsAShape(t *testing.T) {
 	exchange := func(n, size int) {
 		c := testutil.DialTunnel(t, port)
 		defer c.Close()
-		msg, buf := bytes.Repeat([]byte{'q'}, size), make([]byte, size)
+		msg, buf := binary.BigEndian.AppendUint32(nil, uint32(size)), make([]byte, size)
+		msg = append(msg, bytes.Repeat([]byte{'q'}, size)...)
 		for range n {
 			if _, err := c.Write(msg); err != nil {
 				t.Fatal(err)
