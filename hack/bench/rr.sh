@@ -10,7 +10,9 @@
 #   ROUNDS=4 RR_SECONDS=15 RR_CLIENTS=300 CHAINS=one-auto hack/bench/rr.sh
 #   PPROF=1 ...                                    # relays also serve /debug/pprof
 # p99_settled_us: the p99 of requests made after the round's first second,
-# once the clients have arrived (their connections' setup shows in the first).
+# once the clients have arrived (their connections' setup shows in the first);
+# p99_late_us: of those made in the round's second half; each round's line
+# also has p99_each_s, the p99 of each second, in milliseconds.
 #
 # CHAINS: any of one-auto (default), one (quic), one-tls, three-auto, three,
 # three-tls; every shape runs through one set of four relays per build.
@@ -250,7 +252,7 @@ median() { sort -g | awk '{a[NR]=$1} END{if (NR) print (NR%2 ? a[(NR+1)/2] : (a[
 declare -A med
 for tag in $tags; do
   printf '%s median:' "$tag"
-  for k in count p50_us p99_us p99_settled_us avg_us cpu_us syscalls_per_req switches_per_req udp_per_req rcvbuf_drops bulk_gbps; do
+  for k in count p50_us p99_us p99_settled_us p99_late_us avg_us cpu_us syscalls_per_req switches_per_req udp_per_req rcvbuf_drops bulk_gbps; do
     v=$(echo -n "${res[$tag]}" | kv $k | median)
     [[ -n $v ]] && printf ' %s=%s' "$k" "$v" && med[$tag:$k]=$v
   done
@@ -262,7 +264,7 @@ if [[ -n ${DIRECT:-} ]]; then
   for tag in $tags; do
     [[ $tag == direct ]] && continue
     printf '%s added over direct (median of rounds):' "$tag"
-    for k in p50_us p99_us p99_settled_us; do
+    for k in p50_us p99_us p99_settled_us p99_late_us; do
       v=$(paste <(echo -n "${res[$tag]}" | kv $k) <(echo -n "${res[direct]}" | kv $k) | awk '{print $1-$2}' | median)
       printf ' %s=%s' "$k" "$v"
     done

@@ -116,7 +116,7 @@ func ttfb(addr string, n int) error {
 		lat = append(lat, time.Since(start))
 		c.Close()
 	}
-	printStats("ttfb", lat)
+	printStats("ttfb", lat, "")
 	return nil
 }
 
@@ -126,10 +126,14 @@ func ttfb(addr string, n int) error {
 // Besides the whole round's figures it prints p99_settled_us, the p99 of
 // the requests made once the round's first second is over: the clients
 // arrive within one think time, and what their connections' setup costs
-// the path shows in the other clients' requests of that second.
+// the path shows in the other clients' requests of that second; and
+// p99_late_us, of those made in the round's second half, and p99_each_s,
+// the p99 of each second's requests in milliseconds: what a path does
+// after the first seconds (a relay refilling its pools) shows there.
 func rr(addr string, clients int, d, think time.Duration, size int) error {
 	var mu sync.Mutex
 	var all, settled []time.Duration
+	seconds := make([][]time.Duration, int(d/time.Second)+1)
 	var failures int
 	var wg sync.WaitGroup
 	begin := time.Now()
@@ -150,6 +154,7 @@ func rr(addr string, clients int, d, think time.Duration, size int) error {
 			defer c.Close()
 			req, resp := make([]byte, size), make([]byte, size)
 			var mine, later []time.Duration
+			var at []int // the second of the round each of mine was made in
 			// The first exchange carries the connection's setup through
 			// the path (a TLS handshake between haproxy's pair, a pooled
 			// connection or a stream between relays), which ttfb
@@ -167,6 +172,7 @@ func rr(addr string, clients int, d, think time.Duration, size int) error {
 				if !first {
 					l := time.Since(start)
 					mine = append(mine, l)
+					at = append(at, int(start.Sub(begin)/time.Second))
 					if start.Sub(begin) >= time.Second {
 						later = append(later, l)
 					}
@@ -177,6 +183,11 @@ func rr(addr string, clients int, d, think time.Duration, size int) error {
 			mu.Lock()
 			all = append(all, mine...)
 			settled = append(settled, later...)
+			for j, l := range mine {
+				if k := at[j]; k < len(seconds) {
+					seconds[k] = append(seconds[k], l)
+				}
+			}
 			mu.Unlock()
 		}()
 	}
@@ -184,7 +195,29 @@ func rr(addr string, clients int, d, think time.Duration, size int) error {
 	if failures > 0 {
 		return fmt.Errorf("%d clients could not connect", failures)
 	}
-	printStats("rr", all, settled...)
+	var late []time.Duration
+	var each []string
+	for k, sec := range seconds {
+		if len(sec) == 0 {
+			continue
+		}
+		slices.Sort(sec)
+		each = append(each, fmt.Sprintf("%.1f", quantile(sec, .99)/1000))
+		if time.Duration(k)*time.Second >= d/2 {
+			late = append(late, sec...)
+		}
+	}
+	extra := ""
+	for _, sub := range []struct {
+		key string
+		lat []time.Duration
+	}{{"p99_settled_us", settled}, {"p99_late_us", late}} {
+		if len(sub.lat) > 0 {
+			slices.Sort(sub.lat)
+			extra += fmt.Sprintf(" %s=%.1f", sub.key, quantile(sub.lat, .99))
+		}
+	}
+	printStats("rr", all, extra+" p99_each_s="+strings.Join(each, ","))
 	return nil
 }
 
@@ -254,9 +287,8 @@ func rssKiB(pid int) int {
 	return -1
 }
 
-// printStats prints lat's figures; with settled, also p99_settled_us,
-// its p99.
-func printStats(name string, lat []time.Duration, settled ...time.Duration) {
+// printStats prints lat's figures, then extra.
+func printStats(name string, lat []time.Duration, extra string) {
 	if len(lat) == 0 {
 		fmt.Printf("%s count=0\n", name)
 		return
@@ -269,11 +301,7 @@ func printStats(name string, lat []time.Duration, settled ...time.Duration) {
 	q := func(p float64) float64 { return quantile(lat, p) }
 	fmt.Printf("%s count=%d avg_us=%.1f p50_us=%.1f p95_us=%.1f p99_us=%.1f max_us=%.1f",
 		name, len(lat), us(sum/time.Duration(len(lat))), q(.50), q(.95), q(.99), us(lat[len(lat)-1]))
-	if len(settled) > 0 {
-		slices.Sort(settled)
-		fmt.Printf(" p99_settled_us=%.1f", quantile(settled, .99))
-	}
-	fmt.Println()
+	fmt.Println(extra)
 }
 
 // quantile is the p-quantile of sorted, in microseconds.

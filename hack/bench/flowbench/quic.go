@@ -97,7 +97,7 @@ func quicRTT(addr string, n int) error {
 		lat = append(lat, time.Since(start))
 		s.Close()
 	}
-	printStats("quic_rtt", lat)
+	printStats("quic_rtt", lat, "")
 	return nil
 }
 
@@ -121,7 +121,7 @@ func tcpRTT(addr string, n int) error {
 		}
 		lat = append(lat, time.Since(start))
 	}
-	printStats("tcp_rtt", lat)
+	printStats("tcp_rtt", lat, "")
 	return nil
 }
 
