@@ -45,11 +45,6 @@ type Conn struct {
 	// the most packets the peer said it had not received.
 	reported uint64
 	peerLost atomic.Uint64
-	// born is when the handshake was done (monotonic, sinceStart; 0: long
-	// ago); peerBase what the peer had not received of the packets sent
-	// within reportGrace of it, at most handshakeSlack (counts.go).
-	born     atomic.Int64
-	peerBase atomic.Uint64
 
 	// channel carries UDP datagrams beside QUIC once both ends speak it
 	// (dgram.go); nil where the socket cannot take its packets out.
@@ -86,7 +81,6 @@ func newConn(c *quicgo.Conn, peer string, dialed bool) *Conn {
 		// Echoes are cheap, but a peer must not make us send without bound.
 		echoes: rate.NewLimiter(maxEchoRate, maxEchoRate/2)}
 	conn.touch()
-	conn.born.Store(sinceStart())
 	return conn
 }
 

@@ -1,10 +1,6 @@
 package quic
 
-import (
-	"time"
-
-	"github.com/hoplink/hoplink/relay/hop"
-)
+import "github.com/hoplink/hoplink/relay/hop"
 
 // The loss of a link as the receiving end saw it. quic-go counts a packet
 // lost when later packets were acknowledged and it was not; a packet sent
@@ -46,48 +42,36 @@ func (c *Conn) answerCounts(payload []byte) error {
 	return nil
 }
 
-// reportGrace, handshakeSlack: of the packets sent in the first second
-// after a connection's handshake, up to 4 that the peer had not received
-// are not loss. quic-go counts a packet received only once it could open
+// unseenSlack: up to 6 packets that the peer never received are not the
+// link's loss, since quic-go sends some that cannot arrive and does not
+// count them lost. It counts a packet received only once it could open
 // it, and a handshake leaves a packet or two it cannot: a Handshake packet
 // that arrives after the peer dropped its Handshake keys (a retransmission
-// or a probe, which a busy host sends the more). On a clean loopback link
-// between loaded relays the count said 1-2 packets lost of the first 20,
-// which made the link lossy for auto and put a whole round of interactive
-// flows on QUIC (hack/bench/rr.sh). The slack is bounded so that a link
-// that loses more in that second still shows it.
-const (
-	reportGrace    = time.Second
-	handshakeSlack = 4
-)
-
-// start and sinceStart are a monotonic clock for born: a wall clock set
-// back would stretch the grace.
-var start = time.Now()
-
-func sinceStart() int64 { return int64(time.Since(start)) + 1 }
+// or a probe, which a busy host sends the more). And path MTU discovery
+// probes sizes larger than the path may carry, giving a size up after 3
+// probes of it are lost: on a path whose MTU is below quic-go's largest
+// packet the peer misses 3 (MTU 1,400) or 2 (1,450, an overlay's). Counted,
+// they made a clean link lossy for good: the link chooser kept interactive
+// flows off TLS, and lone packets went twice; between loaded relays on
+// loopback a whole round of interactive flows rode QUIC for 1-2 packets
+// of a handshake (hack/bench/rr.sh). A connection's count goes on from
+// the slack, so a link that loses packets still shows it within a few
+// more.
+const unseenSlack = 6
 
 // peerCounts takes the peer's answer: of the packets sent before the
 // report, those it had not received when the report arrived were lost (on
 // a link that keeps packets in order; one that reorders makes a loss of a
-// packet the report overtook), less what it had not received of the
-// packets of the handshake's first second, as answers in that second said
-// (reportGrace, at most handshakeSlack). What arrived after the report
-// only lowers the figure. The count kept is the highest seen, so it never
-// goes down. One goroutine, the reader of QUIC datagrams, calls it.
+// packet the report overtook), less unseenSlack. What arrived after the
+// report only lowers the figure. The count kept is the highest seen, so it
+// never goes down. One goroutine, the reader of QUIC datagrams, calls it.
 func (c *Conn) peerCounts(payload []byte) error {
 	var sent, received uint64
 	if err := hop.ParseCounts(payload, &sent, &received); err != nil {
 		return err
 	}
 	missing := sent - min(sent, received)
-	if born := c.born.Load(); born != 0 && sinceStart()-born < int64(reportGrace) {
-		if base := min(missing, handshakeSlack); base > c.peerBase.Load() {
-			c.peerBase.Store(base)
-		}
-		return nil
-	}
-	if lost := missing - min(missing, c.peerBase.Load()); lost > c.peerLost.Load() {
+	if lost := missing - min(missing, unseenSlack); lost > c.peerLost.Load() {
 		c.peerLost.Store(lost)
 	}
 	return nil
