@@ -381,7 +381,7 @@ func (p *Pool) renew(now time.Time, want int) (fresh int, next time.Duration, la
 	}
 	// Late: the oldest has less than half its renewal time left, so
 	// handshakes are slower now than when it was made.
-	late = old > 0 && now.Sub(p.spares[0].born) >= maxAge-maxAge/renewAhead/2
+	late = old > 0 && now.Sub(p.spares[0].born) >= renewAt+(maxAge-renewAt)/2
 	return len(p.spares) - old, max(next, time.Millisecond), late
 }
 

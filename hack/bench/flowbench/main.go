@@ -132,7 +132,9 @@ func ttfb(addr string, n int) error {
 // after the first seconds (a relay refilling its pools) shows there.
 func rr(addr string, clients int, d, think time.Duration, size int) error {
 	var mu sync.Mutex
-	var all, settled []time.Duration
+	var all []time.Duration
+	// seconds holds the requests by the second of the round they were
+	// made in; the settled and late figures are taken from them.
 	seconds := make([][]time.Duration, int(d/time.Second)+1)
 	var failures int
 	var wg sync.WaitGroup
@@ -153,7 +155,7 @@ func rr(addr string, clients int, d, think time.Duration, size int) error {
 			}
 			defer c.Close()
 			req, resp := make([]byte, size), make([]byte, size)
-			var mine, later []time.Duration
+			var mine []time.Duration
 			var at []int // the second of the round each of mine was made in
 			// The first exchange carries the connection's setup through
 			// the path (a TLS handshake between haproxy's pair, a pooled
@@ -173,16 +175,12 @@ func rr(addr string, clients int, d, think time.Duration, size int) error {
 					l := time.Since(start)
 					mine = append(mine, l)
 					at = append(at, int(start.Sub(begin)/time.Second))
-					if start.Sub(begin) >= time.Second {
-						later = append(later, l)
-					}
 				}
 				first = false
 				time.Sleep(think)
 			}
 			mu.Lock()
 			all = append(all, mine...)
-			settled = append(settled, later...)
 			for j, l := range mine {
 				if k := at[j]; k < len(seconds) {
 					seconds[k] = append(seconds[k], l)
@@ -195,7 +193,7 @@ func rr(addr string, clients int, d, think time.Duration, size int) error {
 	if failures > 0 {
 		return fmt.Errorf("%d clients could not connect", failures)
 	}
-	var late []time.Duration
+	var settled, late []time.Duration
 	var each []string
 	for k, sec := range seconds {
 		if len(sec) == 0 {
@@ -203,6 +201,9 @@ func rr(addr string, clients int, d, think time.Duration, size int) error {
 		}
 		slices.Sort(sec)
 		each = append(each, fmt.Sprintf("%.1f", quantile(sec, .99)/1000))
+		if k >= 1 {
+			settled = append(settled, sec...)
+		}
 		if time.Duration(k)*time.Second >= d/2 {
 			late = append(late, sec...)
 		}
